@@ -1,0 +1,28 @@
+# tidelog: every target sets itself up from a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SEEDS ?= 2000
+
+.PHONY: install test lint sim clean
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed
+
+lint: install
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy --strict src
+
+test: lint
+	$(VENV)/bin/pytest -q
+
+sim: install
+	$(PY) -m tidelog.testing.sim --seeds $(SEEDS) --replicas 3
+	$(PY) -m tidelog.testing.sim --seeds $(SEEDS) --replicas 5
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

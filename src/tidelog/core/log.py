@@ -1,0 +1,128 @@
+"""The replica's view of its log: what storage holds, plus what it has not persisted yet.
+
+Rules of this file:
+- Batches appended since the last `Ready` live in `unstable`; a truncation below them is
+  recorded in `truncate_to` and carried out by the caller before the next append.
+- The leader-epoch history (epoch, start offset) follows every append and truncation, so
+  divergence is always found by epochs, never by the HWM (KIP-101).
+- `durable_end_offset` is how far the caller has made the log durable; only that much may
+  count toward a quorum (Jepsen NATS 2.12.1).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from tidelog.core.storage import EpochEntry, LogStorage, StoredState
+from tidelog.records import BatchHeader, read_header
+from tidelog.types import NO_EPOCH, Epoch, Offset
+
+
+class ReplicaLog:
+    """Reads from storage and from memory; records writes for the next `Ready`."""
+
+    def __init__(self, storage: LogStorage, state: StoredState) -> None:
+        self.storage = storage
+        self.log_start_offset = state.log_start_offset
+        self.log_end_offset = state.log_end_offset
+        self.durable_end_offset = state.log_end_offset
+        self.epochs: list[EpochEntry] = list(state.epochs)
+        # Storage holds [log_start_offset, stored_end_offset); memory holds the rest.
+        self.stored_end_offset = state.log_end_offset
+        self.unstable: list[bytes] = []
+        self.unstable_ends: list[int] = []
+        self.truncate_to: Offset | None = None
+
+    # --- questions ------------------------------------------------------------------
+    @property
+    def last_epoch(self) -> Epoch:
+        return self.epochs[-1].epoch if self.epochs else NO_EPOCH
+
+    def epoch_at(self, offset: Offset) -> Epoch:
+        """The epoch of the record at `offset` (NO_EPOCH before the first epoch)."""
+        assert offset < self.log_end_offset or offset < 0
+        index = bisect.bisect_right(self.epochs, offset, key=lambda entry: entry.start_offset)
+        return self.epochs[index - 1].epoch if index > 0 else NO_EPOCH
+
+    def end_offset_for_epoch(self, epoch: Epoch) -> tuple[Epoch, Offset]:
+        """(largest epoch <= `epoch`, the offset where it ends here): Kafka's
+        OffsetsForLeaderEpoch answer. Before the first epoch: (NO_EPOCH, first offset)."""
+        index = bisect.bisect_right(self.epochs, epoch, key=lambda entry: entry.epoch)
+        if index == 0:
+            first = self.epochs[0].start_offset if self.epochs else self.log_end_offset
+            return NO_EPOCH, Offset(first)
+        if index == len(self.epochs):
+            return self.epochs[-1].epoch, self.log_end_offset
+        return self.epochs[index - 1].epoch, self.epochs[index].start_offset
+
+    def epoch_start_offset(self, epoch: Epoch) -> Offset | None:
+        for entry in reversed(self.epochs):
+            if entry.epoch == epoch:
+                return entry.start_offset
+        return None
+
+    def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
+        """Whole batches from the one holding `start_offset`, each ending by `end_offset`."""
+        out: list[bytes] = []
+        size = 0
+        if start_offset < self.stored_end_offset:
+            stored_end = Offset(min(end_offset, self.stored_end_offset))
+            out = self.storage.read(start_offset, end_offset=stored_end, max_bytes=max_bytes)
+            size = sum(len(batch) for batch in out)
+            reached = read_header(out[-1]).next_offset if out else start_offset
+            if reached < self.stored_end_offset or size >= max_bytes:
+                return out
+            start_offset = self.stored_end_offset
+        index = bisect.bisect_right(self.unstable_ends, start_offset)
+        while index < len(self.unstable) and self.unstable_ends[index] <= end_offset:
+            batch = self.unstable[index]
+            if out and size + len(batch) > max_bytes:
+                break
+            out.append(batch)
+            size += len(batch)
+            index += 1
+        return out
+
+    # --- changes ----------------------------------------------------------------------
+    def append(self, batch: bytes, header: BatchHeader) -> None:
+        """Append a stamped batch at the log end; extend the epoch history."""
+        assert header.base_offset == self.log_end_offset
+        assert header.epoch >= self.last_epoch
+        if header.epoch > self.last_epoch:
+            self.epochs.append(EpochEntry(header.epoch, header.base_offset))
+        self.unstable.append(batch)
+        self.unstable_ends.append(header.next_offset)
+        self.log_end_offset = header.next_offset
+
+    def truncate(self, offset: Offset) -> None:
+        """Remove everything at or above `offset`, a batch boundary."""
+        assert offset < self.log_end_offset
+        assert offset >= self.log_start_offset
+        while self.epochs and self.epochs[-1].start_offset >= offset:
+            self.epochs.pop()
+        self.log_end_offset = offset
+        self.durable_end_offset = Offset(min(self.durable_end_offset, offset))
+        if offset >= self.stored_end_offset:
+            index = bisect.bisect_right(self.unstable_ends, offset)
+            cut = self.unstable_ends[index - 1] if index > 0 else self.stored_end_offset
+            assert cut == offset, "truncation inside a batch"
+            del self.unstable[index:]
+            del self.unstable_ends[index:]
+            return
+        self.unstable.clear()
+        self.unstable_ends.clear()
+        self.stored_end_offset = offset
+        self.truncate_to = offset if self.truncate_to is None else min(self.truncate_to, offset)
+
+    def take_unpersisted(self) -> tuple[Offset | None, tuple[bytes, ...]]:
+        """Hand the pending truncation and appends to a `Ready`; storage now holds them."""
+        truncate_to, batches = self.truncate_to, tuple(self.unstable)
+        self.truncate_to = None
+        self.unstable.clear()
+        self.unstable_ends.clear()
+        self.stored_end_offset = self.log_end_offset
+        return truncate_to, batches
+
+    @property
+    def has_unpersisted(self) -> bool:
+        return self.truncate_to is not None or bool(self.unstable)

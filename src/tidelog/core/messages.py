@@ -1,0 +1,130 @@
+"""What goes into and comes out of a replica: peer messages, client results, and `Ready`.
+
+Every peer message names its sender, its recipient and the sender's epoch. An epoch older
+than the recipient's is fenced: it is rejected and changes nothing (KIP-320).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidelog.errors import TidelogError
+from tidelog.types import Epoch, NodeId, Offset
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be durable before a replica acts on it: its epoch and its vote in it."""
+
+    epoch: Epoch
+    voted_for: NodeId | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """Leader -> follower: batches starting at `prev_offset`, or none (probe / heartbeat).
+
+    The follower accepts them only if its record at prev_offset - 1 is of `prev_epoch`
+    (the consistency check). `hwm` is the leader's high-water mark.
+    """
+
+    sender: NodeId
+    recipient: NodeId
+    epoch: Epoch
+    prev_offset: Offset
+    prev_epoch: Epoch
+    batches: tuple[bytes, ...]
+    hwm: Offset
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResponse:
+    """Follower -> leader, sent only once the follower's log is durable.
+
+    On success `match_offset` is the end of the prefix the follower now holds and has
+    verified against the leader. On rejection (`success` False), (`hint_epoch`,
+    `match_offset`) is where the follower's log may last agree with the leader's: the end
+    of the follower's largest epoch <= the asked one (KIP-101/279).
+    """
+
+    sender: NodeId
+    recipient: NodeId
+    epoch: Epoch
+    success: bool
+    prev_offset: Offset
+    match_offset: Offset
+    hint_epoch: Epoch
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    """Candidate -> voter. A pre-vote asks whether a vote would be granted, changing nothing."""
+
+    sender: NodeId
+    recipient: NodeId
+    epoch: Epoch
+    last_epoch: Epoch
+    log_end_offset: Offset
+    pre_vote: bool
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    """Voter -> candidate. A granted real vote is sent only once it is durable."""
+
+    sender: NodeId
+    recipient: NodeId
+    epoch: Epoch
+    granted: bool
+    pre_vote: bool
+
+
+Message = AppendRequest | AppendResponse | VoteRequest | VoteResponse
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    """The completion of one produce request: the offsets it got, or why it failed."""
+
+    request_id: int
+    base_offset: Offset | None
+    next_offset: Offset | None
+    error: TidelogError | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Committed batches from the asked offset on, with the replica's watermarks."""
+
+    batches: tuple[bytes, ...]
+    hwm: Offset
+    log_start_offset: Offset
+    error: TidelogError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """What the caller must do, in this order, before calling `Replica.advance(ready)`:
+
+    1. Persist: save `hard_state` if set; if `truncate_to` is set, truncate the log there;
+       append `batches` at the log end; then make all of it durable (fsync).
+       `hwm` may be checkpointed lazily: it is never needed for safety.
+    2. Send `messages_after_persist` (acks and votes), which promise durable state.
+    `messages` may be sent at once, before or during the persist. `completions` are
+    client answers; produce acknowledgements in them are already safe to deliver.
+    No `step`, `tick` or client request may reach the replica between `ready()` and
+    `advance()`.
+    """
+
+    hard_state: HardState | None = None
+    truncate_to: Offset | None = None
+    batches: tuple[bytes, ...] = ()
+    hwm: Offset | None = None
+    messages: tuple[Message, ...] = ()
+    messages_after_persist: tuple[Message, ...] = ()
+    completions: tuple[ProduceResult, ...] = field(default=())
+
+    @property
+    def must_sync(self) -> bool:
+        """True when step 1 has anything to make durable."""
+        return bool(self.hard_state or self.truncate_to is not None or self.batches)

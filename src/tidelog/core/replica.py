@@ -1,0 +1,756 @@
+"""The replica of one partition: a sans-IO replication state machine (etcd-io/raft, h11).
+
+Rules of this file:
+1. No IO, no clock, no randomness of its own: ticks, messages and client requests come in;
+   a `Ready` comes out; the caller persists, sends, then calls `advance`.
+2. The epoch and the vote are durable before anything that depends on them leaves: votes
+   and append acknowledgements travel in `messages_after_persist` (ZOOKEEPER-4646), and a
+   candidate counts its own vote only after `advance`.
+3. The HWM (exclusive) is the largest offset below which `quorum_size` replicas hold the log
+   durably, counting the leader's own copy only once it is durable (Jepsen NATS 2.12.1). It
+   moves only to an offset inside the leader's own epoch (Raft Figure 8) and never back.
+4. A follower finds divergence by epochs, never by its HWM (KIP-101/279); it truncates only
+   where its log conflicts with the leader's, never below its HWM, and only then takes
+   HWM = min(leader HWM, end of the prefix it verified) (KAFKA-14704).
+5. Clients read only below min(HWM, log end offset). A new leader first appends a control
+   batch of its epoch and serves no reads until its HWM passes it (KIP-207, Raft §8).
+6. A message of an older epoch is answered with the current epoch and changes nothing
+   (KIP-320). A leader that has not heard from a majority for an election timeout steps
+   down (check-quorum); a replica that heard from a leader within one ignores votes and
+   pre-votes (leader lease), so a healed node cannot depose a healthy leader.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tidelog.core.log import ReplicaLog
+from tidelog.core.messages import (
+    AppendRequest,
+    AppendResponse,
+    FetchResult,
+    HardState,
+    Message,
+    ProduceResult,
+    Ready,
+    VoteRequest,
+    VoteResponse,
+)
+from tidelog.core.storage import LogStorage
+from tidelog.errors import (
+    CorruptBatch,
+    LogDiverged,
+    NotEnoughReplicas,
+    NotLeader,
+    OffsetNotAvailable,
+    OffsetOutOfRange,
+    RequestTimedOut,
+    TidelogError,
+)
+from tidelog.records import (
+    CONTROL_TYPE_LEADER_CHANGE,
+    BatchHeader,
+    build_control_batch,
+    check_batch,
+    stamp,
+)
+from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
+
+ACKS_NONE = 0
+ACKS_LEADER = 1
+ACKS_ALL = -1
+
+
+class Rng(Protocol):
+    """The randomness a replica is handed (random.Random fits)."""
+
+    def randrange(self, start: int, stop: int, /) -> int: ...
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre-candidate"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """The fixed settings of one replica. Raises ValueError when they do not fit together."""
+
+    node_id: NodeId
+    replicas: tuple[NodeId, ...]
+    election_ticks: int = 10
+    heartbeat_ticks: int = 2
+    min_insync_replicas: int | None = None  # None: a majority of the replicas
+    inflight_appends_max: int = 8
+    append_bytes_max: int = 1 << 20
+    produce_timeout_ticks: int = 60
+    pending_produces_max: int = 10_000
+    pre_vote: bool = True
+    check_quorum: bool = True
+
+    def __post_init__(self) -> None:
+        if self.node_id not in self.replicas:
+            raise ValueError(f"node {self.node_id} is not among the replicas {self.replicas}")
+        if len(set(self.replicas)) != len(self.replicas):
+            raise ValueError(f"replicas {self.replicas} name a node twice")
+        if self.heartbeat_ticks < 1 or self.election_ticks <= self.heartbeat_ticks:
+            raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
+        if self.min_insync_replicas is not None and not (
+            1 <= self.min_insync_replicas <= len(self.replicas)
+        ):
+            raise ValueError(
+                f"min.insync.replicas {self.min_insync_replicas} is not within "
+                f"1..{len(self.replicas)}"
+            )
+        if self.inflight_appends_max < 1 or self.append_bytes_max < 1:
+            raise ValueError("inflight_appends_max and append_bytes_max must be positive")
+
+    @property
+    def majority(self) -> int:
+        return len(self.replicas) // 2 + 1
+
+    @property
+    def min_insync(self) -> int:
+        return self.min_insync_replicas or self.majority
+
+    @property
+    def quorum_size(self) -> int:
+        """How many durable copies commit an offset: a majority, at least min.insync."""
+        return max(self.majority, self.min_insync)
+
+
+@dataclass(slots=True)
+class Progress:
+    """The leader's view of one follower (etcd-io/raft's Progress)."""
+
+    next_offset: Offset
+    match_offset: Offset | None = None  # verified and durable on the follower
+    probing: bool = True
+    probe_sent: bool = False
+    inflight: deque[Offset] = field(default_factory=deque)
+    recent_active: bool = False
+    last_ack_tick: int = -(1 << 30)
+    match_at_heartbeat: Offset | None = None
+
+
+@dataclass(slots=True)
+class _PendingProduce:
+    request_id: int
+    base_offset: Offset
+    next_offset: Offset
+    acks: int
+    deadline_tick: int
+
+
+class Replica:
+    """One partition's replica. Drive it with `step`, `tick`, `propose`; drain `ready`."""
+
+    def __init__(self, config: ReplicaConfig, storage: LogStorage, rng: Rng) -> None:
+        state = storage.load()
+        self.config = config
+        self.id = config.node_id
+        self.peers = tuple(node for node in config.replicas if node != config.node_id)
+        self.rng = rng
+        self.log = ReplicaLog(storage, state)
+        self.epoch = state.hard_state.epoch
+        self.voted_for = state.hard_state.voted_for
+        self.persisted_hard_state = state.hard_state
+        self.hwm = state.hwm
+        self.hwm_in_ready = state.hwm
+        self.role = Role.FOLLOWER
+        self.leader_id: NodeId | None = None
+        self.follower_synced = False  # verified against the current leader in this epoch
+        self.epoch_start_offset = Offset(0)  # where the leader's own epoch begins
+        self.now_ms = 0
+        self.tick_count = 0
+        self.election_elapsed = 0
+        self.election_timeout = self._random_election_timeout()
+        self.leader_contact_elapsed = config.election_ticks  # no lease held at start
+        self.heartbeat_elapsed = 0
+        self.votes: dict[NodeId, bool] = {}
+        self.progress: dict[NodeId, Progress] = {}
+        self.pending: deque[_PendingProduce] = deque()
+        self.msgs: list[Message] = []
+        self.msgs_after_persist: list[Message] = []
+        self.completions: list[ProduceResult] = []
+        self.ready_outstanding = False
+        self.ready_log_end_offset = self.log.log_end_offset
+
+    # ================================================================== inputs ==========
+    def tick(self, *, now_ms: int | None = None) -> None:
+        """One unit of logical time passes."""
+        assert not self.ready_outstanding
+        if now_ms is not None:
+            self.now_ms = now_ms
+        self.tick_count += 1
+        self.leader_contact_elapsed += 1
+        if self.role is Role.LEADER:
+            self._tick_leader()
+        else:
+            self._tick_election()
+
+    def step(self, msg: Message) -> None:
+        """Take one message from a peer."""
+        assert not self.ready_outstanding
+        assert msg.recipient == self.id
+        if msg.sender not in self.peers:
+            return
+        if msg.epoch > self.epoch and not self._on_higher_epoch(msg):
+            return
+        if msg.epoch < self.epoch:
+            self._on_lower_epoch(msg)
+            return
+        if isinstance(msg, AppendRequest):
+            self.on_append_request(msg)
+        elif isinstance(msg, AppendResponse):
+            self.on_append_response(msg)
+        elif isinstance(msg, VoteRequest):
+            self.on_vote_request(msg)
+        else:
+            self.on_vote_response(msg)
+
+    def propose(self, request_id: int, batch: bytes, *, acks: int) -> None:
+        """A producer's record batch. Its completion comes out in a later `Ready`."""
+        assert not self.ready_outstanding
+        assert acks in (ACKS_NONE, ACKS_LEADER, ACKS_ALL)
+        error = self._produce_error(acks)
+        header: BatchHeader | None = None
+        if error is None:
+            try:
+                header = check_batch(batch)
+            except CorruptBatch as corrupt:
+                error = corrupt
+        if error is not None or header is None:
+            self.completions.append(ProduceResult(request_id, None, None, error))
+            return
+        base = self.log.log_end_offset
+        stamped = stamp(batch, base_offset=base, epoch=self.epoch)
+        header = header._replace(base_offset=base, epoch=self.epoch)
+        self.log.append(stamped, header)
+        if acks == ACKS_NONE:
+            self.completions.append(ProduceResult(request_id, base, header.next_offset, None))
+            return
+        deadline = self.tick_count + self.config.produce_timeout_ticks
+        self.pending.append(_PendingProduce(request_id, base, header.next_offset, acks, deadline))
+
+    # ================================================================== reads ===========
+    def fetch(
+        self,
+        offset: Offset,
+        *,
+        max_bytes: int,
+        last_fetched_epoch: Epoch | None = None,
+    ) -> FetchResult:
+        """Committed batches from `offset` on: only below min(HWM, log end offset)."""
+        readable_end = Offset(min(self.hwm, self.log.log_end_offset))
+        error = self._read_error(offset, last_fetched_epoch)
+        if error is not None:
+            return FetchResult((), readable_end, self.log.log_start_offset, error)
+        batches = self.log.read(offset, end_offset=readable_end, max_bytes=max_bytes)
+        return FetchResult(tuple(batches), readable_end, self.log.log_start_offset)
+
+    def latest_offset(self) -> Offset:
+        """The "latest" offset clients may see (the HWM); raises while it is not known."""
+        error = self._serving_error()
+        if error is not None:
+            raise error
+        return Offset(min(self.hwm, self.log.log_end_offset))
+
+    def in_sync_count(self) -> int:
+        """Live in-sync replicas: the leader and followers that acked within a timeout."""
+        recent = self.tick_count - self.config.election_ticks
+        return 1 + sum(
+            1
+            for progress in self.progress.values()
+            if progress.match_offset is not None and progress.last_ack_tick >= recent
+        )
+
+    # ================================================================== output ==========
+    def has_ready(self) -> bool:
+        return bool(
+            self.msgs
+            or self.msgs_after_persist
+            or self.completions
+            or self.log.has_unpersisted
+            or self.hwm != self.hwm_in_ready
+            or self._hard_state() != self.persisted_hard_state
+            or (self.role is Role.LEADER and self._appends_due())
+        )
+
+    def ready(self) -> Ready:
+        """Everything to persist and send since the last `Ready` (see `Ready` for the order)."""
+        assert not self.ready_outstanding
+        if self.role is Role.LEADER:
+            self._send_appends()
+        hard_state = self._hard_state()
+        truncate_to, batches = self.log.take_unpersisted()
+        ready = Ready(
+            hard_state=hard_state if hard_state != self.persisted_hard_state else None,
+            truncate_to=truncate_to,
+            batches=batches,
+            hwm=self.hwm if self.hwm != self.hwm_in_ready else None,
+            messages=tuple(self.msgs),
+            messages_after_persist=tuple(self.msgs_after_persist),
+            completions=tuple(self.completions),
+        )
+        self.msgs.clear()
+        self.msgs_after_persist.clear()
+        self.completions.clear()
+        self.hwm_in_ready = self.hwm
+        self.ready_log_end_offset = self.log.log_end_offset
+        self.ready_outstanding = True
+        return ready
+
+    def advance(self, ready: Ready) -> None:
+        """The caller persisted `ready` and sent its messages."""
+        assert self.ready_outstanding
+        self.ready_outstanding = False
+        self.log.durable_end_offset = self.ready_log_end_offset
+        if ready.hard_state is not None:
+            self.persisted_hard_state = ready.hard_state
+        if self.role is Role.CANDIDATE and self.persisted_hard_state == self._hard_state():
+            # The candidate's vote for itself is durable now: count it (rule 2).
+            self.votes[self.id] = True
+            self._maybe_finish_election(pre_vote=False)
+        if self.role is Role.LEADER:
+            self._maybe_advance_hwm()
+            self._complete_produces()
+
+    # ================================================================== epochs ==========
+    def _on_higher_epoch(self, msg: Message) -> bool:
+        """A message from a later epoch. Returns False when it is to be dropped."""
+        if isinstance(msg, VoteRequest):
+            if msg.pre_vote:
+                return True  # a pre-vote changes nothing here
+            if self._in_lease():
+                return False  # a healthy leader exists: ignore the vote (leader lease)
+            self.become_follower(msg.epoch, None)
+            return True
+        if isinstance(msg, VoteResponse) and msg.pre_vote and msg.granted:
+            return True  # a granted pre-vote carries the epoch we would campaign in
+        leader = msg.sender if isinstance(msg, AppendRequest) else None
+        self.become_follower(msg.epoch, leader)
+        return True
+
+    def _on_lower_epoch(self, msg: Message) -> None:
+        """A message from an older epoch changes nothing; tell its sender the epoch."""
+        if isinstance(msg, AppendRequest):
+            self.msgs.append(
+                AppendResponse(
+                    self.id, msg.sender, self.epoch, False, msg.prev_offset,
+                    self.log.log_end_offset, self.log.last_epoch,
+                )
+            )
+        elif isinstance(msg, VoteRequest):
+            self.msgs.append(
+                VoteResponse(self.id, msg.sender, self.epoch, False, msg.pre_vote)
+            )
+
+    def _hard_state(self) -> HardState:
+        return HardState(self.epoch, self.voted_for)
+
+    def _in_lease(self) -> bool:
+        return (
+            self.config.check_quorum
+            and self.leader_id is not None
+            and self.leader_contact_elapsed < self.config.election_ticks
+        )
+
+    def _random_election_timeout(self) -> int:
+        ticks = self.config.election_ticks
+        return ticks + self.rng.randrange(0, ticks)
+
+    # ================================================================== roles ===========
+    def become_follower(self, epoch: Epoch, leader: NodeId | None) -> None:
+        assert epoch >= self.epoch
+        if epoch > self.epoch:
+            self.epoch = epoch
+            self.voted_for = None
+        was_leader = self.role is Role.LEADER
+        self.role = Role.FOLLOWER
+        if leader != self.leader_id:
+            self.follower_synced = False
+        self.leader_id = leader
+        self.progress.clear()
+        self.votes.clear()
+        self._reset_election_timer()
+        if was_leader:
+            self._fail_pending(NotLeader(leader))
+
+    def become_pre_candidate(self) -> None:
+        self.role = Role.PRE_CANDIDATE
+        self.leader_id = None
+        self.follower_synced = False
+        self.votes = {self.id: True}
+        self._reset_election_timer()
+        self._request_votes(Epoch(self.epoch + 1), pre_vote=True)
+        self._maybe_finish_election(pre_vote=True)
+
+    def become_candidate(self) -> None:
+        self.epoch = Epoch(self.epoch + 1)
+        self.voted_for = self.id
+        self.role = Role.CANDIDATE
+        self.leader_id = None
+        self.follower_synced = False
+        self.votes = {}  # our own vote counts once it is durable (advance)
+        self._reset_election_timer()
+        self._request_votes(self.epoch, pre_vote=False)
+
+    def become_leader(self) -> None:
+        """Start an epoch: record it in the epoch history with a control batch (KIP-207)."""
+        assert self.role is Role.CANDIDATE
+        self.role = Role.LEADER
+        self.leader_id = self.id
+        self.leader_contact_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.election_elapsed = 0
+        end = self.log.log_end_offset
+        self.progress = {peer: Progress(next_offset=end) for peer in self.peers}
+        self.epoch_start_offset = end
+        control = build_control_batch(
+            base_offset=end,
+            epoch=self.epoch,
+            control_type=CONTROL_TYPE_LEADER_CHANGE,
+            timestamp_ms=self.now_ms,
+        )
+        self.log.append(control, check_batch(control))
+
+    def _reset_election_timer(self) -> None:
+        self.election_elapsed = 0
+        self.election_timeout = self._random_election_timeout()
+
+    # ================================================================== elections =======
+    def _tick_election(self) -> None:
+        self.election_elapsed += 1
+        if self.election_elapsed < self.election_timeout:
+            return
+        if self.config.pre_vote:
+            self.become_pre_candidate()
+        else:
+            self.become_candidate()
+
+    def _request_votes(self, epoch: Epoch, *, pre_vote: bool) -> None:
+        for peer in self.peers:
+            self.msgs.append(
+                VoteRequest(
+                    self.id, peer, epoch, self.log.last_epoch, self.log.log_end_offset, pre_vote
+                )
+            )
+
+    def on_vote_request(self, msg: VoteRequest) -> None:
+        up_to_date = (msg.last_epoch, msg.log_end_offset) >= (
+            self.log.last_epoch,
+            self.log.log_end_offset,
+        )
+        if msg.pre_vote:
+            granted = msg.epoch > self.epoch and up_to_date and not self._in_lease()
+            epoch = msg.epoch if granted else self.epoch
+            self.msgs.append(VoteResponse(self.id, msg.sender, epoch, granted, True))
+            return
+        free = self.voted_for in (None, msg.sender) and self.role is not Role.LEADER
+        granted = free and up_to_date
+        if granted:
+            self.voted_for = msg.sender
+            self._reset_election_timer()
+        # The vote must be durable before the candidate hears of it (rule 2).
+        self.msgs_after_persist.append(
+            VoteResponse(self.id, msg.sender, self.epoch, granted, False)
+        )
+
+    def on_vote_response(self, msg: VoteResponse) -> None:
+        if msg.pre_vote and self.role is Role.PRE_CANDIDATE:
+            # A grant names the epoch we would campaign in; a refusal names the voter's.
+            if msg.epoch == self.epoch + (1 if msg.granted else 0):
+                self.votes[msg.sender] = msg.granted
+                self._maybe_finish_election(pre_vote=True)
+        elif not msg.pre_vote and self.role is Role.CANDIDATE:
+            self.votes[msg.sender] = msg.granted
+            self._maybe_finish_election(pre_vote=False)
+
+    def _maybe_finish_election(self, *, pre_vote: bool) -> None:
+        granted = sum(1 for vote in self.votes.values() if vote)
+        rejected = len(self.votes) - granted
+        majority = self.config.majority
+        if granted >= majority:
+            if pre_vote:
+                self.become_candidate()
+            else:
+                self.become_leader()
+        elif rejected >= majority:
+            self.become_follower(self.epoch, None)
+
+    # ================================================================== follower ========
+    def on_append_request(self, msg: AppendRequest) -> None:
+        assert self.role is not Role.LEADER, "two leaders in one epoch"
+        if self.role is not Role.FOLLOWER or self.leader_id != msg.sender:
+            self.become_follower(msg.epoch, msg.sender)
+        self.election_elapsed = 0
+        self.leader_contact_elapsed = 0
+        try:
+            headers = [check_batch(batch) for batch in msg.batches]
+        except CorruptBatch:
+            return  # damaged in flight: drop it; the leader resends (pair assertion)
+        if not self._prefix_matches(msg.prev_offset, msg.prev_epoch):
+            hint_offset, hint_epoch = self._divergence_hint(msg.prev_offset, msg.prev_epoch)
+            self.msgs_after_persist.append(
+                AppendResponse(
+                    self.id, msg.sender, self.epoch, False, msg.prev_offset,
+                    hint_offset, hint_epoch,
+                )
+            )
+            return
+        end = self._append_from_leader(msg.prev_offset, msg.batches, headers)
+        self.follower_synced = True
+        # Truncation is done; only now take the leader's HWM, bounded by the verified
+        # prefix (KAFKA-14704).
+        self._raise_hwm(Offset(min(msg.hwm, end)))
+        self.msgs_after_persist.append(
+            AppendResponse(
+                self.id, msg.sender, self.epoch, True, msg.prev_offset, end, NO_EPOCH
+            )
+        )
+
+    def _prefix_matches(self, prev_offset: Offset, prev_epoch: Epoch) -> bool:
+        """The consistency check: our record at prev_offset - 1 is of prev_epoch."""
+        if prev_offset <= self.log.log_start_offset:
+            return True
+        if prev_offset > self.log.log_end_offset:
+            return False
+        return self.log.epoch_at(Offset(prev_offset - 1)) == prev_epoch
+
+    def _divergence_hint(self, prev_offset: Offset, prev_epoch: Epoch) -> tuple[Offset, Epoch]:
+        """Where our log may last agree with the leader's: the end of our largest epoch
+        <= prev_epoch, bounded by prev_offset and our log end (KIP-279)."""
+        _, epoch_end = self.log.end_offset_for_epoch(prev_epoch)
+        offset = Offset(min(prev_offset, self.log.log_end_offset, epoch_end))
+        epoch = self.log.epoch_at(Offset(offset - 1)) if offset > 0 else NO_EPOCH
+        return offset, epoch
+
+    def _append_from_leader(
+        self, prev_offset: Offset, batches: tuple[bytes, ...], headers: list[BatchHeader]
+    ) -> Offset:
+        """Append the leader's batches after the verified prefix; cut only on conflict.
+
+        Returns the end of the prefix now known to match the leader's log.
+        """
+        end = prev_offset
+        for batch, header in zip(batches, headers, strict=True):
+            assert header.base_offset == end, "batches of an append are contiguous"
+            end = header.next_offset
+            if header.base_offset < self.log.log_end_offset:
+                if self.log.epoch_at(header.base_offset) == header.epoch:
+                    continue  # we hold this very batch already (same offset, same epoch)
+                # A follower never cuts committed records (rule 4).
+                assert header.base_offset >= self.hwm, "truncation below the HWM"
+                self.log.truncate(header.base_offset)
+            self.log.append(batch, header)
+        return end
+
+    def _raise_hwm(self, hwm: Offset) -> None:
+        if hwm > self.hwm:
+            assert hwm <= self.log.log_end_offset
+            self.hwm = hwm
+
+    # ================================================================== leader ==========
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
+            self.heartbeat_elapsed = 0
+            self._heartbeat()
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.config.election_ticks:
+            self.election_elapsed = 0
+            if not self._check_quorum():
+                return
+        self._expire_produces()
+
+    def _check_quorum(self) -> bool:
+        """Step down unless a majority was heard from in the last election timeout."""
+        active = 1 + sum(1 for progress in self.progress.values() if progress.recent_active)
+        for progress in self.progress.values():
+            progress.recent_active = False
+        if self.config.check_quorum and active < self.config.majority:
+            self.become_follower(self.epoch, None)
+            return False
+        self.leader_contact_elapsed = 0
+        return True
+
+    def _heartbeat(self) -> None:
+        """Tell every follower the HWM; resend a lost probe; restart a stalled pipeline."""
+        for peer, progress in self.progress.items():
+            if progress.probing:
+                progress.probe_sent = False
+                continue
+            assert progress.match_offset is not None
+            if (
+                progress.match_offset == progress.match_at_heartbeat
+                and progress.match_offset < progress.next_offset
+            ):
+                progress.next_offset = progress.match_offset
+                progress.inflight.clear()
+            progress.match_at_heartbeat = progress.match_offset
+            self._send_append(peer, progress.match_offset, ())
+
+    def _appends_due(self) -> bool:
+        end = self.log.log_end_offset
+        for progress in self.progress.values():
+            if progress.probing and not progress.probe_sent:
+                return True
+            if (
+                not progress.probing
+                and progress.next_offset < end
+                and len(progress.inflight) < self.config.inflight_appends_max
+            ):
+                return True
+        return False
+
+    def _send_appends(self) -> None:
+        """Send each follower what it lacks, within its window of in-flight appends."""
+        end = self.log.log_end_offset
+        for peer, progress in self.progress.items():
+            if progress.probing:
+                if not progress.probe_sent:
+                    progress.probe_sent = True
+                    self._send_append(peer, progress.next_offset, ())
+                continue
+            while (
+                progress.next_offset < end
+                and len(progress.inflight) < self.config.inflight_appends_max
+            ):
+                batches = self.log.read(
+                    progress.next_offset,
+                    end_offset=end,
+                    max_bytes=self.config.append_bytes_max,
+                )
+                assert batches, "a follower behind the log end has something to read"
+                prev = check_batch(batches[0]).base_offset
+                self._send_append(peer, prev, tuple(batches))
+                progress.next_offset = check_batch(batches[-1]).next_offset
+                progress.inflight.append(progress.next_offset)
+
+    def _send_append(self, peer: NodeId, prev_offset: Offset, batches: tuple[bytes, ...]) -> None:
+        prev_epoch = self.log.epoch_at(Offset(prev_offset - 1)) if prev_offset > 0 else NO_EPOCH
+        self.msgs.append(
+            AppendRequest(self.id, peer, self.epoch, prev_offset, prev_epoch, batches, self.hwm)
+        )
+
+    def on_append_response(self, msg: AppendResponse) -> None:
+        if self.role is not Role.LEADER:
+            return
+        progress = self.progress[msg.sender]
+        progress.recent_active = True
+        if msg.success:
+            self._on_append_accepted(progress, msg.match_offset)
+        else:
+            self._on_append_rejected(progress, msg)
+
+    def _on_append_accepted(self, progress: Progress, match: Offset) -> None:
+        progress.last_ack_tick = self.tick_count
+        if progress.match_offset is None or match > progress.match_offset:
+            progress.match_offset = match
+        while progress.inflight and progress.inflight[0] <= progress.match_offset:
+            progress.inflight.popleft()
+        if progress.probing:
+            progress.probing = False
+            progress.probe_sent = False
+            progress.next_offset = progress.match_offset
+            progress.inflight.clear()
+        if self._maybe_advance_hwm():
+            self._complete_produces()
+
+    def _on_append_rejected(self, progress: Progress, msg: AppendResponse) -> None:
+        if progress.probing and msg.prev_offset != progress.next_offset:
+            return  # an answer to an older probe
+        if progress.match_offset is not None and msg.prev_offset < progress.match_offset:
+            return  # stale: that prefix is verified already
+        _, epoch_end = self.log.end_offset_for_epoch(msg.hint_epoch)
+        progress.next_offset = Offset(min(msg.match_offset, epoch_end, self.log.log_end_offset))
+        progress.probing = True
+        progress.probe_sent = False
+        progress.inflight.clear()
+
+    def _maybe_advance_hwm(self) -> bool:
+        """Move the HWM to what quorum_size durable copies hold (rule 3)."""
+        matches = [self.log.durable_end_offset]
+        matches += [p.match_offset for p in self.progress.values() if p.match_offset is not None]
+        quorum = self.config.quorum_size
+        if len(matches) < quorum:
+            return False
+        matches.sort(reverse=True)
+        candidate = matches[quorum - 1]
+        if candidate <= self.hwm:
+            return False
+        # Raft Figure 8: count replicas only for an offset of our own epoch.
+        if candidate <= self.epoch_start_offset:
+            return False
+        self._raise_hwm(candidate)
+        return True
+
+    # ================================================================== clients =========
+    def _produce_error(self, acks: int) -> TidelogError | None:
+        if self.role is not Role.LEADER:
+            return NotLeader(self.leader_id)
+        if len(self.pending) >= self.config.pending_produces_max:
+            return RequestTimedOut("too many produce requests waiting for the HWM")
+        if acks == ACKS_ALL:
+            in_sync = self.in_sync_count()
+            if in_sync < self.config.min_insync:
+                return NotEnoughReplicas(in_sync, self.config.min_insync)
+        return None
+
+    def _complete_produces(self) -> None:
+        durable = self.log.durable_end_offset
+        while self.pending:
+            head = self.pending[0]
+            done = self.hwm if head.acks == ACKS_ALL else durable
+            if head.next_offset > done:
+                return
+            self.pending.popleft()
+            self.completions.append(
+                ProduceResult(head.request_id, head.base_offset, head.next_offset, None)
+            )
+
+    def _expire_produces(self) -> None:
+        while self.pending and self.pending[0].deadline_tick <= self.tick_count:
+            head = self.pending.popleft()
+            error = RequestTimedOut(f"offset {head.base_offset} not committed in time")
+            self.completions.append(ProduceResult(head.request_id, None, None, error))
+
+    def _fail_pending(self, error: TidelogError) -> None:
+        while self.pending:
+            head = self.pending.popleft()
+            self.completions.append(ProduceResult(head.request_id, None, None, error))
+
+    def _serving_error(self) -> TidelogError | None:
+        """Why this replica cannot serve reads now, or None."""
+        if self.role is Role.LEADER:
+            if self.hwm <= self.epoch_start_offset:
+                return OffsetNotAvailable("the new leader's HWM has not reached its epoch")
+            return None
+        if self.role is Role.FOLLOWER and self.follower_synced:
+            return None
+        return NotLeader(self.leader_id)
+
+    def _read_error(self, offset: Offset, last_fetched_epoch: Epoch | None) -> TidelogError | None:
+        error = self._serving_error()
+        if error is not None:
+            return error
+        readable_end = Offset(min(self.hwm, self.log.log_end_offset))
+        if offset < self.log.log_start_offset:
+            return OffsetOutOfRange(offset, self.log.log_start_offset, readable_end)
+        if last_fetched_epoch is not None and offset > 0:
+            epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
+            if epoch != last_fetched_epoch or end < offset:
+                return LogDiverged(epoch, end)
+        if offset <= readable_end:
+            return None
+        if self.role is Role.FOLLOWER:
+            return OffsetNotAvailable(f"offset {offset} is above this follower's HWM")
+        if offset <= self.log.log_end_offset:
+            return None  # between HWM and log end: nothing committed to give yet
+        return OffsetOutOfRange(offset, self.log.log_start_offset, readable_end)

@@ -1,0 +1,157 @@
+"""The storage a replica reads, and the in-memory implementation the simulator uses.
+
+The replica only reads storage (`load`, `read`); the caller writes it while carrying out a
+`Ready` (`save_hard_state`, `truncate_to`, `append`, `sync`). Nothing written counts as durable
+until `sync()` returns. The disk implementation lives in `tidelog.wal`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from tidelog.core.messages import HardState
+from tidelog.records import read_header
+from tidelog.types import Epoch, NodeId, Offset
+
+
+class EpochEntry(NamedTuple):
+    """One line of the leader-epoch history: `epoch` begins at `start_offset`."""
+
+    epoch: Epoch
+    start_offset: Offset
+
+
+@dataclass(frozen=True, slots=True)
+class StoredState:
+    """What a replica recovers from its storage when it starts."""
+
+    hard_state: HardState
+    hwm: Offset
+    log_start_offset: Offset
+    log_end_offset: Offset
+    epochs: tuple[EpochEntry, ...]
+
+
+class LogStorage(Protocol):
+    """The log of one partition as the replica and its driver see it."""
+
+    def load(self) -> StoredState:
+        """The durable state to start from. The hwm is at most the log end offset."""
+        ...
+
+    def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
+        """Whole batches from the one holding `start_offset`, each ending at or before
+        `end_offset`, up to `max_bytes` (but at least one batch when one qualifies)."""
+        ...
+
+    def save_hard_state(self, hard_state: HardState) -> None: ...
+
+    def truncate_to(self, *, offset: Offset) -> None:
+        """Remove every batch at or above `offset`, which is a batch boundary."""
+        ...
+
+    def append(self, batches: list[bytes]) -> None:
+        """Append stamped, checked batches at the log end."""
+        ...
+
+    def save_hwm(self, hwm: Offset) -> None: ...
+
+    def sync(self) -> None:
+        """Make everything written so far durable."""
+        ...
+
+
+def initial_state(epochs: tuple[EpochEntry, ...] = ()) -> StoredState:
+    return StoredState(
+        hard_state=HardState(epoch=Epoch(0), voted_for=None),
+        hwm=Offset(0),
+        log_start_offset=Offset(0),
+        log_end_offset=Offset(0),
+        epochs=epochs,
+    )
+
+
+@dataclass(slots=True)
+class _MemoryLog:
+    batches: list[bytes]
+    ends: list[int]
+    hard_state: HardState
+    hwm: Offset
+
+    def copy(self) -> _MemoryLog:
+        return _MemoryLog(list(self.batches), list(self.ends), self.hard_state, self.hwm)
+
+
+class MemoryStorage:
+    """A LogStorage in memory that forgets, on `crash()`, everything not yet synced."""
+
+    def __init__(self) -> None:
+        empty = _MemoryLog([], [], HardState(Epoch(0), None), Offset(0))
+        self._working = empty
+        self._durable = empty.copy()
+
+    # --- LogStorage ---------------------------------------------------------------------
+    def load(self) -> StoredState:
+        log = self._working
+        end = Offset(log.ends[-1]) if log.ends else Offset(0)
+        epochs: list[EpochEntry] = []
+        for batch in log.batches:
+            header = read_header(batch)
+            if not epochs or header.epoch > epochs[-1].epoch:
+                epochs.append(EpochEntry(header.epoch, header.base_offset))
+        return StoredState(
+            hard_state=log.hard_state,
+            hwm=Offset(min(log.hwm, end)),
+            log_start_offset=Offset(0),
+            log_end_offset=end,
+            epochs=tuple(epochs),
+        )
+
+    def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
+        log = self._working
+        index = bisect.bisect_right(log.ends, start_offset)
+        out: list[bytes] = []
+        size = 0
+        while index < len(log.batches) and log.ends[index] <= end_offset:
+            batch = log.batches[index]
+            if out and size + len(batch) > max_bytes:
+                break
+            out.append(batch)
+            size += len(batch)
+            index += 1
+        return out
+
+    def save_hard_state(self, hard_state: HardState) -> None:
+        self._working.hard_state = hard_state
+
+    def truncate_to(self, *, offset: Offset) -> None:
+        log = self._working
+        index = bisect.bisect_right(log.ends, offset)
+        if index < len(log.batches):
+            assert read_header(log.batches[index]).base_offset == offset, "not a batch boundary"
+        del log.batches[index:]
+        del log.ends[index:]
+
+    def append(self, batches: list[bytes]) -> None:
+        log = self._working
+        for batch in batches:
+            header = read_header(batch)
+            assert not log.ends or header.base_offset == log.ends[-1], "append leaves a gap"
+            log.batches.append(batch)
+            log.ends.append(header.next_offset)
+
+    def save_hwm(self, hwm: Offset) -> None:
+        self._working.hwm = hwm
+
+    def sync(self) -> None:
+        self._durable = self._working.copy()
+
+    # --- for the simulator --------------------------------------------------------------
+    def crash(self) -> None:
+        """Lose everything written since the last sync, as a power cut would."""
+        self._working = self._durable.copy()
+
+    def voted_for(self) -> NodeId | None:
+        return self._working.hard_state.voted_for

@@ -1,0 +1,94 @@
+"""Every named error of tidelog, in one place.
+
+Expected failures are values of these types (or raised as them); bugs are assertions.
+
+    TidelogError
+    ├── RetriableError                 the client should retry, maybe elsewhere
+    │   ├── NotLeader                  this replica does not lead; carries a leader hint
+    │   ├── NotEnoughReplicas          fewer live in-sync replicas than min.insync.replicas
+    │   ├── OffsetNotAvailable         not readable yet (new leader's HWM, follower's HWM)
+    │   └── RequestTimedOut            an acks=all produce did not commit in time
+    ├── FencedEpoch                    a message or request from a stale leader epoch
+    ├── OffsetOutOfRange               outside [log start offset, end]: reset the position
+    ├── LogDiverged                    the log diverged behind the reader; names where
+    ├── CorruptBatch                   a record batch failed its CRC-32C or framing checks
+    └── StorageError                   the disk log cannot serve (needs repair, bad path)
+"""
+
+from __future__ import annotations
+
+from tidelog.types import Epoch, NodeId, Offset
+
+
+class TidelogError(Exception):
+    """The root of every error tidelog raises on purpose."""
+
+
+class RetriableError(TidelogError):
+    """A transient condition: the same request may succeed later."""
+
+
+class NotLeader(RetriableError):
+    """This replica is not the leader of the partition."""
+
+    def __init__(self, leader_hint: NodeId | None) -> None:
+        super().__init__(f"not the leader (leader hint: {leader_hint})")
+        self.leader_hint = leader_hint
+
+
+class NotEnoughReplicas(RetriableError):
+    """acks=all refused: fewer live in-sync replicas than min.insync.replicas."""
+
+    def __init__(self, in_sync: int, required: int) -> None:
+        super().__init__(f"{in_sync} live in-sync replicas, {required} required")
+        self.in_sync = in_sync
+        self.required = required
+
+
+class OffsetNotAvailable(RetriableError):
+    """The offset is not readable here yet (HWM not established or behind the leader's)."""
+
+
+class RequestTimedOut(RetriableError):
+    """An acks=all produce was not committed within its timeout; it may still commit."""
+
+
+class FencedEpoch(TidelogError):
+    """A request or message carried an epoch older than the replica's current one."""
+
+    def __init__(self, epoch: Epoch, current: Epoch) -> None:
+        super().__init__(f"epoch {epoch} is fenced by current epoch {current}")
+        self.epoch = epoch
+        self.current = current
+
+
+class OffsetOutOfRange(TidelogError):
+    """The offset lies outside the readable range of the log."""
+
+    def __init__(self, offset: Offset, log_start_offset: Offset, end_offset: Offset) -> None:
+        super().__init__(
+            f"offset {offset} is outside [{log_start_offset}, {end_offset}]"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.end_offset = end_offset
+
+
+class LogDiverged(TidelogError):
+    """The log diverged behind the reader's position (KIP-320).
+
+    The reader should truncate its position to `end_offset`, the end of `epoch` here.
+    """
+
+    def __init__(self, epoch: Epoch, end_offset: Offset) -> None:
+        super().__init__(f"log diverged: epoch {epoch} ends at offset {end_offset}")
+        self.epoch = epoch
+        self.end_offset = end_offset
+
+
+class CorruptBatch(TidelogError):
+    """A record batch failed its CRC-32C or framing checks."""
+
+
+class StorageError(TidelogError):
+    """The storage of a partition cannot serve the request."""

@@ -1,0 +1,15 @@
+"""Distinct types for the ids and positions every layer passes around.
+
+Offsets follow Kafka: an offset is a place in the log, the high-water mark (HWM) and the log
+end offset are exclusive (the offset of the next record), so records at offsets < HWM are
+committed.
+"""
+
+from typing import NewType
+
+Epoch = NewType("Epoch", int)
+Offset = NewType("Offset", int)
+NodeId = NewType("NodeId", int)
+
+# An epoch no leader ever had: what an empty log, or an offset before any epoch, answers.
+NO_EPOCH = Epoch(-1)

@@ -1,0 +1,345 @@
+"""The inter-node (peer) protocol, sans-IO: core messages of many partitions over one stream.
+
+One TCP stream between two nodes carries the messages of every partition they share. Each
+frame is coalesced: all the (partition key, message) pairs the transport gathered for that
+peer in one event-loop round travel as one size-prefixed frame.
+
+Rules:
+- The first frame each way is a handshake (protocol version, message schema fingerprint,
+  sender node id, cluster id). A decoder refuses a stream whose handshake differs from what
+  it expects, and any message whose `sender` is not the node of the handshake.
+- The message layouts are derived from the core's dataclasses (`tidelog.core.messages`): a
+  field's annotation picks its struct code, so a field added there travels without a change
+  here; the fingerprint of the layouts is in the handshake, so nodes built from different
+  message definitions refuse each other instead of misreading each other.
+- Record batches travel as raw length-prefixed bytes, never decoded here.
+- Every size is bounded (PEER_FRAME_SIZE_MAX, PEER_FRAME_ITEMS_MAX, ...); malformed input
+  raises ProtocolError, after which the stream is dead and must be closed.
+
+Frame payload (big-endian):
+    kind u8 = 1 (handshake): version u16 | fingerprint u32 | node id i32 | cluster id str16
+    kind u8 = 2 (messages):  topic count u16 | item count u32 | topic str16 * topic count |
+                             item * item count
+    item:   tag u8 | topic index u16 | partition i32 | scalar fields | [batch count u32 |
+            (size u32 | batch bytes) * batch count]
+Optional fields (`X | None`) carry the smallest value of their width for None; -1 would be
+ambiguous, since NO_EPOCH is -1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+from operator import attrgetter
+from typing import Any, Final, NamedTuple
+
+from tidelog.core.messages import (
+    AppendRequest,
+    AppendResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+from tidelog.protocol.framing import (
+    FRAME_SIZE,
+    NEED_DATA,
+    FrameBuffer,
+    NeedData,
+    ProtocolError,
+)
+from tidelog.types import NodeId
+
+PEER_PROTOCOL_VERSION: Final = 1
+PEER_FRAME_SIZE_MAX: Final = 128 * 1024 * 1024  # two of the largest record batches
+PEER_FRAME_ITEMS_MAX: Final = 65_535
+TOPIC_NAME_SIZE_MAX: Final = 249  # Kafka's limit
+CLUSTER_ID_SIZE_MAX: Final = 255
+
+# Tags are the wire identity of a message type: append new types, never renumber.
+MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
+    1: AppendRequest,
+    2: AppendResponse,
+    3: VoteRequest,
+    4: VoteResponse,
+}
+
+_KIND_HANDSHAKE: Final = 1
+_KIND_MESSAGES: Final = 2
+_HANDSHAKE = struct.Struct(">BHIi")
+_MESSAGES = struct.Struct(">BHI")
+_STR16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_ITEM_KEY_FORMAT: Final = "BHi"  # tag, topic index, partition
+_BATCHES_ANNOTATION: Final = "tuple[bytes, ...]"
+_DECODE_ERRORS: Final = (struct.error, IndexError, ValueError)
+
+# Struct code of each scalar annotation the core's messages use.
+_SCALAR_CODES: Final[dict[str, str]] = {
+    "NodeId": "i",
+    "Epoch": "i",
+    "Offset": "q",
+    "int": "q",
+    "bool": "?",
+}
+_NONE_SENTINELS: Final[dict[str, int]] = {"i": -(2**31), "q": -(2**63)}
+
+
+class PartitionKey(NamedTuple):
+    """Which partition a peer message belongs to."""
+
+    topic: str
+    partition: int
+
+
+class Handshake(NamedTuple):
+    """The first frame of a peer stream."""
+
+    node_id: NodeId
+    cluster_id: str
+    version: int = PEER_PROTOCOL_VERSION
+
+
+class FrameTooLarge(ProtocolError):
+    """encode_frame() was given more than one frame may hold: split the items."""
+
+
+PeerItem = tuple[PartitionKey, Message]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Layout:
+    """How one message type is laid out on the wire, derived from its dataclass fields."""
+
+    tag: int
+    cls: type[Any]
+    item: struct.Struct  # item key, scalar fields, then the batch count if any
+    get_scalars: Callable[[Any], tuple[Any, ...]]
+    optional: tuple[tuple[int, int], ...]  # (index among scalars, None sentinel)
+    batches_index: int | None  # where the batches go among the constructor's arguments
+    scalars_end: int  # the scalar fields are item.unpack(...)[3:scalars_end]
+    description: str
+
+
+def _layout_of(tag: int, cls: type[Any]) -> _Layout:
+    names: list[str] = []
+    codes: list[str] = []
+    optional: list[tuple[int, int]] = []
+    batches_index: int | None = None
+    for index, field in enumerate(dataclasses.fields(cls)):
+        annotation = str(field.type).replace(" ", "")
+        if annotation == _BATCHES_ANNOTATION.replace(" ", ""):
+            assert batches_index is None, f"{cls.__name__}: one batches field at most"
+            batches_index = index
+            continue
+        base = annotation.removesuffix("|None")
+        assert base in _SCALAR_CODES, f"{cls.__name__}.{field.name}: no code for {annotation}"
+        code = _SCALAR_CODES[base]
+        if base != annotation:
+            optional.append((len(names), _NONE_SENTINELS[code]))
+        names.append(field.name)
+        codes.append(code)
+    assert len(names) >= 2, "attrgetter returns a tuple only for two names or more"
+    fmt = ">" + _ITEM_KEY_FORMAT + "".join(codes) + ("I" if batches_index is not None else "")
+    return _Layout(
+        tag=tag,
+        cls=cls,
+        item=struct.Struct(fmt),
+        get_scalars=attrgetter(*names),
+        optional=tuple(optional),
+        batches_index=batches_index,
+        scalars_end=3 + len(names),
+        description=f"{tag}:{cls.__name__}:{','.join(names)}:{fmt}",
+    )
+
+
+_LAYOUT_BY_TAG: Final = {tag: _layout_of(tag, cls) for tag, cls in MESSAGE_TAGS.items()}
+_LAYOUT_BY_CLASS: Final = {layout.cls: layout for layout in _LAYOUT_BY_TAG.values()}
+SCHEMA_FINGERPRINT: Final = zlib.crc32(
+    ";".join(layout.description for layout in _LAYOUT_BY_TAG.values()).encode()
+)
+"""CRC-32 of every message layout: nodes with different message definitions refuse to talk."""
+
+
+def _str16(text: str, *, size_max: int, what: str) -> bytes:
+    data = text.encode()
+    if len(data) > size_max:
+        raise ValueError(f"{what} of {len(data)} bytes exceeds {size_max}")
+    return _STR16.pack(len(data)) + data
+
+
+class PeerEncoder:
+    """Encodes this node's side of a peer stream: a handshake, then message frames."""
+
+    def __init__(
+        self, *, node_id: NodeId, cluster_id: str, frame_size_max: int = PEER_FRAME_SIZE_MAX
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self._frame_size_max = frame_size_max
+        self._cluster_id_field = _str16(cluster_id, size_max=CLUSTER_ID_SIZE_MAX, what="id")
+
+    def encode_handshake(self) -> bytes:
+        """The first frame to send on a new stream."""
+        payload = _HANDSHAKE.pack(
+            _KIND_HANDSHAKE, PEER_PROTOCOL_VERSION, SCHEMA_FINGERPRINT, self.node_id
+        ) + self._cluster_id_field
+        return FRAME_SIZE.pack(len(payload)) + payload
+
+    def encode_frame(self, items: Sequence[PeerItem]) -> bytes:
+        """One frame carrying `items` in order. Raises FrameTooLarge if they do not fit."""
+        if len(items) > PEER_FRAME_ITEMS_MAX:
+            raise FrameTooLarge(f"{len(items)} items exceed {PEER_FRAME_ITEMS_MAX}")
+        topic_indexes: dict[str, int] = {}
+        parts: list[bytes] = [b""]  # replaced by the frame and message headers below
+        for key, message in items:
+            index = topic_indexes.get(key.topic)
+            if index is None:
+                index = topic_indexes[key.topic] = len(topic_indexes)
+            _encode_item(parts, index, key.partition, message)
+        topics = [
+            _str16(topic, size_max=TOPIC_NAME_SIZE_MAX, what="topic") for topic in topic_indexes
+        ]
+        size = _MESSAGES.size + sum(map(len, topics)) + sum(map(len, parts))
+        if size > self._frame_size_max:
+            raise FrameTooLarge(f"frame of {size} bytes exceeds {self._frame_size_max}")
+        parts[0] = (
+            FRAME_SIZE.pack(size)
+            + _MESSAGES.pack(_KIND_MESSAGES, len(topics), len(items))
+            + b"".join(topics)
+        )
+        return b"".join(parts)
+
+
+def _encode_item(parts: list[bytes], topic_index: int, partition: int, message: Any) -> None:
+    layout = _LAYOUT_BY_CLASS[type(message)]
+    scalars = layout.get_scalars(message)
+    if layout.optional:
+        values = list(scalars)
+        for position, sentinel in layout.optional:
+            if values[position] is None:
+                values[position] = sentinel
+            else:
+                assert values[position] != sentinel
+        scalars = tuple(values)
+    if layout.batches_index is None:
+        parts.append(layout.item.pack(layout.tag, topic_index, partition, *scalars))
+        return
+    batches = message.batches
+    parts.append(layout.item.pack(layout.tag, topic_index, partition, *scalars, len(batches)))
+    pack_size = _U32.pack
+    for batch in batches:
+        parts.append(pack_size(len(batch)))
+        parts.append(batch)
+
+
+class PeerDecoder:
+    """Decodes the other side of a peer stream: its handshake, then message frames.
+
+    `next_frame()` returns the Handshake first, then one list of (key, message) per frame,
+    or NEED_DATA. Any malformed or unexpected frame raises ProtocolError and kills the
+    stream.
+    """
+
+    def __init__(self, *, cluster_id: str, frame_size_max: int = PEER_FRAME_SIZE_MAX) -> None:
+        self.cluster_id = cluster_id
+        self.peer_node_id: NodeId | None = None
+        self._frames = FrameBuffer(frame_size_max=frame_size_max, name="peer")
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        self._frames.receive_data(data)
+
+    def next_frame(self) -> Handshake | list[PeerItem] | NeedData:
+        payload = self._frames.next_frame()
+        if payload is None:
+            return NEED_DATA
+        try:
+            if self.peer_node_id is None:
+                handshake = self._decode_handshake(payload)
+                self.peer_node_id = handshake.node_id
+                return handshake
+            return _decode_messages(payload, sender=self.peer_node_id)
+        except _DECODE_ERRORS as error:
+            self._frames.fail()
+            raise ProtocolError(f"malformed peer frame: {error!r}") from error
+        except ProtocolError:
+            self._frames.fail()
+            raise
+
+    def _decode_handshake(self, payload: bytes) -> Handshake:
+        if payload[:1] != bytes([_KIND_HANDSHAKE]):
+            raise ProtocolError(f"expected a handshake, got a frame starting {payload[:1]!r}")
+        _, version, fingerprint, node_id = _HANDSHAKE.unpack_from(payload, 0)
+        if version != PEER_PROTOCOL_VERSION:
+            raise ProtocolError(f"peer protocol v{version}, ours is v{PEER_PROTOCOL_VERSION}")
+        if fingerprint != SCHEMA_FINGERPRINT:
+            raise ProtocolError(f"peer message schema {fingerprint:#010x} differs from ours")
+        cluster_id, end = _read_str16(payload, _HANDSHAKE.size)
+        if end != len(payload):
+            raise ProtocolError(f"{len(payload) - end} bytes after the handshake")
+        if cluster_id != self.cluster_id:
+            raise ProtocolError(f"peer is in cluster {cluster_id!r}, not {self.cluster_id!r}")
+        return Handshake(NodeId(node_id), cluster_id, version)
+
+
+def _read_str16(payload: bytes, position: int) -> tuple[str, int]:
+    (size,) = _STR16.unpack_from(payload, position)
+    start = position + _STR16.size
+    end = start + size
+    if end > len(payload):
+        raise ProtocolError(f"string of {size} bytes runs past the frame")
+    return payload[start:end].decode(), end
+
+
+def _decode_messages(payload: bytes, *, sender: NodeId) -> list[PeerItem]:
+    kind, topic_count, item_count = _MESSAGES.unpack_from(payload, 0)
+    if kind != _KIND_MESSAGES:
+        raise ProtocolError(f"expected a message frame, got a frame of kind {kind}")
+    if item_count > PEER_FRAME_ITEMS_MAX:
+        raise ProtocolError(f"{item_count} items exceed {PEER_FRAME_ITEMS_MAX}")
+    position = _MESSAGES.size
+    topics: list[str] = []
+    for _ in range(topic_count):
+        topic, position = _read_str16(payload, position)
+        topics.append(topic)
+    keys: dict[tuple[int, int], PartitionKey] = {}
+    items: list[PeerItem] = []
+    for _ in range(item_count):
+        layout = _LAYOUT_BY_TAG.get(payload[position])
+        if layout is None:
+            raise ProtocolError(f"unknown message tag {payload[position]}")
+        values = layout.item.unpack_from(payload, position)
+        position += layout.item.size
+        key = keys.get((values[1], values[2]))
+        if key is None:
+            key = keys[(values[1], values[2])] = PartitionKey(topics[values[1]], values[2])
+        arguments = list(values[3 : layout.scalars_end])
+        for index, sentinel in layout.optional:
+            if arguments[index] == sentinel:
+                arguments[index] = None
+        if layout.batches_index is not None:
+            batches, position = _read_batches(payload, position, values[-1])
+            arguments.insert(layout.batches_index, batches)
+        message = layout.cls(*arguments)
+        if message.sender != sender:
+            raise ProtocolError(f"message from node {message.sender} on node {sender}'s stream")
+        items.append((key, message))
+    if position != len(payload):
+        raise ProtocolError(f"{len(payload) - position} bytes after the last item")
+    return items
+
+
+def _read_batches(payload: bytes, position: int, count: int) -> tuple[tuple[bytes, ...], int]:
+    batches: list[bytes] = []
+    unpack_size = _U32.unpack_from
+    end_of_frame = len(payload)
+    for _ in range(count):
+        (size,) = unpack_size(payload, position)
+        position += _U32.size
+        end = position + size
+        if end > end_of_frame:
+            raise ProtocolError(f"batch of {size} bytes runs past the frame")
+        batches.append(payload[position:end])
+        position = end
+    return tuple(batches), position

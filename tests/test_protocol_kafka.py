@@ -1,0 +1,330 @@
+"""The Kafka server codec against kafka-python's own client-side framing and parsing.
+
+Requests are encoded exactly as kafka-python's client does (`KafkaProtocol.send_request`),
+and responses the server codec produces are parsed by the same client object, which checks
+correlation ids and response header versions as it would against a real broker.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+
+import tidelog.protocol.kafka  # noqa: F401  (first: it imports kafka-python quietly)
+
+# isort: split
+from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.parser import KafkaProtocol
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
+
+from tidelog.errors import (
+    CorruptBatch,
+    FencedEpoch,
+    LogDiverged,
+    NotEnoughReplicas,
+    NotLeader,
+    OffsetNotAvailable,
+    OffsetOutOfRange,
+    RequestTimedOut,
+    StorageError,
+    TidelogError,
+)
+from tidelog.protocol.framing import NEED_DATA, ProtocolError
+from tidelog.protocol.kafka import (
+    _APIS,
+    REQUEST_SIZE_MAX,
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    KafkaConnection,
+    KafkaRequest,
+    api_versions_response,
+    iter_produce_partitions,
+    join_batches,
+)
+from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
+from tidelog.types import Epoch, NodeId, Offset
+
+CLIENT_ID = "tidelog-test"
+
+
+def client() -> Any:
+    return KafkaProtocol(client_id=CLIENT_ID)
+
+
+def drain(connection: KafkaConnection) -> list[KafkaRequest]:
+    requests: list[KafkaRequest] = []
+    while (request := connection.next_request()) is not NEED_DATA:
+        assert isinstance(request, KafkaRequest)
+        requests.append(request)
+    return requests
+
+
+def send_one(sent: Any) -> tuple[Any, KafkaConnection, KafkaRequest]:
+    """kafka-python's client sends `sent`; the server codec decodes it."""
+    kafka_client = client()
+    kafka_client.send_request(sent)
+    connection = KafkaConnection()
+    connection.receive_data(kafka_client.send_bytes())
+    [request] = drain(connection)
+    return kafka_client, connection, request
+
+
+def api_versions_request(version: int) -> Any:
+    return ApiVersionsRequest(
+        version=version, client_software_name="kp", client_software_version="3"
+    )
+
+
+def frame_of(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def make_batch(count: int, *, base_sequence: int = 0) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=False,
+        producer_id=1000, producer_epoch=0, base_sequence=base_sequence, batch_size=1 << 20,
+    )
+    for i in range(count):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i,
+                       value=b"value-%d" % i, headers=[])
+    return bytes(builder.build())
+
+
+def request_for(api_key: ApiKey, version: int) -> Any:
+    """A request of every field's default, except that a Produce must expect a response."""
+    cls = _APIS[api_key].request_class
+    if api_key is ApiKey.PRODUCE:
+        return cls(version=version, acks=-1, timeout_ms=1000, topic_data=[])
+    return cls(version=version)
+
+
+EDGE_VERSIONS = [
+    (key, version)
+    for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+    for version in sorted({low, high})
+]
+
+
+@pytest.mark.parametrize(("api_key", "version"), EDGE_VERSIONS)
+def test_every_api_round_trips_at_its_edge_versions(api_key: int, version: int) -> None:
+    sent = request_for(ApiKey(api_key), version)
+    kafka_client, connection, request = send_one(sent)
+    assert (request.api_key, request.api_version) == (api_key, version)
+    assert request.correlation_id == sent.header.correlation_id
+    assert request.client_id == CLIENT_ID
+    assert request.body == sent
+    if api_key == ApiKey.API_VERSIONS:
+        response = api_versions_response(version)
+    else:
+        response = request.response_class(version=version)
+    [(got_id, got)] = kafka_client.receive_bytes(connection.send_response(request, response))
+    assert got_id == request.correlation_id
+    assert type(got) is type(response)
+    assert got.to_dict() == response.to_dict()
+
+
+def test_versions_are_clipped_to_what_kafka_python_defines() -> None:
+    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE] == (3, 8)
+    assert SUPPORTED_VERSIONS[ApiKey.FETCH] == (4, 11)
+    assert SUPPORTED_VERSIONS[ApiKey.METADATA] == (0, 7)
+    # Kafka 4.0 removed these versions from its schemas (KIP-896).
+    assert SUPPORTED_VERSIONS[ApiKey.CREATE_TOPICS] == (2, 4)
+    assert SUPPORTED_VERSIONS[ApiKey.DELETE_TOPICS] == (1, 3)
+    assert SUPPORTED_VERSIONS[ApiKey.DESCRIBE_CONFIGS] == (1, 2)
+
+
+def test_unsupported_api_versions_gets_error_35_in_a_v0_body() -> None:
+    kafka_client, connection, request = send_one(api_versions_request(4))
+    assert request.body is None
+    assert request.response_version == 0
+    frame = connection.send_response(request, api_versions_response(request.api_version))
+    [(_, response)] = kafka_client.receive_bytes(frame)
+    assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert response.version == 0
+    listed = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert listed == SUPPORTED_VERSIONS
+
+
+def test_api_versions_v3_response_keeps_header_v0() -> None:
+    kafka_client, connection, request = send_one(api_versions_request(3))
+    frame = connection.send_response(request, api_versions_response(3))
+    # size | correlation id | error code: no tagged-field byte after the correlation id.
+    assert struct.unpack_from(">h", frame, 8) == (0,)
+    [(_, response)] = kafka_client.receive_bytes(frame)
+    assert response.error_code == 0
+
+
+def several_requests() -> tuple[Any, bytes]:
+    kafka_client = client()
+    for version in (0, 4, 7):
+        kafka_client.send_request(MetadataRequest(version=version, topics=None))
+    kafka_client.send_request(api_versions_request(3))
+    return kafka_client, kafka_client.send_bytes()
+
+
+def test_several_frames_in_one_chunk() -> None:
+    _, data = several_requests()
+    connection = KafkaConnection()
+    connection.receive_data(data)
+    requests = drain(connection)
+    assert [r.correlation_id for r in requests] == [1, 2, 3, 4]
+    assert [r.api_version for r in requests] == [0, 4, 7, 3]
+
+
+def test_one_byte_at_a_time() -> None:
+    _, data = several_requests()
+    connection = KafkaConnection()
+    requests: list[KafkaRequest] = []
+    for i in range(len(data)):
+        connection.receive_data(data[i : i + 1])
+        requests += drain(connection)
+    assert [r.correlation_id for r in requests] == [1, 2, 3, 4]
+
+
+def test_oversized_frame_is_refused_before_its_payload_arrives() -> None:
+    connection = KafkaConnection()
+    connection.receive_data(struct.pack(">i", REQUEST_SIZE_MAX + 1))
+    with pytest.raises(ProtocolError, match="outside"):
+        connection.next_request()
+    with pytest.raises(ProtocolError):
+        connection.receive_data(b"more")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(b"\x00", id="shorter-than-api-key"),
+        pytest.param(struct.pack(">hhi", 3, 4, 1), id="no-client-id"),
+        pytest.param(struct.pack(">hhih", 3, 4, 1, 50) + b"abc", id="client-id-past-end"),
+        pytest.param(struct.pack(">hhih", 99, 0, 1, -1), id="unknown-api-key"),
+        pytest.param(struct.pack(">hhih", 0, 2, 1, -1), id="produce-below-min"),
+        pytest.param(struct.pack(">hhih", 0, 9, 1, -1), id="produce-above-max"),
+        pytest.param(struct.pack(">hhih", -1, 0, 1, -1), id="negative-api-key"),
+    ],
+)
+def test_garbage_raises_protocol_error(payload: bytes) -> None:
+    connection = KafkaConnection()
+    connection.receive_data(frame_of(payload))
+    with pytest.raises(ProtocolError):
+        connection.next_request()
+
+
+def metadata_payload() -> bytes:
+    kafka_client = client()
+    topics = [MetadataRequest.MetadataRequestTopic(name="t")]
+    kafka_client.send_request(MetadataRequest(version=4, topics=topics))
+    return kafka_client.send_bytes()[4:]
+
+
+@pytest.mark.parametrize("cut", [1, 3, 6])
+def test_truncated_body_raises_protocol_error(cut: int) -> None:
+    connection = KafkaConnection()
+    connection.receive_data(frame_of(metadata_payload()[:-cut]))
+    with pytest.raises(ProtocolError):
+        connection.next_request()
+
+
+def test_trailing_bytes_raise_protocol_error() -> None:
+    connection = KafkaConnection()
+    connection.receive_data(frame_of(metadata_payload() + b"\x00"))
+    with pytest.raises(ProtocolError, match="ends at byte"):
+        connection.next_request()
+
+
+def test_the_connection_stays_failed_after_a_protocol_error() -> None:
+    connection = KafkaConnection()
+    unknown = frame_of(struct.pack(">hhih", 99, 0, 1, -1))
+    connection.receive_data(unknown + frame_of(metadata_payload()))
+    with pytest.raises(ProtocolError):
+        connection.next_request()
+    with pytest.raises(ProtocolError):
+        connection.next_request()
+
+
+def produce_request(version: int, acks: int, batches: dict[int, bytes]) -> Any:
+    topic = ProduceRequest.TopicProduceData
+    partition = topic.PartitionProduceData
+    return ProduceRequest(
+        version=version, transactional_id=None, acks=acks, timeout_ms=30_000,
+        topic_data=[topic(name="events", partition_data=[
+            partition(index=index, records=batch) for index, batch in batches.items()
+        ])],
+    )
+
+
+def test_produce_v8_records_come_out_as_the_identical_bytes() -> None:
+    batches = {0: make_batch(3), 2: make_batch(1, base_sequence=3)}
+    _, _, request = send_one(produce_request(8, -1, batches))
+    partitions = list(iter_produce_partitions(request.body))
+    assert [(p.topic, p.partition) for p in partitions] == [("events", 0), ("events", 2)]
+    for produced in partitions:
+        assert type(produced.records) is bytes
+        assert produced.records == batches[produced.partition]
+    assert request.expects_response
+
+
+def test_produce_with_acks_0_expects_no_response() -> None:
+    _, _, request = send_one(produce_request(3, 0, {0: make_batch(1)}))
+    assert not request.expects_response
+
+
+def test_fetch_v11_response_with_raw_batches_decodes_to_the_records() -> None:
+    first, second = make_batch(2), make_batch(3, base_sequence=2)
+    # The leader stamps offsets: the second batch starts after the first.
+    second = struct.pack(">q", 2) + second[8:]
+    kafka_client, connection, request = send_one(_APIS[ApiKey.FETCH].request_class(version=11))
+    topic = FetchResponse.FetchableTopicResponse
+    response = FetchResponse(
+        throttle_time_ms=0, error_code=0, session_id=0,
+        responses=[topic(topic="events", partitions=[topic.PartitionData(
+            partition_index=0, error_code=0, high_watermark=5, last_stable_offset=5,
+            log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1,
+            records=join_batches([first, second]),
+        )])],
+    )
+    [(_, got)] = kafka_client.receive_bytes(connection.send_response(request, response))
+    data = got.responses[0].partitions[0]
+    assert data.high_watermark == 5
+    records = MemoryRecords(data.records)
+    decoded = [
+        (record.offset, record.key, record.value)
+        for batch in iter(records.next_batch, None)
+        for record in batch
+    ]
+    assert decoded == [
+        (0, b"k0", b"value-0"), (1, b"k1", b"value-1"),
+        (2, b"k0", b"value-0"), (3, b"k1", b"value-1"), (4, b"k2", b"value-2"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (None, ErrorCode.NONE),
+        (NotLeader(NodeId(2)), ErrorCode.NOT_LEADER_OR_FOLLOWER),
+        (NotEnoughReplicas(1, 2), ErrorCode.NOT_ENOUGH_REPLICAS),
+        (OffsetNotAvailable(), ErrorCode.OFFSET_NOT_AVAILABLE),
+        (RequestTimedOut(), ErrorCode.REQUEST_TIMED_OUT),
+        (FencedEpoch(Epoch(1), Epoch(2)), ErrorCode.FENCED_LEADER_EPOCH),
+        (OffsetOutOfRange(Offset(9), Offset(0), Offset(5)), ErrorCode.OFFSET_OUT_OF_RANGE),
+        (LogDiverged(Epoch(1), Offset(3)), ErrorCode.OFFSET_OUT_OF_RANGE),
+        (CorruptBatch("crc"), ErrorCode.CORRUPT_MESSAGE),
+        (StorageError("disk"), ErrorCode.KAFKA_STORAGE_ERROR),
+        (TidelogError("?"), ErrorCode.UNKNOWN_SERVER_ERROR),
+    ],
+)
+def test_error_codes_of_tidelog_errors(error: TidelogError | None, code: ErrorCode) -> None:
+    assert error_code_for(error) == code
+
+
+def test_named_error_codes_match_kafka() -> None:
+    assert int(ErrorCode.UNSUPPORTED_VERSION) == 35
+    assert int(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND) == 20
+    assert int(ErrorCode.MEMBER_ID_REQUIRED) == 79
+    assert int(ErrorCode.UNKNOWN_TOPIC_ID) == 100
+    assert int(ErrorCode.GROUP_ID_NOT_FOUND) == 69

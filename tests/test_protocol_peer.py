@@ -1,0 +1,246 @@
+"""The peer codec: round trips of every core message, fragmentation, and malformed frames."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import typing
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidelog.core.messages import (
+    AppendRequest,
+    AppendResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+from tidelog.protocol.framing import NEED_DATA, ProtocolError
+from tidelog.protocol.peer import (
+    _LAYOUT_BY_CLASS,
+    MESSAGE_TAGS,
+    PEER_FRAME_SIZE_MAX,
+    SCHEMA_FINGERPRINT,
+    FrameTooLarge,
+    Handshake,
+    PartitionKey,
+    PeerDecoder,
+    PeerEncoder,
+    PeerItem,
+    _layout_of,
+)
+from tidelog.types import Epoch, NodeId, Offset
+
+CLUSTER = "tide-cluster"
+SENDER = NodeId(1)
+INT32 = (-(2**31) + 1, 2**31 - 1)  # the smallest int32 is the None sentinel
+INT64 = (-(2**63) + 1, 2**63 - 1)
+
+
+def connected_decoder(cluster_id: str = CLUSTER) -> tuple[PeerEncoder, PeerDecoder]:
+    encoder = PeerEncoder(node_id=SENDER, cluster_id=CLUSTER)
+    decoder = PeerDecoder(cluster_id=cluster_id)
+    decoder.receive_data(encoder.encode_handshake())
+    assert decoder.next_frame() == Handshake(SENDER, CLUSTER)
+    return encoder, decoder
+
+
+def round_trip(items: list[PeerItem]) -> list[PeerItem] | object:
+    encoder, decoder = connected_decoder()
+    decoder.receive_data(encoder.encode_frame(items))
+    decoded = decoder.next_frame()
+    assert decoder.next_frame() is NEED_DATA
+    return decoded
+
+
+EDGE_MESSAGES: list[Message] = [
+    AppendRequest(SENDER, NodeId(2), Epoch(0), Offset(0), Epoch(-1), (), Offset(0)),
+    AppendRequest(
+        SENDER, NodeId(2**31 - 1), Epoch(2**31 - 1), Offset(2**63 - 1), Epoch(-1),
+        (b"", b"x" * 70_000, bytes(range(256))), Offset(-1),
+    ),
+    AppendResponse(SENDER, NodeId(0), Epoch(7), True, Offset(5), Offset(9), Epoch(-1)),
+    AppendResponse(SENDER, NodeId(3), Epoch(7), False, Offset(0), Offset(-1), Epoch(3)),
+    VoteRequest(SENDER, NodeId(2), Epoch(4), Epoch(-1), Offset(0), True),
+    VoteRequest(SENDER, NodeId(2), Epoch(4), Epoch(3), Offset(2**40), False),
+    VoteResponse(SENDER, NodeId(2), Epoch(4), True, False),
+    VoteResponse(SENDER, NodeId(2), Epoch(-1), False, True),
+]
+
+
+@pytest.mark.parametrize("message", EDGE_MESSAGES, ids=lambda m: type(m).__name__)
+def test_every_message_type_round_trips(message: Message) -> None:
+    items: list[PeerItem] = [(PartitionKey("t", 0), message)]
+    assert round_trip(items) == items
+
+
+def test_every_message_type_has_a_tag() -> None:
+    assert set(typing.get_args(Message)) == set(MESSAGE_TAGS.values())
+
+
+def test_mixed_frame_keeps_order_and_partition_keys() -> None:
+    keys = [PartitionKey("orders", 0), PartitionKey("orders", 1), PartitionKey("ünïcode", 7)]
+    items: list[PeerItem] = [
+        (keys[i % len(keys)], message) for i, message in enumerate(EDGE_MESSAGES * 3)
+    ]
+    assert round_trip(items) == items
+
+
+def test_empty_frame() -> None:
+    assert round_trip([]) == []
+
+
+def test_batches_come_back_as_bytes() -> None:
+    batch = bytearray(b"abc")
+    message = AppendRequest(SENDER, NodeId(2), Epoch(1), Offset(0), Epoch(0), (bytes(batch),),
+                            Offset(0))
+    [(_, decoded)] = round_trip([(PartitionKey("t", 0), message)])  # type: ignore[misc]
+    assert isinstance(decoded, AppendRequest)
+    assert [type(b) for b in decoded.batches] == [bytes]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _WithOptional:
+    sender: NodeId
+    voted_for: NodeId | None
+    epoch: Epoch | None
+    batches: tuple[bytes, ...]
+    hwm: Offset | None
+
+
+def test_optional_fields_use_a_sentinel_distinct_from_minus_one() -> None:
+    layout = _layout_of(99, _WithOptional)
+    assert layout.batches_index == 3
+    assert [sentinel for _, sentinel in layout.optional] == [-(2**31), -(2**31), -(2**63)]
+    assert layout.item.format == ">BHiiiiqI"
+
+
+def test_the_schema_fingerprint_follows_the_layouts() -> None:
+    assert SCHEMA_FINGERPRINT == SCHEMA_FINGERPRINT & 0xFFFFFFFF
+    assert len({layout.description for layout in _LAYOUT_BY_CLASS.values()}) == 4
+
+
+node_ids = st.integers(*INT32).map(NodeId)
+epochs = st.integers(*INT32).map(Epoch)
+offsets = st.integers(*INT64).map(Offset)
+batches = st.lists(st.binary(max_size=300), max_size=4).map(tuple)
+messages = st.one_of(
+    st.builds(AppendRequest, st.just(SENDER), node_ids, epochs, offsets, epochs, batches,
+              offsets),
+    st.builds(AppendResponse, st.just(SENDER), node_ids, epochs, st.booleans(), offsets,
+              offsets, epochs),
+    st.builds(VoteRequest, st.just(SENDER), node_ids, epochs, epochs, offsets, st.booleans()),
+    st.builds(VoteResponse, st.just(SENDER), node_ids, epochs, st.booleans(), st.booleans()),
+)
+keys = st.builds(PartitionKey, st.text(max_size=20), st.integers(0, 2**31 - 1))
+
+
+@given(st.lists(st.tuples(keys, messages), max_size=30), st.integers(1, 64))
+def test_any_frames_round_trip_in_any_chunking(items: list[PeerItem], chunk: int) -> None:
+    encoder, decoder = connected_decoder()
+    data = encoder.encode_frame(items) + encoder.encode_frame(items[::-1])
+    frames: list[object] = []
+    for start in range(0, len(data), chunk):
+        decoder.receive_data(data[start : start + chunk])
+        while (frame := decoder.next_frame()) is not NEED_DATA:
+            frames.append(frame)
+    assert frames == [items, items[::-1]]
+
+
+def test_one_byte_at_a_time_including_the_handshake() -> None:
+    encoder = PeerEncoder(node_id=SENDER, cluster_id=CLUSTER)
+    items: list[PeerItem] = [(PartitionKey("t", 1), message) for message in EDGE_MESSAGES]
+    data = encoder.encode_handshake() + encoder.encode_frame(items)
+    decoder = PeerDecoder(cluster_id=CLUSTER)
+    frames: list[object] = []
+    for i in range(len(data)):
+        decoder.receive_data(data[i : i + 1])
+        while (frame := decoder.next_frame()) is not NEED_DATA:
+            frames.append(frame)
+    assert frames == [Handshake(SENDER, CLUSTER), items]
+    assert decoder.peer_node_id == SENDER
+
+
+def expect_protocol_error(decoder: PeerDecoder, data: bytes, match: str | None = None) -> None:
+    decoder.receive_data(data)
+    with pytest.raises(ProtocolError, match=match):
+        decoder.next_frame()
+    with pytest.raises(ProtocolError):  # the stream stays dead
+        decoder.next_frame()
+
+
+def test_handshake_of_another_cluster_is_refused() -> None:
+    encoder = PeerEncoder(node_id=SENDER, cluster_id="other")
+    expect_protocol_error(PeerDecoder(cluster_id=CLUSTER), encoder.encode_handshake(), "cluster")
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+@pytest.mark.parametrize(
+    ("payload", "match"),
+    [
+        (struct.pack(">BHIi", 1, 99, SCHEMA_FINGERPRINT, 1) + b"\x00\x00", "protocol v99"),
+        (struct.pack(">BHIi", 1, 1, SCHEMA_FINGERPRINT ^ 1, 1) + b"\x00\x00", "schema"),
+        (struct.pack(">BHI", 2, 0, 0), "expected a handshake"),
+        (struct.pack(">BHIi", 1, 1, SCHEMA_FINGERPRINT, 1), "malformed"),
+        (struct.pack(">BHIiH", 1, 1, SCHEMA_FINGERPRINT, 1, 50) + b"abc", "runs past"),
+    ],
+)
+def test_bad_handshakes(payload: bytes, match: str) -> None:
+    expect_protocol_error(PeerDecoder(cluster_id=""), frame(payload), match)
+
+
+def good_frame() -> bytes:
+    message = AppendRequest(SENDER, NodeId(2), Epoch(1), Offset(0), Epoch(0), (b"batch",),
+                            Offset(0))
+    encoder = PeerEncoder(node_id=SENDER, cluster_id=CLUSTER)
+    return encoder.encode_frame([(PartitionKey("t", 0), message)])
+
+
+@pytest.mark.parametrize("cut", [1, 5, 6, 20])
+def test_truncated_frames(cut: int) -> None:
+    good = good_frame()[4:]
+    _, decoder = connected_decoder()
+    expect_protocol_error(decoder, frame(good[:-cut]))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda p: p + b"\x00", "after the last item"),
+        (lambda p: p[:10] + b"\x63" + p[11:], "unknown message tag"),  # the tag after "t"
+        (lambda p: p[:11] + b"\x00\x05" + p[13:], "malformed"),  # topic index out of range
+        (lambda p: b"\x01" + p[1:], "expected a message frame"),
+        (lambda p: p[:9] + b"\xff" + p[10:], "malformed"),  # bad UTF-8 topic
+        (lambda p: p[:3] + b"\x00\x01\x00\x00" + p[7:], "items exceed"),
+    ],
+)
+def test_malformed_frames(mutate: object, match: str) -> None:
+    assert callable(mutate)
+    _, decoder = connected_decoder()
+    expect_protocol_error(decoder, frame(mutate(good_frame()[4:])), match)
+
+
+def test_oversized_frame_is_refused_from_its_size() -> None:
+    _, decoder = connected_decoder()
+    expect_protocol_error(decoder, struct.pack(">i", PEER_FRAME_SIZE_MAX + 1), "outside")
+
+
+def test_message_from_another_sender_is_refused() -> None:
+    _, decoder = connected_decoder()
+    impostor = PeerEncoder(node_id=NodeId(9), cluster_id=CLUSTER)
+    vote = VoteResponse(NodeId(9), NodeId(2), Epoch(1), True, False)
+    expect_protocol_error(decoder, impostor.encode_frame([(PartitionKey("t", 0), vote)]),
+                          "node 9")
+
+
+def test_encoder_refuses_a_frame_over_its_limit() -> None:
+    encoder = PeerEncoder(node_id=SENDER, cluster_id=CLUSTER, frame_size_max=1000)
+    message = AppendRequest(SENDER, NodeId(2), Epoch(1), Offset(0), Epoch(0), (b"x" * 1000,),
+                            Offset(0))
+    with pytest.raises(FrameTooLarge):
+        encoder.encode_frame([(PartitionKey("t", 0), message)])

@@ -28,8 +28,21 @@ ALLOWED = {
 
 # What the pure core may never import: IO, clocks, randomness, concurrency.
 FORBIDDEN_IN_CORE = {
-    "asyncio", "socket", "os", "time", "random", "threading", "selectors", "subprocess",
-    "io", "pathlib", "shutil", "signal", "multiprocessing", "concurrent", "datetime",
+    "asyncio",
+    "socket",
+    "os",
+    "time",
+    "random",
+    "threading",
+    "selectors",
+    "subprocess",
+    "io",
+    "pathlib",
+    "shutil",
+    "signal",
+    "multiprocessing",
+    "concurrent",
+    "datetime",
 }
 
 

@@ -66,9 +66,7 @@ class OffsetOutOfRange(TidelogError):
     """The offset lies outside the readable range of the log."""
 
     def __init__(self, offset: Offset, log_start_offset: Offset, end_offset: Offset) -> None:
-        super().__init__(
-            f"offset {offset} is outside [{log_start_offset}, {end_offset}]"
-        )
+        super().__init__(f"offset {offset} is outside [{log_start_offset}, {end_offset}]")
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.end_offset = end_offset

@@ -177,8 +177,19 @@ def build_control_batch(
     batch_length = HEADER_SIZE - LOG_OVERHEAD + len(record)
     out = bytearray(
         _HEADER.pack(
-            base_offset, batch_length, epoch, MAGIC_V2, 0, ATTR_CONTROL, 0,
-            timestamp_ms, timestamp_ms, NO_PRODUCER_ID, -1, NO_SEQUENCE, 1,
+            base_offset,
+            batch_length,
+            epoch,
+            MAGIC_V2,
+            0,
+            ATTR_CONTROL,
+            0,
+            timestamp_ms,
+            timestamp_ms,
+            NO_PRODUCER_ID,
+            -1,
+            NO_SEQUENCE,
+            1,
         )
     )
     out += record

@@ -62,6 +62,7 @@ from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 ACKS_NONE = 0
 ACKS_LEADER = 1
 ACKS_ALL = -1
+LEASE_MARGIN_TICKS = 2
 
 
 class Rng(Protocol):
@@ -100,6 +101,8 @@ class ReplicaConfig:
             raise ValueError(f"replicas {self.replicas} name a node twice")
         if self.heartbeat_ticks < 1 or self.election_ticks <= self.heartbeat_ticks:
             raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
+        if self.election_ticks - LEASE_MARGIN_TICKS <= self.heartbeat_ticks:
+            raise ValueError("election_ticks must exceed heartbeat_ticks by the lease margin")
         if self.min_insync_replicas is not None and not (
             1 <= self.min_insync_replicas <= len(self.replicas)
         ):
@@ -109,6 +112,12 @@ class ReplicaConfig:
             )
         if self.inflight_appends_max < 1 or self.append_bytes_max < 1:
             raise ValueError("inflight_appends_max and append_bytes_max must be positive")
+
+    @property
+    def lease_ticks(self) -> int:
+        """How long a majority's answer keeps a leader's reads safe: an election timeout
+        less a margin for the nodes' clocks ticking apart."""
+        return self.election_ticks - LEASE_MARGIN_TICKS
 
     @property
     def majority(self) -> int:
@@ -135,6 +144,7 @@ class Progress:
     inflight: deque[Offset] = field(default_factory=deque)
     recent_active: bool = False
     last_ack_tick: int = -(1 << 30)
+    contact_sent_tick: int = -(1 << 30)  # latest request of ours it has answered
     match_at_heartbeat: Offset | None = None
 
 
@@ -170,7 +180,9 @@ class Replica:
         self.tick_count = 0
         self.election_elapsed = 0
         self.election_timeout = self._random_election_timeout()
-        self.leader_contact_elapsed = config.election_ticks  # no lease held at start
+        # A restarted replica may have acked a leader just before it went down: it grants
+        # no vote for one election timeout, so that leader's read lease stays sound.
+        self.leader_contact_elapsed = 0
         self.heartbeat_elapsed = 0
         self.votes: dict[NodeId, bool] = {}
         self.progress: dict[NodeId, Progress] = {}
@@ -261,6 +273,17 @@ class Replica:
             raise error
         return Offset(min(self.hwm, self.log.log_end_offset))
 
+    def has_read_lease(self) -> bool:
+        """A majority answered a request we sent less than `lease_ticks` ago (Raft §8).
+
+        Those voters grant no vote for an election timeout after hearing from us, so no
+        other leader can exist yet: reads cannot be stale (Jepsen etcd 0.4.1)."""
+        if not self.config.check_quorum:
+            return True
+        since = self.tick_count - self.config.lease_ticks
+        recent = sum(1 for p in self.progress.values() if p.contact_sent_tick > since)
+        return 1 + recent >= self.config.majority
+
     def in_sync_count(self) -> int:
         """Live in-sync replicas: the leader and followers that acked within a timeout."""
         recent = self.tick_count - self.config.election_ticks
@@ -342,24 +365,24 @@ class Replica:
         if isinstance(msg, AppendRequest):
             self.msgs.append(
                 AppendResponse(
-                    self.id, msg.sender, self.epoch, False, msg.prev_offset,
-                    self.log.log_end_offset, self.log.last_epoch,
+                    self.id,
+                    msg.sender,
+                    self.epoch,
+                    False,
+                    msg.prev_offset,
+                    self.log.log_end_offset,
+                    self.log.last_epoch,
+                    msg.sent_tick,
                 )
             )
         elif isinstance(msg, VoteRequest):
-            self.msgs.append(
-                VoteResponse(self.id, msg.sender, self.epoch, False, msg.pre_vote)
-            )
+            self.msgs.append(VoteResponse(self.id, msg.sender, self.epoch, False, msg.pre_vote))
 
     def _hard_state(self) -> HardState:
         return HardState(self.epoch, self.voted_for)
 
     def _in_lease(self) -> bool:
-        return (
-            self.config.check_quorum
-            and self.leader_id is not None
-            and self.leader_contact_elapsed < self.config.election_ticks
-        )
+        return self.config.check_quorum and self.leader_contact_elapsed < self.config.election_ticks
 
     def _random_election_timeout(self) -> int:
         ticks = self.config.election_ticks
@@ -499,8 +522,14 @@ class Replica:
             hint_offset, hint_epoch = self._divergence_hint(msg.prev_offset, msg.prev_epoch)
             self.msgs_after_persist.append(
                 AppendResponse(
-                    self.id, msg.sender, self.epoch, False, msg.prev_offset,
-                    hint_offset, hint_epoch,
+                    self.id,
+                    msg.sender,
+                    self.epoch,
+                    False,
+                    msg.prev_offset,
+                    hint_offset,
+                    hint_epoch,
+                    msg.sent_tick,
                 )
             )
             return
@@ -511,7 +540,14 @@ class Replica:
         self._raise_hwm(Offset(min(msg.hwm, end)))
         self.msgs_after_persist.append(
             AppendResponse(
-                self.id, msg.sender, self.epoch, True, msg.prev_offset, end, NO_EPOCH
+                self.id,
+                msg.sender,
+                self.epoch,
+                True,
+                msg.prev_offset,
+                end,
+                NO_EPOCH,
+                msg.sent_tick,
             )
         )
 
@@ -636,7 +672,16 @@ class Replica:
     def _send_append(self, peer: NodeId, prev_offset: Offset, batches: tuple[bytes, ...]) -> None:
         prev_epoch = self.log.epoch_at(Offset(prev_offset - 1)) if prev_offset > 0 else NO_EPOCH
         self.msgs.append(
-            AppendRequest(self.id, peer, self.epoch, prev_offset, prev_epoch, batches, self.hwm)
+            AppendRequest(
+                self.id,
+                peer,
+                self.epoch,
+                prev_offset,
+                prev_epoch,
+                batches,
+                self.hwm,
+                self.tick_count,
+            )
         )
 
     def on_append_response(self, msg: AppendResponse) -> None:
@@ -644,6 +689,7 @@ class Replica:
             return
         progress = self.progress[msg.sender]
         progress.recent_active = True
+        progress.contact_sent_tick = max(progress.contact_sent_tick, msg.request_tick)
         if msg.success:
             self._on_append_accepted(progress, msg.match_offset)
         else:
@@ -731,6 +777,8 @@ class Replica:
         if self.role is Role.LEADER:
             if self.hwm <= self.epoch_start_offset:
                 return OffsetNotAvailable("the new leader's HWM has not reached its epoch")
+            if not self.has_read_lease():
+                return NotLeader(None)
             return None
         if self.role is Role.FOLLOWER and self.follower_synced:
             return None
@@ -743,14 +791,14 @@ class Replica:
         readable_end = Offset(min(self.hwm, self.log.log_end_offset))
         if offset < self.log.log_start_offset:
             return OffsetOutOfRange(offset, self.log.log_start_offset, readable_end)
+        if offset > readable_end:
+            if self.role is Role.FOLLOWER:
+                return OffsetNotAvailable(f"offset {offset} is above this follower's HWM")
+            if offset > self.log.log_end_offset:
+                return OffsetOutOfRange(offset, self.log.log_start_offset, readable_end)
+            return None  # between HWM and log end: nothing committed to give yet
         if last_fetched_epoch is not None and offset > 0:
             epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
             if epoch != last_fetched_epoch or end < offset:
                 return LogDiverged(epoch, end)
-        if offset <= readable_end:
-            return None
-        if self.role is Role.FOLLOWER:
-            return OffsetNotAvailable(f"offset {offset} is above this follower's HWM")
-        if offset <= self.log.log_end_offset:
-            return None  # between HWM and log end: nothing committed to give yet
-        return OffsetOutOfRange(offset, self.log.log_start_offset, readable_end)
+        return None

@@ -1,0 +1,357 @@
+"""The randomized simulator: real replicas, fake network, clock and disk, one seed per run.
+
+    python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|5] [--ticks T]
+
+A run has a safety phase (crashes that lose unsynced writes, partitions symmetric and
+asymmetric, drops, duplicates, reordering delays, slow disks) and then a liveness phase
+(heal everything; within a bounded time a leader must exist, a new acks=all write must
+commit, and all replicas must converge). The checker sees every step. A failing seed
+prints the command that reproduces it; the last line is `N seeds, V violations`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from tidelog.core.messages import ProduceResult
+from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE, Replica, ReplicaConfig, Role
+from tidelog.errors import LogDiverged, OffsetOutOfRange
+from tidelog.records import read_header
+from tidelog.testing.checker import Checker
+from tidelog.testing.cluster import Cluster, StorageFactory, memory_storage
+from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
+
+MICROS_PER_TICK = 10
+LIVENESS_TICKS_MAX = 400
+CONSUMERS = 3
+FETCH_BYTES_MAX = 16 * 1024
+
+
+def build_batch(value: bytes, *, records: int = 1, timestamp_ms: int = 0) -> bytes:
+    """A producer's record batch (offsets and epoch are the leader's to stamp)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    for index in range(records):
+        builder.append(index, timestamp=timestamp_ms, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+@dataclass
+class Consumer:
+    position: Offset = field(default_factory=lambda: Offset(0))
+    last_epoch: Epoch = NO_EPOCH
+
+
+@dataclass
+class Workload:
+    """Producers that remember what was acknowledged; consumers that remember what they read."""
+
+    cluster: Cluster
+    checker: Checker
+    rng: random.Random
+    seed: int
+    produced: int = 0
+    leader_hint: NodeId | None = None
+    in_flight: dict[int, tuple[bytes, int]] = field(default_factory=dict)
+    acked_all: int = 0
+    consumers: list[Consumer] = field(
+        default_factory=lambda: [Consumer() for _ in range(CONSUMERS)]
+    )
+
+    def __post_init__(self) -> None:
+        self.cluster.listeners.append(self.on_completion)
+
+    def produce(self, acks: int | None = None) -> None:
+        if acks is None:
+            acks = self.rng.choice((ACKS_ALL, ACKS_ALL, ACKS_ALL, ACKS_LEADER, ACKS_NONE))
+        node = self.pick_node()
+        self.produced += 1
+        count = self.rng.choice((1, 1, 2, 5))
+        batch = build_batch(f"{self.seed}:{self.produced}".encode(), records=count)
+        self.in_flight[self.produced] = (batch, acks)
+        request_id = self.produced
+        self.cluster.input(node, lambda replica: replica.propose(request_id, batch, acks=acks))
+
+    def pick_node(self) -> NodeId:
+        if self.leader_hint is not None and self.rng.random() < 0.9:
+            return self.leader_hint
+        return self.rng.choice(self.cluster.ids)
+
+    def on_completion(self, node: NodeId, result: ProduceResult) -> None:
+        batch, acks = self.in_flight.pop(result.request_id, (b"", ACKS_NONE))
+        if result.error is None:
+            self.leader_hint = node
+            if acks == ACKS_ALL and result.base_offset is not None:
+                self.acked_all += 1
+                self.checker.on_acked(result.base_offset, batch)
+            return
+        hint = getattr(result.error, "leader_hint", None)
+        self.leader_hint = hint if hint is not None else self.rng.choice(self.cluster.ids)
+
+    def consume(self) -> None:
+        consumer = self.rng.choice(self.consumers)
+        node = self.rng.choice(self.cluster.ids)
+        replica = self.cluster.nodes[node].replica
+        if replica is None or self.cluster.nodes[node].persisting is not None:
+            return
+        last_epoch = consumer.last_epoch if consumer.position > 0 else None
+        result = replica.fetch(
+            consumer.position, max_bytes=FETCH_BYTES_MAX, last_fetched_epoch=last_epoch
+        )
+        if isinstance(result.error, (LogDiverged, OffsetOutOfRange)):
+            self.checker.fail(f"node {node}: consumer at {consumer.position} got {result.error!r}")
+            return
+        if result.error is not None:
+            return
+        if replica.role is Role.LEADER:
+            self.checker.on_leader_hwm(node, result.hwm)
+        self.checker.on_read(node, result.batches)
+        for batch in result.batches:
+            header = read_header(batch)
+            if header.next_offset > consumer.position:
+                consumer.position = header.next_offset
+                consumer.last_epoch = header.epoch
+
+
+@dataclass
+class Faults:
+    """The fault schedule of one seed, drawn from its rng."""
+
+    crash_rate: float
+    partition_rate: float
+    heal_rate: float
+    restart_rate: float
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Faults:
+        return cls(
+            crash_rate=rng.uniform(0.0005, 0.004),
+            partition_rate=rng.uniform(0.0005, 0.004),
+            heal_rate=rng.uniform(0.002, 0.01),
+            restart_rate=rng.uniform(0.002, 0.02),
+        )
+
+    def maybe_inject(self, cluster: Cluster, rng: random.Random) -> None:
+        roll = rng.random()
+        if roll < self.crash_rate:
+            # Half the crashes hit a node mid-sync: the moment unsynced state is lost.
+            syncing = [node for node, n in cluster.nodes.items() if n.persisting is not None]
+            pool = syncing if syncing and rng.random() < 0.5 else list(cluster.ids)
+            cluster.crash(rng.choice(pool))
+            return
+        roll -= self.crash_rate
+        if roll < self.partition_rate:
+            inject_partition(cluster, rng)
+            return
+        roll -= self.partition_rate
+        if roll < self.heal_rate:
+            cluster.heal()
+            return
+        roll -= self.heal_rate
+        if roll < self.restart_rate:
+            down = [node for node in cluster.ids if not cluster.nodes[node].alive]
+            if down:
+                cluster.restart(rng.choice(down))
+
+
+def inject_partition(cluster: Cluster, rng: random.Random) -> None:
+    kind = rng.randrange(3)
+    leaders = [node for node, replica in cluster.live_replicas() if replica.role is Role.LEADER]
+    node = rng.choice(leaders) if leaders and rng.random() < 0.6 else rng.choice(cluster.ids)
+    if kind == 0:
+        cluster.isolate(node)
+    elif kind == 1:
+        cluster.isolate(node, inbound=rng.random() < 0.5, outbound=rng.random() < 0.5)
+    else:
+        shuffled = list(cluster.ids)
+        rng.shuffle(shuffled)
+        cut = rng.randrange(1, len(shuffled))
+        cluster.partition(shuffled[:cut], shuffled[cut:])
+
+
+def sim_config(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
+    return ReplicaConfig(
+        node,
+        members,
+        election_ticks=10,
+        heartbeat_ticks=2,
+        inflight_appends_max=4,
+        append_bytes_max=2048,
+        produce_timeout_ticks=40,
+    )
+
+
+@dataclass
+class Run:
+    """One seed: the cluster, its workload and checker, and the simulated clock."""
+
+    seed: int
+    replicas: int
+    ticks: int
+    storage: StorageFactory = memory_storage
+    config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig] = sim_config
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.cluster = Cluster(
+            replicas=self.replicas, rng=self.rng, config=self.config, storage=self.storage
+        )
+        self.checker = Checker()
+        self.workload = Workload(self.cluster, self.checker, self.rng, self.seed)
+        self.phase = {node: self.rng.randrange(MICROS_PER_TICK) for node in self.cluster.ids}
+        self.cluster.drop_rate = self.rng.choice((0.0, 0.01, 0.05, 0.1))
+        self.cluster.duplicate_rate = self.rng.choice((0.0, 0.01, 0.05))
+        self.cluster.delay_range = (1, self.rng.choice((3, 8, 20, 40)))
+        self.cluster.persist_delay_range = (1, self.rng.choice((1, 5, 15, 40)))
+        self.produce_rate = self.rng.uniform(0.02, 0.2)
+        self.consume_rate = self.rng.uniform(0.02, 0.2)
+
+    def step(self, faults: Faults | None) -> None:
+        """One microtick: due deliveries, disk completions, clock ticks, clients, faults."""
+        cluster = self.cluster
+        cluster.now += 1
+        now = cluster.now
+        due = sorted(
+            (e for e in cluster.in_flight if e.deliver_at <= now),
+            key=lambda e: (e.deliver_at, e.seq),
+        )
+        for envelope in due:
+            cluster.deliver(envelope)
+            self.check()
+        for node, at in sorted(cluster.persist_due.items()):
+            if at <= now and cluster.nodes[node].persisting is not None:
+                cluster.finish_persist(node)
+                self.check()
+        for node in cluster.ids:
+            if now % MICROS_PER_TICK == self.phase[node]:
+                cluster.tick(node)
+                self.check()
+        if self.rng.random() < self.produce_rate:
+            self.workload.produce()
+            self.check()
+        if self.rng.random() < self.consume_rate:
+            self.workload.consume()
+        if faults is not None:
+            faults.maybe_inject(cluster, self.rng)
+            self.check()
+
+    def check(self) -> None:
+        for node, sim_node in self.cluster.nodes.items():
+            if sim_node.replica is not None:
+                self.checker.check_replica(node, sim_node.replica, sim_node.incarnation)
+        self.checker.verify_acks()
+
+    def run(self) -> list[str]:
+        try:
+            self.run_phases()
+        except AssertionError as error:
+            self.checker.fail(f"assertion failed at t={self.cluster.now}: {error}")
+        return self.checker.violations
+
+    def run_phases(self) -> None:
+        faults = Faults.draw(self.rng)
+        for _ in range(self.ticks * MICROS_PER_TICK):
+            self.step(faults)
+            if self.checker.violations:
+                return
+        self.heal_all()
+        self.run_liveness()
+
+    def heal_all(self) -> None:
+        cluster = self.cluster
+        cluster.heal()
+        cluster.drop_rate = 0.0
+        cluster.duplicate_rate = 0.0
+        for node in cluster.ids:
+            cluster.restart(node)
+
+    def run_liveness(self) -> None:
+        """Within LIVENESS_TICKS_MAX a leader, a committed acks=all write, convergence."""
+        acked_before = self.workload.acked_all
+        deadline = self.cluster.now + LIVENESS_TICKS_MAX * MICROS_PER_TICK
+        self.produce_rate = 0.0
+        next_produce = self.cluster.now
+        while self.cluster.now < deadline:
+            if self.cluster.now >= next_produce and self.workload.acked_all == acked_before:
+                self.workload.produce(ACKS_ALL)
+                next_produce = self.cluster.now + 5 * MICROS_PER_TICK
+            self.step(None)
+            if self.checker.violations:
+                return
+            if self.workload.acked_all > acked_before and self.converged() is None:
+                self.checker.check_final(self.live())
+                return
+        reason = self.converged() or "no acks=all write committed"
+        self.checker.fail(f"liveness: not converged after {LIVENESS_TICKS_MAX} ticks: {reason}")
+
+    def live(self) -> dict[NodeId, Replica]:
+        return dict(self.cluster.live_replicas())
+
+    def converged(self) -> str | None:
+        replicas = self.live()
+        if not any(r.role is Role.LEADER for r in replicas.values()):
+            return "no leader"
+        return self.checker.check_converged(replicas)
+
+
+def run_seed(seed: int, replicas: int, ticks: int) -> list[str]:
+    return Run(seed, replicas, ticks).run()
+
+
+def reproduce_command(seed: int, replicas: int, ticks: int) -> str:
+    return (
+        f"python -m tidelog.testing.sim --seeds 1 --first-seed {seed} "
+        f"--replicas {replicas} --ticks {ticks}"
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tidelog.testing.sim", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
+    parser.add_argument("--first-seed", type=int, default=1, help="the first seed")
+    parser.add_argument("--replicas", type=int, choices=(3, 5), default=3)
+    parser.add_argument("--ticks", type=int, default=400, help="ticks of the safety phase")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.ticks < 1 or args.jobs < 1:
+        parser.error("--seeds, --ticks and --jobs must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    started = time.monotonic()
+    violations = 0
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        results = pool.map(run_seed, seeds, [args.replicas] * len(seeds), [args.ticks] * len(seeds))
+        for seed, found in zip(seeds, results, strict=True):
+            if found:
+                violations += len(found)
+                command = reproduce_command(seed, args.replicas, args.ticks)
+                print(f"seed {seed}: {found[0]}  (reproduce: {command})")
+    elapsed = time.monotonic() - started
+    print(f"# {args.seeds / elapsed * 60:.0f} seeds per minute ({elapsed:.1f} s)", file=sys.stderr)
+    print(f"{args.seeds} seeds, {violations} violations")
+    return 0 if violations == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -251,15 +251,16 @@ class PeerDecoder:
         self._frames.receive_data(data)
 
     def next_frame(self) -> Handshake | list[PeerItem] | NeedData:
-        payload = self._frames.next_frame()
-        if payload is None:
-            return NEED_DATA
         try:
             if self.peer_node_id is None:
-                handshake = self._decode_handshake(payload)
+                handshake = self._frames.next_frame_with(self._decode_handshake)
+                if handshake is None:
+                    return NEED_DATA
                 self.peer_node_id = handshake.node_id
                 return handshake
-            return _decode_messages(payload, sender=self.peer_node_id)
+            sender = self.peer_node_id
+            items = self._frames.next_frame_with(lambda view: _decode_messages(view, sender))
+            return NEED_DATA if items is None else items
         except _DECODE_ERRORS as error:
             self._frames.fail()
             raise ProtocolError(f"malformed peer frame: {error!r}") from error
@@ -267,7 +268,7 @@ class PeerDecoder:
             self._frames.fail()
             raise
 
-    def _decode_handshake(self, payload: bytes) -> Handshake:
+    def _decode_handshake(self, payload: memoryview) -> Handshake:
         if payload[:1] != bytes([_KIND_HANDSHAKE]):
             raise ProtocolError(f"expected a handshake, got a frame starting {payload[:1]!r}")
         _, version, fingerprint, node_id = _HANDSHAKE.unpack_from(payload, 0)
@@ -283,16 +284,16 @@ class PeerDecoder:
         return Handshake(NodeId(node_id), cluster_id, version)
 
 
-def _read_str16(payload: bytes, position: int) -> tuple[str, int]:
+def _read_str16(payload: memoryview, position: int) -> tuple[str, int]:
     (size,) = _STR16.unpack_from(payload, position)
     start = position + _STR16.size
     end = start + size
     if end > len(payload):
         raise ProtocolError(f"string of {size} bytes runs past the frame")
-    return payload[start:end].decode(), end
+    return str(payload[start:end], "utf-8"), end
 
 
-def _decode_messages(payload: bytes, *, sender: NodeId) -> list[PeerItem]:
+def _decode_messages(payload: memoryview, sender: NodeId) -> list[PeerItem]:
     kind, topic_count, item_count = _MESSAGES.unpack_from(payload, 0)
     if kind != _KIND_MESSAGES:
         raise ProtocolError(f"expected a message frame, got a frame of kind {kind}")
@@ -330,7 +331,9 @@ def _decode_messages(payload: bytes, *, sender: NodeId) -> list[PeerItem]:
     return items
 
 
-def _read_batches(payload: bytes, position: int, count: int) -> tuple[tuple[bytes, ...], int]:
+def _read_batches(
+    payload: memoryview, position: int, count: int
+) -> tuple[tuple[bytes, ...], int]:
     batches: list[bytes] = []
     unpack_size = _U32.unpack_from
     end_of_frame = len(payload)
@@ -340,6 +343,6 @@ def _read_batches(payload: bytes, position: int, count: int) -> tuple[tuple[byte
         end = position + size
         if end > end_of_frame:
             raise ProtocolError(f"batch of {size} bytes runs past the frame")
-        batches.append(payload[position:end])
+        batches.append(bytes(payload[position:end]))
         position = end
     return tuple(batches), position

@@ -181,8 +181,10 @@ class Replica:
         self.election_elapsed = 0
         self.election_timeout = self._random_election_timeout()
         # A restarted replica may have acked a leader just before it went down: it grants
-        # no vote for one election timeout, so that leader's read lease stays sound.
-        self.leader_contact_elapsed = 0
+        # no vote for one election timeout, so that leader's read lease stays sound. A new
+        # replica (epoch 0) never acked anyone and holds no such lease.
+        restarted = state.hard_state.epoch > 0
+        self.leader_contact_elapsed = 0 if restarted else config.election_ticks
         self.heartbeat_elapsed = 0
         self.votes: dict[NodeId, bool] = {}
         self.progress: dict[NodeId, Progress] = {}
@@ -205,6 +207,16 @@ class Replica:
             self._tick_leader()
         else:
             self._tick_election()
+
+    def campaign(self) -> None:
+        """Start an election now, as if the election timer fired (etcd-io/raft's MsgHup)."""
+        assert not self.ready_outstanding
+        if self.role is Role.LEADER:
+            return
+        if self.config.pre_vote:
+            self.become_pre_candidate()
+        else:
+            self.become_candidate()
 
     def step(self, msg: Message) -> None:
         """Take one message from a peer."""
@@ -450,12 +462,8 @@ class Replica:
     # ================================================================== elections =======
     def _tick_election(self) -> None:
         self.election_elapsed += 1
-        if self.election_elapsed < self.election_timeout:
-            return
-        if self.config.pre_vote:
-            self.become_pre_candidate()
-        else:
-            self.become_candidate()
+        if self.election_elapsed >= self.election_timeout:
+            self.campaign()
 
     def _request_votes(self, epoch: Epoch, *, pre_vote: bool) -> None:
         for peer in self.peers:

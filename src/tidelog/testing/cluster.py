@@ -224,6 +224,7 @@ class Cluster:
     def restart(self, node: NodeId) -> None:
         sim_node = self.nodes[node]
         if sim_node.replica is None:
+            sim_node.manual_persist = False  # a restarted node's disk syncs normally
             sim_node.start()
 
     def isolate(self, node: NodeId, *, inbound: bool = True, outbound: bool = True) -> None:

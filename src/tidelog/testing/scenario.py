@@ -1,0 +1,457 @@
+"""Scripted scenarios: a small command language over the simulation cluster.
+
+The format follows etcd-io/raft's datadriven testdata: a command line, `----`, then the
+exact output expected, then a blank line. `run_file(path, rewrite=True)` writes the
+actual output back instead of comparing (pytest --rewrite).
+
+Commands (nodes are numbers; lists are comma-separated):
+    cluster replicas=N [min-insync=N] [pre-vote=false] [check-quorum=false] [append-bytes-max=N]
+    campaign N            start an election on N, as if its timer fired
+    tick N[,M] [count=K] [deliver=..]  K ticks of the nodes' clocks; messages stay in
+                          flight, or are delivered quietly among `deliver` after each tick
+    deliver [from=..] [to=..] [type=append|append-resp|vote|vote-resp] [count=K]
+                          deliver matching messages in flight, oldest first
+    drop [from=..] [to=..] [type=..]     lose matching messages in flight
+    stabilize [nodes=..]  deliver everything (among `nodes`) until nothing is in flight
+    produce N acks=all|1|0 value=V [records=K]
+    hold-persist N / persist N   hold N's syncs / finish the one N is waiting on
+    crash N / restart N / isolate N / partition 1,2 3 / heal
+    status [N]            role, epoch, leader, HWM, log end, durable end, epoch history
+    progress N            the leader N's view of each follower (match, next, mode)
+    log N                 the batches in N's log
+    fetch N offset=O [epoch=E] [bytes=B]   a consumer fetch at N
+    latest N              the "latest" offset N answers (ListOffsets)
+    check                 every invariant of correctness.md over the cluster
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kafka.record.default_records import DefaultRecordBatch
+
+from tidelog.core.messages import (
+    AppendRequest,
+    AppendResponse,
+    Message,
+    ProduceResult,
+    VoteRequest,
+    VoteResponse,
+)
+from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE, ReplicaConfig
+from tidelog.errors import TidelogError
+from tidelog.records import read_header
+from tidelog.testing.checker import Checker
+from tidelog.testing.cluster import Cluster, Envelope
+from tidelog.testing.sim import build_batch
+from tidelog.types import Epoch, NodeId, Offset
+
+SEPARATOR = "----"
+ACKS = {"all": ACKS_ALL, "-1": ACKS_ALL, "1": ACKS_LEADER, "0": ACKS_NONE}
+MESSAGE_TYPES: dict[str, type] = {
+    "append": AppendRequest,
+    "append-resp": AppendResponse,
+    "vote": VoteRequest,
+    "vote-resp": VoteResponse,
+}
+STABILIZE_ROUNDS_MAX = 10_000
+
+
+class ScriptError(Exception):
+    """A scenario script is malformed."""
+
+
+# ------------------------------------------------------------------ descriptions --------
+def describe_batches(batches: tuple[bytes, ...] | list[bytes]) -> str:
+    parts = []
+    for batch in batches:
+        header = read_header(batch)
+        parts.append(f"{header.base_offset}..{header.last_offset} e{header.epoch}")
+    return "[" + ", ".join(parts) + "]"
+
+
+def describe_message(msg: Message) -> str:
+    head = f"{msg.sender}->{msg.recipient}"
+    if isinstance(msg, AppendRequest):
+        body = describe_batches(msg.batches) if msg.batches else "heartbeat"
+        prev = f"prev={msg.prev_offset}/e{msg.prev_epoch}"
+        return f"{head} Append e{msg.epoch} {prev} hwm={msg.hwm} {body}"
+    if isinstance(msg, AppendResponse):
+        if msg.success:
+            return f"{head} AppendOK e{msg.epoch} match={msg.match_offset}"
+        return (
+            f"{head} AppendReject e{msg.epoch} prev={msg.prev_offset} "
+            f"hint={msg.match_offset}/e{msg.hint_epoch}"
+        )
+    if isinstance(msg, VoteRequest):
+        kind = "PreVote" if msg.pre_vote else "Vote"
+        return f"{head} {kind} e{msg.epoch} last=e{msg.last_epoch}/{msg.log_end_offset}"
+    kind = "PreVote" if msg.pre_vote else "Vote"
+    verdict = "Grant" if msg.granted else "Reject"
+    return f"{head} {kind}{verdict} e{msg.epoch}"
+
+
+def describe_error(error: TidelogError) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def describe_record_batch(batch: bytes) -> str:
+    header = read_header(batch)
+    head = f"{header.base_offset}..{header.last_offset} e{header.epoch}"
+    if header.is_control:
+        return f"{head} control"
+    values = [record.value.decode() for record in DefaultRecordBatch(batch)]
+    return f"{head} " + " ".join(f'"{value}"' for value in values)
+
+
+# ------------------------------------------------------------------ the interpreter -----
+@dataclass
+class Scenario:
+    """The state of one script: the cluster, the checker and what clients were told."""
+
+    cluster: Cluster | None = None
+    checker: Checker = field(default_factory=Checker)
+    output: list[str] = field(default_factory=list)
+    produced: dict[int, tuple[str, bytes, int]] = field(default_factory=dict)
+    next_request: int = 0
+
+    @property
+    def c(self) -> Cluster:
+        if self.cluster is None:
+            raise ScriptError("no cluster: start the script with `cluster replicas=N`")
+        return self.cluster
+
+    def say(self, line: str) -> None:
+        self.output.append(line)
+
+    def run(self, command: str, args: list[str], kv: dict[str, str]) -> str:
+        handler: Callable[[list[str], dict[str, str]], None] | None = getattr(
+            self, "cmd_" + command.replace("-", "_"), None
+        )
+        if handler is None:
+            raise ScriptError(f"unknown command {command!r}")
+        self.output = []
+        handler(args, kv)
+        self.observe()
+        return "\n".join(self.output) if self.output else "ok"
+
+    def observe(self) -> None:
+        """Run the invariant checks over every live replica after each command."""
+        if self.cluster is None:
+            return
+        for node, sim_node in self.cluster.nodes.items():
+            if sim_node.replica is not None:
+                self.checker.check_replica(node, sim_node.replica, sim_node.incarnation)
+        self.checker.verify_acks()
+
+    # ---------------------------------------------------------------- setup ------------
+    def cmd_cluster(self, args: list[str], kv: dict[str, str]) -> None:
+        del args
+        replicas = int(kv.get("replicas", "3"))
+
+        def config(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
+            min_insync = kv.get("min-insync")
+            return ReplicaConfig(
+                node,
+                members,
+                min_insync_replicas=int(min_insync) if min_insync else None,
+                pre_vote=kv.get("pre-vote", "true") == "true",
+                check_quorum=kv.get("check-quorum", "true") == "true",
+                append_bytes_max=int(kv.get("append-bytes-max", str(1 << 20))),
+            )
+
+        self.cluster = Cluster(replicas=replicas, rng=random.Random(0), config=config)
+        self.cluster.listeners.append(self.on_completion)
+
+    # ---------------------------------------------------------------- time and network --
+    def cmd_campaign(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        for node in nodes_of(args[0]):
+            self.c.input(node, lambda replica: replica.campaign())
+
+    def cmd_tick(self, args: list[str], kv: dict[str, str]) -> None:
+        among = {"from": kv["deliver"], "to": kv["deliver"]} if "deliver" in kv else None
+        for _ in range(int(kv.get("count", "1"))):
+            self.c.now += 1
+            for node in nodes_of(args[0]):
+                self.c.tick(node)
+            if among is not None:
+                self.deliver_quietly(among)
+
+    def deliver_quietly(self, among: dict[str, str]) -> None:
+        """Deliver everything among some nodes without a transcript (time passing)."""
+        for _ in range(STABILIZE_ROUNDS_MAX):
+            pending = list(self.matching(among))
+            if not pending:
+                return
+            self.c.deliver(pending[0])
+        raise ScriptError("deliver did not settle")
+
+    def cmd_deliver(self, args: list[str], kv: dict[str, str]) -> None:
+        del args
+        limit = int(kv.get("count", "1000000"))
+        for envelope in list(self.matching(kv))[:limit]:
+            self.deliver(envelope)
+
+    def cmd_drop(self, args: list[str], kv: dict[str, str]) -> None:
+        del args
+        for envelope in list(self.matching(kv)):
+            self.c.in_flight.remove(envelope)
+            self.say(f"dropped {describe_message(envelope.msg)}")
+
+    def cmd_stabilize(self, args: list[str], kv: dict[str, str]) -> None:
+        del args
+        only = {"from": kv["nodes"], "to": kv["nodes"]} if "nodes" in kv else {}
+        for _ in range(STABILIZE_ROUNDS_MAX):
+            pending = list(self.matching(only))
+            if not pending:
+                return
+            self.deliver(pending[0])
+        raise ScriptError("stabilize did not settle")
+
+    def matching(self, kv: dict[str, str]) -> Iterator[Envelope]:
+        senders = set(nodes_of(kv["from"])) if "from" in kv else None
+        recipients = set(nodes_of(kv["to"])) if "to" in kv else None
+        kind = MESSAGE_TYPES[kv["type"]] if "type" in kv else None
+        for envelope in sorted(self.c.in_flight, key=lambda e: e.seq):
+            msg = envelope.msg
+            if senders is not None and msg.sender not in senders:
+                continue
+            if recipients is not None and msg.recipient not in recipients:
+                continue
+            if kind is not None and not isinstance(msg, kind):
+                continue
+            yield envelope
+
+    def deliver(self, envelope: Envelope) -> None:
+        recipient = self.c.nodes[envelope.msg.recipient]
+        suffix = "" if recipient.alive else "  (recipient down: lost)"
+        self.say(describe_message(envelope.msg) + suffix)
+        self.c.deliver(envelope)
+
+    # ---------------------------------------------------------------- faults -----------
+    def cmd_crash(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        for node in nodes_of(args[0]):
+            self.c.crash(node)
+
+    def cmd_restart(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        for node in nodes_of(args[0]):
+            self.c.restart(node)
+
+    def cmd_isolate(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        for node in nodes_of(args[0]):
+            self.c.isolate(node)
+
+    def cmd_partition(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        self.c.partition(*(nodes_of(group) for group in args))
+
+    def cmd_heal(self, args: list[str], kv: dict[str, str]) -> None:
+        del args, kv
+        self.c.heal()
+
+    def cmd_hold_persist(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        for node in nodes_of(args[0]):
+            self.c.nodes[node].manual_persist = True
+
+    def cmd_persist(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        for node in nodes_of(args[0]):
+            sim_node = self.c.nodes[node]
+            sim_node.manual_persist = False
+            if sim_node.persisting is not None:
+                self.c.finish_persist(node)
+
+    # ---------------------------------------------------------------- clients ----------
+    def cmd_produce(self, args: list[str], kv: dict[str, str]) -> None:
+        node = nodes_of(args[0])[0]
+        value = kv["value"]
+        acks = ACKS[kv.get("acks", "all")]
+        batch = build_batch(value.encode(), records=int(kv.get("records", "1")))
+        self.next_request += 1
+        request_id = self.next_request
+        self.produced[request_id] = (value, batch, acks)
+        if not self.c.input(node, lambda replica: replica.propose(request_id, batch, acks=acks)):
+            self.say(f"produce {value}: node {node} is down")
+
+    def on_completion(self, node: NodeId, result: ProduceResult) -> None:
+        value, batch, acks = self.produced[result.request_id]
+        if result.error is not None:
+            self.say(f"produce {value}: {describe_error(result.error)}")
+            return
+        self.say(f"produce {value}: acknowledged by {node} at offset {result.base_offset}")
+        if acks == ACKS_ALL and result.base_offset is not None:
+            self.checker.on_acked(result.base_offset, batch)
+
+    def cmd_fetch(self, args: list[str], kv: dict[str, str]) -> None:
+        node = nodes_of(args[0])[0]
+        replica = self.c.replica(node)
+        epoch = Epoch(int(kv["epoch"])) if "epoch" in kv else None
+        result = replica.fetch(
+            Offset(int(kv["offset"])),
+            max_bytes=int(kv.get("bytes", str(1 << 20))),
+            last_fetched_epoch=epoch,
+        )
+        if result.error is not None:
+            self.say(f"error {describe_error(result.error)}")
+            return
+        self.checker.on_read(node, result.batches)
+        self.say(f"hwm={result.hwm} log_start={result.log_start_offset}")
+        for batch in result.batches:
+            self.say(describe_record_batch(batch))
+
+    def cmd_latest(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        node = nodes_of(args[0])[0]
+        replica = self.c.replica(node)
+        try:
+            latest = replica.latest_offset()
+        except TidelogError as error:
+            self.say(f"error {describe_error(error)}")
+            return
+        self.checker.on_leader_hwm(node, latest)
+        self.say(f"latest={latest}")
+
+    # ---------------------------------------------------------------- inspection -------
+    def cmd_status(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        chosen = nodes_of(args[0]) if args else list(self.c.ids)
+        for node in chosen:
+            replica = self.c.nodes[node].replica
+            if replica is None:
+                self.say(f"{node}: down")
+                continue
+            log = replica.log
+            epochs = " ".join(f"e{e.epoch}@{e.start_offset}" for e in log.epochs)
+            leader = replica.leader_id if replica.leader_id is not None else "-"
+            self.say(
+                f"{node}: {replica.role.value} e{replica.epoch} leader={leader} "
+                f"hwm={replica.hwm} leo={log.log_end_offset} durable={log.durable_end_offset} "
+                f"epochs=[{epochs}]"
+            )
+
+    def cmd_progress(self, args: list[str], kv: dict[str, str]) -> None:
+        """The leader's view of each follower: verified match, next offset, mode."""
+        del kv
+        replica = self.c.replica(nodes_of(args[0])[0])
+        for peer, progress in sorted(replica.progress.items()):
+            match = "-" if progress.match_offset is None else progress.match_offset
+            mode = "probe" if progress.probing else "replicate"
+            self.say(f"{peer}: match={match} next={progress.next_offset} {mode}")
+
+    def cmd_log(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        for node in nodes_of(args[0]):
+            replica = self.c.replica(node)
+            end = replica.log.log_end_offset
+            batches = replica.log.read(Offset(0), end_offset=end, max_bytes=1 << 30)
+            self.say(f"{node}:" + (" (empty)" if not batches else ""))
+            for batch in batches:
+                self.say("  " + describe_record_batch(batch))
+
+    def cmd_check(self, args: list[str], kv: dict[str, str]) -> None:
+        del args, kv
+        replicas = dict(self.c.live_replicas())
+        self.observe()
+        self.checker.check_final(replicas)
+        if self.checker.violations:
+            for violation in self.checker.violations:
+                self.say(f"VIOLATION {violation}")
+            self.checker.violations.clear()
+        else:
+            self.say("invariants hold")
+
+
+def nodes_of(text: str) -> list[NodeId]:
+    return [NodeId(int(part)) for part in text.split(",") if part]
+
+
+# ------------------------------------------------------------------ the file format -----
+@dataclass
+class Case:
+    line: int
+    command: str
+    expected: str
+
+
+def parse(text: str) -> Iterator[Case]:
+    lines = text.split("\n")
+    index = 0
+    while index < len(lines):
+        line = lines[index].strip()
+        if not line or line.startswith("#"):
+            index += 1
+            continue
+        start = index
+        index += 1
+        if index >= len(lines) or lines[index].strip() != SEPARATOR:
+            raise ScriptError(f"line {start + 1}: expected {SEPARATOR!r} after {line!r}")
+        index += 1
+        expected: list[str] = []
+        while index < len(lines) and lines[index].strip():
+            expected.append(lines[index])
+            index += 1
+        yield Case(start + 1, line, "\n".join(expected))
+
+
+def execute(scenario: Scenario, command: str) -> str:
+    words = shlex.split(command)
+    args = [word for word in words[1:] if "=" not in word]
+    kv = dict(word.split("=", 1) for word in words[1:] if "=" in word)
+    return scenario.run(words[0], args, kv)
+
+
+def run_text(text: str) -> tuple[str, list[tuple[Case, str]]]:
+    """Run a script. Returns the rewritten text and the cases whose output differed."""
+    scenario = Scenario()
+    out: list[str] = []
+    mismatches: list[tuple[Case, str]] = []
+    comments = leading_comments(text)
+    for case in parse(text):
+        actual = execute(scenario, case.command)
+        if actual != case.expected:
+            mismatches.append((case, actual))
+        out.append("\n".join([*comments.get(case.line, []), case.command, SEPARATOR, actual]))
+    return "\n\n".join(out) + "\n", mismatches
+
+
+def leading_comments(text: str) -> dict[int, list[str]]:
+    """The comment lines right before each command line (kept when rewriting)."""
+    found: dict[int, list[str]] = {}
+    pending: list[str] = []
+    in_output = False
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        if in_output:
+            in_output = bool(line)
+            continue
+        if line.startswith("#"):
+            pending.append(raw)
+        elif line == SEPARATOR:
+            in_output = True
+        elif line:
+            found[number] = pending
+            pending = []
+    return found
+
+
+def run_file(path: Path, *, rewrite: bool = False) -> list[str]:
+    """Run a scenario file; with rewrite, store the actual output. Returns differences."""
+    text = path.read_text()
+    rewritten, mismatches = run_text(text)
+    if rewrite:
+        path.write_text(rewritten)
+        return []
+    return [
+        f"{path.name}:{case.line}: {case.command}\n"
+        f"--- expected\n{case.expected}\n--- actual\n{actual}"
+        for case, actual in mismatches
+    ]

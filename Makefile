@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SEEDS ?= 2000
 
-.PHONY: install test lint sim clean
+.PHONY: install test lint sim demo clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -21,8 +21,12 @@ test: lint
 	$(VENV)/bin/pytest -q
 
 sim: install
-	$(PY) -m tidelog.testing.sim --seeds $(SEEDS) --replicas 3
-	$(PY) -m tidelog.testing.sim --seeds $(SEEDS) --replicas 5
+	$(PY) -m tidelog.testing.sim --seeds $(SEEDS) --replicas 3 --jobs 2
+	$(PY) -m tidelog.testing.sim --seeds $(SEEDS) --replicas 5 --jobs 2
+
+# Until the broker lands, the demo replays scenario 2 on the real core and prints it.
+demo: install
+	$(PY) -m tidelog.testing.scenario tests/scenarios/02_divergence_after_hard_failures.txt
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -42,6 +42,7 @@ from tidelog.core.messages import (
 from tidelog.core.storage import LogStorage
 from tidelog.errors import (
     CorruptBatch,
+    FencedEpoch,
     LogDiverged,
     NotEnoughReplicas,
     NotLeader,
@@ -269,10 +270,17 @@ class Replica:
         *,
         max_bytes: int,
         last_fetched_epoch: Epoch | None = None,
+        current_leader_epoch: Epoch | None = None,
     ) -> FetchResult:
-        """Committed batches from `offset` on: only below min(HWM, log end offset)."""
+        """Committed batches from `offset` on: only below min(HWM, log end offset).
+
+        `current_leader_epoch` is the epoch the reader believes current (KIP-320): an older
+        one is fenced; `last_fetched_epoch` is the epoch of the last record it read.
+        """
         readable_end = Offset(min(self.hwm, self.log.log_end_offset))
-        error = self._read_error(offset, last_fetched_epoch)
+        error = self._fencing_error(current_leader_epoch) or self._read_error(
+            offset, last_fetched_epoch
+        )
         if error is not None:
             return FetchResult((), readable_end, self.log.log_start_offset, error)
         batches = self.log.read(offset, end_offset=readable_end, max_bytes=max_bytes)
@@ -791,6 +799,13 @@ class Replica:
         if self.role is Role.FOLLOWER and self.follower_synced:
             return None
         return NotLeader(self.leader_id)
+
+    def _fencing_error(self, current_leader_epoch: Epoch | None) -> TidelogError | None:
+        if current_leader_epoch is None or current_leader_epoch == self.epoch:
+            return None
+        if current_leader_epoch < self.epoch:
+            return FencedEpoch(current_leader_epoch, self.epoch)
+        return OffsetNotAvailable(f"epoch {current_leader_epoch} is not known here yet")
 
     def _read_error(self, offset: Offset, last_fetched_epoch: Epoch | None) -> TidelogError | None:
         error = self._serving_error()

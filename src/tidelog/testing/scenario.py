@@ -455,3 +455,22 @@ def run_file(path: Path, *, rewrite: bool = False) -> list[str]:
         f"--- expected\n{case.expected}\n--- actual\n{actual}"
         for case, actual in mismatches
     ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the transcript of scenario scripts: `python -m tidelog.testing.scenario FILE...`."""
+    import argparse  # noqa: PLC0415 - only the command line needs it
+
+    parser = argparse.ArgumentParser(prog="python -m tidelog.testing.scenario")
+    parser.add_argument("files", nargs="+", type=Path, help="scenario scripts to run")
+    args = parser.parse_args(argv)
+    for path in args.files:
+        if not path.is_file():
+            parser.error(f"{path}: no such scenario file")
+        rewritten, _ = run_text(path.read_text())
+        print(rewritten)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -340,8 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     started = time.monotonic()
     violations = 0
+    counts = [args.replicas] * len(seeds), [args.ticks] * len(seeds)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        results = pool.map(run_seed, seeds, [args.replicas] * len(seeds), [args.ticks] * len(seeds))
+        results = (
+            pool.map(run_seed, seeds, *counts) if args.jobs > 1 else map(run_seed, seeds, *counts)
+        )
         for seed, found in zip(seeds, results, strict=True):
             if found:
                 violations += len(found)

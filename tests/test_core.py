@@ -1,0 +1,160 @@
+"""Unit tests of the replica core: configuration, one-node partitions, clients, errors."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tidelog.core import MemoryStorage, Ready, Replica, ReplicaConfig, Role
+from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE
+from tidelog.errors import (
+    CorruptBatch,
+    FencedEpoch,
+    NotLeader,
+    OffsetNotAvailable,
+    OffsetOutOfRange,
+)
+from tidelog.records import read_header
+from tidelog.testing.sim import build_batch
+from tidelog.types import Epoch, NodeId, Offset
+
+ONE = NodeId(1)
+
+
+def persist(replica: Replica, storage: MemoryStorage) -> list[Ready]:
+    """Carry out every Ready of a lone replica, as the node driver does."""
+    readies = []
+    while replica.has_ready():
+        ready = replica.ready()
+        if ready.hard_state is not None:
+            storage.save_hard_state(ready.hard_state)
+        if ready.truncate_to is not None:
+            storage.truncate_to(offset=ready.truncate_to)
+        storage.append(list(ready.batches))
+        storage.sync()
+        replica.advance(ready)
+        readies.append(ready)
+    return readies
+
+
+def lone_leader() -> tuple[Replica, MemoryStorage]:
+    storage = MemoryStorage()
+    replica = Replica(ReplicaConfig(ONE, (ONE,)), storage, random.Random(1))
+    replica.campaign()
+    persist(replica, storage)
+    assert replica.role is Role.LEADER
+    return replica, storage
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"replicas": (NodeId(2), NodeId(3))}, "not among the replicas"),
+        ({"replicas": (ONE, ONE)}, "name a node twice"),
+        ({"replicas": (ONE,), "heartbeat_ticks": 5, "election_ticks": 5}, "heartbeat_ticks"),
+        ({"replicas": (ONE,), "heartbeat_ticks": 2, "election_ticks": 4}, "lease margin"),
+        ({"replicas": (ONE,), "min_insync_replicas": 2}, "min.insync.replicas 2"),
+        ({"replicas": (ONE,), "inflight_appends_max": 0}, "must be positive"),
+    ],
+)
+def test_config_refuses_what_does_not_fit(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ReplicaConfig(ONE, **kwargs)  # type: ignore[arg-type]
+
+
+def test_quorum_size_is_a_majority_raised_to_min_insync() -> None:
+    members = tuple(NodeId(i) for i in range(1, 6))
+    assert ReplicaConfig(ONE, members).quorum_size == 3
+    assert ReplicaConfig(ONE, members, min_insync_replicas=4).quorum_size == 4
+    assert ReplicaConfig(ONE, members, min_insync_replicas=2).quorum_size == 3
+
+
+def test_a_lone_replica_elects_itself_and_commits_its_control_batch() -> None:
+    replica, _ = lone_leader()
+    assert replica.epoch == 1
+    assert replica.hwm == 1
+    assert replica.latest_offset() == 1
+    (control,) = replica.fetch(Offset(0), max_bytes=1 << 20).batches
+    assert read_header(control).is_control
+
+
+def test_acks_all_completes_only_once_committed_and_offsets_are_stamped() -> None:
+    replica, storage = lone_leader()
+    replica.propose(7, build_batch(b"v", records=3), acks=ACKS_ALL)
+    ready = replica.ready()
+    assert ready.completions == ()  # not durable yet, so not committed
+    storage.append(list(ready.batches))
+    storage.sync()
+    replica.advance(ready)
+    (completion,) = replica.ready().completions
+    assert (completion.request_id, completion.base_offset, completion.next_offset) == (7, 1, 4)
+    assert completion.error is None
+    stored = storage.read(Offset(1), end_offset=Offset(4), max_bytes=1 << 20)
+    header = read_header(stored[0])
+    assert (header.base_offset, header.epoch, header.records_count) == (1, 1, 3)
+
+
+def test_acks_zero_completes_at_once_and_acks_one_after_the_sync() -> None:
+    replica, storage = lone_leader()
+    replica.propose(1, build_batch(b"a"), acks=ACKS_NONE)
+    replica.propose(2, build_batch(b"b"), acks=ACKS_LEADER)
+    ready = replica.ready()
+    assert [c.request_id for c in ready.completions] == [1]
+    storage.append(list(ready.batches))
+    storage.sync()
+    replica.advance(ready)
+    assert [c.request_id for c in replica.ready().completions] == [2]
+
+
+def test_a_corrupt_batch_is_refused_with_its_reason() -> None:
+    replica, _ = lone_leader()
+    damaged = bytearray(build_batch(b"payload"))
+    damaged[-1] ^= 0xFF
+    replica.propose(3, bytes(damaged), acks=ACKS_ALL)
+    (completion,) = replica.ready().completions
+    assert isinstance(completion.error, CorruptBatch)
+    assert "CRC-32C mismatch" in str(completion.error)
+    assert replica.log.log_end_offset == 1
+
+
+def test_a_follower_refuses_produce_with_a_leader_hint() -> None:
+    members = (ONE, NodeId(2))
+    replica = Replica(ReplicaConfig(NodeId(2), members), MemoryStorage(), random.Random(2))
+    replica.propose(1, build_batch(b"x"), acks=ACKS_ALL)
+    (completion,) = replica.ready().completions
+    assert isinstance(completion.error, NotLeader)
+    assert completion.error.leader_hint is None
+
+
+def test_fetch_errors_name_the_range_and_fence_old_epochs() -> None:
+    replica, _ = lone_leader()
+    result = replica.fetch(Offset(5), max_bytes=100)
+    assert isinstance(result.error, OffsetOutOfRange)
+    assert (result.error.log_start_offset, result.error.end_offset) == (0, 1)
+    fenced = replica.fetch(Offset(0), max_bytes=100, current_leader_epoch=Epoch(0))
+    assert isinstance(fenced.error, FencedEpoch)
+    future = replica.fetch(Offset(0), max_bytes=100, current_leader_epoch=Epoch(9))
+    assert isinstance(future.error, OffsetNotAvailable)
+    assert replica.fetch(Offset(1), max_bytes=100).batches == ()
+
+
+def test_a_restarted_replica_recovers_its_epoch_vote_and_log() -> None:
+    replica, storage = lone_leader()
+    replica.propose(1, build_batch(b"kept"), acks=ACKS_ALL)
+    persist(replica, storage)
+    again = Replica(ReplicaConfig(ONE, (ONE,)), storage, random.Random(3))
+    assert (again.epoch, again.voted_for, again.role) == (1, ONE, Role.FOLLOWER)
+    assert again.log.log_end_offset == 2
+    again.campaign()
+    persist(again, storage)
+    assert again.epoch == 2
+    assert again.hwm == 3  # its new control batch commits everything before it
+
+
+def test_no_input_between_ready_and_advance() -> None:
+    replica, _ = lone_leader()
+    replica.propose(1, build_batch(b"x"), acks=ACKS_ALL)
+    replica.ready()
+    with pytest.raises(AssertionError):
+        replica.tick()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-import time
 import typing
 
 import pytest
@@ -281,25 +280,3 @@ def test_encoder_refuses_a_frame_over_its_limit() -> None:
     message = make(AppendRequest, batches=(b"x" * 1000,))
     with pytest.raises(FrameTooLarge):
         encoder.encode_frame([(PartitionKey("t", 0), message)])
-
-
-@pytest.mark.slow
-def test_benchmark_a_frame_of_100_appends_of_16_kib() -> None:
-    """The replication hot path: encode + decode; prints MB/s (run with -s to see it)."""
-    encoder, decoder = connected_decoder()
-    batch = bytes(range(256)) * 64
-    items: list[PeerItem] = [
-        (PartitionKey(f"topic-{i % 3}", i), make(AppendRequest, batches=(batch,)))
-        for i in range(100)
-    ]
-    rounds = 100
-    started = time.perf_counter()
-    for _ in range(rounds):
-        data = encoder.encode_frame(items)
-        decoder.receive_data(data)
-        decoded = decoder.next_frame()
-    elapsed = time.perf_counter() - started
-    assert decoded == items
-    rate_mb_s = len(data) * rounds / elapsed / 1e6
-    print(f"peer codec: {rate_mb_s:.0f} MB/s encode+decode, {elapsed / rounds * 1e3:.2f} ms/frame")
-    assert rate_mb_s > 50  # an order of magnitude below what it does: catches only disasters

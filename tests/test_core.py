@@ -11,9 +11,11 @@ from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE
 from tidelog.errors import (
     CorruptBatch,
     FencedEpoch,
+    InvalidProducerEpoch,
     NotLeader,
     OffsetNotAvailable,
     OffsetOutOfRange,
+    OutOfOrderSequence,
 )
 from tidelog.records import read_header
 from tidelog.testing.sim import build_batch
@@ -158,3 +160,39 @@ def test_no_input_between_ready_and_advance() -> None:
     replica.ready()
     with pytest.raises(AssertionError):
         replica.tick()
+
+
+def idempotent(value: bytes, sequence: int, *, records: int = 1, epoch: int = 0) -> bytes:
+    return build_batch(value, records=records, producer=(77, epoch, sequence))
+
+
+def test_a_retried_idempotent_batch_gets_its_first_offsets_and_is_not_appended() -> None:
+    replica, storage = lone_leader()
+    replica.propose(1, idempotent(b"a", 0, records=2), acks=ACKS_ALL)
+    persist(replica, storage)
+    replica.propose(2, idempotent(b"a", 0, records=2), acks=ACKS_ALL)
+    (again,) = [c for r in persist(replica, storage) for c in r.completions]
+    assert (again.request_id, again.base_offset, again.next_offset) == (2, 1, 3)
+    assert replica.log.log_end_offset == 3
+
+
+def test_idempotent_sequence_gaps_and_old_epochs_are_refused() -> None:
+    replica, storage = lone_leader()
+    replica.propose(1, idempotent(b"a", 0, epoch=1), acks=ACKS_ALL)
+    persist(replica, storage)
+    replica.propose(2, idempotent(b"b", 5, epoch=1), acks=ACKS_ALL)
+    replica.propose(3, idempotent(b"c", 1, epoch=0), acks=ACKS_ALL)
+    errors = [type(c.error) for r in persist(replica, storage) for c in r.completions]
+    assert errors == [OutOfOrderSequence, InvalidProducerEpoch]
+
+
+def test_producer_states_are_rebuilt_from_the_log_on_restart() -> None:
+    replica, storage = lone_leader()
+    replica.propose(1, idempotent(b"a", 0), acks=ACKS_ALL)
+    persist(replica, storage)
+    again = Replica(ReplicaConfig(ONE, (ONE,)), storage, random.Random(3))
+    again.campaign()
+    persist(again, storage)
+    again.propose(2, idempotent(b"a", 0), acks=ACKS_ALL)
+    (completion,) = [c for r in persist(again, storage) for c in r.completions]
+    assert (completion.base_offset, completion.error) == (1, None)

@@ -11,6 +11,8 @@ Expected failures are values of these types (or raised as them); bugs are assert
     ├── FencedEpoch                    a message or request from a stale leader epoch
     ├── OffsetOutOfRange               outside [log start offset, end]: reset the position
     ├── LogDiverged                    the log diverged behind the reader; names where
+    ├── OutOfOrderSequence             an idempotent producer skipped a sequence number
+    ├── InvalidProducerEpoch           an idempotent producer's epoch was fenced
     ├── CorruptBatch                   a record batch failed its CRC-32C or framing checks
     └── StorageError                   the disk log cannot serve (needs repair, bad path)
 """
@@ -82,6 +84,14 @@ class LogDiverged(TidelogError):
         super().__init__(f"log diverged: epoch {epoch} ends at offset {end_offset}")
         self.epoch = epoch
         self.end_offset = end_offset
+
+
+class OutOfOrderSequence(TidelogError):
+    """An idempotent producer's batch does not follow its last sequence number."""
+
+
+class InvalidProducerEpoch(TidelogError):
+    """An idempotent producer wrote with an epoch older than one already seen."""
 
 
 class CorruptBatch(TidelogError):

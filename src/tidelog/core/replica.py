@@ -39,6 +39,7 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
+from tidelog.core.producers import ProducerStates, SequencedBatch
 from tidelog.core.storage import LogStorage
 from tidelog.errors import (
     CorruptBatch,
@@ -56,6 +57,7 @@ from tidelog.records import (
     BatchHeader,
     build_control_batch,
     check_batch,
+    read_header,
     stamp,
 )
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
@@ -64,6 +66,7 @@ ACKS_NONE = 0
 ACKS_LEADER = 1
 ACKS_ALL = -1
 LEASE_MARGIN_TICKS = 2
+REBUILD_CHUNK_BYTES = 4 << 20
 
 
 class Rng(Protocol):
@@ -168,6 +171,8 @@ class Replica:
         self.peers = tuple(node for node in config.replicas if node != config.node_id)
         self.rng = rng
         self.log = ReplicaLog(storage, state)
+        self.producers = ProducerStates()
+        self._rebuild_producer_states()
         self.epoch = state.hard_state.epoch
         self.voted_for = state.hard_state.voted_for
         self.persisted_hard_state = state.hard_state
@@ -253,15 +258,29 @@ class Replica:
         if error is not None or header is None:
             self.completions.append(ProduceResult(request_id, None, None, error))
             return
+        earlier = self.producers.check(header)
+        if isinstance(earlier, TidelogError):
+            self.completions.append(ProduceResult(request_id, None, None, earlier))
+            return
+        if isinstance(earlier, SequencedBatch):
+            # A retried batch: answer with the offsets it got the first time (scenario 17).
+            self._await_produce(request_id, earlier.base_offset, earlier.next_offset, acks)
+            return
         base = self.log.log_end_offset
         stamped = stamp(batch, base_offset=base, epoch=self.epoch)
         header = header._replace(base_offset=base, epoch=self.epoch)
         self.log.append(stamped, header)
+        self.producers.on_append(header)
+        self._await_produce(request_id, base, header.next_offset, acks)
+
+    def _await_produce(self, request_id: int, base: Offset, end: Offset, acks: int) -> None:
+        """Complete a produce now (acks=0) or once its batch is durable or committed."""
         if acks == ACKS_NONE:
-            self.completions.append(ProduceResult(request_id, base, header.next_offset, None))
+            self.completions.append(ProduceResult(request_id, base, end, None))
             return
         deadline = self.tick_count + self.config.produce_timeout_ticks
-        self.pending.append(_PendingProduce(request_id, base, header.next_offset, acks, deadline))
+        self.pending.append(_PendingProduce(request_id, base, end, acks, deadline))
+        self._complete_produces()
 
     # ================================================================== reads ===========
     def fetch(
@@ -403,6 +422,19 @@ class Replica:
 
     def _in_lease(self) -> bool:
         return self.config.check_quorum and self.leader_contact_elapsed < self.config.election_ticks
+
+    def _rebuild_producer_states(self) -> None:
+        """Replay the batch headers of the log into the producer states (on start)."""
+        offset = self.log.log_start_offset
+        end = self.log.log_end_offset
+        while offset < end:
+            batches = self.log.read(offset, end_offset=end, max_bytes=REBUILD_CHUNK_BYTES)
+            if not batches:
+                return
+            for batch in batches:
+                header = read_header(batch)
+                self.producers.on_append(header)
+                offset = header.next_offset
 
     def _random_election_timeout(self) -> int:
         ticks = self.config.election_ticks
@@ -600,7 +632,9 @@ class Replica:
                 # A follower never cuts committed records (rule 4).
                 assert header.base_offset >= self.hwm, "truncation below the HWM"
                 self.log.truncate(header.base_offset)
+                self.producers.truncate(header.base_offset)
             self.log.append(batch, header)
+            self.producers.on_append(header)
         return end
 
     def _raise_hwm(self, hwm: Offset) -> None:

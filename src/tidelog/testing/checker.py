@@ -6,7 +6,8 @@ or extend it. Everything else is checked against that history:
 - at most one leader per epoch;
 - committed-prefix agreement, and no committed batch ever lost or changed;
 - every batch a client read is at the same offset in the committed history;
-- every acknowledged acks=all write is in the committed history (Jepsen's lost-write);
+- every acknowledged acks=all write is in the committed history (Jepsen's lost-write),
+  and no batch is committed twice (Jepsen's duplicate: the idempotent producer retries);
 - HWM never decreases within a run of a replica, HWM <= log end offset,
   log start offset <= HWM, and no replica's log ends below what it called committed.
 A batch is identified by its bytes from the CRC on: the leader's stamp (offset, epoch) lies
@@ -49,6 +50,7 @@ class Checker:
     unverified_acks: list[tuple[int, bytes]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     reads: int = 0
+    committed_identities: set[bytes] = field(default_factory=set)
     leader_hwm_max: int = 0
 
     def fail(self, text: str) -> None:
@@ -95,6 +97,9 @@ class Checker:
             if known is None and position == self.committed_end:
                 self.history[position] = entry
                 self.committed_end = entry.next_offset
+                if entry.identity in self.committed_identities:
+                    self.fail(f"batch committed twice, again at offset {position} (duplicate)")
+                self.committed_identities.add(entry.identity)
             elif known is None:
                 self.fail(f"node {node}: committed batch at {position} leaves a gap")
                 return

@@ -30,20 +30,31 @@ from tidelog.testing.cluster import Cluster, StorageFactory, memory_storage
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
 MICROS_PER_TICK = 10
+IDEMPOTENT_PRODUCER_ID = 1000
 LIVENESS_TICKS_MAX = 400
 CONSUMERS = 3
 FETCH_BYTES_MAX = 16 * 1024
 
 
-def build_batch(value: bytes, *, records: int = 1, timestamp_ms: int = 0) -> bytes:
-    """A producer's record batch (offsets and epoch are the leader's to stamp)."""
+def build_batch(
+    value: bytes,
+    *,
+    records: int = 1,
+    timestamp_ms: int = 0,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+) -> bytes:
+    """A producer's record batch (offsets and epoch are the leader's to stamp).
+
+    `producer` is (producer id, producer epoch, base sequence) for an idempotent producer.
+    """
+    producer_id, producer_epoch, base_sequence = producer
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
         is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
         batch_size=1 << 20,
     )
     for index in range(records):
@@ -69,6 +80,10 @@ class Workload:
     leader_hint: NodeId | None = None
     in_flight: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     acked_all: int = 0
+    # The idempotent producer: one batch in flight, retried as is until acknowledged.
+    idempotent_batch: bytes | None = None
+    idempotent_request: int | None = None
+    idempotent_sequence: int = 0
     consumers: list[Consumer] = field(
         default_factory=lambda: [Consumer() for _ in range(CONSUMERS)]
     )
@@ -76,7 +91,32 @@ class Workload:
     def __post_init__(self) -> None:
         self.cluster.listeners.append(self.on_completion)
 
+    def produce_idempotent(self) -> None:
+        """Send (or send again) the idempotent producer's batch to the believed leader."""
+        if self.idempotent_request is not None:
+            return
+        if self.idempotent_batch is None:
+            self.produced += 1
+            value = f"{self.seed}:idem:{self.idempotent_sequence}".encode()
+            count = self.rng.choice((1, 3))
+            producer = (IDEMPOTENT_PRODUCER_ID, 0, self.idempotent_sequence)
+            self.idempotent_batch = build_batch(value, records=count, producer=producer)
+        self.produced += 1
+        request_id = self.produced
+        batch = self.idempotent_batch
+        self.idempotent_request = request_id
+        self.in_flight[request_id] = (batch, ACKS_ALL)
+        node = self.pick_node()
+        if not self.cluster.input(
+            node, lambda replica: replica.propose(request_id, batch, acks=ACKS_ALL)
+        ):
+            self.in_flight.pop(request_id)
+            self.idempotent_request = None
+
     def produce(self, acks: int | None = None) -> None:
+        if self.rng.random() < 0.3:
+            self.produce_idempotent()
+            return
         if acks is None:
             acks = self.rng.choice((ACKS_ALL, ACKS_ALL, ACKS_ALL, ACKS_LEADER, ACKS_NONE))
         node = self.pick_node()
@@ -94,6 +134,12 @@ class Workload:
 
     def on_completion(self, node: NodeId, result: ProduceResult) -> None:
         batch, acks = self.in_flight.pop(result.request_id, (b"", ACKS_NONE))
+        if result.request_id == self.idempotent_request:
+            self.idempotent_request = None
+            if result.error is None:
+                header = read_header(batch)
+                self.idempotent_sequence += header.last_offset_delta + 1
+                self.idempotent_batch = None
         if result.error is None:
             self.leader_hint = node
             if acks == ACKS_ALL and result.base_offset is not None:

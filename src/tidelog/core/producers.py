@@ -1,0 +1,103 @@
+"""Idempotent producers: the sequence state of each producer id, derived from the log.
+
+Rules of this file (Kafka's ProducerStateManager, correctness.md scenario 17):
+- The state is a function of the log: every replica updates it on every append and undoes
+  it on truncation, so a new leader deduplicates exactly as the old one did.
+- Per producer id, the last `BATCHES_KEPT` batches are kept (first and last sequence,
+  offsets). A retried batch that matches one of them is a duplicate: it is answered with
+  the offsets it got the first time, and not appended again.
+- Within one producer epoch the next batch must start right after the last sequence
+  (sequences wrap at 2**31); a gap is OutOfOrderSequence. An older producer epoch is fenced.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from tidelog.errors import InvalidProducerEpoch, OutOfOrderSequence, TidelogError
+from tidelog.records import NO_PRODUCER_ID, BatchHeader
+from tidelog.types import Offset
+
+BATCHES_KEPT = 5
+SEQUENCE_MODULUS = 1 << 31
+PRODUCERS_MAX = 100_000
+
+
+class SequencedBatch(NamedTuple):
+    first_sequence: int
+    last_sequence: int
+    base_offset: Offset
+    next_offset: Offset
+
+
+@dataclass(slots=True)
+class _Producer:
+    epoch: int
+    batches: deque[SequencedBatch] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+
+
+def last_sequence_of(header: BatchHeader) -> int:
+    return (header.base_sequence + header.last_offset_delta) % SEQUENCE_MODULUS
+
+
+class ProducerStates:
+    """What each idempotent producer has written, as far as the log shows."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, _Producer] = {}
+
+    def check(self, header: BatchHeader) -> SequencedBatch | TidelogError | None:
+        """Before a leader appends: the earlier copy of a duplicate, an error, or None."""
+        if header.producer_id == NO_PRODUCER_ID or header.base_sequence < 0:
+            return None
+        producer = self.producers.get(header.producer_id)
+        if producer is None:
+            return None  # unknown (new, or its batches were truncated away): accept
+        if header.producer_epoch < producer.epoch:
+            return InvalidProducerEpoch(
+                f"producer {header.producer_id} epoch {header.producer_epoch} is fenced "
+                f"by epoch {producer.epoch}"
+            )
+        if header.producer_epoch > producer.epoch:
+            return None  # a new epoch starts its sequences afresh
+        last = last_sequence_of(header)
+        for batch in producer.batches:
+            if (batch.first_sequence, batch.last_sequence) == (header.base_sequence, last):
+                return batch
+        expected = (producer.batches[-1].last_sequence + 1) % SEQUENCE_MODULUS
+        if producer.batches and header.base_sequence != expected:
+            return OutOfOrderSequence(
+                f"producer {header.producer_id}: sequence {header.base_sequence}, "
+                f"expected {expected}"
+            )
+        return None
+
+    def on_append(self, header: BatchHeader) -> None:
+        """A batch was appended to the log (by a leader or a follower)."""
+        if header.producer_id == NO_PRODUCER_ID or header.base_sequence < 0:
+            return
+        producer = self.producers.get(header.producer_id)
+        if producer is None or header.producer_epoch > producer.epoch:
+            if producer is None and len(self.producers) >= PRODUCERS_MAX:
+                self.producers.pop(next(iter(self.producers)))  # forget the oldest
+            producer = _Producer(header.producer_epoch)
+            self.producers[header.producer_id] = producer
+        producer.batches.append(
+            SequencedBatch(
+                header.base_sequence,
+                last_sequence_of(header),
+                header.base_offset,
+                header.next_offset,
+            )
+        )
+
+    def truncate(self, offset: Offset) -> None:
+        """The log lost everything at or above `offset`: forget those batches."""
+        for producer_id in list(self.producers):
+            batches = self.producers[producer_id].batches
+            while batches and batches[-1].next_offset > offset:
+                batches.pop()
+            if not batches:
+                del self.producers[producer_id]

@@ -1,0 +1,27 @@
+"""The `tidelog` command: one thin click command per tool; the logic lives in the layers."""
+
+from __future__ import annotations
+
+import click
+
+from tidelog.errors import StorageError
+from tidelog.wal.dump import dump
+
+
+@click.group()
+def main() -> None:
+    """tidelog: a replicated commit log that speaks the Kafka protocol."""
+
+
+@main.command("dump-log")
+@click.argument("path")
+@click.option("--records", is_flag=True, help="Print each record under its batch.")
+@click.option("--json", "as_json", is_flag=True, help="JSON Lines: one object per batch.")
+def dump_log(path: str, records: bool, as_json: bool) -> None:
+    """Print the record batches of a segment file or a partition directory."""
+    try:
+        for line in dump(path, records=records, as_json=as_json):
+            click.echo(line)
+    except StorageError as error:
+        click.echo(f"error: {error}", err=True)
+        raise SystemExit(1) from error

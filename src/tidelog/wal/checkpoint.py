@@ -1,0 +1,98 @@
+"""Checkpoint files: small text files replaced atomically, in Kafka's format.
+
+Rules of this file:
+- A checkpoint is written to `NAME.tmp`, fsync'd, renamed over `NAME`, then the directory is
+  fsync'd: after a crash the file holds the old or the new content, never a mix.
+- Format (Kafka's leader-epoch-checkpoint and replication-offset-checkpoint): a version line
+  `0`, a count line, then `count` lines of space-separated integers.
+- A missing checkpoint means "never written"; a malformed one raises StorageError.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from tidelog.core.messages import HardState
+from tidelog.core.storage import EpochEntry
+from tidelog.errors import StorageError
+from tidelog.types import Epoch, NodeId, Offset
+from tidelog.wal.fs import FileSystem
+
+CHECKPOINT_VERSION = 0
+CHECKPOINT_SIZE_MAX = 16 * 1024 * 1024
+TEMP_SUFFIX = ".tmp"
+NO_VOTE = -1
+
+LEADER_EPOCH = "leader-epoch-checkpoint"
+HWM = "hwm-checkpoint"
+LOG_START_OFFSET = "log-start-offset-checkpoint"
+RECOVERY_POINT = "recovery-point-offset-checkpoint"
+VOTE_STATE = "vote-state"
+
+
+def write_checkpoints(fs: FileSystem, directory: str, files: dict[str, list[list[int]]]) -> None:
+    """Replace each named checkpoint with its rows, then make the renames durable."""
+    if not files:
+        return
+    for name, rows in files.items():
+        temp = posixpath.join(directory, name + TEMP_SUFFIX)
+        lines = [str(CHECKPOINT_VERSION), str(len(rows))]
+        lines += [" ".join(str(value) for value in row) for row in rows]
+        if fs.exists(temp):
+            fs.unlink(temp)
+        fs.append(temp, ("\n".join(lines) + "\n").encode())
+        fs.fsync(temp)
+    for name in files:
+        fs.rename(posixpath.join(directory, name + TEMP_SUFFIX), posixpath.join(directory, name))
+    fs.fsync_dir(directory)
+
+
+def read_checkpoint(fs: FileSystem, path: str, *, width: int) -> list[list[int]] | None:
+    """The rows of a checkpoint (each of `width` integers), or None if it does not exist."""
+    if not fs.exists(path):
+        return None
+    text = fs.pread(path, 0, CHECKPOINT_SIZE_MAX).decode("ascii", errors="replace")
+    lines = text.splitlines()
+    try:
+        version, count = int(lines[0]), int(lines[1])
+        rows = [[int(value) for value in line.split()] for line in lines[2:]]
+    except (IndexError, ValueError) as error:
+        raise StorageError(f"malformed checkpoint {path}: {error}") from error
+    if version != CHECKPOINT_VERSION:
+        raise StorageError(f"checkpoint {path} has version {version}")
+    if count != len(rows) or any(len(row) != width for row in rows):
+        raise StorageError(f"checkpoint {path} is malformed: {count} rows announced")
+    return rows
+
+
+def read_offset(fs: FileSystem, directory: str, name: str) -> Offset | None:
+    rows = read_checkpoint(fs, posixpath.join(directory, name), width=1)
+    if not rows:
+        return None
+    return Offset(rows[0][0])
+
+
+def offset_rows(offset: Offset) -> list[list[int]]:
+    return [[offset]]
+
+
+def read_epochs(fs: FileSystem, directory: str) -> list[EpochEntry]:
+    rows = read_checkpoint(fs, posixpath.join(directory, LEADER_EPOCH), width=2) or []
+    return [EpochEntry(Epoch(epoch), Offset(start)) for epoch, start in rows]
+
+
+def epoch_rows(epochs: list[EpochEntry]) -> list[list[int]]:
+    return [[entry.epoch, entry.start_offset] for entry in epochs]
+
+
+def read_hard_state(fs: FileSystem, directory: str) -> HardState:
+    rows = read_checkpoint(fs, posixpath.join(directory, VOTE_STATE), width=2)
+    if not rows:
+        return HardState(epoch=Epoch(0), voted_for=None)
+    epoch, voted_for = rows[0]
+    return HardState(Epoch(epoch), None if voted_for == NO_VOTE else NodeId(voted_for))
+
+
+def hard_state_rows(hard_state: HardState) -> list[list[int]]:
+    voted_for = NO_VOTE if hard_state.voted_for is None else hard_state.voted_for
+    return [[hard_state.epoch, voted_for]]

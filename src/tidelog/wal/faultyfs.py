@@ -1,0 +1,154 @@
+"""A deterministic in-memory file system that fails the way disks fail.
+
+Rules of this file:
+- Each file is an inode with its current bytes and its synced bytes; `fsync`/`fdatasync`
+  make the current bytes the synced ones.
+- Names live in directories; a create, rename or unlink is durable only after `fsync_dir`.
+- `crash()` is a power cut: every name and byte not yet synced is lost. With `tear=True` a
+  file that was only appended to since its last sync keeps a random prefix of those appends,
+  torn at any byte, as a disk that wrote part of the page cache back would.
+- `crash_at_call` makes the k-th mutating call raise `SimulatedCrash` before it happens, so a
+  test can cut the power at every write point of a workload.
+- `flip_bit` corrupts the medium: the current and the synced bytes both change.
+Everything random comes from the injected `random.Random`: one seed decides a run.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import random
+
+
+class SimulatedCrash(Exception):
+    """Raised by the call at which the test planned a crash; the caller then calls crash()."""
+
+
+class _Inode:
+    __slots__ = ("data", "synced")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.synced = b""
+
+
+class FaultyFileSystem:
+    """A FileSystem in memory that loses unsynced state on `crash()`."""
+
+    def __init__(self, rng: random.Random, *, crash_at_call: int | None = None) -> None:
+        self.rng = rng
+        self.crash_at_call = crash_at_call
+        self.calls = 0
+        self._names: dict[str, _Inode] = {}
+        self._durable_names: dict[str, _Inode] = {}
+        self._dirs: set[str] = set()
+
+    # --- faults ---------------------------------------------------------------------
+    def crash(self, *, tear: bool = False) -> None:
+        """Lose every unsynced byte and name, as a power cut would."""
+        self.crash_at_call = None
+        self._names = dict(self._durable_names)
+        for inode in self._names.values():
+            kept = bytearray(inode.synced)
+            extra = len(inode.data) - len(kept)
+            if tear and extra > 0 and inode.data.startswith(inode.synced):
+                cut = self.rng.randint(0, extra)
+                kept += inode.data[len(kept) : len(kept) + cut]
+            inode.data = kept
+            inode.synced = bytes(kept)
+
+    def flip_bit(self, path: str, position: int, bit: int = 0) -> None:
+        """Corrupt one bit of the medium at byte `position` of `path`."""
+        inode = self._inode(path)
+        assert 0 <= bit < 8
+        inode.data[position] ^= 1 << bit
+        if position < len(inode.synced):
+            synced = bytearray(inode.synced)
+            synced[position] ^= 1 << bit
+            inode.synced = bytes(synced)
+
+    def _count_call(self) -> None:
+        self.calls += 1
+        if self.crash_at_call is not None and self.calls >= self.crash_at_call:
+            raise SimulatedCrash(f"planned crash at call {self.calls}")
+
+    def _inode(self, path: str) -> _Inode:
+        inode = self._names.get(path)
+        if inode is None:
+            raise FileNotFoundError(path)
+        return inode
+
+    # --- FileSystem -----------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return path in self._names or path in self._dirs
+
+    def size(self, path: str) -> int:
+        return len(self._inode(path).data)
+
+    def listdir(self, directory: str) -> list[str]:
+        if directory not in self._dirs:
+            raise FileNotFoundError(directory)
+        return sorted(
+            posixpath.basename(name)
+            for name in self._names
+            if posixpath.dirname(name) == directory
+        )
+
+    def makedirs(self, directory: str) -> None:
+        # Directories themselves are durable at once: the log never removes its own.
+        while directory and directory not in self._dirs:
+            self._dirs.add(directory)
+            directory = posixpath.dirname(directory)
+
+    def append(self, path: str, data: bytes) -> None:
+        self._count_call()
+        inode = self._names.get(path)
+        if inode is None:
+            assert posixpath.dirname(path) in self._dirs, f"no directory for {path}"
+            inode = self._names[path] = _Inode()
+        inode.data += data
+
+    def pwrite(self, path: str, position: int, data: bytes) -> None:
+        self._count_call()
+        inode = self._inode(path)
+        if position > len(inode.data):
+            inode.data += bytes(position - len(inode.data))
+        inode.data[position : position + len(data)] = data
+
+    def pread(self, path: str, position: int, size_bytes: int) -> bytes:
+        return bytes(self._inode(path).data[position : position + size_bytes])
+
+    def truncate(self, path: str, size_bytes: int) -> None:
+        self._count_call()
+        inode = self._inode(path)
+        if size_bytes > len(inode.data):
+            inode.data += bytes(size_bytes - len(inode.data))
+        del inode.data[size_bytes:]
+
+    def fsync(self, path: str) -> None:
+        self._count_call()
+        inode = self._inode(path)
+        inode.synced = bytes(inode.data)
+
+    def fdatasync(self, path: str) -> None:
+        # A file's size is data fdatasync must flush, so in memory it equals fsync.
+        self.fsync(path)
+
+    def rename(self, source: str, target: str) -> None:
+        self._count_call()
+        self._names[target] = self._names.pop(source)
+
+    def unlink(self, path: str) -> None:
+        self._count_call()
+        self._inode(path)
+        del self._names[path]
+
+    def fsync_dir(self, directory: str) -> None:
+        self._count_call()
+        for name in [n for n in self._durable_names if posixpath.dirname(n) == directory]:
+            del self._durable_names[name]
+        for name, inode in self._names.items():
+            if posixpath.dirname(name) == directory:
+                self._durable_names[name] = inode
+
+    def close(self) -> None:
+        """Nothing to release: handles do not exist in memory."""

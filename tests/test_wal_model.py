@@ -1,0 +1,169 @@
+"""Model-based test of the disk log: random appends, truncations, syncs, retention, reopens
+and crashes (with torn writes) on a FaultyFileSystem, against a list of batches.
+
+After a crash the log holds the durable prefix (what the last sync covered), extended at
+most by whole batches that were appended after it, never a torn one.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from tidelog.core.messages import HardState
+from tidelog.core.storage import EpochEntry
+from tidelog.records import read_header
+from tidelog.types import Epoch, NodeId, Offset
+from tidelog.wal import DiskStorage, FaultyFileSystem, WalConfig
+from tidelog.wal.batches import build_batches
+from tidelog.wal.log import assign_epoch, trim_epochs
+
+CONFIG = WalConfig(segment_bytes=700, index_interval_bytes=150, hwm_checkpoint_interval_ms=0,
+                   retention_bytes=1000)
+DIRECTORY = "/data/topic-0"
+
+
+def derive_epochs(epochs: list[EpochEntry], batches: list[bytes]) -> list[EpochEntry]:
+    """The epoch history extended by `batches`, as Kafka derives it on append."""
+    epochs = list(epochs)
+    for batch in batches:
+        header = read_header(batch)
+        if not epochs or header.epoch > epochs[-1].epoch:
+            assign_epoch(epochs, EpochEntry(header.epoch, header.base_offset))
+    return epochs
+
+
+class DiskLogMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fs = FaultyFileSystem(random.Random(0))
+        self.now_ms = 0
+        self.storage = self.open()
+        self.working: list[bytes] = []
+        self.durable: list[bytes] = []
+        self.log_start = Offset(0)
+        self.hwm = Offset(0)
+        self.epoch = Epoch(1)
+        self.epochs: list[EpochEntry] = []
+        self.durable_epochs: list[EpochEntry] = []
+        self.hard_state = self.durable_hard_state = HardState(Epoch(0), None)
+
+    def open(self) -> DiskStorage:
+        return DiskStorage(DIRECTORY, clock=lambda: self.now_ms, config=CONFIG, fs=self.fs)
+
+    @property
+    def end(self) -> Offset:
+        return Offset(read_header(self.working[-1]).next_offset) if self.working else (
+            self.log_start
+        )
+
+    @rule(sizes=st.lists(st.integers(1, 4), min_size=1, max_size=4), bump=st.booleans())
+    def append(self, sizes: list[int], bump: bool) -> None:
+        if bump:
+            self.epoch = Epoch(self.epoch + 1)
+        batches = build_batches(sizes, base_offset=self.end, epochs=[self.epoch] * len(sizes),
+                                timestamp_ms=self.now_ms)
+        self.storage.append(batches)
+        self.working += batches
+        self.epochs = derive_epochs(self.epochs, batches)
+
+    @rule()
+    def sync(self) -> None:
+        self.storage.sync()
+        self.now_durable()
+
+    def now_durable(self) -> None:
+        self.durable = list(self.working)
+        self.durable_hard_state = self.hard_state
+        self.durable_epochs = list(self.epochs)
+
+    @rule(epoch=st.integers(0, 3), vote=st.none() | st.integers(1, 3))
+    def save_hard_state(self, epoch: int, vote: int | None) -> None:
+        voted_for = None if vote is None else NodeId(vote)
+        state = HardState(Epoch(self.hard_state.epoch + epoch), voted_for)
+        self.storage.save_hard_state(state)
+        self.hard_state = state
+
+    @precondition(lambda self: self.durable)
+    @rule(data=st.data())
+    def save_hwm(self, data: st.DataObject) -> None:
+        durable_end = read_header(self.durable[-1]).next_offset
+        if durable_end > self.end or durable_end < self.hwm:
+            return
+        self.hwm = Offset(data.draw(st.integers(self.hwm, durable_end)))
+        self.storage.save_hwm(self.hwm)
+
+    @rule(data=st.data())
+    def truncate(self, data: st.DataObject) -> None:
+        keep = [i for i, b in enumerate(self.working) if read_header(b).base_offset >= self.hwm]
+        if not keep:
+            return
+        index = data.draw(st.sampled_from(keep))
+        offset = read_header(self.working[index]).base_offset
+        self.storage.truncate_to(offset=offset)
+        del self.working[index:]
+        self.epochs = [entry for entry in self.epochs if entry.start_offset < offset]
+        self.now_durable()  # A truncation syncs.
+
+    @rule(advance_ms=st.integers(0, 10))
+    def retention(self, advance_ms: int) -> None:
+        self.now_ms += advance_ms
+        self.storage.apply_retention(self.now_ms)
+        self.drop_below(self.storage.load().log_start_offset)
+
+    def drop_below(self, log_start: Offset) -> None:
+        assert log_start <= self.hwm
+        self.log_start = log_start
+        self.working = [b for b in self.working if read_header(b).next_offset > log_start]
+        self.durable = [b for b in self.durable if read_header(b).next_offset > log_start]
+        self.epochs = trim_epochs(self.epochs, log_start)
+        self.durable_epochs = trim_epochs(self.durable_epochs, log_start)
+
+    @rule()
+    def reopen(self) -> None:
+        self.storage.close()
+        self.storage = self.open()
+        self.now_durable()
+
+    @rule(tear=st.booleans())
+    def crash(self, tear: bool) -> None:
+        self.fs.crash(tear=tear)
+        self.storage = self.open()
+        recovered = self.read_all()
+        assert recovered[: len(self.durable)] == self.durable or recovered == self.durable
+        extra = recovered[len(self.durable) :]
+        assert extra == self.working[len(self.durable) : len(recovered)]
+        self.epochs = derive_epochs(self.durable_epochs, extra)
+        self.working = list(recovered)
+        self.hard_state = self.durable_hard_state
+        self.now_durable()
+        self.hwm = self.storage.load().hwm
+
+    def read_all(self) -> list[bytes]:
+        state = self.storage.load()
+        return self.storage.read(
+            state.log_start_offset, end_offset=state.log_end_offset, max_bytes=1 << 30
+        )
+
+    @invariant()
+    def log_matches_the_model(self) -> None:
+        state = self.storage.load()
+        assert self.read_all() == self.working
+        assert state.log_end_offset == self.end
+        assert state.log_start_offset == self.log_start
+        assert state.hard_state == self.hard_state
+        assert state.hwm == min(self.hwm, self.end)
+        assert state.epochs == tuple(self.epochs)
+        assert self.storage.needs_repair is None
+
+    def teardown(self) -> None:
+        self.storage.close()
+
+
+DiskLogMachine.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=40, deadline=None, report_multiple_bugs=False
+)
+TestDiskLog = DiskLogMachine.TestCase

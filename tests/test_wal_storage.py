@@ -1,0 +1,283 @@
+"""Unit tests of the disk log: segments, indexes, checkpoints, reads, rolls, truncation,
+retention, and that DiskStorage behaves as MemoryStorage does."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tidelog.core.messages import HardState
+from tidelog.core.storage import EpochEntry, MemoryStorage
+from tidelog.errors import OffsetOutOfRange
+from tidelog.records import read_header
+from tidelog.types import Epoch, NodeId, Offset
+from tidelog.wal import DiskStorage, FaultyFileSystem, OsFileSystem, WalConfig
+from tidelog.wal import checkpoint as ckpt
+from tidelog.wal.batches import build_batches
+from tidelog.wal.index import OFFSET_ENTRY, TIME_ENTRY
+
+SMALL = WalConfig(segment_bytes=1500, index_interval_bytes=200, hwm_checkpoint_interval_ms=0)
+E1, E2, E3 = Epoch(1), Epoch(2), Epoch(3)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ms = 1_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def open_disk(path: str, config: WalConfig = SMALL, clock: Clock | None = None) -> DiskStorage:
+    return DiskStorage(path, clock=clock or Clock(), config=config, fs=OsFileSystem())
+
+
+def read_all(storage: DiskStorage) -> list[bytes]:
+    state = storage.load()
+    return storage.read(state.log_start_offset, end_offset=state.log_end_offset, max_bytes=1 << 30)
+
+
+def ends(batches: list[bytes]) -> list[int]:
+    return [read_header(batch).next_offset for batch in batches]
+
+
+def test_segments_are_named_by_base_offset_and_roll_at_size(tmp_path: object) -> None:
+    batches = build_batches([3] * 12)
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(batches)
+        storage.sync()
+        paths = storage.segment_paths()
+        assert len(paths) > 2
+        assert paths[0].endswith("00000000000000000000.log")
+        assert read_all(storage) == batches
+    for path in paths:
+        size = OsFileSystem().size(path)
+        assert size <= SMALL.segment_bytes
+
+
+def test_roll_at_age_with_the_injected_clock(tmp_path: object) -> None:
+    clock = Clock()
+    config = WalConfig(segment_ms=100, hwm_checkpoint_interval_ms=0)
+    batches = build_batches([1, 1, 1])
+    with open_disk(str(tmp_path), config, clock) as storage:
+        storage.append(batches[:2])
+        assert len(storage.segment_paths()) == 1
+        clock.now_ms += 100
+        storage.append(batches[2:])
+        assert storage.segment_paths()[-1].endswith("00000000000000000002.log")
+
+
+def test_reopen_returns_the_same_log_and_state(tmp_path: object) -> None:
+    batches = build_batches([2] * 10, epochs=[E1] * 4 + [E2] * 3 + [E3] * 3)
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(batches)
+        storage.save_hard_state(HardState(E3, NodeId(2)))
+        storage.save_hwm(Offset(12))
+        storage.sync()
+    with open_disk(str(tmp_path)) as storage:
+        state = storage.load()
+        assert read_all(storage) == batches
+        assert state.hard_state == HardState(E3, NodeId(2))
+        assert state.hwm == 12
+        assert state.log_end_offset == 20
+        assert state.epochs == (EpochEntry(E1, Offset(0)), EpochEntry(E2, Offset(8)),
+                                EpochEntry(E3, Offset(14)))
+
+
+def test_leader_epoch_checkpoint_is_in_kafka_format(tmp_path: object) -> None:
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(build_batches([1, 1], epochs=[E1, E3]))
+        storage.sync()
+    text = (tmp_path / ckpt.LEADER_EPOCH).read_text()  # type: ignore[operator]
+    assert text == "0\n2\n1 0\n3 1\n"
+
+
+def test_read_limits_whole_batches_end_offset_and_max_bytes(tmp_path: object) -> None:
+    batches = build_batches([4] * 10)
+    size = len(batches[0])
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(batches)
+        assert storage.read(Offset(5), end_offset=Offset(40), max_bytes=1) == [batches[1]]
+        assert storage.read(Offset(4), end_offset=Offset(40), max_bytes=3 * size) == batches[1:4]
+        assert storage.read(Offset(0), end_offset=Offset(11), max_bytes=1 << 20) == batches[:2]
+        assert storage.read(Offset(0), end_offset=Offset(3), max_bytes=1 << 20) == []
+        assert storage.read(Offset(40), end_offset=Offset(40), max_bytes=1 << 20) == []
+        assert storage.read(Offset(37), end_offset=Offset(40), max_bytes=1) == [batches[9]]
+
+
+def test_sparse_index_entries_every_interval(tmp_path: object) -> None:
+    batches = build_batches([1] * 20)
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(batches)
+        storage.sync()
+        index_path = storage.segment_paths()[0].replace(".log", ".index")
+    data = OsFileSystem().pread(index_path, 0, 1 << 20)
+    entries = list(OFFSET_ENTRY.iter_unpack(data))
+    assert entries
+    positions = [position for _, position in entries]
+    gaps = [b - a for a, b in zip([0, *positions], positions, strict=False)]
+    assert all(gap > SMALL.index_interval_bytes for gap in gaps)
+
+
+def test_stale_or_missing_indexes_are_rebuilt(tmp_path: object) -> None:
+    batches = build_batches([1] * 30)
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(batches)
+        storage.sync()
+        paths = storage.segment_paths()
+    (tmp_path / paths[0].rsplit("/", 1)[1].replace(".log", ".index")).write_bytes(  # type: ignore[operator]
+        OFFSET_ENTRY.pack(1, 999_999)
+    )
+    (tmp_path / paths[1].rsplit("/", 1)[1].replace(".log", ".timeindex")).unlink()  # type: ignore[operator]
+    with open_disk(str(tmp_path)) as storage:
+        assert read_all(storage) == batches
+        for offset in range(30):
+            assert storage.read(Offset(offset), end_offset=Offset(30), max_bytes=1) == [
+                batches[offset]
+            ]
+        assert storage.offset_for_timestamp(17) == 17
+
+
+def test_offset_for_timestamp(tmp_path: object) -> None:
+    batches = build_batches([5] * 10, timestamp_ms=1000)
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(batches)
+        assert storage.offset_for_timestamp(0) == 0
+        assert storage.offset_for_timestamp(1023) == 23
+        assert storage.offset_for_timestamp(1049) == 49
+        assert storage.offset_for_timestamp(1050) is None
+    with open_disk(str(tmp_path)) as storage:
+        assert storage.offset_for_timestamp(1031) == 31
+        data = OsFileSystem().pread(storage.segment_paths()[0].replace(".log", ".timeindex"),
+                                    0, 1 << 20)
+        timestamps = [ts for ts, _ in TIME_ENTRY.iter_unpack(data)]
+        assert timestamps == sorted(set(timestamps))
+
+
+def test_truncation_across_segments_fixes_indexes_and_epochs(tmp_path: object) -> None:
+    batches = build_batches([2] * 20, epochs=[E1] * 10 + [E2] * 10)
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(batches)
+        storage.sync()
+        assert len(storage.segment_paths()) > 3
+        storage.truncate_to(offset=Offset(14))
+        assert storage.load().log_end_offset == 14
+        assert storage.load().epochs == (EpochEntry(E1, Offset(0)),)
+        assert read_all(storage) == batches[:7]
+        replacement = build_batches([3, 3], base_offset=Offset(14), epochs=[E3, E3])
+        storage.append(replacement)
+        storage.sync()
+    with open_disk(str(tmp_path)) as storage:
+        assert read_all(storage) == batches[:7] + replacement
+        assert storage.load().epochs == (EpochEntry(E1, Offset(0)), EpochEntry(E3, Offset(14)))
+
+
+def test_truncation_below_the_checkpointed_hwm_is_a_bug(tmp_path: object) -> None:
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(build_batches([2] * 5))
+        storage.save_hwm(Offset(6))
+        storage.sync()
+        with pytest.raises(AssertionError, match="checkpointed HWM"):
+            storage.truncate_to(offset=Offset(4))
+
+
+def test_truncation_must_be_at_a_batch_boundary(tmp_path: object) -> None:
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(build_batches([2] * 5))
+        with pytest.raises(AssertionError, match="boundary"):
+            storage.truncate_to(offset=Offset(3))
+
+
+def test_retention_by_size_never_passes_the_hwm(tmp_path: object) -> None:
+    config = WalConfig(segment_bytes=1500, retention_bytes=1, hwm_checkpoint_interval_ms=0)
+    batches = build_batches([3] * 12)
+    with open_disk(str(tmp_path), config) as storage:
+        storage.append(batches)
+        storage.sync()
+        segments = len(storage.segment_paths())
+        assert storage.apply_retention(0) == 0
+        storage.save_hwm(Offset(20))
+        storage.sync()
+        deleted = storage.apply_retention(0)
+        assert 0 < deleted < segments - 1
+        start = storage.load().log_start_offset
+        assert 0 < start <= 20
+        assert storage.load().epochs == (EpochEntry(E1, start),)
+        with pytest.raises(OffsetOutOfRange):
+            storage.read(Offset(0), end_offset=Offset(36), max_bytes=1 << 20)
+    with open_disk(str(tmp_path), config) as storage:
+        assert storage.load().log_start_offset == start
+        assert read_all(storage) == [b for b in batches if read_header(b).next_offset > start]
+
+
+def test_retention_by_age(tmp_path: object) -> None:
+    config = WalConfig(segment_bytes=1500, retention_ms=100, hwm_checkpoint_interval_ms=0)
+    batches = build_batches([3] * 12, timestamp_ms=10_000)
+    with open_disk(str(tmp_path), config) as storage:
+        storage.append(batches)
+        storage.save_hwm(Offset(36))
+        storage.sync()
+        assert storage.apply_retention(10_050) == 0
+        deleted = storage.apply_retention(20_000)
+        assert deleted == len(storage.segment_paths()) + deleted - 1
+        assert storage.segment_paths()[0] == storage.segment_paths()[-1]
+
+
+def test_advance_log_start_is_checkpointed_and_bounded_by_hwm(tmp_path: object) -> None:
+    batches = build_batches([3] * 12, epochs=[E1] * 6 + [E2] * 6)
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(batches)
+        storage.save_hwm(Offset(30))
+        storage.sync()
+        with pytest.raises(OffsetOutOfRange):
+            storage.advance_log_start(Offset(31))
+        storage.advance_log_start(Offset(19))
+        state = storage.load()
+        assert state.log_start_offset == 19
+        assert state.epochs == (EpochEntry(E2, Offset(19)),)
+        assert storage.read(Offset(19), end_offset=Offset(36), max_bytes=1) == [batches[6]]
+    with open_disk(str(tmp_path)) as storage:
+        assert storage.load().log_start_offset == 19
+        assert storage.load().epochs == (EpochEntry(E2, Offset(19)),)
+
+
+def test_flush_interval_mode_skips_fsyncs_until_the_interval_passes(tmp_path: object) -> None:
+    clock = Clock()
+    fs = FaultyFileSystem(random.Random(0))
+    config = WalConfig(flush_interval_ms=50, hwm_checkpoint_interval_ms=0)
+    storage = DiskStorage("/data/p", clock=clock, config=config, fs=fs)
+    storage.append(build_batches([1]))
+    storage.sync()
+    fs.crash()
+    assert DiskStorage("/data/p", clock=clock, config=config, fs=fs).load().log_end_offset == 0
+    storage = DiskStorage("/data/p", clock=clock, config=config, fs=fs)
+    storage.append(build_batches([1]))
+    clock.now_ms += 50
+    storage.sync()
+    fs.crash()
+    assert DiskStorage("/data/p", clock=clock, config=config, fs=fs).load().log_end_offset == 1
+
+
+def run_same_script(storage: DiskStorage | MemoryStorage) -> list[object]:
+    """A script of LogStorage calls; what a replica would see at each step."""
+    seen: list[object] = []
+    first = build_batches([2, 3, 1, 4], epochs=[E1, E1, E2, E2])
+    storage.append(first)
+    storage.save_hard_state(HardState(E2, NodeId(1)))
+    storage.sync()
+    seen.append(storage.load())
+    seen.append(storage.read(Offset(3), end_offset=Offset(10), max_bytes=1))
+    seen.append(storage.read(Offset(0), end_offset=Offset(6), max_bytes=1 << 20))
+    storage.truncate_to(offset=Offset(5))
+    storage.append(build_batches([2, 2], base_offset=Offset(5), epochs=[E3, E3]))
+    storage.save_hwm(Offset(7))
+    storage.sync()
+    seen.append(storage.load())
+    seen.append(storage.read(Offset(0), end_offset=Offset(9), max_bytes=1 << 20))
+    return seen
+
+
+def test_disk_storage_behaves_as_memory_storage(tmp_path: object) -> None:
+    with open_disk(str(tmp_path)) as disk:
+        assert run_same_script(disk) == run_same_script(MemoryStorage())

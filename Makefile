@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SEEDS ?= 2000
+DISK_SEEDS ?= 500
 
 .PHONY: install test lint sim demo clean
 
@@ -23,6 +24,8 @@ test: lint
 sim: install
 	$(PY) -m tidelog.testing.sim --seeds $(SEEDS) --replicas 3 --jobs 2
 	$(PY) -m tidelog.testing.sim --seeds $(SEEDS) --replicas 5 --jobs 2
+	$(PY) -m tidelog.testing.sim --seeds $(DISK_SEEDS) --replicas 3 --jobs 2 --disk
+	$(PY) -m tidelog.testing.sim --seeds $(DISK_SEEDS) --replicas 5 --jobs 2 --disk
 
 # Until the broker lands, the demo replays scenario 2 on the real core and prints it.
 demo: install

@@ -8,12 +8,22 @@ from tidelog.testing import sim
 
 SEEDS_3 = 150
 SEEDS_5 = 60
+DISK_SEEDS_3 = 50
+DISK_SEEDS_5 = 20
 
 
-@pytest.mark.parametrize(("replicas", "seeds"), [(3, SEEDS_3), (5, SEEDS_5)])
-def test_simulator_finds_no_violation(replicas: int, seeds: int) -> None:
+@pytest.mark.parametrize(
+    ("replicas", "seeds", "disk"),
+    [(3, SEEDS_3, False), (5, SEEDS_5, False), (3, DISK_SEEDS_3, True), (5, DISK_SEEDS_5, True)],
+    ids=["memory-3", "memory-5", "disk-3", "disk-5"],
+)
+def test_simulator_finds_no_violation(replicas: int, seeds: int, disk: bool) -> None:
+    """With `disk`, every log is the real disk log on a file system that loses unsynced
+    bytes and tears writes in crashes."""
     failures = {
-        seed: found for seed in range(1, seeds + 1) if (found := sim.run_seed(seed, replicas, 400))
+        seed: found
+        for seed in range(1, seeds + 1)
+        if (found := sim.run_seed(seed, replicas, 400, disk))
     }
     assert failures == {}
 
@@ -34,7 +44,7 @@ def test_the_command_line_ends_with_the_summary(capsys: pytest.CaptureFixture[st
 def test_a_violation_prints_the_command_that_reproduces_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sim, "run_seed", lambda seed, replicas, ticks: ["made up"])
+    monkeypatch.setattr(sim, "run_seed", lambda seed, replicas, ticks, disk: ["made up"])
     assert sim.main(["--seeds", "1", "--first-seed", "9", "--jobs", "1"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (

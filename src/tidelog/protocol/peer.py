@@ -49,7 +49,7 @@ from tidelog.protocol.framing import (
     NeedData,
     ProtocolError,
 )
-from tidelog.types import NodeId
+from tidelog.types import Epoch, NodeId
 
 PEER_PROTOCOL_VERSION: Final = 1
 PEER_FRAME_SIZE_MAX: Final = 128 * 1024 * 1024  # two of the largest record batches
@@ -57,12 +57,24 @@ PEER_FRAME_ITEMS_MAX: Final = 65_535
 TOPIC_NAME_SIZE_MAX: Final = 249  # Kafka's limit
 CLUSTER_ID_SIZE_MAX: Final = 255
 
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaderNotice:
+    """`sender` leads the partition in `epoch`: told to nodes that do not host it, so that
+    every broker can answer Metadata requests for every partition."""
+
+    sender: NodeId
+    recipient: NodeId
+    epoch: Epoch
+
+
 # Tags are the wire identity of a message type: append new types, never renumber.
 MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     1: AppendRequest,
     2: AppendResponse,
     3: VoteRequest,
     4: VoteResponse,
+    5: LeaderNotice,
 }
 
 _KIND_HANDSHAKE: Final = 1
@@ -182,9 +194,12 @@ class PeerEncoder:
 
     def encode_handshake(self) -> bytes:
         """The first frame to send on a new stream."""
-        payload = _HANDSHAKE.pack(
-            _KIND_HANDSHAKE, PEER_PROTOCOL_VERSION, SCHEMA_FINGERPRINT, self.node_id
-        ) + self._cluster_id_field
+        payload = (
+            _HANDSHAKE.pack(
+                _KIND_HANDSHAKE, PEER_PROTOCOL_VERSION, SCHEMA_FINGERPRINT, self.node_id
+            )
+            + self._cluster_id_field
+        )
         return FRAME_SIZE.pack(len(payload)) + payload
 
     def encode_frame(self, items: Sequence[PeerItem]) -> bytes:
@@ -331,9 +346,7 @@ def _decode_messages(payload: memoryview, sender: NodeId) -> list[PeerItem]:
     return items
 
 
-def _read_batches(
-    payload: memoryview, position: int, count: int
-) -> tuple[tuple[bytes, ...], int]:
+def _read_batches(payload: memoryview, position: int, count: int) -> tuple[tuple[bytes, ...], int]:
     batches: list[bytes] = []
     unpack_size = _U32.unpack_from
     end_of_frame = len(payload)

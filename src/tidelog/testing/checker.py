@@ -97,9 +97,8 @@ class Checker:
             if known is None and position == self.committed_end:
                 self.history[position] = entry
                 self.committed_end = entry.next_offset
-                if entry.identity in self.committed_identities:
-                    self.fail(f"batch committed twice, again at offset {position} (duplicate)")
-                self.committed_identities.add(entry.identity)
+                if not header.is_control:  # every leader's control batch looks alike
+                    self.check_unique(position, entry.identity)
             elif known is None:
                 self.fail(f"node {node}: committed batch at {position} leaves a gap")
                 return
@@ -111,6 +110,11 @@ class Checker:
                 return
             position = header.next_offset
         self.checked[node] = position
+
+    def check_unique(self, position: int, identity: bytes) -> None:
+        if identity in self.committed_identities:
+            self.fail(f"batch committed twice, again at offset {position} (duplicate)")
+        self.committed_identities.add(identity)
 
     # ------------------------------------------------------------ clients -----------
     def on_acked(self, base_offset: int, batch: bytes) -> None:

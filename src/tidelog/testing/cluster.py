@@ -23,6 +23,7 @@ from typing import Protocol
 from tidelog.core.messages import Message, ProduceResult, Ready
 from tidelog.core.replica import Replica, ReplicaConfig
 from tidelog.core.storage import LogStorage, MemoryStorage
+from tidelog.node.driver import write_ready
 from tidelog.types import NodeId
 
 Input = Callable[[Replica], None]
@@ -150,7 +151,7 @@ class Cluster:
             if replica is None or sim_node.persisting is not None or not replica.has_ready():
                 return
             ready = replica.ready()
-            self.write(sim_node, ready)
+            write_ready(sim_node.storage, ready)
             self.send(ready.messages)
             self.complete(node, ready.completions)
             sim_node.persisting = ready
@@ -161,18 +162,6 @@ class Cluster:
                 self.persist_due[node] = self.now + self.rng.randint(low, high)
                 return
             self.settle(sim_node)
-
-    @staticmethod
-    def write(sim_node: SimNode, ready: Ready) -> None:
-        storage = sim_node.storage
-        if ready.hard_state is not None:
-            storage.save_hard_state(ready.hard_state)
-        if ready.truncate_to is not None:
-            storage.truncate_to(offset=ready.truncate_to)
-        if ready.batches:
-            storage.append(list(ready.batches))
-        if ready.hwm is not None:
-            storage.save_hwm(ready.hwm)
 
     def settle(self, sim_node: SimNode) -> None:
         """Sync, send the acks, advance, then step what waited in the backlog."""

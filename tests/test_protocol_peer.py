@@ -23,6 +23,7 @@ from tidelog.protocol.peer import (
     MESSAGE_TAGS,
     PEER_FRAME_SIZE_MAX,
     SCHEMA_FINGERPRINT,
+    BrokerNotice,
     FrameTooLarge,
     Handshake,
     LeaderNotice,
@@ -114,7 +115,8 @@ def test_every_message_type_round_trips(message: Message) -> None:
 
 
 def test_every_message_type_has_a_tag() -> None:
-    assert set(typing.get_args(Message)) | {LeaderNotice} == set(MESSAGE_TAGS.values())
+    notices = {LeaderNotice, BrokerNotice}
+    assert set(typing.get_args(Message)) | notices == set(MESSAGE_TAGS.values())
 
 
 def test_mixed_frame_keeps_order_and_partition_keys() -> None:

@@ -17,11 +17,13 @@ from typing import Final
 from tidelog.errors import (
     CorruptBatch,
     FencedEpoch,
+    InvalidProducerEpoch,
     LogDiverged,
     NotEnoughReplicas,
     NotLeader,
     OffsetNotAvailable,
     OffsetOutOfRange,
+    OutOfOrderSequence,
     RequestTimedOut,
     StorageError,
     TidelogError,
@@ -119,6 +121,8 @@ _CODE_OF_ERROR: Final[dict[type[TidelogError], ErrorCode]] = {
     LogDiverged: ErrorCode.OFFSET_OUT_OF_RANGE,
     CorruptBatch: ErrorCode.CORRUPT_MESSAGE,
     StorageError: ErrorCode.KAFKA_STORAGE_ERROR,
+    OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
 }
 
 

@@ -68,6 +68,16 @@ class LeaderNotice:
     epoch: Epoch
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerNotice:
+    """`sender` serves Kafka clients on `kafka_port` (of its peer host), for Metadata."""
+
+    sender: NodeId
+    recipient: NodeId
+    epoch: Epoch
+    kafka_port: int
+
+
 # Tags are the wire identity of a message type: append new types, never renumber.
 MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     1: AppendRequest,
@@ -75,6 +85,7 @@ MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     3: VoteRequest,
     4: VoteResponse,
     5: LeaderNotice,
+    6: BrokerNotice,
 }
 
 _KIND_HANDSHAKE: Final = 1

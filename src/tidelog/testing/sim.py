@@ -19,8 +19,6 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from kafka.record.default_records import DefaultRecordBatchBuilder
-
 from tidelog.core.messages import ProduceResult
 from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE, Replica, ReplicaConfig, Role
 from tidelog.errors import LogDiverged, OffsetOutOfRange
@@ -29,6 +27,7 @@ from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster, StorageFactory, memory_storage
 from tidelog.testing.disk import disk_storage
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
+from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
 MICROS_PER_TICK = 10
 IDEMPOTENT_PRODUCER_ID = 1000
@@ -42,25 +41,10 @@ def build_batch(
     *,
     records: int = 1,
     timestamp_ms: int = 0,
-    producer: tuple[int, int, int] = (-1, -1, -1),
+    producer: tuple[int, int, int] = NO_PRODUCER,
 ) -> bytes:
-    """A producer's record batch (offsets and epoch are the leader's to stamp).
-
-    `producer` is (producer id, producer epoch, base sequence) for an idempotent producer.
-    """
-    producer_id, producer_epoch, base_sequence = producer
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        batch_size=1 << 20,
-    )
-    for index in range(records):
-        builder.append(index, timestamp=timestamp_ms, key=None, value=value, headers=[])
-    return bytes(builder.build())
+    """A producer's batch of `records` copies of `value` (the leader stamps offsets)."""
+    return producer_batch([value] * records, timestamp_ms=timestamp_ms, producer=producer)
 
 
 @dataclass

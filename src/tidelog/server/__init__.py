@@ -1,0 +1,1 @@
+"""The asyncio broker: sockets, timers, request routing, and its configuration."""

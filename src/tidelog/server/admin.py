@@ -1,0 +1,75 @@
+"""The admin endpoint: `GET /status` (JSON) for tools and tests, over plain HTTP/1.0.
+
+`/status` is this node's view: whether it is ready (the metadata log has a leader), who
+that is, and each partition it hosts with its role, epoch, leader, HWM, log start and log
+end offsets, replicas and in-sync replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from tidelog.server.broker import Broker
+from tidelog.server.handlers import in_sync_nodes
+from tidelog.server.metadata import METADATA_TOPIC
+
+Address = tuple[str, int]
+REQUEST_BYTES_MAX = 8192
+REQUEST_TIMEOUT_S = 5.0
+
+
+def status(broker: Broker) -> dict[str, Any]:
+    partitions = []
+    for key, runner in sorted(broker.runners.items()):
+        if key.topic == METADATA_TOPIC:
+            continue
+        replica = runner.replica
+        replicas = tuple(int(n) for n in replica.config.replicas)
+        partitions.append(
+            {
+                "topic": key.topic,
+                "partition": key.partition,
+                "replicas": list(replicas),
+                "role": replica.role.value,
+                "leader": replica.leader_id,
+                "epoch": int(replica.epoch),
+                "hwm": int(replica.hwm),
+                "log_start_offset": int(replica.log.log_start_offset),
+                "log_end_offset": int(replica.log.log_end_offset),
+                "isr": in_sync_nodes(broker, key, replicas),
+            }
+        )
+    controller = broker.controller_id()
+    return {
+        "node_id": int(broker.node_id),
+        "ready": controller >= 0,
+        "metadata_leader": controller if controller >= 0 else None,
+        "partitions": partitions,
+    }
+
+
+async def serve_admin(broker: Broker, listen: Address) -> asyncio.Server:
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            writer.close()
+            return
+        line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+        if len(line) >= 2 and line[0] == "GET" and line[1] == "/status":
+            code, body = "200 OK", json.dumps(status(broker)).encode()
+        else:
+            code, body = "404 Not Found", b'{"error": "not found"}'
+        writer.write(
+            f"HTTP/1.0 {code}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        try:
+            await writer.drain()
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(on_connection, *listen, limit=REQUEST_BYTES_MAX)

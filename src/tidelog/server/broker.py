@@ -1,0 +1,275 @@
+"""One tidelog node: its partitions, the metadata log, the peer transport and the listeners.
+
+Rules of this file:
+- Every partition this node hosts is a `PartitionRunner`; so is the metadata partition,
+  which every node hosts. Topics exist on a node once their creation is committed in the
+  metadata log and applied here, in offset order.
+- Only the real clock lives here: a ticker turns wall time into the core's ticks.
+- Leaders tell the nodes that do not host their partition who leads (LeaderNotice), and
+  every node tells the others its Kafka port (BrokerNotice), so any node can answer a
+  Metadata request for any partition.
+- SIGTERM stops the node cleanly: listeners close, each partition finishes its round and
+  closes its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import shutil
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from tidelog.core.messages import Message
+from tidelog.core.replica import Replica, ReplicaConfig, Role
+from tidelog.protocol.peer import BrokerNotice, LeaderNotice, PartitionKey
+from tidelog.records import read_header
+from tidelog.server.config import BrokerConfig
+from tidelog.server.metadata import METADATA_TOPIC, Change, MetadataImage, TopicInfo
+from tidelog.server.partition import PartitionRunner
+from tidelog.types import Epoch, NodeId, Offset
+from tidelog.wal import DiskStorage, WalConfig
+
+log = logging.getLogger("tidelog.broker")
+
+NOTICE_EVERY_TICKS = 5
+SYNC_THREADS = 4
+APPLY_CHUNK_BYTES = 1 << 20
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def decode_values(batch: bytes) -> list[tuple[int, bytes]]:
+    """(offset, value) of each record of a data batch (the metadata log's commands)."""
+    from kafka.record.default_records import DefaultRecordBatch  # noqa: PLC0415
+
+    return [(record.offset, bytes(record.value or b"")) for record in DefaultRecordBatch(batch)]
+
+
+class Broker:
+    """The state of one node, shared by the Kafka handlers and the admin endpoint."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        from tidelog.server.peers import PeerTransport  # noqa: PLC0415
+
+        self.config = config
+        self.node_id = NodeId(config.node_id)
+        self.all_nodes = tuple(sorted(NodeId(node) for node in config.peers))
+        self.executor = ThreadPoolExecutor(max_workers=SYNC_THREADS, thread_name_prefix="fsync")
+        self.transport = PeerTransport(
+            self.node_id, config.cluster_id, config.peers, self.on_peer_items
+        )
+        self.runners: dict[PartitionKey, PartitionRunner] = {}
+        self.image = MetadataImage()
+        self.leader_hints: dict[PartitionKey, tuple[int, NodeId]] = {}
+        self.kafka_ports: dict[NodeId, int] = {self.node_id: config.listen[1]}
+        self.metadata_key = PartitionKey(METADATA_TOPIC, 0)
+        self.rng = random.Random()
+        self.ticks = 0
+        self.stopping = asyncio.Event()
+        self.exit_code = 0
+        self.metadata = self.open_partition(self.metadata_key, self.all_nodes, None)
+
+    # ---------------------------------------------------------------- partitions -------
+    def partition_dir(self, key: PartitionKey) -> Path:
+        return self.config.data_dir / f"{key.topic}-{key.partition}"
+
+    def open_partition(
+        self, key: PartitionKey, replicas: tuple[NodeId, ...], min_insync: int | None
+    ) -> PartitionRunner:
+        wal_config = WalConfig(flush_interval_ms=None if self.config.fsync else 1000)
+        storage = DiskStorage(str(self.partition_dir(key)), clock=now_ms, config=wal_config)
+        replica_config = ReplicaConfig(
+            self.node_id,
+            replicas,
+            election_ticks=self.config.election_ticks,
+            heartbeat_ticks=self.config.heartbeat_ticks,
+            min_insync_replicas=min_insync,
+        )
+        replica = Replica(replica_config, storage, self.rng)
+        on_round = self.apply_metadata if key == self.metadata_key else None
+        runner = PartitionRunner(
+            key,
+            replica,
+            storage,
+            send=self.transport.send,
+            executor=self.executor,
+            fatal=self.fatal,
+            on_round=on_round,
+        )
+        self.runners[key] = runner
+        return runner
+
+    def runner(self, topic: str, partition: int) -> PartitionRunner | None:
+        return self.runners.get(PartitionKey(topic, partition))
+
+    def fatal(self, error: BaseException) -> None:
+        log.critical("stopping: a partition's log failed: %r", error)
+        self.exit_code = 1
+        self.stopping.set()
+
+    # ---------------------------------------------------------------- metadata ---------
+    def apply_metadata(self, runner: PartitionRunner) -> None:
+        """Apply every committed metadata command not applied yet, in offset order."""
+        replica = runner.replica
+        end = Offset(min(replica.hwm, replica.log.log_end_offset))
+        while self.image.applied_offset < end:
+            start = Offset(self.image.applied_offset)
+            batches = replica.log.read(start, end_offset=end, max_bytes=APPLY_CHUNK_BYTES)
+            if not batches:
+                return
+            for batch in batches:
+                header = read_header(batch)
+                if not header.is_control:
+                    for offset, value in decode_values(batch):
+                        if offset >= self.image.applied_offset:
+                            self.on_change(self.image.apply(offset, value))
+                self.image.applied_offset = header.next_offset
+
+    def on_change(self, change: Change) -> None:
+        for topic in change.created:
+            self.create_replicas(topic)
+        for topic in change.deleted:
+            asyncio.get_running_loop().create_task(self.delete_replicas(topic))
+
+    def create_replicas(self, topic: TopicInfo) -> None:
+        for partition, nodes in enumerate(topic.replicas):
+            replicas = tuple(NodeId(node) for node in nodes)
+            key = PartitionKey(topic.name, partition)
+            if self.node_id not in replicas or key in self.runners:
+                continue
+            runner = self.open_partition(key, replicas, topic.min_insync())
+            log.info("hosting %s-%d (replicas %s)", topic.name, partition, list(nodes))
+            if replicas[0] == self.node_id and runner.replica.epoch == 0:
+                runner.submit(Replica.campaign)  # the preferred leader starts at once
+
+    async def delete_replicas(self, topic: TopicInfo) -> None:
+        for partition in range(topic.partitions):
+            key = PartitionKey(topic.name, partition)
+            runner = self.runners.pop(key, None)
+            self.leader_hints.pop(key, None)
+            if runner is not None:
+                await runner.stop()
+                shutil.rmtree(self.partition_dir(key), ignore_errors=True)
+                log.info("deleted %s-%d", topic.name, partition)
+
+    def controller_id(self) -> int:
+        leader = self.metadata.replica.leader_id
+        return -1 if leader is None else int(leader)
+
+    def leader_of(self, key: PartitionKey) -> tuple[int, int]:
+        """(leader id or -1, leader epoch or -1) as this node knows it."""
+        runner = self.runners.get(key)
+        if runner is not None:
+            replica = runner.replica
+            if replica.leader_id is None:
+                return -1, -1
+            return int(replica.leader_id), int(replica.epoch)
+        hint = self.leader_hints.get(key)
+        return (int(hint[1]), hint[0]) if hint is not None else (-1, -1)
+
+    # ---------------------------------------------------------------- peers ------------
+    def on_peer_items(self, peer: NodeId, items: list[tuple[PartitionKey, Any]]) -> None:
+        for key, msg in items:
+            if isinstance(msg, BrokerNotice):
+                self.kafka_ports[peer] = msg.kafka_port
+            elif isinstance(msg, LeaderNotice):
+                known = self.leader_hints.get(key)
+                if known is None or msg.epoch >= known[0]:
+                    self.leader_hints[key] = (int(msg.epoch), msg.sender)
+            else:
+                runner = self.runners.get(key)
+                if runner is not None:
+                    runner.submit(partial(step_message, msg))
+
+    def send_notices(self) -> None:
+        port = self.config.listen[1]
+        notices = [
+            BrokerNotice(self.node_id, peer, Epoch(0), port)
+            for peer in self.all_nodes
+            if peer != self.node_id
+        ]
+        self.transport.send(self.metadata_key, notices)
+        for key, runner in self.runners.items():
+            replica = runner.replica
+            if replica.role is not Role.LEADER:
+                continue
+            others = [n for n in self.all_nodes if n not in replica.config.replicas]
+            self.transport.send(key, [LeaderNotice(self.node_id, n, replica.epoch) for n in others])
+
+    # ---------------------------------------------------------------- time -------------
+    async def tick_forever(self) -> None:
+        interval = self.config.tick_ms / 1000
+        next_at = time.monotonic()
+        while not self.stopping.is_set():
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            self.ticks += 1
+            stamp = now_ms()
+            for runner in list(self.runners.values()):
+                runner.submit(partial(tick_replica, stamp))
+            if self.ticks % NOTICE_EVERY_TICKS == 0:
+                self.send_notices()
+
+    # ---------------------------------------------------------------- lifecycle --------
+    async def serve(self) -> int:
+        from tidelog.server.admin import serve_admin  # noqa: PLC0415
+        from tidelog.server.kafka_server import serve_kafka  # noqa: PLC0415
+
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stopping.set)
+        await self.transport.start(self.config.peer_listen)
+        kafka = await serve_kafka(self, self.config.listen)
+        admin = (
+            await serve_admin(self, self.config.admin_listen) if self.config.admin_listen else None
+        )
+        self.apply_metadata(self.metadata)
+        ticker = loop.create_task(self.tick_forever())
+        log.info(
+            "node %d serving Kafka on %s:%d, peers on %s:%d",
+            self.node_id,
+            *self.config.listen,
+            *self.config.peer_listen,
+        )
+        await self.stopping.wait()
+        log.info("node %d stopping", self.node_id)
+        ticker.cancel()
+        for server in (kafka, admin):
+            if server is not None:
+                server.close()
+        await self.transport.close()
+        for runner in list(self.runners.values()):
+            await runner.stop()
+        self.executor.shutdown(wait=True)
+        return self.exit_code
+
+
+def step_message(msg: Message, replica: Replica) -> None:
+    replica.step(msg)
+
+
+def tick_replica(stamp: int, replica: Replica) -> None:
+    replica.tick(now_ms=stamp)
+
+
+def run(config: BrokerConfig) -> int:
+    """Run one node in the foreground until SIGTERM; returns the exit code."""
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=config.log_level.upper(),
+        format=f"%(asctime)s node-{config.node_id} %(levelname)s %(name)s: %(message)s",
+    )
+    import uvloop  # noqa: PLC0415
+
+    code: int = uvloop.run(Broker(config).serve())
+    return code

@@ -1,0 +1,292 @@
+"""The broker's configuration: what one node needs to know before it opens a socket.
+
+Rules of this file:
+- `BrokerConfig` is immutable and valid by construction: `__post_init__` checks every
+  value and every relation between values, and raises `ConfigError` with a message that
+  names the flag (`--peers: node 4 is not listed`). A broker never starts half-configured.
+- `load_config` merges two sources: a TOML file (keys are the flag names with underscores,
+  `peer_listen = "127.0.0.1:9201"`) and command-line flags. A flag overrides the file. A
+  value from the file is named after its key and file in messages (`listen in c.toml: ...`).
+- Addresses are `HOST:PORT` (`[::1]:9092` for IPv6); the peer list is
+  `1@host:port,2@host:port` or, in TOML only, a table `[peers]` of `"1" = "host:port"`.
+- No IO here beyond reading the config file, and no defaults that depend on the machine.
+
+Durability: `fsync = true` (the default) fsyncs before a write is acknowledged, so an
+acknowledged `acks=all` write survives a power loss of a minority. `fsync = false` is the
+documented weaker mode: data reaches the OS at once and the disk every `flush_interval_ms`
+(or whenever the OS decides, when unset), so a simultaneous power loss of a majority can
+lose acknowledged writes. Process crashes lose nothing in either mode.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TypeVar
+
+from tidelog.errors import TidelogError
+
+PORT_MIN = 1
+PORT_MAX = 65535
+NODE_ID_MAX = 2**31 - 1
+TICK_MS_MAX = 10_000
+ELECTION_TICKS_MAX = 10_000
+PARTITIONS_MAX = 10_000
+FLUSH_INTERVAL_MS_MAX = 3_600_000
+CLUSTER_ID_LENGTH_MAX = 64
+REPLICATION_FACTOR_MAX = 3
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# A replication factor of 0 asks `BrokerConfig` to derive it: min(3, number of nodes).
+DERIVE_REPLICATION_FACTOR = 0
+
+_CLUSTER_ID = re.compile(r"[A-Za-z0-9._-]+")
+
+Address = tuple[str, int]
+T = TypeVar("T")
+
+
+class ConfigError(TidelogError):
+    """A configuration value is missing, malformed, or contradicts another one."""
+
+
+def flag(key: str) -> str:
+    """The command-line spelling of a config key: `peer_listen` -> `--peer-listen`."""
+    return "--" + key.replace("_", "-")
+
+
+def format_address(address: Address) -> str:
+    """`host:port`, with brackets around an IPv6 host."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_address(text: str, *, name: str) -> Address:
+    """`HOST:PORT` (or `[V6HOST]:PORT`) as a (host, port) pair; ConfigError names `name`."""
+    text = text.strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{name}: {text!r} is not HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or any(char in host for char in " /[]@,"):
+        raise ConfigError(f"{name}: {text!r} has no valid host")
+    if not port_text.isdigit():
+        raise ConfigError(f"{name}: port {port_text!r} is not a number")
+    port = int(port_text)
+    if not PORT_MIN <= port <= PORT_MAX:
+        raise ConfigError(f"{name}: port {port} is out of range ({PORT_MIN}-{PORT_MAX})")
+    return host, port
+
+
+def parse_node_id(text: str, *, name: str) -> int:
+    """A node id: a non-negative integer."""
+    if not text.strip().isdigit():
+        raise ConfigError(f"{name}: node id {text.strip()!r} is not a non-negative integer")
+    return int(text)
+
+
+def parse_peers(text: str, *, name: str) -> dict[int, Address]:
+    """`1@host:port,2@host:port` as {1: (host, port), 2: ...}; each id once."""
+    peers: dict[int, Address] = {}
+    for item in text.split(","):
+        node_text, sep, address_text = item.strip().partition("@")
+        if not sep:
+            raise ConfigError(f"{name}: {item.strip()!r} is not ID@HOST:PORT")
+        node_id = parse_node_id(node_text, name=name)
+        if node_id in peers:
+            raise ConfigError(f"{name}: node {node_id} is listed twice")
+        peers[node_id] = parse_address(address_text, name=name)
+    return peers
+
+
+def format_peers(peers: dict[int, Address]) -> str:
+    """The inverse of `parse_peers`."""
+    return ",".join(f"{node}@{format_address(peers[node])}" for node in sorted(peers))
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything one broker needs; checked on construction (see the module rules).
+
+    `peers` maps every node id of the cluster, this one included, to its peer-listen
+    address. `listen` is where Kafka clients connect, `admin_listen` the HTTP status
+    endpoint (`GET /status`), or None for none.
+    """
+
+    node_id: int
+    data_dir: Path
+    listen: Address
+    peer_listen: Address
+    peers: dict[int, Address]
+    admin_listen: Address | None = None
+    cluster_id: str = "tidelog"
+    tick_ms: int = 50
+    election_ticks: int = 10
+    heartbeat_ticks: int = 2
+    default_partitions: int = 1
+    default_replication_factor: int = DERIVE_REPLICATION_FACTOR
+    fsync: bool = True
+    flush_interval_ms: int | None = None
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        if self.default_replication_factor == DERIVE_REPLICATION_FACTOR:
+            derived = min(REPLICATION_FACTOR_MAX, len(self.peers))
+            object.__setattr__(self, "default_replication_factor", derived)
+        check_values(self)
+        check_relations(self)
+
+
+def check_range(key: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise ConfigError(f"{flag(key)}: {value} is out of range ({low}-{high})")
+
+
+def check_values(config: BrokerConfig) -> None:
+    """Each value on its own (types are checked while loading)."""
+    check_range("node_id", config.node_id, 0, NODE_ID_MAX)
+    if not config.peers:
+        raise ConfigError("--peers: no nodes listed")
+    if config.data_dir.exists() and not config.data_dir.is_dir():
+        raise ConfigError(f"--data-dir: {config.data_dir} exists and is not a directory")
+    if (
+        not _CLUSTER_ID.fullmatch(config.cluster_id)
+        or len(config.cluster_id) > CLUSTER_ID_LENGTH_MAX
+    ):
+        raise ConfigError(
+            f"--cluster-id: {config.cluster_id!r} must be 1-{CLUSTER_ID_LENGTH_MAX} "
+            "letters, digits, '.', '_' or '-'"
+        )
+    check_range("tick_ms", config.tick_ms, 1, TICK_MS_MAX)
+    check_range("election_ticks", config.election_ticks, 2, ELECTION_TICKS_MAX)
+    check_range("heartbeat_ticks", config.heartbeat_ticks, 1, ELECTION_TICKS_MAX)
+    check_range("default_partitions", config.default_partitions, 1, PARTITIONS_MAX)
+    if config.flush_interval_ms is not None:
+        check_range("flush_interval_ms", config.flush_interval_ms, 1, FLUSH_INTERVAL_MS_MAX)
+    if config.log_level not in LOG_LEVELS:
+        raise ConfigError(f"--log-level: {config.log_level!r} is not one of {LOG_LEVELS}")
+
+
+def not_listed(node_id: object, peers: dict[int, Address]) -> ConfigError:
+    known = ", ".join(str(node) for node in sorted(peers))
+    return ConfigError(f"--peers: node {node_id} is not listed (nodes: {known})")
+
+
+def check_relations(config: BrokerConfig) -> None:
+    """The values against each other: this node in the peer list, distinct sockets."""
+    if config.node_id not in config.peers:
+        raise not_listed(config.node_id, config.peers)
+    entry = config.peers[config.node_id]
+    if config.peer_listen != entry:
+        raise ConfigError(
+            f"--node-id {config.node_id} but --peer-listen {format_address(config.peer_listen)}"
+            f" differs from its --peers entry {format_address(entry)}"
+        )
+    owners: dict[Address, int] = {}
+    for node, address in sorted(config.peers.items()):
+        if address in owners:
+            raise ConfigError(
+                f"--peers: nodes {owners[address]} and {node} share {format_address(address)}"
+            )
+        owners[address] = node
+    sockets = {"listen": config.listen, "peer_listen": config.peer_listen}
+    if config.admin_listen is not None:
+        sockets["admin_listen"] = config.admin_listen
+    seen: dict[Address, str] = {}
+    for key, address in sockets.items():
+        if address in seen:
+            raise ConfigError(
+                f"{flag(key)} {format_address(address)} is also {flag(seen[address])}"
+            )
+        seen[address] = key
+    if config.heartbeat_ticks >= config.election_ticks:
+        raise ConfigError(
+            f"--heartbeat-ticks {config.heartbeat_ticks} must be less than "
+            f"--election-ticks {config.election_ticks}"
+        )
+    check_range(
+        "default_replication_factor", config.default_replication_factor, 1, len(config.peers)
+    )
+    if config.fsync and config.flush_interval_ms is not None:
+        raise ConfigError("--flush-interval-ms applies only with fsync = false")
+
+
+CONFIG_KEYS = tuple(field.name for field in fields(BrokerConfig))
+REQUIRED_KEYS = ("node_id", "data_dir", "listen", "peers")
+
+
+def load_config(cli_values: dict[str, object], config_file: Path | None) -> BrokerConfig:
+    """The broker's configuration from flags (`cli_values`) over a TOML file.
+
+    `cli_values` maps config keys (underscores) to flag values; None means "not given".
+    `--peer-listen` defaults to this node's `--peers` entry. Raises ConfigError.
+    """
+    unknown = sorted(set(cli_values) - set(CONFIG_KEYS))
+    assert not unknown, f"not config keys: {unknown}"
+    raw: dict[str, tuple[object, str]] = {}
+    if config_file is not None:
+        for key, value in read_config_file(config_file).items():
+            raw[key] = (value, f"{key} in {config_file}")
+    for key, value in cli_values.items():
+        if value is not None:
+            raw[key] = (value, flag(key))
+    for key in REQUIRED_KEYS:
+        if key not in raw:
+            raise ConfigError(f"{flag(key)} is required (a flag, or `{key}` in --config)")
+    values = {key: convert(key, value, name=name) for key, (value, name) in raw.items()}
+    peers = values["peers"]
+    assert isinstance(peers, dict)
+    if "peer_listen" not in values and values["node_id"] in peers:
+        values["peer_listen"] = peers[values["node_id"]]
+    if "peer_listen" not in values:
+        raise not_listed(values["node_id"], peers)
+    return BrokerConfig(**values)  # type: ignore[arg-type]
+
+
+def read_config_file(path: Path) -> dict[str, object]:
+    """The keys of a TOML config file; unknown keys are an error (typos must not pass)."""
+    try:
+        with path.open("rb") as file:
+            table = tomllib.load(file)
+    except FileNotFoundError:
+        raise ConfigError(f"--config: {path}: no such file") from None
+    except OSError as error:
+        raise ConfigError(f"--config: {path}: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"--config: {path} is not valid TOML: {error}") from None
+    for key in table:
+        if key not in CONFIG_KEYS:
+            raise ConfigError(f"unknown key {key!r} in {path}")
+    return table
+
+
+def convert(key: str, value: object, *, name: str) -> object:
+    """One raw value (a flag's string or int, a TOML value) as the field's type."""
+    if key in ("listen", "peer_listen", "admin_listen"):
+        return parse_address(expect(str, value, name=name), name=name)
+    if key == "peers":
+        if isinstance(value, dict):
+            return {
+                parse_node_id(str(node), name=name): parse_address(
+                    expect(str, address, name=name), name=name
+                )
+                for node, address in value.items()
+            }
+        return parse_peers(expect(str, value, name=name), name=name)
+    if key == "data_dir":
+        return Path(expect(str, value, name=name))
+    if key in ("cluster_id", "log_level"):
+        text = expect(str, value, name=name)
+        return text.lower() if key == "log_level" else text
+    if key == "fsync":
+        return expect(bool, value, name=name)
+    return expect(int, value, name=name)
+
+
+def expect(kind: type[T], value: object, *, name: str) -> T:
+    """`value` if it is a `kind` (a bool is not an int here), else ConfigError."""
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{name}: expected {kind.__name__}, got {type(value).__name__} {value!r}")

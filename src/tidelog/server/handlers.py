@@ -1,0 +1,439 @@
+"""The Kafka APIs tidelog answers, each a coroutine from a decoded request to a response.
+
+Rules of this file:
+- Reads go only to a leader (or, for Fetch v11+ with a rack id, to a follower) and return
+  only committed batches: what `Replica.fetch` returns.
+- Produce is answered once the core completes it: acks=all when the HWM passes the batch,
+  acks=1 when the leader's copy is durable. acks=0 gets no response at all.
+- Topic changes go through the metadata log and are answered once applied on this node;
+  only the metadata leader (the "controller") takes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tidelog.core.replica import ACKS_ALL, Role
+from tidelog.errors import CorruptBatch, NotLeader, RequestTimedOut, TidelogError
+from tidelog.protocol.kafka import ApiKey, KafkaRequest, api_versions_response, join_batches
+from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
+from tidelog.protocol.peer import PartitionKey
+from tidelog.records import iter_batches
+from tidelog.server.broker import Broker
+from tidelog.server.metadata import (
+    METADATA_TOPIC,
+    MetadataError,
+    encode_command,
+    place_replicas,
+    validate_topic,
+)
+from tidelog.types import Epoch, Offset
+from tidelog.wal.batches import producer_batch
+
+Handler = Callable[[Broker, KafkaRequest], Awaitable[Any]]
+FETCH_WAIT_MS_MAX = 30_000
+PRODUCE_TIMEOUT_MS_MAX = 120_000
+METADATA_APPLY_WAIT_S = 10.0
+_producer_ids = itertools.count(1)
+
+
+async def handle(broker: Broker, request: KafkaRequest) -> Any:
+    if request.api_key == ApiKey.API_VERSIONS:
+        return api_versions_response(request.api_version)
+    handler = HANDLERS.get(request.api_key)
+    assert handler is not None, "the codec only decodes supported APIs"
+    return await handler(broker, request)
+
+
+def response(request: KafkaRequest, **fields: Any) -> Any:
+    return request.response_class(version=request.response_version, **fields)
+
+
+def body_of(request: KafkaRequest) -> Any:
+    """The decoded request body (only an unsupported ApiVersions request has none)."""
+    assert request.body is not None
+    return request.body
+
+
+# ---------------------------------------------------------------------- Metadata -------
+async def metadata(broker: Broker, request: KafkaRequest) -> Any:
+    cls = request.response_class
+    brokers = [
+        cls.MetadataResponseBroker(
+            node_id=int(node), host=host_of(broker, node), port=port, rack=None
+        )
+        for node, port in sorted(broker.kafka_ports.items())
+    ]
+    asked = body_of(request).topics
+    names = sorted(broker.image.topics) if asked is None else [t.name for t in asked]
+    topics = [topic_metadata(broker, cls, name) for name in names if name != METADATA_TOPIC]
+    return response(
+        request,
+        throttle_time_ms=0,
+        brokers=brokers,
+        cluster_id=broker.config.cluster_id,
+        controller_id=broker.controller_id(),
+        topics=topics,
+    )
+
+
+def host_of(broker: Broker, node: int) -> str:
+    if node == broker.node_id:
+        return broker.config.listen[0]
+    return broker.config.peers[node][0]
+
+
+def topic_metadata(broker: Broker, cls: Any, name: str) -> Any:
+    topic_cls = cls.MetadataResponseTopic
+    info = broker.image.topics.get(name)
+    if info is None:
+        return topic_cls(
+            error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            name=name,
+            is_internal=False,
+            partitions=[],
+        )
+    partitions = []
+    for index, replicas in enumerate(info.replicas):
+        leader, epoch = broker.leader_of(PartitionKey(name, index))
+        error = ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+        partitions.append(
+            topic_cls.MetadataResponsePartition(
+                error_code=int(error),
+                partition_index=index,
+                leader_id=leader,
+                leader_epoch=epoch,
+                replica_nodes=list(replicas),
+                isr_nodes=in_sync_nodes(broker, PartitionKey(name, index), replicas),
+                offline_replicas=[],
+            )
+        )
+    return topic_cls(error_code=0, name=name, is_internal=False, partitions=partitions)
+
+
+def in_sync_nodes(broker: Broker, key: PartitionKey, replicas: tuple[int, ...]) -> list[int]:
+    """The leader and the followers that acked within an election timeout."""
+    runner = broker.runners.get(key)
+    if runner is None or runner.replica.role is not Role.LEADER:
+        return list(replicas)
+    replica = runner.replica
+    recent = replica.tick_count - replica.config.election_ticks
+    return [int(broker.node_id)] + [
+        int(node)
+        for node, progress in replica.progress.items()
+        if progress.match_offset is not None and progress.last_ack_tick >= recent
+    ]
+
+
+# ---------------------------------------------------------------------- Produce --------
+async def produce(broker: Broker, request: KafkaRequest) -> Any:
+    body = body_of(request)
+    timeout_s = min(max(body.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000
+    cls = request.response_class.TopicProduceResponse
+    topics = []
+    for topic in body.topic_data:
+        waits = [
+            produce_partition(
+                broker,
+                topic.name,
+                data.index,
+                records=data.records,
+                acks=body.acks,
+                timeout_s=timeout_s,
+            )
+            for data in topic.partition_data
+        ]
+        results = await asyncio.gather(*waits)
+        partitions = [
+            cls.PartitionProduceResponse(
+                index=data.index,
+                error_code=int(code),
+                base_offset=base,
+                log_append_time_ms=-1,
+                log_start_offset=start,
+                record_errors=[],
+                error_message=None,
+            )
+            for data, (code, base, start) in zip(topic.partition_data, results, strict=True)
+        ]
+        topics.append(cls(name=topic.name, partition_responses=partitions))
+    return response(request, responses=topics, throttle_time_ms=0)
+
+
+async def produce_partition(
+    broker: Broker,
+    topic: str,
+    partition: int,
+    *,
+    records: bytes | None,
+    acks: int,
+    timeout_s: float,
+) -> tuple[ErrorCode, int, int]:
+    """(error code, base offset, log start offset) for one partition of a Produce."""
+    runner = broker.runner(topic, partition)
+    if runner is None:
+        known = topic in broker.image.topics
+        return (
+            (ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            -1,
+            -1,
+        )
+    start = int(runner.replica.log.log_start_offset)
+    if runner.replica.role is not Role.LEADER:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, start
+    try:
+        data = records or b""
+        batches = [bytes(data[p : p + h.size_bytes]) for p, h in iter_batches(data)]
+    except CorruptBatch:
+        return ErrorCode.CORRUPT_MESSAGE, -1, start
+    if not batches:
+        return ErrorCode.CORRUPT_MESSAGE, -1, start
+    futures = [runner.produce(batch, ACKS_ALL if acks == -1 else acks) for batch in batches]
+    try:
+        results = await asyncio.wait_for(asyncio.gather(*futures), timeout_s or None)
+    except TimeoutError:
+        return ErrorCode.REQUEST_TIMED_OUT, -1, start
+    except asyncio.CancelledError:
+        return error_code_for(NotLeader(None)), -1, start
+    for result in results:
+        if result.error is not None:
+            return error_code_for(result.error), -1, start
+    base = results[0].base_offset
+    return ErrorCode.NONE, -1 if base is None else int(base), start
+
+
+# ---------------------------------------------------------------------- Fetch ----------
+async def fetch(broker: Broker, request: KafkaRequest) -> Any:
+    body = body_of(request)
+    follower_reads = request.api_version >= 11 and bool(getattr(body, "rack_id", ""))
+    deadline = time.monotonic() + min(max(body.max_wait_ms, 0), FETCH_WAIT_MS_MAX) / 1000
+    while True:
+        topics, size, waits = read_all(broker, request, follower_reads)
+        remaining = deadline - time.monotonic()
+        if size >= max(body.min_bytes, 1) or remaining <= 0 or not waits:
+            break
+        await wait_any(waits, remaining)
+    return response(request, throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+
+
+def read_all(
+    broker: Broker, request: KafkaRequest, follower_reads: bool
+) -> tuple[list[Any], int, list[Awaitable[None]]]:
+    body = body_of(request)
+    cls = request.response_class.FetchableTopicResponse
+    topics, size, waits = [], 0, []
+    budget = body.max_bytes if request.api_version >= 3 else 1 << 30
+    for topic in body.topics:
+        partitions = []
+        for part in topic.partitions:
+            data, hwm_wait = read_partition(
+                broker, cls, topic.topic, part, follower_reads=follower_reads, budget=budget - size
+            )
+            size += len(data.records or b"")
+            if hwm_wait is not None:
+                waits.append(hwm_wait)
+            partitions.append(data)
+        topics.append(cls(topic=topic.topic, partitions=partitions))
+    return topics, size, waits
+
+
+def read_partition(
+    broker: Broker, cls: Any, topic: str, part: Any, *, follower_reads: bool, budget: int
+) -> tuple[Any, Awaitable[None] | None]:
+    def answer(error: ErrorCode, hwm: int = -1, start: int = -1, records: bytes = b"") -> Any:
+        return cls.PartitionData(
+            partition_index=part.partition,
+            error_code=int(error),
+            high_watermark=hwm,
+            last_stable_offset=hwm,
+            log_start_offset=start,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=records,
+        )
+
+    runner = broker.runner(topic, part.partition)
+    if runner is None:
+        known = topic in broker.image.topics
+        return answer(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        ), None
+    replica = runner.replica
+    if replica.role is not Role.LEADER and not follower_reads:
+        return answer(ErrorCode.NOT_LEADER_OR_FOLLOWER), None
+    leader_epoch = getattr(part, "current_leader_epoch", -1)
+    result = replica.fetch(
+        Offset(part.fetch_offset),
+        max_bytes=max(1, min(part.partition_max_bytes, budget)),
+        current_leader_epoch=Epoch(leader_epoch) if leader_epoch >= 0 else None,
+    )
+    if result.error is not None:
+        return answer(error_code_for(result.error)), None
+    records = join_batches(result.batches)
+    wait = None if records else runner.wait_for_hwm(result.hwm, FETCH_WAIT_MS_MAX / 1000)
+    return answer(ErrorCode.NONE, int(result.hwm), int(result.log_start_offset), records), wait
+
+
+async def wait_any(waits: list[Awaitable[None]], timeout_s: float) -> None:
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+# ---------------------------------------------------------------------- ListOffsets ----
+LATEST, EARLIEST = -1, -2
+
+
+async def list_offsets(broker: Broker, request: KafkaRequest) -> Any:
+    cls = request.response_class.ListOffsetsTopicResponse
+    topics = []
+    for topic in body_of(request).topics:
+        partitions = [
+            list_partition(broker, cls, topic.name, part.partition_index, part.timestamp)
+            for part in topic.partitions
+        ]
+        topics.append(cls(name=topic.name, partitions=partitions))
+    return response(request, throttle_time_ms=0, topics=topics)
+
+
+def list_partition(broker: Broker, cls: Any, topic: str, partition: int, timestamp: int) -> Any:
+    def answer(error: ErrorCode, offset: int = -1, found_timestamp: int = -1) -> Any:
+        return cls.ListOffsetsPartitionResponse(
+            partition_index=partition,
+            error_code=int(error),
+            old_style_offsets=[],
+            timestamp=found_timestamp,
+            offset=offset,
+            leader_epoch=epoch,
+        )
+
+    runner = broker.runner(topic, partition)
+    epoch = -1
+    if runner is None or runner.replica.role is not Role.LEADER:
+        known = topic in broker.image.topics
+        return answer(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+    replica = runner.replica
+    epoch = int(replica.epoch)
+    try:
+        latest = replica.latest_offset()
+    except TidelogError as error:
+        return answer(error_code_for(error))
+    if timestamp == LATEST:
+        return answer(ErrorCode.NONE, int(latest))
+    if timestamp == EARLIEST:
+        return answer(ErrorCode.NONE, int(replica.log.log_start_offset))
+    found = runner.storage.offset_for_timestamp(timestamp)
+    if found is None or found >= latest:
+        return answer(ErrorCode.NONE, -1)
+    return answer(ErrorCode.NONE, int(found), timestamp)
+
+
+# ---------------------------------------------------------------------- InitProducerId -
+async def init_producer_id(broker: Broker, request: KafkaRequest) -> Any:
+    """A producer id unique to this node's run: node id, start time, counter."""
+    started = int(time.time()) & 0xFFFFFFFF
+    producer_id = (int(broker.node_id) << 52) | (started << 20) | (next(_producer_ids) & 0xFFFFF)
+    return response(
+        request, throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0
+    )
+
+
+# ---------------------------------------------------------------------- topics ---------
+async def create_topics(broker: Broker, request: KafkaRequest) -> Any:
+    cls = request.response_class.CreatableTopicResult
+    results = []
+    for topic in body_of(request).topics:
+        code, message = await create_topic(
+            broker, topic, bool(getattr(request.body, "validate_only", False))
+        )
+        results.append(
+            cls(
+                name=topic.name,
+                error_code=int(code),
+                error_message=message,
+                num_partitions=topic.num_partitions,
+                replication_factor=topic.replication_factor,
+                configs=None,
+            )
+        )
+    return response(request, throttle_time_ms=0, topics=results)
+
+
+async def create_topic(
+    broker: Broker, topic: Any, validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    if broker.metadata.replica.role is not Role.LEADER:
+        return ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
+    if topic.name in broker.image.topics:
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists"
+    partitions = (
+        topic.num_partitions if topic.num_partitions > 0 else broker.config.default_partitions
+    )
+    factor = (
+        topic.replication_factor
+        if topic.replication_factor > 0
+        else broker.config.default_replication_factor
+    )
+    configs = {config.name: config.value for config in topic.configs}
+    try:
+        validate_topic(topic.name, partitions, factor, configs, len(broker.all_nodes))
+    except MetadataError as error:
+        return ErrorCode[error.code], str(error)
+    if validate_only:
+        return ErrorCode.NONE, None
+    start = broker.rng.randrange(len(broker.all_nodes))
+    replicas = place_replicas(list(broker.all_nodes), partitions, factor, start)
+    command = {"type": "create_topic", "name": topic.name, "replicas": replicas, "configs": configs}
+    return await commit_command(broker, command)
+
+
+async def delete_topics(broker: Broker, request: KafkaRequest) -> Any:
+    body = body_of(request)
+    names = list(body.topic_names) if request.api_version < 6 else [t.name for t in body.topics]
+    cls = request.response_class.DeletableTopicResult
+    results = []
+    for name in names:
+        message: str | None
+        if broker.metadata.replica.role is not Role.LEADER:
+            code, message = ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
+        elif name not in broker.image.topics:
+            code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"
+        else:
+            code, message = await commit_command(broker, {"type": "delete_topic", "name": name})
+        results.append(cls(name=name, error_code=int(code), error_message=message))
+    return response(request, throttle_time_ms=0, responses=results)
+
+
+async def commit_command(broker: Broker, command: dict[str, Any]) -> tuple[ErrorCode, str | None]:
+    """Write a command to the metadata log with acks=all; return once applied here."""
+    batch = producer_batch([encode_command(command)], timestamp_ms=int(time.time() * 1000))
+    result = await broker.metadata.produce(batch, ACKS_ALL)
+    if result.error is not None or result.next_offset is None:
+        return error_code_for(result.error), str(result.error)
+    deadline = time.monotonic() + METADATA_APPLY_WAIT_S
+    while broker.image.applied_offset < result.next_offset:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return error_code_for(RequestTimedOut("metadata not applied in time")), None
+        await broker.metadata.wait_for_hwm(broker.metadata.replica.hwm, remaining)
+    return ErrorCode.NONE, None
+
+
+HANDLERS: dict[ApiKey, Handler] = {
+    ApiKey.METADATA: metadata,
+    ApiKey.PRODUCE: produce,
+    ApiKey.FETCH: fetch,
+    ApiKey.LIST_OFFSETS: list_offsets,
+    ApiKey.INIT_PRODUCER_ID: init_producer_id,
+    ApiKey.CREATE_TOPICS: create_topics,
+    ApiKey.DELETE_TOPICS: delete_topics,
+}

@@ -1,0 +1,188 @@
+"""The inter-node transport: one outbound TCP stream to each peer, coalesced per round.
+
+Rules of this file:
+- `send` only queues. Once per event-loop round, everything queued for a peer leaves as
+  one frame (tidelog.protocol.peer), so replication costs one write per peer per round,
+  not one per partition per message.
+- Each node dials every other node and only writes on the streams it dialled; it reads on
+  the streams others dialled to it. A lost stream is redialled with a bounded backoff.
+- Messages for an unreachable peer, or beyond a peer's write buffer limit, are dropped:
+  the core retransmits (heartbeats, probes), so dropping is safe; blocking is not.
+- A malformed frame closes that stream only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from tidelog.protocol.framing import NEED_DATA, ProtocolError
+from tidelog.protocol.peer import (
+    PEER_FRAME_ITEMS_MAX,
+    Handshake,
+    PartitionKey,
+    PeerDecoder,
+    PeerEncoder,
+)
+from tidelog.types import NodeId
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+PeerItem = tuple[PartitionKey, Any]
+Deliver = Callable[[NodeId, list[PeerItem]], None]
+
+READ_CHUNK_BYTES = 1 << 20
+WRITE_BUFFER_MAX_BYTES = 64 << 20
+FRAME_BYTES_SOFT_MAX = 8 << 20
+RECONNECT_DELAY_MIN_S = 0.05
+RECONNECT_DELAY_MAX_S = 1.0
+CONNECT_TIMEOUT_S = 2.0
+
+
+class PeerLink:
+    """The stream this node dialled to one peer."""
+
+    def __init__(self, node_id: NodeId, peer: NodeId, address: Address, cluster_id: str) -> None:
+        self.peer = peer
+        self.address = address
+        self.encoder = PeerEncoder(node_id=node_id, cluster_id=cluster_id)
+        self.writer: asyncio.StreamWriter | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.dropped = 0
+
+    def write(self, items: list[PeerItem]) -> None:
+        writer = self.writer
+        if writer is None or writer.is_closing():
+            self.dropped += len(items)
+            return
+        if writer.transport.get_write_buffer_size() > WRITE_BUFFER_MAX_BYTES:
+            self.dropped += len(items)
+            return
+        for chunk in chunks_of(items):
+            writer.write(self.encoder.encode_frame(chunk))
+
+    async def run(self) -> None:
+        """Dial, handshake, hold the stream until it breaks; redial with backoff."""
+        delay = RECONNECT_DELAY_MIN_S
+        while True:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(*self.address), CONNECT_TIMEOUT_S
+                )
+            except (OSError, TimeoutError):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_DELAY_MAX_S)
+                continue
+            delay = RECONNECT_DELAY_MIN_S
+            writer.write(self.encoder.encode_handshake())
+            self.writer = writer
+            log.info("connected to node %d at %s:%d", self.peer, *self.address)
+            try:
+                await reader.read()  # the peer never writes here: returns when it closes
+            except OSError:
+                pass
+            finally:
+                self.writer = None
+                writer.close()
+            log.info("lost the stream to node %d", self.peer)
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        if self.writer is not None:
+            self.writer.close()
+
+
+def chunks_of(items: list[PeerItem]) -> list[list[PeerItem]]:
+    """Split a round's items so no frame exceeds the item or (roughly) the byte limit."""
+    out: list[list[PeerItem]] = [[]]
+    size = 0
+    for item in items:
+        batches = getattr(item[1], "batches", ())
+        item_size = 64 + sum(len(batch) for batch in batches)
+        if out[-1] and (
+            len(out[-1]) >= PEER_FRAME_ITEMS_MAX or size + item_size > FRAME_BYTES_SOFT_MAX
+        ):
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += item_size
+    return out
+
+
+class PeerTransport:
+    """Every link of this node, and the server the other nodes dial."""
+
+    def __init__(
+        self, node_id: NodeId, cluster_id: str, peers: dict[int, Address], deliver: Deliver
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.deliver = deliver
+        self.links = {
+            NodeId(peer): PeerLink(node_id, NodeId(peer), address, cluster_id)
+            for peer, address in peers.items()
+            if peer != node_id
+        }
+        self.pending: dict[NodeId, list[PeerItem]] = {}
+        self.flush_scheduled = False
+        self.server: asyncio.Server | None = None
+        self.inbound: set[asyncio.Task[None]] = set()
+
+    async def start(self, listen: Address) -> None:
+        self.server = await asyncio.start_server(self._serve, *listen)
+        for link in self.links.values():
+            link.task = asyncio.get_running_loop().create_task(link.run())
+
+    def send(self, key: PartitionKey, messages: Any) -> None:
+        """Queue messages; they leave together at the end of this event-loop round."""
+        for msg in messages:
+            self.pending.setdefault(msg.recipient, []).append((key, msg))
+        if self.pending and not self.flush_scheduled:
+            self.flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.flush_scheduled = False
+        pending, self.pending = self.pending, {}
+        for peer, items in pending.items():
+            link = self.links.get(peer)
+            if link is not None:
+                link.write(items)
+
+    def connected(self) -> list[NodeId]:
+        return [peer for peer, link in self.links.items() if link.writer is not None]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.inbound.add(task)
+        decoder = PeerDecoder(cluster_id=self.cluster_id)
+        peer: NodeId | None = None
+        try:
+            while data := await reader.read(READ_CHUNK_BYTES):
+                decoder.receive_data(data)
+                while (frame := decoder.next_frame()) is not NEED_DATA:
+                    if isinstance(frame, Handshake):
+                        peer = NodeId(frame.node_id)
+                        continue
+                    assert peer is not None
+                    self.deliver(peer, frame)
+        except ProtocolError as error:
+            log.warning("closing a peer stream (node %s): %s", peer, error)
+        except OSError:
+            pass
+        finally:
+            writer.close()
+            self.inbound.discard(task)
+
+    async def close(self) -> None:
+        for link in self.links.values():
+            link.close()
+        if self.server is not None:
+            self.server.close()
+        for task in list(self.inbound):
+            task.cancel()

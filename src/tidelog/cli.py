@@ -25,3 +25,9 @@ def dump_log(path: str, records: bool, as_json: bool) -> None:
     except StorageError as error:
         click.echo(f"error: {error}", err=True)
         raise SystemExit(1) from error
+
+
+# The Kafka-style client commands: topics, produce, consume, get-offsets, delete-records.
+from tidelog.tools.client import register_client_commands  # noqa: E402
+
+register_client_commands(main)

@@ -138,6 +138,7 @@ class FakeState:
         self.produce_error = 0
         self.stopped = False
         self.requests: list[ApiKey] = []
+        self.unsupported: set[ApiKey] = set()
 
 
 # The fake broker: one handler per API
@@ -495,7 +496,11 @@ class FakeBroker:
 
     def answer(self, request: KafkaRequest) -> Any:
         if request.api_key is ApiKey.API_VERSIONS:
-            return api_versions_response(request.api_version)
+            response = api_versions_response(request.api_version)
+            response.api_keys = [
+                k for k in response.api_keys if k.api_key not in self.state.unsupported
+            ]
+            return response
         with self.state.changed:
             self.state.requests.append(request.api_key)
             return HANDLERS[request.api_key](self, request.body)
@@ -895,6 +900,15 @@ def test_delete_records_moves_the_low_watermark(broker: FakeBroker) -> None:
 
 
 # expected failures
+
+
+def test_apis_the_broker_lacks_are_named(broker: FakeBroker) -> None:
+    create(broker, "t")
+    broker.state.unsupported = {ApiKey.DELETE_RECORDS, ApiKey.FIND_COORDINATOR}
+    result = run(broker, "delete-records", "t", "--partition", "0", "--offset", "0")
+    failed(result, "the broker does not support DeleteRecords yet")
+    result = run(broker, "consume", "t", "--group", "g", "--timeout-ms", "500")
+    failed(result, "the broker does not support consumer groups yet")
 
 
 @pytest.mark.parametrize(

@@ -125,10 +125,15 @@ def describe_kafka_error(error: BaseException) -> str:
 
 
 @contextmanager
-def kafka_errors(bootstrap: str) -> Iterator[None]:
-    """Turn kafka-python's exceptions raised inside the block into ClientError."""
+def kafka_errors(bootstrap: str, *, needs: str = "this request") -> Iterator[None]:
+    """Turn kafka-python's exceptions raised inside the block into ClientError.
+
+    `needs` names the Kafka API the block depends on, for when the broker lacks it.
+    """
     try:
         yield
+    except kafka_errors_module.UnsupportedVersionError as error:
+        raise ClientError(f"the broker does not support {needs} yet") from error
     except kafka_errors_module.KafkaTimeoutError as error:
         if "bootstrap" in str(error):
             raise NoBroker(bootstrap) from error
@@ -256,7 +261,7 @@ def delete_records(bootstrap: str, topic: str, *, partition: int, offset: int) -
 
     DeleteRecords moves the log start offset ("low watermark"), never past the HWM.
     """
-    with admin_client(bootstrap) as admin:
+    with admin_client(bootstrap) as admin, kafka_errors(bootstrap, needs="DeleteRecords"):
         topic_partitions(admin, topic, partition)
         key = TopicPartition(topic, partition)
         result = admin.delete_records({key: offset})

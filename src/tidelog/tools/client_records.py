@@ -203,7 +203,8 @@ def consume_records(bootstrap: str, options: ConsumeOptions) -> Iterator[Consume
         raise ClientError("--group cannot be combined with --partition or --offset")
     with admin_client(bootstrap) as admin:
         partitions = topic_partitions(admin, options.topic, options.partition)
-    with kafka_errors(bootstrap):
+    needs = "consumer groups" if options.group is not None else "this request"
+    with kafka_errors(bootstrap, needs=needs):
         consumer = _new_consumer(bootstrap, options)
         committed: dict[Any, Any] = {}
         try:

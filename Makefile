@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 SEEDS ?= 2000
 DISK_SEEDS ?= 500
 
-.PHONY: install test lint sim demo clean
+.PHONY: install kcat test lint sim demo clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -14,11 +14,19 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# kcat (Debian's package) is a real client the tests drive; install it when it is missing.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing kcat (apt-get)"; \
+	  (apt-get install -y -q kcat >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null && apt-get install -y -q kcat >/dev/null)) || \
+	  { echo "kcat is needed by the tests: apt-get install kcat"; exit 1; }; }
+
 lint: install
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy --strict src
 
-test: lint
+test: lint kcat
 	$(VENV)/bin/pytest -q
 
 sim: install

@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 import struct
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final, NamedTuple
@@ -197,8 +197,9 @@ def is_supported(api_key: int, api_version: int) -> bool:
     return versions is not None and versions[0] <= api_version <= versions[1]
 
 
-def api_versions_response(version: int) -> KafkaMessage:
-    """The ApiVersions answer for a request of `version`.
+def api_versions_response(version: int, served: Collection[int] | None = None) -> KafkaMessage:
+    """The ApiVersions answer for a request of `version`, listing the APIs in `served`
+    (every supported one when None): a client uses only what is listed.
 
     Unsupported versions get UNSUPPORTED_VERSION in a v0 body that still lists every
     supported version, so the client can retry (KIP-511).
@@ -209,6 +210,7 @@ def api_versions_response(version: int) -> KafkaMessage:
     api_keys = [
         ApiVersionsResponse.ApiVersion(api_key=int(key), min_version=low, max_version=high)
         for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+        if served is None or key in served or key == ApiKey.API_VERSIONS
     ]
     return ApiVersionsResponse(
         version=version, error_code=int(error), api_keys=api_keys, throttle_time_ms=0

@@ -19,6 +19,7 @@ from typing import Any
 
 from tidelog.core.replica import ACKS_ALL, Role
 from tidelog.errors import CorruptBatch, NotLeader, RequestTimedOut, TidelogError
+from tidelog.protocol.framing import ProtocolError
 from tidelog.protocol.kafka import ApiKey, KafkaRequest, api_versions_response, join_batches
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
@@ -43,9 +44,10 @@ _producer_ids = itertools.count(1)
 
 async def handle(broker: Broker, request: KafkaRequest) -> Any:
     if request.api_key == ApiKey.API_VERSIONS:
-        return api_versions_response(request.api_version)
+        return api_versions_response(request.api_version, served=HANDLERS.keys())
     handler = HANDLERS.get(request.api_key)
-    assert handler is not None, "the codec only decodes supported APIs"
+    if handler is None:  # not advertised: a client that sends it anyway is misbehaving
+        raise ProtocolError(f"{request.api_key.name} is not served by this broker")
     return await handler(broker, request)
 
 

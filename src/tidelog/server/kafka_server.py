@@ -65,6 +65,10 @@ async def respond(
         request, task = answer
         try:
             body = await task
+        except ProtocolError as error:
+            log.warning("closing a connection: %s", error)
+            writer.close()
+            return
         except Exception:
             log.exception("request %s v%d failed", request.api_key.name, request.api_version)
             writer.close()

@@ -40,6 +40,7 @@ FRAME_BYTES_SOFT_MAX = 8 << 20
 RECONNECT_DELAY_MIN_S = 0.05
 RECONNECT_DELAY_MAX_S = 1.0
 CONNECT_TIMEOUT_S = 2.0
+CLOSE_WAIT_S = 2.0
 
 
 class PeerLink:
@@ -130,7 +131,7 @@ class PeerTransport:
         self.pending: dict[NodeId, list[PeerItem]] = {}
         self.flush_scheduled = False
         self.server: asyncio.Server | None = None
-        self.inbound: set[asyncio.Task[None]] = set()
+        self.inbound: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
     async def start(self, listen: Address) -> None:
         self.server = await asyncio.start_server(self._serve, *listen)
@@ -159,7 +160,7 @@ class PeerTransport:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self.inbound.add(task)
+        self.inbound[task] = writer
         decoder = PeerDecoder(cluster_id=self.cluster_id)
         peer: NodeId | None = None
         try:
@@ -177,12 +178,14 @@ class PeerTransport:
             pass
         finally:
             writer.close()
-            self.inbound.discard(task)
+            self.inbound.pop(task, None)
 
     async def close(self) -> None:
         for link in self.links.values():
             link.close()
         if self.server is not None:
             self.server.close()
-        for task in list(self.inbound):
-            task.cancel()
+        for writer in list(self.inbound.values()):
+            writer.close()  # its task sees the end of the stream and returns
+        if self.inbound:
+            await asyncio.wait(list(self.inbound), timeout=CLOSE_WAIT_S)

@@ -1,0 +1,105 @@
+"""Live clusters for tests: real broker processes on 127.0.0.1, started as a user would.
+
+`LiveCluster` runs `tidelog cluster up` on a free port range in a directory of its own and
+`tidelog cluster down` at the end; it never signals a process it did not start.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+
+PORT_SPAN = 203  # base .. base+2 Kafka, +100.. peers, +200.. admin
+DEADLINE_S = 60.0
+
+
+def free_base_port() -> int:
+    rng = random.Random()
+    for _ in range(50):
+        base = rng.randrange(20_000, 40_000)
+        if all(port_free(base + offset + i) for offset in (0, 100, 200) for i in range(3)):
+            return base
+    raise RuntimeError("no free port range on 127.0.0.1")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def tidelog(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tidelog", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+class LiveCluster:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        up = tidelog(
+            "cluster",
+            "up",
+            "--nodes",
+            "3",
+            "--data-dir",
+            str(directory),
+            "--base-port",
+            str(free_base_port()),
+        )
+        assert up.returncode == 0, up.stdout + up.stderr
+        self.record = json.loads((directory / "cluster.json").read_text())
+        self.bootstrap: str = self.record["bootstrap"]
+
+    def down(self) -> None:
+        result = tidelog("cluster", "down", "--data-dir", str(self.directory))
+        assert result.returncode == 0, result.stderr
+
+    def node_status(self, node: int) -> dict[str, object]:
+        result = tidelog("cluster", "status", "--data-dir", str(self.directory), "--json")
+        assert result.returncode == 0, result.stderr
+        states = json.loads(result.stdout)
+        return next(state for state in states["nodes"] if state["id"] == node)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
+    """Create a topic of replication factor 3 and wait until every partition has a leader."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+    try:
+        admin.create_topics([NewTopic(name, partitions, 3)])
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:  # until every partition has a leader
+            described = admin.describe_topics([name])[0]
+            if described["partitions"] and all(
+                p["leader_id"] >= 0 for p in described["partitions"]
+            ):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"topic {name} has no leaders after {DEADLINE_S} s")
+    finally:
+        admin.close()
+
+
+def collect_leaked_sockets() -> None:
+    """Finalize the sockets kafka-python leaks on failed connection attempts, now, with
+    their ResourceWarning ignored (else they surface later, in unrelated tests)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()

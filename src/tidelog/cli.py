@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from tidelog.errors import StorageError
+from tidelog.tools.broker_cmd import broker
+from tidelog.tools.cluster import cluster
 from tidelog.wal.dump import dump
 
 
@@ -31,3 +33,7 @@ def dump_log(path: str, records: bool, as_json: bool) -> None:
 from tidelog.tools.client import register_client_commands  # noqa: E402
 
 register_client_commands(main)
+
+
+main.add_command(broker)
+main.add_command(cluster)

@@ -1,0 +1,66 @@
+"""`tidelog broker`: run one broker in the foreground.
+
+Rules of this file:
+- The command only turns flags into a `BrokerConfig` (`tidelog.server.config`) and hands
+  it to `tidelog.server.broker.run`. A bad value prints `error: ...` and exits 2, before
+  anything listens or touches the data directory.
+- The broker module is imported when the command runs, not when the CLI loads, so every
+  other command works (and starts fast) without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
+import click
+
+from tidelog.server.config import LOG_LEVELS, BrokerConfig, ConfigError, load_config
+
+EXIT_CONFIG_ERROR = 2
+EXIT_NO_BROKER = 1
+BROKER_MODULE = "tidelog.server.broker"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+@click.command("broker")
+@click.option("--node-id", type=int, help="This node's id; must appear in --peers.")
+@click.option("--data-dir", help="Directory of this node's logs and state.")
+@click.option("--listen", help="HOST:PORT for Kafka clients.")
+@click.option("--peer-listen", help="HOST:PORT for other nodes (default: its --peers entry).")
+@click.option("--peers", help="Every node's peer address: 1@host:port,2@host:port,...")
+@click.option("--admin-listen", help="HOST:PORT of the HTTP status endpoint (GET /status).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML file; keys are the flag names with underscores. Flags override it.",
+)
+@click.option("--tick-ms", type=int, help="Milliseconds per tick (default 50).")
+@click.option("--election-ticks", type=int, help="Ticks without a leader before an election.")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False))
+def broker(config_file: Path | None, **flags: object) -> None:
+    """Run one broker in the foreground until SIGTERM; logs go to stderr."""
+    try:
+        config = load_config(flags, config_file)
+    except ConfigError as error:
+        click.echo(f"error: {error}", err=True)
+        raise SystemExit(EXIT_CONFIG_ERROR) from error
+    logging.basicConfig(stream=sys.stderr, level=config.log_level.upper(), format=LOG_FORMAT)
+    raise SystemExit(load_broker_run()(config))
+
+
+def load_broker_run() -> Callable[[BrokerConfig], int]:
+    """`tidelog.server.broker.run`, imported now; exits 1 if the broker is not installed."""
+    try:
+        module = importlib.import_module(BROKER_MODULE)
+    except ModuleNotFoundError as error:
+        if error.name != BROKER_MODULE:
+            raise
+        click.echo(f"error: this build has no broker ({BROKER_MODULE} is missing)", err=True)
+        raise SystemExit(EXIT_NO_BROKER) from error
+    return cast(Callable[[BrokerConfig], int], module.run)

@@ -1,0 +1,517 @@
+"""`tidelog cluster up|down|status|kill|pause|resume|restart`: a local cluster of brokers.
+
+Rules of this file:
+- A cluster lives in one directory: `DIR/cluster.json` records every node (id, pid,
+  addresses, data directory), `DIR/node-N/` is node N's data directory and
+  `DIR/node-N/broker.log` its stdout and stderr. `cluster.json` is replaced atomically.
+- Brokers run as `python -m tidelog broker ...` on 127.0.0.1 in their own session, so they
+  outlive the command that started them. Node i (from 1) of base port P listens on P+i-1
+  (Kafka), P+100+i-1 (peers) and P+200+i-1 (admin HTTP).
+- Only processes recorded in `cluster.json` are ever signalled, and only while
+  /proc/PID/cmdline still shows a tidelog broker with that node's data directory: a PID
+  reused by an unrelated process is never touched.
+- Ready means `GET http://ADMIN/status` answers JSON with `"ready": true`. Every wait polls
+  with a deadline; every HTTP request has a short timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from tidelog.errors import TidelogError
+
+CLUSTER_FILE = "cluster.json"
+LOG_NAME = "broker.log"
+HOST = "127.0.0.1"
+BASE_PORT_DEFAULT = 9092
+PEER_PORT_OFFSET = 100
+ADMIN_PORT_OFFSET = 200
+NODES_MAX = PEER_PORT_OFFSET  # more nodes would make the Kafka and peer ports overlap
+READY_TIMEOUT_S_DEFAULT = 60.0
+STOP_TIMEOUT_S = 30.0
+POLL_INTERVAL_S = 0.2
+LOG_TAIL_LINES = 20
+EXIT_ERROR = 1
+STATUS_TIMEOUT_S = 1.0
+STATUS_BYTES_MAX = 4 * 1024 * 1024
+# Admin endpoints are on 127.0.0.1: never route them through an http_proxy from the env.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# The launcher: `python -m MODULE broker ...`; tests swap in tidelog.testing.fake_broker.
+BROKER_MODULE_DEFAULT = "tidelog"
+
+
+class ClusterError(TidelogError):
+    """The cluster directory or a node cannot do what was asked."""
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One node of `cluster.json`."""
+
+    id: int
+    pid: int
+    kafka: str
+    peer: str
+    admin: str
+    data_dir: str
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    """The whole of `cluster.json`. `broker_module` is what `python -m` runs."""
+
+    bootstrap: str
+    nodes: tuple[NodeRecord, ...]
+    broker_module: str = BROKER_MODULE_DEFAULT
+
+    def node(self, node_id: int) -> NodeRecord:
+        """The node with this id; ClusterError lists the valid ids otherwise."""
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        valid = ", ".join(str(node.id) for node in self.nodes)
+        raise ClusterError(f"--node {node_id}: no such node (valid ids: {valid})")
+
+    def with_pid(self, node_id: int, pid: int) -> ClusterRecord:
+        nodes = tuple(replace(n, pid=pid) if n.id == node_id else n for n in self.nodes)
+        return replace(self, nodes=nodes)
+
+
+def plan_cluster(directory: Path, *, nodes: int, base_port: int, module: str) -> ClusterRecord:
+    """The record of a new cluster (pids 0: nothing started yet)."""
+    if not 1 <= nodes <= NODES_MAX:
+        raise ClusterError(f"--nodes: {nodes} is out of range (1-{NODES_MAX})")
+    if not 1 <= base_port <= 65535 - ADMIN_PORT_OFFSET - nodes + 1:
+        raise ClusterError(f"--base-port: {base_port} leaves no room for {nodes} nodes")
+    records = tuple(
+        NodeRecord(
+            id=i,
+            pid=0,
+            kafka=f"{HOST}:{base_port + i - 1}",
+            peer=f"{HOST}:{base_port + PEER_PORT_OFFSET + i - 1}",
+            admin=f"{HOST}:{base_port + ADMIN_PORT_OFFSET + i - 1}",
+            data_dir=str((directory / f"node-{i}").resolve()),
+        )
+        for i in range(1, nodes + 1)
+    )
+    bootstrap = ",".join(node.kafka for node in records)
+    return ClusterRecord(bootstrap=bootstrap, nodes=records, broker_module=module)
+
+
+def read_cluster(directory: Path) -> ClusterRecord:
+    """The cluster recorded in `directory`; ClusterError when there is none or it is bad."""
+    path = directory / CLUSTER_FILE
+    if not path.is_file():
+        raise ClusterError(f"no cluster in {directory} (run `tidelog cluster up`)")
+    try:
+        data = json.loads(path.read_text())
+        nodes = tuple(NodeRecord(**node) for node in data["nodes"])
+        module = data.get("broker_module", BROKER_MODULE_DEFAULT)
+        record = ClusterRecord(bootstrap=data["bootstrap"], nodes=nodes, broker_module=module)
+    except (ValueError, KeyError, TypeError) as error:
+        raise ClusterError(f"{path} is not a cluster file: {error!r}") from None
+    if not record.nodes:
+        raise ClusterError(f"{path} lists no nodes")
+    return record
+
+
+def write_cluster(directory: Path, record: ClusterRecord) -> None:
+    """Replace `cluster.json` atomically (write a temporary file, then rename)."""
+    data = {
+        "bootstrap": record.bootstrap,
+        "nodes": [asdict(node) for node in record.nodes],
+        "broker_module": record.broker_module,
+    }
+    temporary = directory / f".{CLUSTER_FILE}.tmp"
+    temporary.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(temporary, directory / CLUSTER_FILE)
+
+
+def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
+    """The command line that starts `node` (the same on every restart)."""
+    peers = ",".join(f"{n.id}@{n.peer}" for n in record.nodes)
+    return [
+        sys.executable,
+        "-m",
+        record.broker_module,
+        "broker",
+        f"--node-id={node.id}",
+        f"--data-dir={node.data_dir}",
+        f"--listen={node.kafka}",
+        f"--peer-listen={node.peer}",
+        f"--peers={peers}",
+        f"--admin-listen={node.admin}",
+    ]
+
+
+def is_our_broker(node: NodeRecord) -> bool:
+    """Whether `node.pid` is still that node's broker: a live process whose command line
+    shows `tidelog`, `broker` and this node's `--data-dir`. A zombie has an empty one; if
+    it is this process's child (the CLI run in-process, as in tests), it is collected."""
+    if node.pid <= 0:
+        return False
+    reap(node.pid)
+    try:
+        args = Path(f"/proc/{node.pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    words = [arg.decode(errors="replace") for arg in args]
+    return (
+        any("tidelog" in word for word in words)
+        and "broker" in words
+        and f"--data-dir={node.data_dir}" in words
+    )
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of /proc/PID/stat (R, S, T, Z, ...), or None if there is no such
+    process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[0]
+
+
+def is_paused(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP)."""
+    return process_state(pid) in ("T", "t")
+
+
+def has_exited(pid: int) -> bool:
+    """Whether the process is gone or a zombie. Not the same as `not is_our_broker`: a
+    process that is exiting, or in the middle of exec, shows an empty command line."""
+    reap(pid)
+    return process_state(pid) in (None, "Z", "X")
+
+
+def reap(pid: int) -> None:
+    """Collect the exit status if `pid` is our child (when the CLI runs in-process)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def signal_node(node: NodeRecord, signum: signal.Signals) -> bool:
+    """Send `signum` to `node` if it is still its broker; whether it was sent."""
+    if not is_our_broker(node):
+        return False
+    try:
+        os.kill(node.pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_until(condition: Callable[[], bool], *, timeout_s: float) -> bool:
+    """Poll `condition` until it holds or `timeout_s` passes; whether it held."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_INTERVAL_S)
+
+
+def stop_nodes(nodes: list[NodeRecord], *, timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
+    """SIGTERM every running node, wait for all, SIGKILL what is left; ids stopped.
+
+    A paused node also gets SIGCONT after SIGTERM, so it can act on it at once."""
+    stopped = [node for node in nodes if signal_node(node, signal.SIGTERM)]
+    for node in stopped:
+        signal_node(node, signal.SIGCONT)
+
+    def all_gone() -> bool:
+        return all(has_exited(node.pid) for node in stopped)
+
+    if not wait_until(all_gone, timeout_s=timeout_s):
+        for node in stopped:
+            signal_node(node, signal.SIGKILL)
+        wait_until(all_gone, timeout_s=timeout_s)
+    return [node.id for node in stopped]
+
+
+def start_node(record: ClusterRecord, node: NodeRecord) -> int:
+    """Start `node` in its own session, output appended to its log; the new pid.
+
+    posix_spawn rather than subprocess.Popen: the broker must outlive this command, and a
+    Popen object dropped while its child runs warns (ResourceWarning)."""
+    Path(node.data_dir).mkdir(parents=True, exist_ok=True)
+    log_path = Path(node.data_dir) / LOG_NAME
+    argv = broker_argv(record, node)
+    with log_path.open("a") as log:
+        log.write(f"--- tidelog cluster: starting node {node.id}: {' '.join(argv)}\n")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, str(log_path), flags, 0o644),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    return os.posix_spawn(argv[0], argv, dict(os.environ), file_actions=actions, setsid=True)
+
+
+def log_tail(node: NodeRecord) -> str:
+    """The last lines of a node's log, for error messages."""
+    path = Path(node.data_dir) / LOG_NAME
+    try:
+        lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError:
+        return f"({path} is missing)"
+    return "\n".join(f"  | {line}" for line in lines)
+
+
+def read_status(admin: str, *, timeout_s: float = STATUS_TIMEOUT_S) -> dict[str, Any] | None:
+    """A node's `GET /status` JSON object, or None if it does not answer one in time."""
+    try:
+        with _DIRECT.open(f"http://{admin}/status", timeout=timeout_s) as response:
+            data = json.loads(response.read(STATUS_BYTES_MAX))
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def wait_ready(nodes: list[NodeRecord], *, timeout_s: float) -> None:
+    """Wait until every node's /status says ready; ClusterError on exit or timeout."""
+    waiting = {node.id: node for node in nodes}
+
+    def all_ready() -> bool:
+        for node in list(waiting.values()):
+            if not is_our_broker(node) and has_exited(node.pid):
+                raise ClusterError(
+                    f"node {node.id} exited during startup; "
+                    f"{Path(node.data_dir) / LOG_NAME} ends:\n{log_tail(node)}"
+                )
+            status = read_status(node.admin)
+            if status is not None and status.get("ready") is True:
+                del waiting[node.id]
+        return not waiting
+
+    if not wait_until(all_ready, timeout_s=timeout_s):
+        names = ", ".join(str(node_id) for node_id in sorted(waiting))
+        logs = ", ".join(str(Path(n.data_dir) / LOG_NAME) for n in waiting.values())
+        raise ClusterError(
+            f"not ready after {timeout_s:g} s: node(s) {names}; they are still running "
+            f"(see {logs}; `tidelog cluster down` stops them)"
+        )
+
+
+def ports_in_use(nodes: list[NodeRecord]) -> list[str]:
+    """The addresses of `nodes` that something already listens on (checked by binding)."""
+    busy: list[str] = []
+    for node in nodes:
+        for address in (node.kafka, node.peer, node.admin):
+            host, _, port = address.rpartition(":")
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((host, int(port)))
+                except OSError:
+                    busy.append(address)
+    return busy
+
+
+def start_stopped(directory: Path, record: ClusterRecord, *, timeout_s: float) -> ClusterRecord:
+    """Start every node that is not running, resume paused ones, wait until all are ready."""
+    for node in record.nodes:
+        if is_our_broker(node) and is_paused(node.pid):
+            signal_node(node, signal.SIGCONT)
+    down = [node for node in record.nodes if not is_our_broker(node)]
+    busy = ports_in_use(down)
+    if busy:
+        raise ClusterError(f"address(es) already in use: {', '.join(busy)}")
+    for node in down:
+        record = record.with_pid(node.id, start_node(record, node))
+        # Record each pid at once, so `down` finds it even if startup fails later.
+        write_cluster(directory, record)
+    wait_ready([record.node(node.id) for node in record.nodes], timeout_s=timeout_s)
+    return record
+
+
+def fail(error: TidelogError) -> NoReturn:
+    click.echo(f"error: {error}", err=True)
+    raise SystemExit(EXIT_ERROR) from error
+
+
+directory_option = click.option(
+    "--data-dir",
+    "directory",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The cluster's directory (holds cluster.json and node-N/).",
+)
+node_option = click.option("--node", "node_id", type=int, required=True, help="Node id.")
+timeout_option = click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=READY_TIMEOUT_S_DEFAULT,
+    show_default=True,
+    help="Seconds to wait until ready.",
+)
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """Run a local cluster of brokers on 127.0.0.1."""
+
+
+@cluster.command("up")
+@click.option("--nodes", type=int, help="How many brokers (a new cluster only).")
+@directory_option
+@click.option("--base-port", type=int, default=BASE_PORT_DEFAULT, show_default=True)
+@timeout_option
+@click.option("--broker-module", default=BROKER_MODULE_DEFAULT, hidden=True)
+def up(
+    nodes: int | None, directory: Path, base_port: int, timeout_s: float, broker_module: str
+) -> None:
+    """Start a cluster, or restart the stopped nodes of an existing one; print bootstrap."""
+    try:
+        if (directory / CLUSTER_FILE).exists():
+            record = read_cluster(directory)
+            if nodes is not None and nodes != len(record.nodes):
+                raise ClusterError(
+                    f"--nodes {nodes}, but {directory} holds a cluster of {len(record.nodes)}"
+                )
+        elif nodes is None:
+            raise ClusterError(f"--nodes is required: {directory} holds no cluster yet")
+        else:
+            record = plan_cluster(directory, nodes=nodes, base_port=base_port, module=broker_module)
+            directory.mkdir(parents=True, exist_ok=True)
+        record = start_stopped(directory, record, timeout_s=timeout_s)
+    except ClusterError as error:
+        fail(error)
+    click.echo(f"cluster of {len(record.nodes)} nodes ready in {directory}", err=True)
+    click.echo(record.bootstrap)
+
+
+@cluster.command("down")
+@directory_option
+def down(directory: Path) -> None:
+    """Stop every node (SIGTERM, then SIGKILL after 30 s); the data stays."""
+    try:
+        record = read_cluster(directory)
+    except ClusterError as error:
+        fail(error)
+    stopped = stop_nodes(list(record.nodes))
+    for node in record.nodes:
+        click.echo(f"node {node.id}: {'stopped' if node.id in stopped else 'was not running'}")
+
+
+@cluster.command("status")
+@directory_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def status(directory: Path, as_json: bool) -> None:
+    """Each node: up, paused or down, readiness, and the partitions it leads."""
+    try:
+        record = read_cluster(directory)
+    except ClusterError as error:
+        fail(error)
+    states = [observe(node) for node in record.nodes]
+    if as_json:
+        click.echo(json.dumps({"bootstrap": record.bootstrap, "nodes": states}, indent=2))
+        return
+    print_status_table(states)
+
+
+def observe(node: NodeRecord) -> dict[str, Any]:
+    """What `status` reports of one node."""
+    alive = is_our_broker(node)
+    paused = alive and is_paused(node.pid)
+    # A paused broker cannot answer; do not wait on it.
+    report = read_status(node.admin) if alive and not paused else None
+    if not alive:
+        state = "down"
+    elif paused:
+        state = "paused"
+    else:
+        state = "up" if report is not None else "unreachable"
+    partitions = report.get("partitions", []) if report is not None else []
+    leads = [f"{p['topic']}-{p['partition']}" for p in partitions if p.get("role") == "leader"]
+    return {
+        "id": node.id,
+        "pid": node.pid,
+        "state": state,
+        "ready": report.get("ready") if report is not None else None,
+        "metadata_leader": report.get("metadata_leader") if report is not None else None,
+        "leads": leads,
+        "kafka": node.kafka,
+        "admin": node.admin,
+        "status": report,
+    }
+
+
+def print_status_table(states: list[dict[str, Any]]) -> None:
+    from rich.console import Console  # noqa: PLC0415 - only the table needs rich
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(box=None)
+    for column in ("node", "pid", "state", "ready", "kafka", "admin", "leads"):
+        table.add_column(column)
+    for node in states:
+        ready = "-" if node["ready"] is None else ("yes" if node["ready"] else "no")
+        table.add_row(
+            str(node["id"]),
+            str(node["pid"]),
+            node["state"],
+            ready,
+            node["kafka"],
+            node["admin"],
+            " ".join(node["leads"]) or "-",
+        )
+    Console(soft_wrap=True).print(table)
+
+
+def signal_command(name: str, signum: signal.Signals, verb: str) -> None:
+    """Register `cluster NAME --node N`: send `signum` to one node."""
+
+    @cluster.command(name, help=f"{verb.capitalize()} one node ({signum.name}).")
+    @directory_option
+    @node_option
+    def command(directory: Path, node_id: int) -> None:
+        try:
+            node = read_cluster(directory).node(node_id)
+            if not signal_node(node, signum):
+                raise ClusterError(f"node {node_id} is not running")
+        except ClusterError as error:
+            fail(error)
+        click.echo(f"node {node_id}: {verb} (pid {node.pid})")
+
+
+signal_command("kill", signal.SIGKILL, "killed")
+signal_command("pause", signal.SIGSTOP, "paused")
+signal_command("resume", signal.SIGCONT, "resumed")
+
+
+@cluster.command("restart")
+@directory_option
+@node_option
+@timeout_option
+def restart(directory: Path, node_id: int, timeout_s: float) -> None:
+    """Stop one node (if running), start it again with the same flags, wait until ready."""
+    try:
+        record = read_cluster(directory)
+        node = record.node(node_id)
+        stop_nodes([node])
+        busy = ports_in_use([node])
+        if busy:
+            raise ClusterError(f"address(es) already in use: {', '.join(busy)}")
+        record = record.with_pid(node_id, start_node(record, node))
+        write_cluster(directory, record)
+        wait_ready([record.node(node_id)], timeout_s=timeout_s)
+    except ClusterError as error:
+        fail(error)
+    click.echo(f"node {node_id}: restarted (pid {record.node(node_id).pid})")

@@ -86,12 +86,18 @@ def frame_of(payload: bytes) -> bytes:
 
 def make_batch(count: int, *, base_sequence: int = 0) -> bytes:
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=0, is_transactional=False,
-        producer_id=1000, producer_epoch=0, base_sequence=base_sequence, batch_size=1 << 20,
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=1000,
+        producer_epoch=0,
+        base_sequence=base_sequence,
+        batch_size=1 << 20,
     )
     for i in range(count):
-        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i,
-                       value=b"value-%d" % i, headers=[])
+        builder.append(
+            i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i, value=b"value-%d" % i, headers=[]
+        )
     return bytes(builder.build())
 
 
@@ -250,10 +256,18 @@ def produce_request(version: int, acks: int, batches: dict[int, bytes]) -> Any:
     topic = ProduceRequest.TopicProduceData
     partition = topic.PartitionProduceData
     return ProduceRequest(
-        version=version, transactional_id=None, acks=acks, timeout_ms=30_000,
-        topic_data=[topic(name="events", partition_data=[
-            partition(index=index, records=batch) for index, batch in batches.items()
-        ])],
+        version=version,
+        transactional_id=None,
+        acks=acks,
+        timeout_ms=30_000,
+        topic_data=[
+            topic(
+                name="events",
+                partition_data=[
+                    partition(index=index, records=batch) for index, batch in batches.items()
+                ],
+            )
+        ],
     )
 
 
@@ -280,12 +294,26 @@ def test_fetch_v11_response_with_raw_batches_decodes_to_the_records() -> None:
     kafka_client, connection, request = send_one(_APIS[ApiKey.FETCH].request_class(version=11))
     topic = FetchResponse.FetchableTopicResponse
     response = FetchResponse(
-        throttle_time_ms=0, error_code=0, session_id=0,
-        responses=[topic(topic="events", partitions=[topic.PartitionData(
-            partition_index=0, error_code=0, high_watermark=5, last_stable_offset=5,
-            log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1,
-            records=join_batches([first, second]),
-        )])],
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[
+            topic(
+                topic="events",
+                partitions=[
+                    topic.PartitionData(
+                        partition_index=0,
+                        error_code=0,
+                        high_watermark=5,
+                        last_stable_offset=5,
+                        log_start_offset=0,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=join_batches([first, second]),
+                    )
+                ],
+            )
+        ],
     )
     [(_, got)] = kafka_client.receive_bytes(connection.send_response(request, response))
     data = got.responses[0].partitions[0]
@@ -297,8 +325,11 @@ def test_fetch_v11_response_with_raw_batches_decodes_to_the_records() -> None:
         for record in batch
     ]
     assert decoded == [
-        (0, b"k0", b"value-0"), (1, b"k1", b"value-1"),
-        (2, b"k0", b"value-0"), (3, b"k1", b"value-1"), (4, b"k2", b"value-2"),
+        (0, b"k0", b"value-0"),
+        (1, b"k1", b"value-1"),
+        (2, b"k0", b"value-0"),
+        (3, b"k1", b"value-1"),
+        (4, b"k2", b"value-2"),
     ]
 
 

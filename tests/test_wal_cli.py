@@ -17,8 +17,9 @@ CONFIG = WalConfig(segment_bytes=1000, hwm_checkpoint_interval_ms=0)
 
 def write_log(directory: Path) -> list[str]:
     with DiskStorage(str(directory), clock=lambda: 0, config=CONFIG) as storage:
-        storage.append(build_batches([10, 1, 2, 3], epochs=[Epoch(1), Epoch(1), Epoch(2),
-                                                            Epoch(2)]))
+        storage.append(
+            build_batches([10, 1, 2, 3], epochs=[Epoch(1), Epoch(1), Epoch(2), Epoch(2)])
+        )
         return storage.segment_paths()
 
 

@@ -21,8 +21,9 @@ from tidelog.types import Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, SimulatedCrash, WalConfig
 from tidelog.wal.batches import build_batches
 
-CONFIG = WalConfig(segment_bytes=900, index_interval_bytes=200, hwm_checkpoint_interval_ms=0,
-                   retention_bytes=1)
+CONFIG = WalConfig(
+    segment_bytes=900, index_interval_bytes=200, hwm_checkpoint_interval_ms=0, retention_bytes=1
+)
 DIRECTORY = "/data/topic-0"
 E1, E2 = Epoch(1), Epoch(2)
 
@@ -104,8 +105,9 @@ def test_crash_at_every_write_point(tear: bool) -> None:
         storage = open_log(fs)
         state = storage.load()
         assert storage.needs_repair is None, crash_at
-        recovered = storage.read(state.log_start_offset, end_offset=state.log_end_offset,
-                                 max_bytes=1 << 30)
+        recovered = storage.read(
+            state.log_start_offset, end_offset=state.log_end_offset, max_bytes=1 << 30
+        )
         promised = prefix_of(progress.promised, state.log_start_offset)
         written = prefix_of(progress.written, state.log_start_offset)
         assert recovered[: len(common_prefix(promised, written))] == common_prefix(

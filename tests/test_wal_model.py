@@ -21,8 +21,9 @@ from tidelog.wal import DiskStorage, FaultyFileSystem, WalConfig
 from tidelog.wal.batches import build_batches
 from tidelog.wal.log import assign_epoch, trim_epochs
 
-CONFIG = WalConfig(segment_bytes=700, index_interval_bytes=150, hwm_checkpoint_interval_ms=0,
-                   retention_bytes=1000)
+CONFIG = WalConfig(
+    segment_bytes=700, index_interval_bytes=150, hwm_checkpoint_interval_ms=0, retention_bytes=1000
+)
 DIRECTORY = "/data/topic-0"
 
 
@@ -56,16 +57,17 @@ class DiskLogMachine(RuleBasedStateMachine):
 
     @property
     def end(self) -> Offset:
-        return Offset(read_header(self.working[-1]).next_offset) if self.working else (
-            self.log_start
+        return (
+            Offset(read_header(self.working[-1]).next_offset) if self.working else (self.log_start)
         )
 
     @rule(sizes=st.lists(st.integers(1, 4), min_size=1, max_size=4), bump=st.booleans())
     def append(self, sizes: list[int], bump: bool) -> None:
         if bump:
             self.epoch = Epoch(self.epoch + 1)
-        batches = build_batches(sizes, base_offset=self.end, epochs=[self.epoch] * len(sizes),
-                                timestamp_ms=self.now_ms)
+        batches = build_batches(
+            sizes, base_offset=self.end, epochs=[self.epoch] * len(sizes), timestamp_ms=self.now_ms
+        )
         self.storage.append(batches)
         self.working += batches
         self.epochs = derive_epochs(self.epochs, batches)

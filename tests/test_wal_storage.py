@@ -81,8 +81,11 @@ def test_reopen_returns_the_same_log_and_state(tmp_path: object) -> None:
         assert state.hard_state == HardState(E3, NodeId(2))
         assert state.hwm == 12
         assert state.log_end_offset == 20
-        assert state.epochs == (EpochEntry(E1, Offset(0)), EpochEntry(E2, Offset(8)),
-                                EpochEntry(E3, Offset(14)))
+        assert state.epochs == (
+            EpochEntry(E1, Offset(0)),
+            EpochEntry(E2, Offset(8)),
+            EpochEntry(E3, Offset(14)),
+        )
 
 
 def test_leader_epoch_checkpoint_is_in_kafka_format(tmp_path: object) -> None:
@@ -149,8 +152,9 @@ def test_offset_for_timestamp(tmp_path: object) -> None:
         assert storage.offset_for_timestamp(1050) is None
     with open_disk(str(tmp_path)) as storage:
         assert storage.offset_for_timestamp(1031) == 31
-        data = OsFileSystem().pread(storage.segment_paths()[0].replace(".log", ".timeindex"),
-                                    0, 1 << 20)
+        data = OsFileSystem().pread(
+            storage.segment_paths()[0].replace(".log", ".timeindex"), 0, 1 << 20
+        )
         timestamps = [ts for ts, _ in TIME_ENTRY.iter_unpack(data)]
         assert timestamps == sorted(set(timestamps))
 

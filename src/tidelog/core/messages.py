@@ -25,7 +25,7 @@ class AppendRequest:
     """Leader -> follower: batches starting at `prev_offset`, or none (probe / heartbeat).
 
     The follower accepts them only if its record at prev_offset - 1 is of `prev_epoch`
-    (the consistency check). `hwm` is the leader's high-water mark. `sent_tick` is the
+    (the consistency check). `hwm` is the leader's high-water mark. `sent_ms` is the
     leader's clock when it sent this; the answer echoes it, which dates the leader's lease.
     """
 
@@ -36,7 +36,7 @@ class AppendRequest:
     prev_epoch: Epoch
     batches: tuple[bytes, ...]
     hwm: Offset
-    sent_tick: int
+    sent_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +46,8 @@ class AppendResponse:
     On success `match_offset` is the end of the prefix the follower now holds and has
     verified against the leader. On rejection (`success` False), (`hint_epoch`,
     `match_offset`) is where the follower's log may last agree with the leader's: the end
-    of the follower's largest epoch <= the asked one (KIP-101/279). `request_tick` echoes
-    the request's `sent_tick`.
+    of the follower's largest epoch <= the asked one (KIP-101/279). `request_sent_ms` echoes
+    the request's `sent_ms`.
     """
 
     sender: NodeId
@@ -57,7 +57,7 @@ class AppendResponse:
     prev_offset: Offset
     match_offset: Offset
     hint_epoch: Epoch
-    request_tick: int
+    request_sent_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,7 @@ class ReplicaConfig:
     pending_produces_max: int = 10_000
     pre_vote: bool = True
     check_quorum: bool = True
+    tick_ms: int = 1  # how much the clock handed to `tick(now_ms=)` moves per tick
 
     def __post_init__(self) -> None:
         if self.node_id not in self.replicas:
@@ -107,6 +108,8 @@ class ReplicaConfig:
             raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
         if self.election_ticks - LEASE_MARGIN_TICKS <= self.heartbeat_ticks:
             raise ValueError("election_ticks must exceed heartbeat_ticks by the lease margin")
+        if self.tick_ms < 1:
+            raise ValueError("tick_ms must be positive")
         if self.min_insync_replicas is not None and not (
             1 <= self.min_insync_replicas <= len(self.replicas)
         ):
@@ -118,10 +121,10 @@ class ReplicaConfig:
             raise ValueError("inflight_appends_max and append_bytes_max must be positive")
 
     @property
-    def lease_ticks(self) -> int:
+    def lease_ms(self) -> int:
         """How long a majority's answer keeps a leader's reads safe: an election timeout
-        less a margin for the nodes' clocks ticking apart."""
-        return self.election_ticks - LEASE_MARGIN_TICKS
+        less a margin for the nodes' clocks ticking apart, in the clock's units."""
+        return (self.election_ticks - LEASE_MARGIN_TICKS) * self.tick_ms
 
     @property
     def majority(self) -> int:
@@ -148,7 +151,7 @@ class Progress:
     inflight: deque[Offset] = field(default_factory=deque)
     recent_active: bool = False
     last_ack_tick: int = -(1 << 30)
-    contact_sent_tick: int = -(1 << 30)  # latest request of ours it has answered
+    contact_sent_ms: int = -(1 << 62)  # when we sent the latest request it answered
     match_at_heartbeat: Offset | None = None
 
 
@@ -183,6 +186,7 @@ class Replica:
         self.follower_synced = False  # verified against the current leader in this epoch
         self.epoch_start_offset = Offset(0)  # where the leader's own epoch begins
         self.now_ms = 0
+        self.wall_clock_ms = 0
         self.tick_count = 0
         self.election_elapsed = 0
         self.election_timeout = self._random_election_timeout()
@@ -202,11 +206,16 @@ class Replica:
         self.ready_log_end_offset = self.log.log_end_offset
 
     # ================================================================== inputs ==========
-    def tick(self, *, now_ms: int | None = None) -> None:
-        """One unit of logical time passes."""
+    def tick(self, *, now_ms: int | None = None, wall_clock_ms: int | None = None) -> None:
+        """One unit of logical time passes.
+
+        `now_ms` is a monotonic clock (it dates the read lease); `wall_clock_ms` is the time
+        of day, used only as the timestamp of the control batches the replica writes."""
         assert not self.ready_outstanding
         if now_ms is not None:
             self.now_ms = now_ms
+        if wall_clock_ms is not None:
+            self.wall_clock_ms = wall_clock_ms
         self.tick_count += 1
         self.leader_contact_elapsed += 1
         if self.role is Role.LEADER:
@@ -290,6 +299,7 @@ class Replica:
         max_bytes: int,
         last_fetched_epoch: Epoch | None = None,
         current_leader_epoch: Epoch | None = None,
+        now_ms: int | None = None,
     ) -> FetchResult:
         """Committed batches from `offset` on: only below min(HWM, log end offset).
 
@@ -298,29 +308,34 @@ class Replica:
         """
         readable_end = Offset(min(self.hwm, self.log.log_end_offset))
         error = self._fencing_error(current_leader_epoch) or self._read_error(
-            offset, last_fetched_epoch
+            offset, last_fetched_epoch, now_ms
         )
         if error is not None:
             return FetchResult((), readable_end, self.log.log_start_offset, error)
         batches = self.log.read(offset, end_offset=readable_end, max_bytes=max_bytes)
         return FetchResult(tuple(batches), readable_end, self.log.log_start_offset)
 
-    def latest_offset(self) -> Offset:
-        """The "latest" offset clients may see (the HWM); raises while it is not known."""
-        error = self._serving_error()
+    def latest_offset(self, *, now_ms: int | None = None) -> Offset:
+        """The "latest" offset clients may see (the HWM); raises while it is not known.
+
+        `now_ms` is the caller's clock now (default: the time of the last tick)."""
+        error = self._serving_error(now_ms)
         if error is not None:
             raise error
         return Offset(min(self.hwm, self.log.log_end_offset))
 
-    def has_read_lease(self) -> bool:
-        """A majority answered a request we sent less than `lease_ticks` ago (Raft §8).
+    def has_read_lease(self, now_ms: int | None = None) -> bool:
+        """A majority answered a request we sent less than `lease_ms` ago (Raft §8).
 
         Those voters grant no vote for an election timeout after hearing from us, so no
-        other leader can exist yet: reads cannot be stale (Jepsen etcd 0.4.1)."""
+        other leader can exist yet: reads cannot be stale (Jepsen etcd 0.4.1). The lease is
+        measured on the caller's clock now, not in ticks: a leader whose ticks ran late
+        (a pause, a stall) must not believe its lease lasted longer than it did."""
         if not self.config.check_quorum:
             return True
-        since = self.tick_count - self.config.lease_ticks
-        recent = sum(1 for p in self.progress.values() if p.contact_sent_tick > since)
+        now = self.now_ms if now_ms is None else now_ms
+        since = now - self.config.lease_ms
+        recent = sum(1 for p in self.progress.values() if p.contact_sent_ms > since)
         return 1 + recent >= self.config.majority
 
     def in_sync_count(self) -> int:
@@ -411,7 +426,7 @@ class Replica:
                     msg.prev_offset,
                     self.log.log_end_offset,
                     self.log.last_epoch,
-                    msg.sent_tick,
+                    msg.sent_ms,
                 )
             )
         elif isinstance(msg, VoteRequest):
@@ -491,7 +506,7 @@ class Replica:
             base_offset=end,
             epoch=self.epoch,
             control_type=CONTROL_TYPE_LEADER_CHANGE,
-            timestamp_ms=self.now_ms,
+            timestamp_ms=self.wall_clock_ms,
         )
         self.log.append(control, check_batch(control))
 
@@ -577,7 +592,7 @@ class Replica:
                     msg.prev_offset,
                     hint_offset,
                     hint_epoch,
-                    msg.sent_tick,
+                    msg.sent_ms,
                 )
             )
             return
@@ -595,7 +610,7 @@ class Replica:
                 msg.prev_offset,
                 end,
                 NO_EPOCH,
-                msg.sent_tick,
+                msg.sent_ms,
             )
         )
 
@@ -730,7 +745,7 @@ class Replica:
                 prev_epoch,
                 batches,
                 self.hwm,
-                self.tick_count,
+                self.now_ms,
             )
         )
 
@@ -739,7 +754,7 @@ class Replica:
             return
         progress = self.progress[msg.sender]
         progress.recent_active = True
-        progress.contact_sent_tick = max(progress.contact_sent_tick, msg.request_tick)
+        progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)
         if msg.success:
             self._on_append_accepted(progress, msg.match_offset)
         else:
@@ -822,12 +837,12 @@ class Replica:
             head = self.pending.popleft()
             self.completions.append(ProduceResult(head.request_id, None, None, error))
 
-    def _serving_error(self) -> TidelogError | None:
+    def _serving_error(self, now_ms: int | None) -> TidelogError | None:
         """Why this replica cannot serve reads now, or None."""
         if self.role is Role.LEADER:
             if self.hwm <= self.epoch_start_offset:
                 return OffsetNotAvailable("the new leader's HWM has not reached its epoch")
-            if not self.has_read_lease():
+            if not self.has_read_lease(now_ms):
                 return NotLeader(None)
             return None
         if self.role is Role.FOLLOWER and self.follower_synced:
@@ -841,8 +856,10 @@ class Replica:
             return FencedEpoch(current_leader_epoch, self.epoch)
         return OffsetNotAvailable(f"epoch {current_leader_epoch} is not known here yet")
 
-    def _read_error(self, offset: Offset, last_fetched_epoch: Epoch | None) -> TidelogError | None:
-        error = self._serving_error()
+    def _read_error(
+        self, offset: Offset, last_fetched_epoch: Epoch | None, now_ms: int | None
+    ) -> TidelogError | None:
+        error = self._serving_error(now_ms)
         if error is not None:
             return error
         readable_end = Offset(min(self.hwm, self.log.log_end_offset))

@@ -44,7 +44,13 @@ APPLY_CHUNK_BYTES = 1 << 20
 
 
 def now_ms() -> int:
+    """The time of day in ms: record and segment timestamps."""
     return int(time.time() * 1000)
+
+
+def monotonic_ms() -> int:
+    """A clock that never jumps: the core's `now_ms` (read leases)."""
+    return int(time.monotonic() * 1000)
 
 
 def decode_values(batch: bytes) -> list[tuple[int, bytes]]:
@@ -93,6 +99,7 @@ class Broker:
             election_ticks=self.config.election_ticks,
             heartbeat_ticks=self.config.heartbeat_ticks,
             min_insync_replicas=min_insync,
+            tick_ms=self.config.tick_ms,
         )
         replica = Replica(replica_config, storage, self.rng)
         on_round = self.apply_metadata if key == self.metadata_key else None
@@ -210,12 +217,15 @@ class Broker:
         interval = self.config.tick_ms / 1000
         next_at = time.monotonic()
         while not self.stopping.is_set():
-            next_at += interval
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            # Ticks missed in a stall are skipped, never fired in a burst: a follower must
+            # not count time that has not passed since the last message it took, or it
+            # could vote while the leader's read lease still holds.
+            next_at = max(next_at + interval, time.monotonic())
+            await asyncio.sleep(next_at - time.monotonic())
             self.ticks += 1
-            stamp = now_ms()
+            stamp, wall = monotonic_ms(), now_ms()
             for runner in list(self.runners.values()):
-                runner.submit(partial(tick_replica, stamp))
+                runner.submit(partial(tick_replica, stamp, wall))
             if self.ticks % NOTICE_EVERY_TICKS == 0:
                 self.send_notices()
 
@@ -258,8 +268,8 @@ def step_message(msg: Message, replica: Replica) -> None:
     replica.step(msg)
 
 
-def tick_replica(stamp: int, replica: Replica) -> None:
-    replica.tick(now_ms=stamp)
+def tick_replica(stamp: int, wall: int, replica: Replica) -> None:
+    replica.tick(now_ms=stamp, wall_clock_ms=wall)
 
 
 def run(config: BrokerConfig) -> int:

@@ -24,7 +24,7 @@ from tidelog.protocol.kafka import ApiKey, KafkaRequest, api_versions_response, 
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
 from tidelog.records import iter_batches
-from tidelog.server.broker import Broker
+from tidelog.server.broker import Broker, monotonic_ms
 from tidelog.server.metadata import (
     METADATA_TOPIC,
     MetadataError,
@@ -272,6 +272,7 @@ def read_partition(
         Offset(part.fetch_offset),
         max_bytes=max(1, min(part.partition_max_bytes, budget)),
         current_leader_epoch=Epoch(leader_epoch) if leader_epoch >= 0 else None,
+        now_ms=monotonic_ms(),
     )
     if result.error is not None:
         return answer(error_code_for(result.error)), None
@@ -326,7 +327,7 @@ def list_partition(broker: Broker, cls: Any, topic: str, partition: int, timesta
     replica = runner.replica
     epoch = int(replica.epoch)
     try:
-        latest = replica.latest_offset()
+        latest = replica.latest_offset(now_ms=monotonic_ms())
     except TidelogError as error:
         return answer(error_code_for(error))
     if timestamp == LATEST:

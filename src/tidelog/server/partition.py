@@ -59,6 +59,7 @@ class PartitionRunner:
         self.task: asyncio.Task[None] | None = None
         self.stopped = False
         self.hwm_moved = asyncio.Event()
+        self.seen_role = (replica.role, replica.epoch, replica.leader_id)
 
     # ---------------------------------------------------------------- inputs -----------
     def submit(self, action: Action) -> None:
@@ -110,6 +111,7 @@ class PartitionRunner:
                 self.replica.advance(ready)
                 if self.replica.hwm != hwm_before:
                     self._wake_fetchers()
+                self._log_role_change()
                 if self.on_round is not None:
                     self.on_round(self)
         except Exception as error:  # a failed write or fsync: stop the node (fail-stop)
@@ -117,6 +119,22 @@ class PartitionRunner:
             raise
         finally:
             self.task = None
+
+    def _log_role_change(self) -> None:
+        replica = self.replica
+        role = (replica.role, replica.epoch, replica.leader_id)
+        if role != self.seen_role:
+            self.seen_role = role
+            log.info(
+                "%s-%d: %s in epoch %d (leader %s, hwm %d, log end %d)",
+                self.key.topic,
+                self.key.partition,
+                replica.role.value,
+                replica.epoch,
+                replica.leader_id,
+                replica.hwm,
+                replica.log.log_end_offset,
+            )
 
     def _complete(self, completions: Sequence[ProduceResult]) -> None:
         for result in completions:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,7 @@ FRAME_BYTES_SOFT_MAX = 8 << 20
 RECONNECT_DELAY_MIN_S = 0.05
 RECONNECT_DELAY_MAX_S = 1.0
 CONNECT_TIMEOUT_S = 2.0
+STREAM_STABLE_S = 1.0
 CLOSE_WAIT_S = 2.0
 
 
@@ -66,28 +68,40 @@ class PeerLink:
             writer.write(self.encoder.encode_frame(chunk))
 
     async def run(self) -> None:
-        """Dial, handshake, hold the stream until it breaks; redial with backoff."""
+        """Dial, handshake, hold the stream until it breaks; redial with backoff.
+
+        The link outlives any failure of one stream. The backoff only starts over once a
+        stream has lived for STREAM_STABLE_S, so a peer that accepts and drops at once (a
+        node still starting behind a proxy) is not dialled in a tight loop."""
         delay = RECONNECT_DELAY_MIN_S
         while True:
+            started = time.monotonic()
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(*self.address), CONNECT_TIMEOUT_S
-                )
-            except (OSError, TimeoutError):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_DELAY_MAX_S)
-                continue
-            delay = RECONNECT_DELAY_MIN_S
-            writer.write(self.encoder.encode_handshake())
-            self.writer = writer
-            log.info("connected to node %d at %s:%d", self.peer, *self.address)
-            try:
-                await reader.read()  # the peer never writes here: returns when it closes
-            except OSError:
-                pass
-            finally:
-                self.writer = None
-                writer.close()
+                await self.hold_stream()
+            except (OSError, TimeoutError) as error:
+                log.debug("no stream to node %d: %r", self.peer, error)
+            except Exception:
+                log.exception("the stream to node %d failed", self.peer)
+            lived = time.monotonic() - started
+            delay = (
+                RECONNECT_DELAY_MIN_S
+                if lived >= STREAM_STABLE_S
+                else min(delay * 2, RECONNECT_DELAY_MAX_S)
+            )
+            await asyncio.sleep(delay)
+
+    async def hold_stream(self) -> None:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(*self.address), CONNECT_TIMEOUT_S
+        )
+        writer.write(self.encoder.encode_handshake())
+        self.writer = writer
+        log.info("connected to node %d at %s:%d", self.peer, *self.address)
+        try:
+            await reader.read()  # the peer never writes here: returns when it closes
+        finally:
+            self.writer = None
+            writer.close()
             log.info("lost the stream to node %d", self.peer)
 
     def close(self) -> None:

@@ -63,6 +63,7 @@ class SimNode:
     backlog: deque[Input] = field(default_factory=deque)
     incarnation: int = 0
     manual_persist: bool = False
+    paused_until: int = 0  # a paused process takes no input and its clock stands still
 
     @property
     def alive(self) -> bool:
@@ -128,7 +129,7 @@ class Cluster:
         sim_node = self.nodes[node]
         if sim_node.replica is None:
             return False
-        if sim_node.persisting is not None:
+        if sim_node.persisting is not None or self.is_paused(node):
             sim_node.backlog.append(action)
             return True
         action(sim_node.replica)
@@ -136,7 +137,33 @@ class Cluster:
         return True
 
     def tick(self, node: NodeId) -> None:
-        self.input(node, lambda replica: replica.tick(now_ms=self.now))
+        if not self.is_paused(node):  # a stopped process misses its timers
+            self.input(node, lambda replica: replica.tick(now_ms=self.now))
+
+    def is_paused(self, node: NodeId) -> bool:
+        return self.now < self.nodes[node].paused_until
+
+    def pause(self, node: NodeId, duration: int) -> None:
+        """SIGSTOP: the node does nothing until now + duration, then catches up."""
+        self.nodes[node].paused_until = self.now + duration
+
+    def resume_due(self) -> list[NodeId]:
+        """The nodes whose pause is over; each must then be `release`d."""
+        resumed = []
+        for node, sim_node in self.nodes.items():
+            if sim_node.paused_until and not self.is_paused(node):
+                sim_node.paused_until = 0
+                resumed.append(node)
+        return resumed
+
+    def release(self, node: NodeId) -> None:
+        """A resumed node takes every input that waited (its late ticks come after)."""
+        sim_node = self.nodes[node]
+        replica = sim_node.replica
+        if replica is not None and sim_node.persisting is None:
+            while sim_node.backlog:
+                sim_node.backlog.popleft()(replica)
+            self.drain(node)
 
     def deliver(self, envelope: Envelope) -> None:
         self.in_flight.remove(envelope)

@@ -299,6 +299,7 @@ class Scenario:
             Offset(int(kv["offset"])),
             max_bytes=int(kv.get("bytes", str(1 << 20))),
             last_fetched_epoch=epoch,
+            now_ms=self.c.now,
         )
         if result.error is not None:
             self.say(f"error {describe_error(result.error)}")
@@ -313,7 +314,7 @@ class Scenario:
         node = nodes_of(args[0])[0]
         replica = self.c.replica(node)
         try:
-            latest = replica.latest_offset()
+            latest = replica.latest_offset(now_ms=self.c.now)
         except TidelogError as error:
             self.say(f"error {describe_error(error)}")
             return

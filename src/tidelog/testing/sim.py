@@ -30,6 +30,8 @@ from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
 MICROS_PER_TICK = 10
+PAUSE_TICKS_MIN = 5
+PAUSE_TICKS_MAX = 40
 IDEMPOTENT_PRODUCER_ID = 1000
 LIVENESS_TICKS_MAX = 400
 CONSUMERS = 3
@@ -134,15 +136,19 @@ class Workload:
         hint = getattr(result.error, "leader_hint", None)
         self.leader_hint = hint if hint is not None else self.rng.choice(self.cluster.ids)
 
-    def consume(self) -> None:
+    def consume(self, node: NodeId | None = None) -> None:
         consumer = self.rng.choice(self.consumers)
-        node = self.rng.choice(self.cluster.ids)
+        node = self.rng.choice(self.cluster.ids) if node is None else node
         replica = self.cluster.nodes[node].replica
-        if replica is None or self.cluster.nodes[node].persisting is not None:
+        busy = self.cluster.nodes[node].persisting is not None or self.cluster.is_paused(node)
+        if replica is None or busy:
             return
         last_epoch = consumer.last_epoch if consumer.position > 0 else None
         result = replica.fetch(
-            consumer.position, max_bytes=FETCH_BYTES_MAX, last_fetched_epoch=last_epoch
+            consumer.position,
+            max_bytes=FETCH_BYTES_MAX,
+            last_fetched_epoch=last_epoch,
+            now_ms=self.cluster.now,
         )
         if isinstance(result.error, (LogDiverged, OffsetOutOfRange)):
             self.checker.fail(f"node {node}: consumer at {consumer.position} got {result.error!r}")
@@ -167,6 +173,7 @@ class Faults:
     partition_rate: float
     heal_rate: float
     restart_rate: float
+    pause_rate: float
 
     @classmethod
     def draw(cls, rng: random.Random) -> Faults:
@@ -175,6 +182,7 @@ class Faults:
             partition_rate=rng.uniform(0.0005, 0.004),
             heal_rate=rng.uniform(0.002, 0.01),
             restart_rate=rng.uniform(0.002, 0.02),
+            pause_rate=rng.uniform(0.0005, 0.003),
         )
 
     def maybe_inject(self, cluster: Cluster, rng: random.Random) -> None:
@@ -198,6 +206,14 @@ class Faults:
             down = [node for node in cluster.ids if not cluster.nodes[node].alive]
             if down:
                 cluster.restart(rng.choice(down))
+            return
+        roll -= self.restart_rate
+        if roll < self.pause_rate:
+            leaders = [n for n, replica in cluster.live_replicas() if replica.role is Role.LEADER]
+            node = (
+                rng.choice(leaders) if leaders and rng.random() < 0.7 else rng.choice(cluster.ids)
+            )
+            cluster.pause(node, rng.randint(PAUSE_TICKS_MIN, PAUSE_TICKS_MAX) * MICROS_PER_TICK)
 
 
 def inject_partition(cluster: Cluster, rng: random.Random) -> None:
@@ -222,6 +238,7 @@ def sim_config(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
         election_ticks=10,
         heartbeat_ticks=2,
         inflight_appends_max=4,
+        tick_ms=MICROS_PER_TICK,
         append_bytes_max=2048,
         produce_timeout_ticks=40,
     )
@@ -257,6 +274,12 @@ class Run:
         cluster = self.cluster
         cluster.now += 1
         now = cluster.now
+        for node in cluster.resume_due():
+            # A client's read may be served before the messages that queued during the
+            # pause (the new epoch among them): the read lease must hold by the clock.
+            self.workload.consume(node)
+            cluster.release(node)
+            self.check()
         due = sorted(
             (e for e in cluster.in_flight if e.deliver_at <= now),
             key=lambda e: (e.deliver_at, e.seq),
@@ -265,7 +288,8 @@ class Run:
             cluster.deliver(envelope)
             self.check()
         for node, at in sorted(cluster.persist_due.items()):
-            if at <= now and cluster.nodes[node].persisting is not None:
+            paused = cluster.is_paused(node)
+            if at <= now and cluster.nodes[node].persisting is not None and not paused:
                 cluster.finish_persist(node)
                 self.check()
         for node in cluster.ids:

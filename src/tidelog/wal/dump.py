@@ -67,14 +67,22 @@ def describe_batches(fs: FileSystem, path: str, *, records: bool) -> Iterator[di
         data = fs.pread(path, position, header.size_bytes)
         valid = crc_of(data, 0, header.size_bytes) == header.crc
         batch: dict[str, Any] = {
-            "file": path, "baseOffset": header.base_offset, "lastOffset": header.last_offset,
-            "count": header.records_count, "baseSequence": header.base_sequence,
-            "producerId": header.producer_id, "producerEpoch": header.producer_epoch,
-            "partitionLeaderEpoch": header.epoch, "isControl": header.is_control,
-            "position": position, "CreateTime": header.max_timestamp,
-            "size": header.size_bytes, "magic": header.magic,
+            "file": path,
+            "baseOffset": header.base_offset,
+            "lastOffset": header.last_offset,
+            "count": header.records_count,
+            "baseSequence": header.base_sequence,
+            "producerId": header.producer_id,
+            "producerEpoch": header.producer_epoch,
+            "partitionLeaderEpoch": header.epoch,
+            "isControl": header.is_control,
+            "position": position,
+            "CreateTime": header.max_timestamp,
+            "size": header.size_bytes,
+            "magic": header.magic,
             "compresscodec": COMPRESSION_NAMES.get(header.attributes & 0x07, "unknown"),
-            "crc": f"{header.crc:#010x}", "isValid": valid,
+            "crc": f"{header.crc:#010x}",
+            "isValid": valid,
         }
         if records and valid:
             batch["records"] = describe_records(data)
@@ -85,7 +93,8 @@ def describe_batches(fs: FileSystem, path: str, *, records: bool) -> Iterator[di
 def describe_records(data: bytes) -> list[dict[str, Any]]:
     return [
         {
-            "offset": record.offset, "CreateTime": record.timestamp,
+            "offset": record.offset,
+            "CreateTime": record.timestamp,
             "keySize": -1 if record.key is None else len(record.key),
             "valueSize": -1 if record.value is None else len(record.value),
             "key": None if record.key is None else record.key.decode("utf-8", "replace"),
@@ -99,8 +108,9 @@ def format_batch(batch: dict[str, Any]) -> str:
     """kafka-dump-log's line: `key: value` pairs; records on indented lines below."""
     if "error" in batch:
         return f"error at position {batch['position']}: {batch['error']}"
-    fields = [f"{key}: {_text(value)}" for key, value in batch.items()
-              if key not in ("file", "records")]
+    fields = [
+        f"{key}: {_text(value)}" for key, value in batch.items() if key not in ("file", "records")
+    ]
     lines = [" ".join(fields)]
     for record in batch.get("records", []):
         lines.append("| " + " ".join(f"{key}: {_text(value)}" for key, value in record.items()))

@@ -88,9 +88,7 @@ class FaultyFileSystem:
         if directory not in self._dirs:
             raise FileNotFoundError(directory)
         return sorted(
-            posixpath.basename(name)
-            for name in self._names
-            if posixpath.dirname(name) == directory
+            posixpath.basename(name) for name in self._names if posixpath.dirname(name) == directory
         )
 
     def makedirs(self, directory: str) -> None:

@@ -319,7 +319,10 @@ class DiskStorage:
         start = segment.base_offset if before is None else Offset(before + 1)
         reader = ChunkReader(self._fs, segment.log_path, segment.size_bytes)
         for position, header in scan_batches(
-            self._fs, segment.log_path, segment.index.lookup(start), segment.size_bytes,
+            self._fs,
+            segment.log_path,
+            segment.index.lookup(start),
+            segment.size_bytes,
             verify=False,
         ):
             if header.next_offset <= start or header.max_timestamp < timestamp:
@@ -363,7 +366,9 @@ class DiskStorage:
 
     def _new_segment(self, base_offset: Offset) -> Segment:
         segment = Segment(
-            self._fs, self.directory, base_offset,
+            self._fs,
+            self.directory,
+            base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
         )
         segment.create_files(self._clock())
@@ -425,7 +430,11 @@ class DiskStorage:
             raise self._corrupt(segment, offset, error) from error
 
     def _read_segment(
-        self, segment: Segment, position: int, end_offset: Offset, budget: int,
+        self,
+        segment: Segment,
+        position: int,
+        end_offset: Offset,
+        budget: int,
         out: list[bytes],
     ) -> tuple[bool, int]:
         """Add the batches of `segment` from `position` to `out`; (done, budget left)."""
@@ -480,9 +489,7 @@ class DiskStorage:
             self._dir_dirty = False
         else:
             self._open_segments(bases)
-        self.log_start_offset = Offset(
-            max(self.log_start_offset, self._segments[0].base_offset)
-        )
+        self.log_start_offset = Offset(max(self.log_start_offset, self._segments[0].base_offset))
         self._epochs = trim_epochs(self._epochs, self.log_start_offset)
         self._hwm_checkpointed = Offset(min(self._hwm_checkpointed, self.log_end_offset))
         self._hwm = self._hwm_checkpointed
@@ -491,9 +498,7 @@ class DiskStorage:
         """Remove leftovers of a crash (temp files, indexes without a log); the bases of the
         segments present, in order."""
         names = self._fs.listdir(self.directory)
-        bases = sorted(
-            Offset(int(name[:OFFSET_DIGITS])) for name in names if is_segment_name(name)
-        )
+        bases = sorted(Offset(int(name[:OFFSET_DIGITS])) for name in names if is_segment_name(name))
         logs = {name[:OFFSET_DIGITS] for name in names if is_segment_name(name)}
         for name in names:
             orphan = name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)) and (
@@ -509,7 +514,9 @@ class DiskStorage:
         scanning = False
         for number, base in enumerate(bases):
             segment = Segment(
-                self._fs, self.directory, base,
+                self._fs,
+                self.directory,
+                base,
                 index_interval_bytes=self.config.index_interval_bytes,
             )
             segment.created_ms = now

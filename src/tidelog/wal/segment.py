@@ -223,10 +223,12 @@ class Segment:
         self.end_offset = end_offset
         if not (self.fs.exists(self.index_path) and self.fs.exists(self.time_index_path)):
             return False
-        index = decode_offset_index(self._read_all(self.index_path), self.base_offset,
-                                    self.size_bytes)
-        times = decode_time_index(self._read_all(self.time_index_path), self.base_offset,
-                                  end_offset)
+        index = decode_offset_index(
+            self._read_all(self.index_path), self.base_offset, self.size_bytes
+        )
+        times = decode_time_index(
+            self._read_all(self.time_index_path), self.base_offset, end_offset
+        )
         if index is None or times is None or not self._points_at_batch(index):
             return False
         self.index, self.time_index = index, times

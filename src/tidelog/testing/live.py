@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from kafka import KafkaAdminClient
@@ -97,9 +98,24 @@ def create_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
         admin.close()
 
 
+# kafka-python leaks the socket of a connection attempt that fails (a killed or restarting
+# broker): modules that use it against live clusters ignore that warning (their own marks).
+KAFKA_PYTHON_SOCKET_LEAKS = (
+    "ignore::ResourceWarning",
+    "ignore::pytest.PytestUnraisableExceptionWarning",
+)
+
+
 def collect_leaked_sockets() -> None:
     """Finalize the sockets kafka-python leaks on failed connection attempts, now, with
     their ResourceWarning ignored (else they surface later, in unrelated tests)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
+
+
+def collected_sockets() -> Iterator[None]:
+    """A fixture body for modules that use kafka-python against live clusters: after each
+    test, finalize the sockets it leaked."""
+    yield
+    collect_leaked_sockets()

@@ -1,0 +1,232 @@
+"""Cutting the leader away from the others, through TCP proxies on every peer link.
+
+Each node dials each other node through a proxy of its own (six proxies for three nodes),
+so a test can cut exactly the links of one node. Cut the partition leader away: the others
+must elect a new leader, and the old one must stop serving reads; it must already refuse
+them by the time the new leader exists (its read lease has run out). After healing, all
+three converge.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+from kafka.protocol.parser import KafkaProtocol
+
+from tidelog.protocol.kafka import _APIS, ApiKey
+from tidelog.testing.live import KAFKA_PYTHON_SOCKET_LEAKS, collect_leaked_sockets, create_topic
+from tidelog.testing.proxy import CutMode, TcpProxy
+
+pytestmark = [pytest.mark.filterwarnings(f) for f in KAFKA_PYTHON_SOCKET_LEAKS]
+
+NODES = (1, 2, 3)
+TOPIC = "cut"
+DEADLINE_S = 30.0
+POLL_S = 0.05
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ProxiedCluster:
+    """Three brokers whose every peer link runs through its own TcpProxy."""
+
+    def __init__(self, directory: Path) -> None:
+        self.kafka = {n: free_port() for n in NODES}
+        self.peer = {n: free_port() for n in NODES}
+        self.admin = {n: free_port() for n in NODES}
+        self.proxies = {
+            (a, b): TcpProxy(target=("127.0.0.1", self.peer[b])).start()
+            for a in NODES
+            for b in NODES
+            if a != b
+        }
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        for node in NODES:
+            self.processes[node] = self.start(node, directory)
+
+    def start(self, node: int, directory: Path) -> subprocess.Popen[bytes]:
+        addresses = {
+            other: self.peer[node] if other == node else self.proxies[node, other].address[1]
+            for other in NODES
+        }
+        peers = ",".join(f"{other}@127.0.0.1:{port}" for other, port in addresses.items())
+        log = (directory / f"node-{node}.log").open("ab")
+        argv = [
+            sys.executable,
+            "-m",
+            "tidelog",
+            "broker",
+            "--node-id",
+            str(node),
+            "--data-dir",
+            str(directory / f"node-{node}"),
+            "--listen",
+            f"127.0.0.1:{self.kafka[node]}",
+            "--peer-listen",
+            f"127.0.0.1:{self.peer[node]}",
+            "--peers",
+            peers,
+            "--admin-listen",
+            f"127.0.0.1:{self.admin[node]}",
+        ]
+        with log:
+            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.kafka[n]}" for n in NODES)
+
+    def status(self, node: int) -> dict[str, Any] | None:
+        try:
+            url = f"http://127.0.0.1:{self.admin[node]}/status"
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                result: dict[str, Any] = json.load(answer)
+                return result
+        except OSError:
+            return None
+
+    def partition(self, node: int) -> dict[str, Any] | None:
+        state = self.status(node)
+        found = [p for p in (state or {}).get("partitions", []) if p["topic"] == TOPIC]
+        return found[0] if found else None
+
+    def isolate(self, node: int, mode: CutMode) -> None:
+        for (a, b), proxy in self.proxies.items():
+            if node in (a, b):
+                proxy.cut(mode)
+
+    def heal(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.heal()
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=30)
+        for proxy in self.proxies.values():
+            proxy.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ProxiedCluster]:
+    running = ProxiedCluster(tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+        collect_leaked_sockets()
+
+
+def wait_for(condition: Any, what: str) -> Any:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(POLL_S)
+    raise AssertionError(f"not within {DEADLINE_S} s: {what}")
+
+
+def latest_offset_error(port: int) -> int:
+    """The error code of a ListOffsets(latest) for the partition, asked of one node."""
+    request_class = _APIS[ApiKey.LIST_OFFSETS].request_class
+    topic = request_class.ListOffsetsTopic
+    request = request_class(
+        version=1,
+        replica_id=-1,
+        topics=[
+            topic(
+                name=TOPIC, partitions=[topic.ListOffsetsPartition(partition_index=0, timestamp=-1)]
+            )
+        ],
+    )
+    protocol = KafkaProtocol(client_id="link-cut-test")
+    protocol.send_request(request)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(protocol.send_bytes())
+        while True:
+            data = sock.recv(65536)
+            assert data, "the node closed the connection"
+            answers = protocol.receive_bytes(data)
+            if answers:
+                error: int = answers[0][1].topics[0].partitions[0].error_code
+                return error
+
+
+def stable_leader(cluster: ProxiedCluster) -> int | None:
+    """The node that leads the partition and answers reads (a fresh leader may not yet)."""
+    for node in NODES:
+        if (cluster.partition(node) or {}).get("role") == "leader":
+            return node if latest_offset_error(cluster.kafka[node]) == 0 else None
+    return None
+
+
+def test_cutting_the_leader_away_elects_another_and_the_old_stops_reading(
+    cluster: ProxiedCluster,
+) -> None:
+    wait_for(lambda: all((cluster.status(n) or {}).get("ready") for n in NODES), "cluster ready")
+    create_topic(cluster.bootstrap, TOPIC, partitions=1)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    for i in range(20):
+        producer.send(TOPIC, value=f"before-{i}".encode())
+    producer.flush(timeout=30)
+    producer.close()
+    old = wait_for(lambda: stable_leader(cluster), "a leader that serves reads")
+    old_epoch = cluster.partition(old)["epoch"]  # type: ignore[index]
+
+    cluster.isolate(old, CutMode.RESET)
+    others = [n for n in NODES if n != old]
+    new = wait_for(
+        lambda: next(
+            (
+                n
+                for n in others
+                if (p := cluster.partition(n)) and p["role"] == "leader" and p["epoch"] > old_epoch
+            ),
+            None,
+        ),
+        "a new leader among the others",
+    )
+    # No other leader can exist while the old one's lease holds: it refuses reads already.
+    assert latest_offset_error(cluster.kafka[old]) != 0
+    wait_for(lambda: latest_offset_error(cluster.kafka[new]) == 0, "the new leader serves reads")
+    wait_for(
+        lambda: (cluster.partition(old) or {}).get("role") != "leader", "the old leader steps down"
+    )
+
+    cluster.heal()
+    wait_for(
+        lambda: (
+            len(
+                {
+                    (p["hwm"], p["log_end_offset"], p["epoch"])
+                    for p in [
+                        cluster.partition(n) or {"hwm": -1, "log_end_offset": -2, "epoch": n}
+                        for n in NODES
+                    ]
+                }
+            )
+            == 1
+        ),
+        "all replicas converged after healing",
+    )

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tidelog.testing.live import collect_leaked_sockets
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -17,3 +21,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def rewrite(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--rewrite"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _finalize_leaked_client_sockets() -> Iterator[None]:
+    """After each module, finalize the sockets kafka-python leaked (see
+    tidelog.testing.live), so that they cannot surface as warnings in the next module."""
+    yield
+    collect_leaked_sockets()

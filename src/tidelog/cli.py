@@ -7,6 +7,7 @@ import click
 from tidelog.errors import StorageError
 from tidelog.tools.broker_cmd import broker
 from tidelog.tools.cluster import cluster
+from tidelog.tools.demo import demo
 from tidelog.wal.dump import dump
 
 
@@ -37,3 +38,4 @@ register_client_commands(main)
 
 main.add_command(broker)
 main.add_command(cluster)
+main.add_command(demo)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 
-from tidelog.core.storage import EpochEntry, LogStorage, StoredState
+from tidelog.core.storage import EpochEntry, LogStorage, StoredState, trim_epochs
 from tidelog.records import BatchHeader, read_header
 from tidelog.types import NO_EPOCH, Epoch, Offset
 
@@ -32,6 +32,8 @@ class ReplicaLog:
         self.unstable: list[bytes] = []
         self.unstable_ends: list[int] = []
         self.truncate_to: Offset | None = None
+        self.reset_to: Offset | None = None
+        self.start_moved_to: Offset | None = None
 
     # --- questions ------------------------------------------------------------------
     @property
@@ -114,15 +116,41 @@ class ReplicaLog:
         self.stored_end_offset = offset
         self.truncate_to = offset if self.truncate_to is None else min(self.truncate_to, offset)
 
-    def take_unpersisted(self) -> tuple[Offset | None, tuple[bytes, ...]]:
-        """Hand the pending truncation and appends to a `Ready`; storage now holds them."""
-        truncate_to, batches = self.truncate_to, tuple(self.unstable)
-        self.truncate_to = None
+    def advance_start(self, offset: Offset) -> None:
+        """Records below `offset` are gone (DeleteRecords, retention); the caller keeps
+        `offset` at most the HWM."""
+        assert self.log_start_offset < offset <= self.log_end_offset
+        self.log_start_offset = offset
+        self.epochs = trim_epochs(self.epochs, offset)
+        self.start_moved_to = offset
+
+    def reset(self, start_offset: Offset) -> None:
+        """Drop everything; the log starts empty at `start_offset` (truncateFullyAndStartAt)."""
+        self.unstable.clear()
+        self.unstable_ends.clear()
+        self.epochs = []
+        self.log_start_offset = self.log_end_offset = start_offset
+        self.stored_end_offset = self.durable_end_offset = start_offset
+        self.reset_to = start_offset
+        self.truncate_to = self.start_moved_to = None
+
+    def take_unpersisted(
+        self,
+    ) -> tuple[Offset | None, Offset | None, tuple[bytes, ...], Offset | None]:
+        """Hand the pending reset, truncation, appends and log start move to a `Ready`;
+        storage now holds them."""
+        taken = (self.reset_to, self.truncate_to, tuple(self.unstable), self.start_moved_to)
+        self.reset_to = self.truncate_to = self.start_moved_to = None
         self.unstable.clear()
         self.unstable_ends.clear()
         self.stored_end_offset = self.log_end_offset
-        return truncate_to, batches
+        return taken
 
     @property
     def has_unpersisted(self) -> bool:
-        return self.truncate_to is not None or bool(self.unstable)
+        return (
+            self.truncate_to is not None
+            or self.reset_to is not None
+            or self.start_moved_to is not None
+            or bool(self.unstable)
+        )

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from tidelog.errors import TidelogError
 from tidelog.types import Epoch, NodeId, Offset
 
+# The prev_epoch of an AppendRequest that resets a follower to the leader's log start.
+RESET_EPOCH = Epoch(-2)
+
 
 @dataclass(frozen=True, slots=True)
 class HardState:
@@ -25,7 +28,9 @@ class AppendRequest:
     """Leader -> follower: batches starting at `prev_offset`, or none (probe / heartbeat).
 
     The follower accepts them only if its record at prev_offset - 1 is of `prev_epoch`
-    (the consistency check). `hwm` is the leader's high-water mark. `sent_ms` is the
+    (the consistency check); a `prev_epoch` of RESET_EPOCH instead tells a follower too
+    far behind to drop its log and start at `prev_offset`, the leader's log start (Kafka's
+    truncateFullyAndStartAt). `hwm` and `log_start_offset` are the leader's. `sent_ms` is the
     leader's clock when it sent this; the answer echoes it, which dates the leader's lease.
     """
 
@@ -37,6 +42,7 @@ class AppendRequest:
     batches: tuple[bytes, ...]
     hwm: Offset
     sent_ms: int
+    log_start_offset: Offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +116,10 @@ class FetchResult:
 class Ready:
     """What the caller must do, in this order, before calling `Replica.advance(ready)`:
 
-    1. Persist: save `hard_state` if set; if `truncate_to` is set, truncate the log there;
-       append `batches` at the log end; then make all of it durable (fsync).
+    1. Persist: save `hard_state` if set; if `reset_to` is set, drop the whole log and start
+       it empty at that offset; if `truncate_to` is set, truncate the log there; append
+       `batches` at the log end; save `hwm`; if `log_start_offset` is set, advance the log
+       start there (DeleteRecords); then make all of it durable (fsync).
        `hwm` may be checkpointed lazily: it is never needed for safety.
     2. Send `messages_after_persist` (acks and votes), which promise durable state.
     `messages` may be sent at once, before or during the persist. `completions` are
@@ -121,9 +129,11 @@ class Ready:
     """
 
     hard_state: HardState | None = None
+    reset_to: Offset | None = None
     truncate_to: Offset | None = None
     batches: tuple[bytes, ...] = ()
     hwm: Offset | None = None
+    log_start_offset: Offset | None = None
     messages: tuple[Message, ...] = ()
     messages_after_persist: tuple[Message, ...] = ()
     completions: tuple[ProduceResult, ...] = field(default=())
@@ -131,4 +141,10 @@ class Ready:
     @property
     def must_sync(self) -> bool:
         """True when step 1 has anything to make durable."""
-        return bool(self.hard_state or self.truncate_to is not None or self.batches)
+        return bool(
+            self.hard_state
+            or self.reset_to is not None
+            or self.truncate_to is not None
+            or self.batches
+            or self.log_start_offset is not None
+        )

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from tidelog.core.log import ReplicaLog
 from tidelog.core.messages import (
+    RESET_EPOCH,
     AppendRequest,
     AppendResponse,
     FetchResult,
@@ -324,6 +325,29 @@ class Replica:
             raise error
         return Offset(min(self.hwm, self.log.log_end_offset))
 
+    def delete_records(self, offset: Offset) -> Offset:
+        """DeleteRecords on the leader: move the log start to `offset`, which must not pass
+        the HWM (retention never deletes uncommitted records). Followers follow with the
+        next append. Returns the new log start (Kafka's low watermark)."""
+        assert not self.ready_outstanding
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.leader_id)
+        readable_end = Offset(min(self.hwm, self.log.log_end_offset))
+        if offset > readable_end:
+            raise OffsetOutOfRange(offset, self.log.log_start_offset, readable_end)
+        if offset > self.log.log_start_offset:
+            self.log.advance_start(offset)
+        return self.log.log_start_offset
+
+    def note_log_start(self, offset: Offset) -> None:
+        """Storage already deleted everything below `offset` (its retention by time or
+        size, never past the HWM): the log starts there now."""
+        assert not self.ready_outstanding
+        assert offset <= self.hwm
+        if offset > self.log.log_start_offset:
+            self.log.advance_start(offset)
+            self.log.start_moved_to = None  # storage did it: nothing to carry out
+
     def has_read_lease(self, now_ms: int | None = None) -> bool:
         """A majority answered a request we sent less than `lease_ms` ago (Raft §8).
 
@@ -365,12 +389,14 @@ class Replica:
         if self.role is Role.LEADER:
             self._send_appends()
         hard_state = self._hard_state()
-        truncate_to, batches = self.log.take_unpersisted()
+        reset_to, truncate_to, batches, log_start = self.log.take_unpersisted()
         ready = Ready(
             hard_state=hard_state if hard_state != self.persisted_hard_state else None,
+            reset_to=reset_to,
             truncate_to=truncate_to,
             batches=batches,
             hwm=self.hwm if self.hwm != self.hwm_in_ready else None,
+            log_start_offset=log_start,
             messages=tuple(self.msgs),
             messages_after_persist=tuple(self.msgs_after_persist),
             completions=tuple(self.completions),
@@ -581,6 +607,9 @@ class Replica:
             headers = [check_batch(batch) for batch in msg.batches]
         except CorruptBatch:
             return  # damaged in flight: drop it; the leader resends (pair assertion)
+        if msg.prev_epoch == RESET_EPOCH:
+            self._reset_to_leader_start(msg)
+            return
         if not self._prefix_matches(msg.prev_offset, msg.prev_epoch):
             hint_offset, hint_epoch = self._divergence_hint(msg.prev_offset, msg.prev_epoch)
             self.msgs_after_persist.append(
@@ -601,6 +630,10 @@ class Replica:
         # Truncation is done; only now take the leader's HWM, bounded by the verified
         # prefix (KAFKA-14704).
         self._raise_hwm(Offset(min(msg.hwm, end)))
+        self._follow_log_start(msg.log_start_offset)
+        self._acknowledge(msg, end)
+
+    def _acknowledge(self, msg: AppendRequest, end: Offset) -> None:
         self.msgs_after_persist.append(
             AppendResponse(
                 self.id,
@@ -614,9 +647,32 @@ class Replica:
             )
         )
 
+    def _reset_to_leader_start(self, msg: AppendRequest) -> None:
+        """The leader no longer holds what we lack: start over at its log start.
+
+        Everything below it is committed. A replica whose HWM already reaches it holds
+        that committed prefix and drops nothing."""
+        start = msg.prev_offset
+        if self.hwm < start:
+            self.log.reset(start)
+            self.producers = ProducerStates()
+            self.hwm = start
+        self.follower_synced = True
+        self._raise_hwm(Offset(min(msg.hwm, start)))
+        self._acknowledge(msg, start)
+
+    def _follow_log_start(self, leader_log_start: Offset) -> None:
+        """Records the leader deleted (DeleteRecords, retention) go here too, within our HWM."""
+        target = Offset(min(leader_log_start, self.hwm))
+        if target > self.log.log_start_offset:
+            self.log.advance_start(target)
+
     def _prefix_matches(self, prev_offset: Offset, prev_epoch: Epoch) -> bool:
-        """The consistency check: our record at prev_offset - 1 is of prev_epoch."""
-        if prev_offset <= self.log.log_start_offset:
+        """The consistency check: our record at prev_offset - 1 is of prev_epoch.
+
+        Below our HWM there is nothing to check: committed records are in every later
+        leader's log at the same offsets (and the leader may have deleted their epochs)."""
+        if prev_offset <= max(self.log.log_start_offset, self.hwm):
             return True
         if prev_offset > self.log.log_end_offset:
             return False
@@ -641,8 +697,12 @@ class Replica:
         for batch, header in zip(batches, headers, strict=True):
             assert header.base_offset == end, "batches of an append are contiguous"
             end = header.next_offset
+            if header.next_offset <= self.hwm:
+                continue  # committed: we hold this very batch already
             if header.base_offset < self.log.log_end_offset:
-                if self.log.epoch_at(header.base_offset) == header.epoch:
+                # The log start may lie inside this batch: ask its epoch at a record we have.
+                held = Offset(max(header.base_offset, self.log.log_start_offset))
+                if self.log.epoch_at(held) == header.epoch:
                     continue  # we hold this very batch already (same offset, same epoch)
                 # A follower never cuts committed records (rule 4).
                 assert header.base_offset >= self.hwm, "truncation below the HWM"
@@ -713,18 +773,26 @@ class Replica:
     def _send_appends(self) -> None:
         """Send each follower what it lacks, within its window of in-flight appends."""
         end = self.log.log_end_offset
+        start = self.log.log_start_offset
+        floor = self._base_of_batch_at(start)  # the first batch we can still send
         for peer, progress in self.progress.items():
+            if progress.next_offset < floor and not progress.probing:
+                progress.probing = True  # what it lacks is gone here: reset it (below)
+                progress.probe_sent = False
+                progress.inflight.clear()
             if progress.probing:
                 if not progress.probe_sent:
                     progress.probe_sent = True
-                    self._send_append(peer, progress.next_offset, ())
+                    reset = progress.next_offset < floor
+                    progress.next_offset = floor if reset else progress.next_offset
+                    self._send_append(peer, progress.next_offset, (), reset=reset)
                 continue
             while (
                 progress.next_offset < end
                 and len(progress.inflight) < self.config.inflight_appends_max
             ):
                 batches = self.log.read(
-                    progress.next_offset,
+                    Offset(max(progress.next_offset, start)),
                     end_offset=end,
                     max_bytes=self.config.append_bytes_max,
                 )
@@ -734,8 +802,28 @@ class Replica:
                 progress.next_offset = check_batch(batches[-1]).next_offset
                 progress.inflight.append(progress.next_offset)
 
-    def _send_append(self, peer: NodeId, prev_offset: Offset, batches: tuple[bytes, ...]) -> None:
-        prev_epoch = self.log.epoch_at(Offset(prev_offset - 1)) if prev_offset > 0 else NO_EPOCH
+    def _base_of_batch_at(self, offset: Offset) -> Offset:
+        """The base offset of the batch holding `offset` (the log start may lie inside one)."""
+        end = self.log.log_end_offset
+        if offset >= end:
+            return offset
+        batches = self.log.read(offset, end_offset=end, max_bytes=1)
+        return read_header(batches[0]).base_offset if batches else offset
+
+    def _send_append(
+        self,
+        peer: NodeId,
+        prev_offset: Offset,
+        batches: tuple[bytes, ...],
+        *,
+        reset: bool = False,
+    ) -> None:
+        if reset:
+            prev_epoch = RESET_EPOCH
+        elif prev_offset > 0:
+            prev_epoch = self.log.epoch_at(Offset(prev_offset - 1))
+        else:
+            prev_epoch = NO_EPOCH
         self.msgs.append(
             AppendRequest(
                 self.id,
@@ -746,6 +834,7 @@ class Replica:
                 batches,
                 self.hwm,
                 self.now_ms,
+                self.log.log_start_offset,
             )
         )
 
@@ -873,6 +962,9 @@ class Replica:
             return None  # between HWM and log end: nothing committed to give yet
         if last_fetched_epoch is not None and offset > 0:
             epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
-            if epoch != last_fetched_epoch or end < offset:
+            # Our epoch history may begin after the reader's position (records deleted, or
+            # a reset): nothing there to judge by.
+            unknown = epoch == NO_EPOCH and offset <= end
+            if not unknown and (epoch != last_fetched_epoch or end < offset):
                 return LogDiverged(epoch, end)
         return None

@@ -8,7 +8,7 @@ until `sync()` returns. The disk implementation lives in `tidelog.wal`.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from tidelog.core.messages import HardState
@@ -58,6 +58,15 @@ class LogStorage(Protocol):
 
     def save_hwm(self, hwm: Offset) -> None: ...
 
+    def advance_log_start(self, offset: Offset) -> None:
+        """Make `offset` (at most the saved HWM) the log start; drop what lies wholly below."""
+        ...
+
+    def reset(self, *, start_offset: Offset) -> None:
+        """Drop the whole log and start it empty at `start_offset`, which becomes the log
+        start and the HWM (a follower behind its leader's log start)."""
+        ...
+
     def sync(self) -> None:
         """Make everything written so far durable."""
         ...
@@ -73,15 +82,28 @@ def initial_state(epochs: tuple[EpochEntry, ...] = ()) -> StoredState:
     )
 
 
+def trim_epochs(epochs: list[EpochEntry], log_start_offset: Offset) -> list[EpochEntry]:
+    """Kafka's truncateFromStart: drop entries before the log start except the one covering
+    it, whose start becomes the log start offset."""
+    index = bisect.bisect_right(epochs, log_start_offset, key=lambda e: e.start_offset)
+    if index == 0:
+        return list(epochs)
+    covering = EpochEntry(epochs[index - 1].epoch, log_start_offset)
+    return [covering, *epochs[index:]]
+
+
 @dataclass(slots=True)
 class _MemoryLog:
     batches: list[bytes]
     ends: list[int]
     hard_state: HardState
     hwm: Offset
+    log_start: Offset = field(default_factory=lambda: Offset(0))
 
     def copy(self) -> _MemoryLog:
-        return _MemoryLog(list(self.batches), list(self.ends), self.hard_state, self.hwm)
+        return _MemoryLog(
+            list(self.batches), list(self.ends), self.hard_state, self.hwm, self.log_start
+        )
 
 
 class MemoryStorage:
@@ -95,7 +117,7 @@ class MemoryStorage:
     # --- LogStorage ---------------------------------------------------------------------
     def load(self) -> StoredState:
         log = self._working
-        end = Offset(log.ends[-1]) if log.ends else Offset(0)
+        end = Offset(log.ends[-1]) if log.ends else log.log_start
         epochs: list[EpochEntry] = []
         for batch in log.batches:
             header = read_header(batch)
@@ -103,14 +125,15 @@ class MemoryStorage:
                 epochs.append(EpochEntry(header.epoch, header.base_offset))
         return StoredState(
             hard_state=log.hard_state,
-            hwm=Offset(min(log.hwm, end)),
-            log_start_offset=Offset(0),
+            hwm=Offset(min(max(log.hwm, log.log_start), end)),
+            log_start_offset=log.log_start,
             log_end_offset=end,
-            epochs=tuple(epochs),
+            epochs=tuple(trim_epochs(epochs, log.log_start)),
         )
 
     def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
         log = self._working
+        assert start_offset >= log.log_start, "read below the log start"
         index = bisect.bisect_right(log.ends, start_offset)
         out: list[bytes] = []
         size = 0
@@ -138,12 +161,30 @@ class MemoryStorage:
         log = self._working
         for batch in batches:
             header = read_header(batch)
-            assert not log.ends or header.base_offset == log.ends[-1], "append leaves a gap"
+            end = log.ends[-1] if log.ends else log.log_start
+            assert header.base_offset == end, "append leaves a gap"
             log.batches.append(batch)
             log.ends.append(header.next_offset)
 
     def save_hwm(self, hwm: Offset) -> None:
         self._working.hwm = hwm
+
+    def advance_log_start(self, offset: Offset) -> None:
+        log = self._working
+        assert offset <= log.hwm, "log start past the HWM"
+        if offset <= log.log_start:
+            return
+        log.log_start = offset
+        index = bisect.bisect_right(log.ends, offset)
+        del log.batches[:index]
+        del log.ends[:index]
+
+    def reset(self, *, start_offset: Offset) -> None:
+        log = self._working
+        log.batches.clear()
+        log.ends.clear()
+        log.log_start = start_offset
+        log.hwm = start_offset
 
     def sync(self) -> None:
         self._durable = self._working.copy()

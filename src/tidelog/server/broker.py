@@ -39,6 +39,8 @@ from tidelog.wal import DiskStorage, WalConfig
 log = logging.getLogger("tidelog.broker")
 
 NOTICE_EVERY_TICKS = 5
+RETENTION_EVERY_TICKS = 100
+FLUSH_INTERVAL_MS_WEAK = 1000
 SYNC_THREADS = 4
 APPLY_CHUNK_BYTES = 1 << 20
 
@@ -51,6 +53,19 @@ def now_ms() -> int:
 def monotonic_ms() -> int:
     """A clock that never jumps: the core's `now_ms` (read leases)."""
     return int(time.monotonic() * 1000)
+
+
+def wal_config_of(configs: dict[str, str], *, fsync: bool) -> WalConfig:
+    """A partition's log settings from its topic's configs (Kafka's names and defaults)."""
+    defaults = WalConfig()
+    retention_ms = int(configs.get("retention.ms", defaults.retention_ms or -1))
+    retention_bytes = int(configs.get("retention.bytes", -1))
+    return WalConfig(
+        segment_bytes=int(configs.get("segment.bytes", defaults.segment_bytes)),
+        retention_ms=None if retention_ms < 0 else retention_ms,
+        retention_bytes=None if retention_bytes < 0 else retention_bytes,
+        flush_interval_ms=None if fsync else FLUSH_INTERVAL_MS_WEAK,
+    )
 
 
 def decode_values(batch: bytes) -> list[tuple[int, bytes]]:
@@ -89,9 +104,13 @@ class Broker:
         return self.config.data_dir / f"{key.topic}-{key.partition}"
 
     def open_partition(
-        self, key: PartitionKey, replicas: tuple[NodeId, ...], min_insync: int | None
+        self,
+        key: PartitionKey,
+        replicas: tuple[NodeId, ...],
+        min_insync: int | None,
+        configs: dict[str, str] | None = None,
     ) -> PartitionRunner:
-        wal_config = WalConfig(flush_interval_ms=None if self.config.fsync else 1000)
+        wal_config = wal_config_of(configs or {}, fsync=self.config.fsync)
         storage = DiskStorage(str(self.partition_dir(key)), clock=now_ms, config=wal_config)
         replica_config = ReplicaConfig(
             self.node_id,
@@ -153,7 +172,7 @@ class Broker:
             key = PartitionKey(topic.name, partition)
             if self.node_id not in replicas or key in self.runners:
                 continue
-            runner = self.open_partition(key, replicas, topic.min_insync())
+            runner = self.open_partition(key, replicas, topic.min_insync(), topic.configs)
             log.info("hosting %s-%d (replicas %s)", topic.name, partition, list(nodes))
             if replicas[0] == self.node_id and runner.replica.epoch == 0:
                 runner.submit(Replica.campaign)  # the preferred leader starts at once
@@ -228,6 +247,9 @@ class Broker:
                 runner.submit(partial(tick_replica, stamp, wall))
             if self.ticks % NOTICE_EVERY_TICKS == 0:
                 self.send_notices()
+            if self.ticks % RETENTION_EVERY_TICKS == 0:
+                for runner in list(self.runners.values()):
+                    runner.apply_retention(wall)
 
     # ---------------------------------------------------------------- lifecycle --------
     async def serve(self) -> int:

@@ -431,6 +431,44 @@ async def commit_command(broker: Broker, command: dict[str, Any]) -> tuple[Error
     return ErrorCode.NONE, None
 
 
+# ---------------------------------------------------------------------- DeleteRecords --
+async def delete_records(broker: Broker, request: KafkaRequest) -> Any:
+    """Move each partition's log start (Kafka's low watermark), never past its HWM."""
+    cls = request.response_class.DeleteRecordsTopicResult
+    topics = []
+    for topic in body_of(request).topics:
+        partitions = []
+        for part in topic.partitions:
+            code, low = await delete_partition_records(broker, topic.name, part)
+            partitions.append(
+                cls.DeleteRecordsPartitionResult(
+                    partition_index=part.partition_index, low_watermark=low, error_code=int(code)
+                )
+            )
+        topics.append(cls(name=topic.name, partitions=partitions))
+    return response(request, throttle_time_ms=0, topics=topics)
+
+
+async def delete_partition_records(broker: Broker, topic: str, part: Any) -> tuple[ErrorCode, int]:
+    runner = broker.runner(topic, part.partition_index)
+    if runner is None:
+        known = topic in broker.image.topics
+        return (
+            ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        ), -1
+
+    def delete(replica: Any) -> Offset:
+        offset = part.offset if part.offset >= 0 else min(replica.hwm, replica.log.log_end_offset)
+        result: Offset = replica.delete_records(Offset(offset))
+        return result
+
+    try:
+        low = await runner.call(delete)
+    except TidelogError as error:
+        return error_code_for(error), -1
+    return ErrorCode.NONE, int(low)
+
+
 HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.METADATA: metadata,
     ApiKey.PRODUCE: produce,
@@ -439,4 +477,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.INIT_PRODUCER_ID: init_producer_id,
     ApiKey.CREATE_TOPICS: create_topics,
     ApiKey.DELETE_TOPICS: delete_topics,
+    ApiKey.DELETE_RECORDS: delete_records,
 }

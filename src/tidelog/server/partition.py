@@ -17,9 +17,11 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from typing import TypeVar
 
 from tidelog.core.messages import Message, ProduceResult
 from tidelog.core.replica import Replica
+from tidelog.errors import TidelogError
 from tidelog.node.driver import write_ready
 from tidelog.protocol.peer import PartitionKey
 from tidelog.types import Offset
@@ -28,6 +30,7 @@ from tidelog.wal import DiskStorage
 log = logging.getLogger(__name__)
 
 Action = Callable[[Replica], None]
+T = TypeVar("T")
 Send = Callable[[PartitionKey, Sequence[Message]], None]
 INPUTS_MAX = 100_000
 
@@ -71,6 +74,32 @@ class PartitionRunner:
         self.inputs.append(action)
         if self.task is None:
             self.task = asyncio.get_running_loop().create_task(self._drive())
+
+    def call(self, function: Callable[[Replica], T]) -> asyncio.Future[T]:
+        """Run `function` on the replica in its turn (between rounds); its result or error
+        completes the future."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        def action(replica: Replica) -> None:
+            try:
+                result = function(replica)
+            except TidelogError as error:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        self.submit(action)
+        return future
+
+    def apply_retention(self, now_ms: int) -> None:
+        """Delete segments past retention.ms / retention.bytes (never at or above the HWM
+        the log saved), then tell the replica where its log starts now."""
+
+        def retain(replica: Replica) -> None:
+            if self.storage.apply_retention(now_ms):
+                replica.note_log_start(self.storage.log_start_offset)
+
+        self.submit(retain)
 
     def produce(self, batch: bytes, acks: int) -> asyncio.Future[ProduceResult]:
         """Propose one record batch; the future completes with its ProduceResult."""

@@ -83,10 +83,22 @@ class Checker:
             self.extend_history(node, replica, checked, hwm)
 
     def extend_history(self, node: NodeId, replica: Replica, start: int, hwm: int) -> None:
-        position = start
-        batches = replica.log.read(Offset(start), end_offset=Offset(hwm), max_bytes=READ_BYTES_MAX)
+        """Compare the replica's newly committed batches with the history, or extend it.
+
+        Below the replica's log start its records are deleted: it is compared from there."""
+        position = max(start, replica.log.log_start_offset)
+        batches = replica.log.read(
+            Offset(position), end_offset=Offset(hwm), max_bytes=READ_BYTES_MAX
+        )
         for batch in batches:
             header = read_header(batch)
+            if header.base_offset < position:  # holds the log start: compare, don't extend
+                known = self.history.get(header.base_offset)
+                if known is not None and known.identity != batch_identity(batch):
+                    self.fail(f"node {node}: batch at {header.base_offset} differs")
+                    return
+                position = header.next_offset
+                continue
             if header.base_offset != position:
                 self.fail(
                     f"node {node}: committed batch at {header.base_offset}, expected {position}"
@@ -109,7 +121,7 @@ class Checker:
                 )
                 return
             position = header.next_offset
-        self.checked[node] = position
+        self.checked[node] = max(position, self.checked.get(node, 0))
 
     def check_unique(self, position: int, identity: bytes) -> None:
         if identity in self.committed_identities:
@@ -152,12 +164,13 @@ class Checker:
     # ------------------------------------------------------------ the end -----------
     def check_converged(self, replicas: dict[NodeId, Replica]) -> str | None:
         """None when every replica holds the same fully committed log; else why not."""
+        start = Offset(max(r.log.log_start_offset for r in replicas.values()))
         logs: dict[NodeId, list[bytes]] = {}
         for node, replica in replicas.items():
             end = replica.log.log_end_offset
             if replica.hwm != end:
                 return f"node {node}: HWM {replica.hwm} != log end {end}"
-            logs[node] = replica.log.read(Offset(0), end_offset=end, max_bytes=READ_BYTES_MAX)
+            logs[node] = replica.log.read(start, end_offset=end, max_bytes=READ_BYTES_MAX)
         first = next(iter(logs.values()))
         for node, batches in logs.items():
             if batches != first:
@@ -165,13 +178,13 @@ class Checker:
         return None
 
     def check_final(self, replicas: dict[NodeId, Replica]) -> None:
-        """Every acknowledged write is in every replica's final log, at its offset."""
+        """Every acknowledged write not deleted since is in every replica's final log."""
         for node, replica in replicas.items():
-            end = replica.log.log_end_offset
-            batches = replica.log.read(Offset(0), end_offset=end, max_bytes=READ_BYTES_MAX)
+            start, end = replica.log.log_start_offset, replica.log.log_end_offset
+            batches = replica.log.read(start, end_offset=end, max_bytes=READ_BYTES_MAX)
             present = {batch_identity(b): read_header(b).base_offset for b in batches}
             for identity, offset in self.acked.items():
-                if present.get(identity) != offset:
+                if offset >= start and present.get(identity) != offset:
                     self.fail(f"node {node}: acknowledged write at {offset} lost")
                     return
             joined = b"".join(batches)

@@ -62,6 +62,12 @@ class SimDiskStorage:
     def save_hwm(self, hwm: Offset) -> None:
         self.log.save_hwm(hwm)
 
+    def advance_log_start(self, offset: Offset) -> None:
+        self.log.advance_log_start(offset)
+
+    def reset(self, *, start_offset: Offset) -> None:
+        self.log.reset(start_offset=start_offset)
+
     def sync(self) -> None:
         self.log.sync()
 

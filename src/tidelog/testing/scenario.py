@@ -21,6 +21,7 @@ Commands (nodes are numbers; lists are comma-separated):
     log N                 the batches in N's log
     fetch N offset=O [epoch=E] [bytes=B]   a consumer fetch at N
     latest N              the "latest" offset N answers (ListOffsets)
+    delete-records N offset=O   DeleteRecords at the leader N (its low watermark)
     check                 every invariant of correctness.md over the cluster
 """
 
@@ -42,7 +43,7 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE, ReplicaConfig
+from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE, Replica, ReplicaConfig
 from tidelog.errors import TidelogError
 from tidelog.records import read_header
 from tidelog.testing.checker import Checker
@@ -309,6 +310,20 @@ class Scenario:
         for batch in result.batches:
             self.say(describe_record_batch(batch))
 
+    def cmd_delete_records(self, args: list[str], kv: dict[str, str]) -> None:
+        node = nodes_of(args[0])[0]
+        offset = Offset(int(kv["offset"]))
+        outcome: list[str] = []
+
+        def delete(replica: Replica) -> None:
+            try:
+                outcome.append(f"low_watermark={replica.delete_records(offset)}")
+            except TidelogError as error:
+                outcome.append(f"error {describe_error(error)}")
+
+        self.c.input(node, delete)
+        self.output.extend(outcome)
+
     def cmd_latest(self, args: list[str], kv: dict[str, str]) -> None:
         del kv
         node = nodes_of(args[0])[0]
@@ -352,8 +367,8 @@ class Scenario:
         del kv
         for node in nodes_of(args[0]):
             replica = self.c.replica(node)
-            end = replica.log.log_end_offset
-            batches = replica.log.read(Offset(0), end_offset=end, max_bytes=1 << 30)
+            start, end = replica.log.log_start_offset, replica.log.log_end_offset
+            batches = replica.log.read(start, end_offset=end, max_bytes=1 << 30)
             self.say(f"{node}:" + (" (empty)" if not batches else ""))
             for batch in batches:
                 self.say("  " + describe_record_batch(batch))

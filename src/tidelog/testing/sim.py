@@ -12,6 +12,7 @@ prints the command that reproduces it; the last line is `N seeds, V violations`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import time
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from tidelog.core.messages import ProduceResult
 from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE, Replica, ReplicaConfig, Role
-from tidelog.errors import LogDiverged, OffsetOutOfRange
+from tidelog.errors import LogDiverged, OffsetOutOfRange, TidelogError
 from tidelog.records import read_header
 from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster, StorageFactory, memory_storage
@@ -119,6 +120,23 @@ class Workload:
             return self.leader_hint
         return self.rng.choice(self.cluster.ids)
 
+    def delete_records(self) -> None:
+        """DeleteRecords on a leader, up to a random offset within its HWM."""
+        leaders = [n for n, r in self.cluster.live_replicas() if r.role is Role.LEADER]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        replica = self.cluster.replica(node)
+        low, high = replica.log.log_start_offset, min(replica.hwm, replica.log.log_end_offset)
+        offset = Offset(self.rng.randint(low, high))
+
+        def delete(replica: Replica) -> None:
+            # Deposed, or the HWM is behind: DeleteRecords fails, as it should.
+            with contextlib.suppress(TidelogError):
+                replica.delete_records(offset)
+
+        self.cluster.input(node, delete)
+
     def on_completion(self, node: NodeId, result: ProduceResult) -> None:
         batch, acks = self.in_flight.pop(result.request_id, (b"", ACKS_NONE))
         if result.request_id == self.idempotent_request:
@@ -143,13 +161,21 @@ class Workload:
         busy = self.cluster.nodes[node].persisting is not None or self.cluster.is_paused(node)
         if replica is None or busy:
             return
-        last_epoch = consumer.last_epoch if consumer.position > 0 else None
+        known = consumer.position > 0 and consumer.last_epoch != NO_EPOCH
+        last_epoch = consumer.last_epoch if known else None
         result = replica.fetch(
             consumer.position,
             max_bytes=FETCH_BYTES_MAX,
             last_fetched_epoch=last_epoch,
             now_ms=self.cluster.now,
         )
+        if (
+            isinstance(result.error, OffsetOutOfRange)
+            and consumer.position < result.log_start_offset
+        ):
+            consumer.position = result.log_start_offset  # deleted (DeleteRecords): move on
+            consumer.last_epoch = NO_EPOCH
+            return
         if isinstance(result.error, (LogDiverged, OffsetOutOfRange)):
             self.checker.fail(f"node {node}: consumer at {consumer.position} got {result.error!r}")
             return
@@ -268,6 +294,7 @@ class Run:
         self.cluster.persist_delay_range = (1, self.rng.choice((1, 5, 15, 40)))
         self.produce_rate = self.rng.uniform(0.02, 0.2)
         self.consume_rate = self.rng.uniform(0.02, 0.2)
+        self.delete_rate = self.rng.choice((0.0, 0.001, 0.004))
 
     def step(self, faults: Faults | None) -> None:
         """One microtick: due deliveries, disk completions, clock ticks, clients, faults."""
@@ -301,6 +328,9 @@ class Run:
             self.check()
         if self.rng.random() < self.consume_rate:
             self.workload.consume()
+        if faults is not None and self.rng.random() < self.delete_rate:
+            self.workload.delete_records()
+            self.check()
         if faults is not None:
             faults.maybe_inject(cluster, self.rng)
             self.check()

@@ -50,8 +50,6 @@ STATUS_TIMEOUT_S = 1.0
 STATUS_BYTES_MAX = 4 * 1024 * 1024
 # Admin endpoints are on 127.0.0.1: never route them through an http_proxy from the env.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-# The launcher: `python -m MODULE broker ...`; tests swap in tidelog.testing.fake_broker.
-BROKER_MODULE_DEFAULT = "tidelog"
 
 
 class ClusterError(TidelogError):
@@ -72,11 +70,10 @@ class NodeRecord:
 
 @dataclass(frozen=True)
 class ClusterRecord:
-    """The whole of `cluster.json`. `broker_module` is what `python -m` runs."""
+    """The whole of `cluster.json`."""
 
     bootstrap: str
     nodes: tuple[NodeRecord, ...]
-    broker_module: str = BROKER_MODULE_DEFAULT
 
     def node(self, node_id: int) -> NodeRecord:
         """The node with this id; ClusterError lists the valid ids otherwise."""
@@ -91,7 +88,7 @@ class ClusterRecord:
         return replace(self, nodes=nodes)
 
 
-def plan_cluster(directory: Path, *, nodes: int, base_port: int, module: str) -> ClusterRecord:
+def plan_cluster(directory: Path, *, nodes: int, base_port: int) -> ClusterRecord:
     """The record of a new cluster (pids 0: nothing started yet)."""
     if not 1 <= nodes <= NODES_MAX:
         raise ClusterError(f"--nodes: {nodes} is out of range (1-{NODES_MAX})")
@@ -109,7 +106,7 @@ def plan_cluster(directory: Path, *, nodes: int, base_port: int, module: str) ->
         for i in range(1, nodes + 1)
     )
     bootstrap = ",".join(node.kafka for node in records)
-    return ClusterRecord(bootstrap=bootstrap, nodes=records, broker_module=module)
+    return ClusterRecord(bootstrap=bootstrap, nodes=records)
 
 
 def read_cluster(directory: Path) -> ClusterRecord:
@@ -120,8 +117,7 @@ def read_cluster(directory: Path) -> ClusterRecord:
     try:
         data = json.loads(path.read_text())
         nodes = tuple(NodeRecord(**node) for node in data["nodes"])
-        module = data.get("broker_module", BROKER_MODULE_DEFAULT)
-        record = ClusterRecord(bootstrap=data["bootstrap"], nodes=nodes, broker_module=module)
+        record = ClusterRecord(bootstrap=data["bootstrap"], nodes=nodes)
     except (ValueError, KeyError, TypeError) as error:
         raise ClusterError(f"{path} is not a cluster file: {error!r}") from None
     if not record.nodes:
@@ -134,7 +130,6 @@ def write_cluster(directory: Path, record: ClusterRecord) -> None:
     data = {
         "bootstrap": record.bootstrap,
         "nodes": [asdict(node) for node in record.nodes],
-        "broker_module": record.broker_module,
     }
     temporary = directory / f".{CLUSTER_FILE}.tmp"
     temporary.write_text(json.dumps(data, indent=2) + "\n")
@@ -147,7 +142,7 @@ def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
     return [
         sys.executable,
         "-m",
-        record.broker_module,
+        "tidelog",
         "broker",
         f"--node-id={node.id}",
         f"--data-dir={node.data_dir}",
@@ -374,10 +369,7 @@ def cluster() -> None:
 @directory_option
 @click.option("--base-port", type=int, default=BASE_PORT_DEFAULT, show_default=True)
 @timeout_option
-@click.option("--broker-module", default=BROKER_MODULE_DEFAULT, hidden=True)
-def up(
-    nodes: int | None, directory: Path, base_port: int, timeout_s: float, broker_module: str
-) -> None:
+def up(nodes: int | None, directory: Path, base_port: int, timeout_s: float) -> None:
     """Start a cluster, or restart the stopped nodes of an existing one; print bootstrap."""
     try:
         if (directory / CLUSTER_FILE).exists():
@@ -389,7 +381,7 @@ def up(
         elif nodes is None:
             raise ClusterError(f"--nodes is required: {directory} holds no cluster yet")
         else:
-            record = plan_cluster(directory, nodes=nodes, base_port=base_port, module=broker_module)
+            record = plan_cluster(directory, nodes=nodes, base_port=base_port)
             directory.mkdir(parents=True, exist_ok=True)
         record = start_stopped(directory, record, timeout_s=timeout_s)
     except ClusterError as error:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidelog.core.messages import HardState
-from tidelog.core.storage import EpochEntry, StoredState
+from tidelog.core.storage import EpochEntry, StoredState, trim_epochs
 from tidelog.errors import CorruptBatch, OffsetOutOfRange, StorageError
 from tidelog.records import BatchHeader, check_batch
 from tidelog.types import Epoch, Offset
@@ -285,6 +285,34 @@ class DiskStorage:
             raise OffsetOutOfRange(offset, self.log_start_offset, self._hwm)
         if offset > self.log_start_offset:
             self._move_log_start(offset)
+
+    def reset(self, *, start_offset: Offset) -> None:
+        """Drop the whole log and start it empty at `start_offset`, which becomes the log
+        start and the HWM: a follower behind its leader's log start (Kafka's
+        truncateFullyAndStartAt). Everything below it is committed and deleted on the
+        leader. The checkpoints move first, so after a crash in between the old segments
+        below `start_offset` are hidden and any above it are an ordinary divergent tail.
+        Durable on return."""
+        self._check_serving()
+        self.log_start_offset = start_offset
+        self._hwm = self._hwm_checkpointed = start_offset
+        ckpt.write_checkpoints(
+            self._fs,
+            self.directory,
+            {
+                ckpt.LOG_START_OFFSET: ckpt.offset_rows(start_offset),
+                ckpt.HWM: ckpt.offset_rows(start_offset),
+            },
+        )
+        for segment in self._segments:
+            self._forget(segment)
+            segment.delete()
+        self._segments = [self._new_segment(start_offset)]
+        self._fs.fsync_dir(self.directory)
+        self._dir_dirty = False
+        self._write_recovery_point(start_offset)
+        self._epochs = []
+        self._epochs_dirty = True
 
     def _move_log_start(self, offset: Offset) -> None:
         """Checkpoint the new log start first, then remove the segments below it: after a
@@ -614,16 +642,6 @@ def assign_epoch(epochs: list[EpochEntry], entry: EpochEntry) -> None:
     while epochs and epochs[-1].start_offset >= entry.start_offset:
         epochs.pop()
     epochs.append(entry)
-
-
-def trim_epochs(epochs: list[EpochEntry], log_start_offset: Offset) -> list[EpochEntry]:
-    """Kafka's truncateFromStart: drop entries before the log start except the one covering
-    it, whose start becomes the log start offset."""
-    index = bisect.bisect_right(epochs, log_start_offset, key=lambda e: e.start_offset)
-    if index == 0:
-        return list(epochs)
-    covering = EpochEntry(epochs[index - 1].epoch, log_start_offset)
-    return [covering, *epochs[index:]]
 
 
 def first_offset_at(batch: bytes, timestamp: int) -> Offset | None:

@@ -1,0 +1,112 @@
+"""`tidelog demo` end to end, as `make demo` runs it: a real 3-node cluster, a killed leader.
+
+The demo must end on `verdict: OK — N acknowledged, N read, 0 lost, 0 duplicated` with exit
+status 0, and leave no broker running, also when it is stopped with SIGTERM part-way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tidelog.testing.live import free_base_port
+
+pytestmark = pytest.mark.slow
+
+RECORDS = 2000
+DEMO_TIMEOUT_S = 60.0
+EXIT_INTERRUPTED = 130
+VERDICT_OK = f"verdict: OK — {RECORDS} acknowledged, {RECORDS} read, 0 lost, 0 duplicated"
+
+
+def demo_argv(directory: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tidelog",
+        "demo",
+        "--records",
+        str(RECORDS),
+        "--data-dir",
+        str(directory),
+        "--base-port",
+        str(free_base_port()),
+    ]
+
+
+def broker_pids(directory: Path) -> list[int]:
+    record = json.loads((directory / "cluster.json").read_text())
+    return [int(node["pid"]) for node in record["nodes"]]
+
+
+def is_running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def test_demo_reads_back_every_acknowledged_record(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    result = subprocess.run(
+        demo_argv(directory),
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT_S,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert VERDICT_OK in result.stdout.splitlines(), output
+    assert "kill -9 node" in result.stdout, output
+    assert "is ready again" in result.stdout, output
+    assert not [pid for pid in broker_pids(directory) if is_running(pid)], output
+
+
+def test_sigterm_stops_the_demo_and_its_cluster(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(
+        demo_argv(directory), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment
+    ) as demo:
+        try:
+            assert demo.stdout is not None
+            seen = read_until(demo.stdout.fileno(), "2 · Create topic", timeout_s=DEMO_TIMEOUT_S)
+            assert all(is_running(pid) for pid in broker_pids(directory)), seen
+            demo.send_signal(signal.SIGTERM)
+            status = demo.wait(timeout=DEMO_TIMEOUT_S)
+            seen += demo.stdout.read().decode(errors="replace")
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+    assert status == EXIT_INTERRUPTED, seen
+    assert "stopped nodes: 1, 2, 3" in seen, seen
+    assert not [pid for pid in broker_pids(directory) if is_running(pid)], seen
+
+
+def read_until(fd: int, marker: str, *, timeout_s: float) -> str:
+    """What a pipe delivers until `marker` appears in it (or EOF, or the deadline)."""
+    received = b""
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while marker.encode() not in received and time.monotonic() < deadline:
+            if not selector.select(timeout=deadline - time.monotonic()):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            received += chunk
+    text = received.decode(errors="replace")
+    assert marker in text, f"no {marker!r} within {timeout_s:g} s:\n{text}"
+    return text

@@ -42,9 +42,11 @@ def status(broker: Broker) -> dict[str, Any]:
             }
         )
     controller = broker.controller_id()
+    # Ready: a metadata leader exists and this node can tell clients every broker's address.
+    ready = controller >= 0 and all(node in broker.kafka_ports for node in broker.all_nodes)
     return {
         "node_id": int(broker.node_id),
-        "ready": controller >= 0,
+        "ready": ready,
         "metadata_leader": controller if controller >= 0 else None,
         "partitions": partitions,
     }

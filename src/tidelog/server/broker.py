@@ -252,6 +252,11 @@ class Broker:
                     runner.apply_retention(wall)
 
     # ---------------------------------------------------------------- lifecycle --------
+    def announce_to(self, peer: NodeId) -> None:
+        """A link to `peer` just came up: tell it our Kafka port at once."""
+        port = self.config.listen[1]
+        self.transport.send(self.metadata_key, [BrokerNotice(self.node_id, peer, Epoch(0), port)])
+
     async def serve(self) -> int:
         from tidelog.server.admin import serve_admin  # noqa: PLC0415
         from tidelog.server.kafka_server import serve_kafka  # noqa: PLC0415
@@ -260,6 +265,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stopping.set)
+        for link in self.transport.links.values():
+            link.on_connect = self.announce_to
         await self.transport.start(self.config.peer_listen)
         kafka = await serve_kafka(self, self.config.listen)
         admin = (

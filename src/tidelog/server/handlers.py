@@ -73,12 +73,15 @@ async def metadata(broker: Broker, request: KafkaRequest) -> Any:
     asked = body_of(request).topics
     names = sorted(broker.image.topics) if asked is None else [t.name for t in asked]
     topics = [topic_metadata(broker, cls, name) for name in names if name != METADATA_TOPIC]
+    controller = broker.controller_id()
+    # Never name a node the broker list lacks: clients would fail on the unknown id.
+    controller = controller if controller in broker.kafka_ports else -1
     return response(
         request,
         throttle_time_ms=0,
         brokers=brokers,
         cluster_id=broker.config.cluster_id,
-        controller_id=broker.controller_id(),
+        controller_id=controller,
         topics=topics,
     )
 
@@ -102,6 +105,8 @@ def topic_metadata(broker: Broker, cls: Any, name: str) -> Any:
     partitions = []
     for index, replicas in enumerate(info.replicas):
         leader, epoch = broker.leader_of(PartitionKey(name, index))
+        if leader not in broker.kafka_ports:
+            leader = -1  # not listed (its address has not reached us yet): retry later
         error = ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
         partitions.append(
             topic_cls.MetadataResponsePartition(

@@ -55,6 +55,7 @@ class PeerLink:
         self.writer: asyncio.StreamWriter | None = None
         self.task: asyncio.Task[None] | None = None
         self.dropped = 0
+        self.on_connect: Callable[[NodeId], None] | None = None
 
     def write(self, items: list[PeerItem]) -> None:
         writer = self.writer
@@ -97,6 +98,8 @@ class PeerLink:
         writer.write(self.encoder.encode_handshake())
         self.writer = writer
         log.info("connected to node %d at %s:%d", self.peer, *self.address)
+        if self.on_connect is not None:
+            self.on_connect(self.peer)
         try:
             await reader.read()  # the peer never writes here: returns when it closes
         finally:

@@ -85,15 +85,16 @@ def raw_sequential_mb_s(directory: str, chunk: bytes, count: int) -> float:
     return count * len(chunk) / seconds / MB
 
 
-def wal_append(directory: str, template: bytes, records: int, sync_every: int) -> tuple[
-    float, float, int
-]:
+def wal_append(
+    directory: str, template: bytes, records: int, sync_every: int
+) -> tuple[float, float, int]:
     """(records/s, MB/s, batches) appending stamped copies of `template`, syncing every
     `sync_every` batches, until the byte, batch or time limit."""
     shutil.rmtree(directory, ignore_errors=True)
     limit = min(RUN_BATCHES_MAX, RUN_BYTES_MAX // len(template))
-    batches = [stamp(template, base_offset=Offset(i * records), epoch=Epoch(1))
-               for i in range(limit)]
+    batches = [
+        stamp(template, base_offset=Offset(i * records), epoch=Epoch(1)) for i in range(limit)
+    ]
     storage = DiskStorage(directory, clock=clock_ms, config=WalConfig())
     deadline = time.perf_counter() + RUN_SECONDS_MAX
 
@@ -134,22 +135,30 @@ def main() -> None:
 def report(root: str, runs: int) -> None:
     fsyncs = median_of(runs, lambda: raw_fdatasync_per_s(root))
     print(f"raw: fdatasync of 4 KiB appends: {fsyncs:,.0f}/s")
-    print(f"{'records/batch':>13} {'mode':>14} {'records/s':>12} {'MB/s':>8} "
-          f"{'raw seq MB/s':>12} {'of raw':>7}")
+    print(
+        f"{'records/batch':>13} {'mode':>14} {'records/s':>12} {'MB/s':>8} "
+        f"{'raw seq MB/s':>12} {'of raw':>7}"
+    )
     partition = os.path.join(root, "topic-0")
     for records in BATCH_RECORDS:
-        template = build_batch([b"v" * RECORD_BYTES] * records, base_offset=Offset(0),
-                               epoch=Epoch(1))
+        template = build_batch(
+            [b"v" * RECORD_BYTES] * records, base_offset=Offset(0), epoch=Epoch(1)
+        )
         count = min(RUN_BATCHES_MAX, RUN_BYTES_MAX // len(template))
         raw = statistics.median(raw_sequential_mb_s(root, template, count) for _ in range(runs))
-        modes = [("sync/batch", 1), (f"sync/{GROUP_BATCHES}", GROUP_BATCHES),
-                 (f"sync/{BIG_GROUP_BATCHES}", BIG_GROUP_BATCHES)]
+        modes = [
+            ("sync/batch", 1),
+            (f"sync/{GROUP_BATCHES}", GROUP_BATCHES),
+            (f"sync/{BIG_GROUP_BATCHES}", BIG_GROUP_BATCHES),
+        ]
         for mode, every in modes:
             results = [wal_append(partition, template, records, every) for _ in range(runs)]
             rate = statistics.median(r[0] for r in results)
             mb_s = statistics.median(r[1] for r in results)
-            print(f"{records:>13} {mode:>14} {rate:>12,.0f} {mb_s:>8.1f} {raw:>12.1f} "
-                  f"{mb_s / raw:>7.0%}")
+            print(
+                f"{records:>13} {mode:>14} {rate:>12,.0f} {mb_s:>8.1f} {raw:>12.1f} "
+                f"{mb_s / raw:>7.0%}"
+            )
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """`tidelog cluster`: cluster.json, the PID-safety check, errors, and every subcommand.
 
-The subcommands run against `tidelog.testing.fake_broker` (it binds the same addresses
-and serves the same /status schema as the real broker). Tests signal only processes they
-started, by PID; a fixture stops whatever a test's cluster.json still records.
+The subcommands run real brokers on 127.0.0.1: one 3-node cluster for the whole module,
+started by `cluster up` and stopped by `cluster down` in its fixture. Each test that
+changes it (pause, kill, restart, down) leaves every node up again. Tests signal only
+processes they started, by PID. What a Kafka client sees across a killed leader is
+tests/test_failover.py's; here, what the commands do and report.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -23,20 +24,27 @@ import pytest
 from click.testing import CliRunner
 
 from tidelog.cli import main
+from tidelog.testing.live import (
+    KAFKA_PYTHON_SOCKET_LEAKS,
+    collected_sockets,
+    create_topic,
+    free_base_port,
+)
 from tidelog.tools.cluster import (
-    ClusterRecord,
     is_our_broker,
     plan_cluster,
-    ports_in_use,
     read_cluster,
     stop_nodes,
     write_cluster,
 )
 
-FAKE = "tidelog.testing.fake_broker"
-DEADLINE_S = 10.0
+DEADLINE_S = 30.0
 POLL_S = 0.05
-PORT_TRIES = 20
+TOPIC = "events"
+
+pytestmark = [pytest.mark.filterwarnings(f) for f in KAFKA_PYTHON_SOCKET_LEAKS]
+
+collect_sockets = pytest.fixture(autouse=True)(collected_sockets)
 
 
 def cli(*args: str) -> tuple[int, str, str]:
@@ -51,8 +59,11 @@ def eventually(condition: Callable[[], bool]) -> None:
         time.sleep(POLL_S)
 
 
+# cluster.json and errors: no broker needed
+
+
 def test_plan_write_and_read_cluster_json(tmp_path: Path) -> None:
-    record = plan_cluster(tmp_path, nodes=3, base_port=9092, module="tidelog")
+    record = plan_cluster(tmp_path, nodes=3, base_port=9092)
     assert record.bootstrap == "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
     third = record.node(3)
     assert (third.kafka, third.peer, third.admin) == (
@@ -95,7 +106,7 @@ def test_a_directory_without_a_cluster(tmp_path: Path, args: list[str]) -> None:
 
 
 def test_bad_arguments_and_files(tmp_path: Path) -> None:
-    write_cluster(tmp_path, plan_cluster(tmp_path, nodes=3, base_port=9092, module="tidelog"))
+    write_cluster(tmp_path, plan_cluster(tmp_path, nodes=3, base_port=9092))
     code, _, stderr = cli("kill", "--data-dir", str(tmp_path), "--node", "7")
     assert (code, stderr) == (1, "error: --node 7: no such node (valid ids: 1, 2, 3)\n")
     code, _, stderr = cli("up", "--data-dir", str(tmp_path), "--nodes", "5")
@@ -127,7 +138,7 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 def test_a_pid_that_is_not_our_broker_is_never_signalled(
     tmp_path: Path, sleeper: subprocess.Popen[bytes]
 ) -> None:
-    record = plan_cluster(tmp_path, nodes=2, base_port=9092, module="tidelog")
+    record = plan_cluster(tmp_path, nodes=2, base_port=9092)
     write_cluster(tmp_path, record.with_pid(1, sleeper.pid))
     code, stdout, _ = cli("down", "--data-dir", str(tmp_path))
     assert code == 0
@@ -142,7 +153,7 @@ def test_a_pid_that_is_not_our_broker_is_never_signalled(
 
 def test_the_cmdline_must_name_a_broker_of_that_data_dir(tmp_path: Path) -> None:
     """A tidelog broker of another directory (another cluster) is not ours either."""
-    record = plan_cluster(tmp_path, nodes=1, base_port=9092, module="tidelog")
+    record = plan_cluster(tmp_path, nodes=1, base_port=9092)
     node = record.node(1)
     script = "import time; time.sleep(30)"
     lookalike = [sys.executable, "-c", script, "tidelog", "broker", f"--data-dir={node.data_dir}"]
@@ -162,23 +173,58 @@ def test_the_cmdline_must_name_a_broker_of_that_data_dir(tmp_path: Path) -> None
                     os.kill(process.pid, signal.SIGKILL)
 
 
-def free_base_port(directory: Path, nodes: int) -> int:
-    """A base port whose Kafka, peer and admin ports are all free now."""
-    rng = random.Random()
-    for _ in range(PORT_TRIES):
-        base = rng.randrange(20_000, 40_000)
-        record = plan_cluster(directory, nodes=nodes, base_port=base, module=FAKE)
-        if not ports_in_use(list(record.nodes)):
-            return base
-    raise AssertionError("no free block of ports")
-
-
 @pytest.fixture
 def cluster_dir(tmp_path: Path) -> Iterator[Path]:
-    """A cluster directory; afterwards every broker it still records is stopped."""
+    """A directory for a cluster that may fail to start; afterwards, `down` stops whatever
+    its cluster.json still records."""
     yield tmp_path
     if (tmp_path / "cluster.json").exists():
-        stop_nodes(list(read_cluster(tmp_path).nodes), timeout_s=DEADLINE_S)
+        assert cli("down", "--data-dir", str(tmp_path))[0] == 0
+
+
+def test_up_refuses_ports_in_use(cluster_dir: Path) -> None:
+    base = free_base_port()
+    with socket.create_server(("127.0.0.1", base + 201)):
+        code, _, stderr = cli(
+            "up", "--data-dir", str(cluster_dir), "--nodes", "2", "--base-port", str(base)
+        )
+    assert code == 1
+    assert stderr == f"error: address(es) already in use: 127.0.0.1:{base + 201}\n"
+    assert not (cluster_dir / "cluster.json").exists()
+
+
+def test_a_node_that_exits_at_startup_is_reported_with_its_log(cluster_dir: Path) -> None:
+    """A file where the broker keeps its metadata log: the broker cannot open its data
+    directory and exits; `up` says so, with the end of that node's log."""
+    (cluster_dir / "node-1").mkdir()
+    (cluster_dir / "node-1" / "__cluster_metadata-0").write_text("not a directory\n")
+    base = free_base_port()
+    code, _, stderr = cli(
+        "up", "--data-dir", str(cluster_dir), "--nodes", "1", "--base-port", str(base)
+    )
+    assert code == 1
+    log = cluster_dir / "node-1" / "broker.log"
+    assert stderr.startswith(f"error: node 1 exited during startup; {log.resolve()} ends:\n")
+    assert "FileExistsError" in stderr
+    assert "__cluster_metadata-0" in stderr
+    assert [node["state"] for node in status_of(cluster_dir)] == ["down"]
+
+
+# one real cluster for the rest
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """(its directory, what `up` printed) of a 3-node cluster; `down` stops it at the end."""
+    directory = tmp_path_factory.mktemp("cluster")
+    code, stdout, stderr = cli(
+        "up", "--nodes", "3", "--data-dir", str(directory), "--base-port", str(free_base_port())
+    )
+    assert code == 0, stderr
+    create_topic(read_cluster(directory).bootstrap, TOPIC, partitions=1)
+    yield directory, stdout
+    code, stdout, stderr = cli("down", "--data-dir", str(directory))
+    assert code == 0, stderr
 
 
 def status_of(directory: Path) -> list[dict[str, Any]]:
@@ -192,79 +238,117 @@ def states(directory: Path) -> list[str]:
     return [node["state"] for node in status_of(directory)]
 
 
-def up(directory: Path, *extra: str) -> tuple[int, str, str]:
-    return cli("up", "--data-dir", str(directory), "--broker-module", FAKE, *extra)
+def leader_of_topic(directory: Path) -> int | None:
+    """The one node that says it leads TOPIC-0, or None."""
+    leaders = [node["id"] for node in status_of(directory) if f"{TOPIC}-0" in node["leads"]]
+    return leaders[0] if len(leaders) == 1 else None
 
 
-def test_up_status_pause_resume_kill_restart_down(cluster_dir: Path) -> None:
-    base = free_base_port(cluster_dir, 3)
-    code, stdout, stderr = up(cluster_dir, "--nodes", "3", "--base-port", str(base))
-    assert code == 0, stderr
-    assert stdout == f"127.0.0.1:{base},127.0.0.1:{base + 1},127.0.0.1:{base + 2}\n"
-    record = read_cluster(cluster_dir)
+def all_up_and_ready(directory: Path) -> bool:
+    return all(n["state"] == "up" and n["ready"] for n in status_of(directory))
+
+
+def pids(directory: Path) -> list[int]:
+    return [node.pid for node in read_cluster(directory).nodes]
+
+
+def test_up_starts_every_node_and_up_again_changes_nothing(cluster: tuple[Path, str]) -> None:
+    directory, printed = cluster
+    record = read_cluster(directory)
+    base = int(record.node(1).kafka.rpartition(":")[2])
+    assert printed == f"127.0.0.1:{base},127.0.0.1:{base + 1},127.0.0.1:{base + 2}\n"
     assert all(is_our_broker(node) for node in record.nodes)
-    first = status_of(cluster_dir)
-    assert [(n["state"], n["ready"], n["leads"]) for n in first] == [
-        ("up", True, ["fake-0"]),
-        ("up", True, []),
-        ("up", True, []),
+    before = pids(directory)
+    code, stdout, stderr = cli("up", "--data-dir", str(directory))
+    assert (code, stdout) == (0, printed)
+    assert stderr == f"cluster of 3 nodes ready in {directory}\n"
+    assert pids(directory) == before
+
+
+def test_status_reports_each_node_and_the_partitions_it_leads(cluster: tuple[Path, str]) -> None:
+    directory, _ = cluster
+    eventually(lambda: leader_of_topic(directory) is not None)
+    nodes = status_of(directory)
+    assert [(n["id"], n["state"], n["ready"]) for n in nodes] == [
+        (1, "up", True),
+        (2, "up", True),
+        (3, "up", True),
     ]
-    code, table, _ = cli("status", "--data-dir", str(cluster_dir))
+    assert [n["pid"] for n in nodes] == pids(directory)
+    assert len({n["metadata_leader"] for n in nodes}) == 1
+    assert nodes[0]["metadata_leader"] in (1, 2, 3)
+    assert sorted(p["topic"] for n in nodes for p in n["status"]["partitions"]) == [TOPIC] * 3
+    code, table, _ = cli("status", "--data-dir", str(directory))
     assert code == 0
-    assert "fake-0" in table
-    assert cli("pause", "--data-dir", str(cluster_dir), "--node", "2")[0] == 0
-    eventually(lambda: states(cluster_dir) == ["up", "paused", "up"])
-    assert cli("resume", "--data-dir", str(cluster_dir), "--node", "2")[0] == 0
-    eventually(lambda: states(cluster_dir) == ["up", "up", "up"])
-    assert cli("kill", "--data-dir", str(cluster_dir), "--node", "3")[0] == 0
-    eventually(lambda: states(cluster_dir) == ["up", "up", "down"])
-    check_up_again_and_restart(cluster_dir, record)
-    code, stdout, _ = cli("down", "--data-dir", str(cluster_dir))
-    assert (code, stdout) == (0, "node 1: stopped\nnode 2: stopped\nnode 3: stopped\n")
-    assert states(cluster_dir) == ["down", "down", "down"]
-    log = (Path(record.node(1).data_dir) / "broker.log").read_text()
-    assert log.count("--- tidelog cluster: starting node 1:") == 2
-
-
-def check_up_again_and_restart(directory: Path, before: ClusterRecord) -> None:
-    """`up` restarts only the stopped node 3; `restart` gives node 1 a new pid."""
-    code, stdout, _ = up(directory)
-    assert (code, stdout) == (0, before.bootstrap + "\n")
-    after = read_cluster(directory)
-    assert [n.pid == m.pid for n, m in zip(before.nodes, after.nodes, strict=True)] == [
-        True,
-        True,
-        False,
+    header, *rows = table.splitlines()
+    assert header.split() == ["node", "pid", "state", "ready", "kafka", "admin", "leads"]
+    leader = leader_of_topic(directory)
+    assert [row.split()[6] for row in rows] == [
+        f"{TOPIC}-0" if node == leader else "-" for node in (1, 2, 3)
     ]
-    assert after.node(3).kafka == before.node(3).kafka
+
+
+def test_pause_and_resume_a_node(cluster: tuple[Path, str]) -> None:
+    directory, _ = cluster
+    pid = read_cluster(directory).node(2).pid
+    code, stdout, _ = cli("pause", "--data-dir", str(directory), "--node", "2")
+    assert (code, stdout) == (0, f"node 2: paused (pid {pid})\n")
+    eventually(lambda: states(directory) == ["up", "paused", "up"])
+    assert status_of(directory)[1]["status"] is None  # a paused node is not asked
+    code, stdout, _ = cli("resume", "--data-dir", str(directory), "--node", "2")
+    assert (code, stdout) == (0, f"node 2: resumed (pid {pid})\n")
+    eventually(lambda: all_up_and_ready(directory))
+
+
+def test_kill_the_leader_then_up_starts_only_that_node(cluster: tuple[Path, str]) -> None:
+    directory, printed = cluster
+    eventually(lambda: leader_of_topic(directory) is not None)
+    leader = leader_of_topic(directory)
+    assert leader is not None
+    before = pids(directory)
+    code, stdout, _ = cli("kill", "--data-dir", str(directory), "--node", str(leader))
+    assert (code, stdout) == (0, f"node {leader}: killed (pid {before[leader - 1]})\n")
+    eventually(lambda: states(directory)[leader - 1] == "down")
+    # The survivors elect another leader, and status shows it.
+    eventually(lambda: leader_of_topic(directory) not in (None, leader))
+    code, _, stderr = cli("kill", "--data-dir", str(directory), "--node", str(leader))
+    assert (code, stderr) == (1, f"error: node {leader} is not running\n")
+    code, stdout, _ = cli("up", "--data-dir", str(directory))
+    assert (code, stdout) == (0, printed)
+    after = pids(directory)
+    assert [b == a for b, a in zip(before, after, strict=True)] == [
+        node != leader for node in (1, 2, 3)
+    ]
+    assert all_up_and_ready(directory)
+    status = status_of(directory)[leader - 1]["status"]
+    assert [p["topic"] for p in status["partitions"]] == [TOPIC]  # it recovered its replica
+
+
+def test_restart_gives_a_node_a_new_pid(cluster: tuple[Path, str]) -> None:
+    directory, _ = cluster
+    before = read_cluster(directory).node(1).pid
     code, stdout, _ = cli("restart", "--data-dir", str(directory), "--node", "1")
     restarted = read_cluster(directory).node(1)
     assert (code, stdout) == (0, f"node 1: restarted (pid {restarted.pid})\n")
-    assert restarted.pid != before.node(1).pid
-    assert states(directory) == ["up", "up", "up"]
+    assert restarted.pid != before
+    assert is_our_broker(restarted)
+    assert all_up_and_ready(directory)
 
 
-def test_a_node_that_exits_at_startup_is_reported_with_its_log(cluster_dir: Path) -> None:
-    base = free_base_port(cluster_dir, 1)
-    code, _, stderr = cli(
-        "up",
-        "--data-dir",
-        str(cluster_dir),
-        "--nodes",
-        "1",
-        "--base-port",
-        str(base),
-        "--broker-module",
-        "tidelog.testing.no_such_module",
-    )
-    assert code == 1
-    assert stderr.startswith("error: node 1 exited during startup; ")
-    assert "No module named tidelog.testing.no_such_module" in stderr
-
-
-def test_up_refuses_ports_in_use(cluster_dir: Path) -> None:
-    base = free_base_port(cluster_dir, 2)
-    with socket.create_server(("127.0.0.1", base + 201)):
-        code, _, stderr = up(cluster_dir, "--nodes", "2", "--base-port", str(base))
-    assert code == 1
-    assert stderr == f"error: address(es) already in use: 127.0.0.1:{base + 201}\n"
+def test_down_stops_every_node_and_up_starts_them_again(cluster: tuple[Path, str]) -> None:
+    directory, printed = cluster
+    log = Path(read_cluster(directory).node(1).data_dir) / "broker.log"
+    starts = log.read_text().count("--- tidelog cluster: starting node 1:")
+    before = pids(directory)
+    code, stdout, _ = cli("down", "--data-dir", str(directory))
+    assert (code, stdout) == (0, "node 1: stopped\nnode 2: stopped\nnode 3: stopped\n")
+    assert states(directory) == ["down", "down", "down"]
+    code, stdout, _ = cli("down", "--data-dir", str(directory))
+    assert stdout == "node 1: was not running\nnode 2: was not running\nnode 3: was not running\n"
+    code, stdout, _ = cli("up", "--data-dir", str(directory))
+    assert (code, stdout) == (0, printed)
+    assert all(b != a for b, a in zip(before, pids(directory), strict=True))
+    assert all_up_and_ready(directory)
+    assert log.read_text().count("--- tidelog cluster: starting node 1:") == starts + 1
+    # The data stays: the topic is back, with a leader.
+    eventually(lambda: leader_of_topic(directory) is not None)

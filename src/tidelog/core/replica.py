@@ -851,7 +851,9 @@ class Replica:
 
     def _on_append_accepted(self, progress: Progress, match: Offset) -> None:
         progress.last_ack_tick = self.tick_count
-        if progress.match_offset is None or match > progress.match_offset:
+        if progress.probing or progress.match_offset is None or match > progress.match_offset:
+            # A probe verifies afresh: a follower reset to our log start may hold less than
+            # it once acknowledged (only records below our log start, all committed).
             progress.match_offset = match
         while progress.inflight and progress.inflight[0] <= progress.match_offset:
             progress.inflight.popleft()

@@ -19,13 +19,10 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 from tidelog.testing.live import (
     DEADLINE_S,
-    KAFKA_PYTHON_SOCKET_LEAKS,
     LiveCluster,
     collected_sockets,
     create_topic,
 )
-
-pytestmark = [pytest.mark.filterwarnings(f) for f in KAFKA_PYTHON_SOCKET_LEAKS]
 
 collect_sockets = pytest.fixture(autouse=True)(collected_sockets)
 

@@ -26,7 +26,6 @@ from click.testing import CliRunner, Result
 
 from tidelog.cli import main
 from tidelog.testing.live import (
-    KAFKA_PYTHON_SOCKET_LEAKS,
     LiveCluster,
     collected_sockets,
 )
@@ -43,8 +42,6 @@ PARTITION_LINE = re.compile(
     r"Replicas: (?P<replicas>[\d,]+)\tIsr: (?P<isr>[\d,]*)"
 )
 REPLICA_LINE = re.compile(r"\t\tReplica: (?P<node>\d+)\tRole: \w+\tEpoch: (?P<epoch>\d+)\t")
-
-pytestmark = [pytest.mark.filterwarnings(f) for f in KAFKA_PYTHON_SOCKET_LEAKS]
 
 collect_sockets = pytest.fixture(autouse=True)(collected_sockets)
 

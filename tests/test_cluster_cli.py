@@ -25,7 +25,6 @@ from click.testing import CliRunner
 
 from tidelog.cli import main
 from tidelog.testing.live import (
-    KAFKA_PYTHON_SOCKET_LEAKS,
     collected_sockets,
     create_topic,
     free_base_port,
@@ -41,8 +40,6 @@ from tidelog.tools.cluster import (
 DEADLINE_S = 30.0
 POLL_S = 0.05
 TOPIC = "events"
-
-pytestmark = [pytest.mark.filterwarnings(f) for f in KAFKA_PYTHON_SOCKET_LEAKS]
 
 collect_sockets = pytest.fixture(autouse=True)(collected_sockets)
 

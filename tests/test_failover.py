@@ -23,14 +23,11 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer, TopicPartition
 
 from tidelog.testing.live import (
-    KAFKA_PYTHON_SOCKET_LEAKS,
     LiveCluster,
     collected_sockets,
     create_topic,
     tidelog,
 )
-
-pytestmark = [pytest.mark.filterwarnings(f) for f in KAFKA_PYTHON_SOCKET_LEAKS]
 
 collect_sockets = pytest.fixture(autouse=True)(collected_sockets)
 

@@ -24,10 +24,8 @@ from kafka import KafkaProducer
 from kafka.protocol.parser import KafkaProtocol
 
 from tidelog.protocol.kafka import _APIS, ApiKey
-from tidelog.testing.live import KAFKA_PYTHON_SOCKET_LEAKS, collect_leaked_sockets, create_topic
+from tidelog.testing.live import collect_leaked_sockets, create_topic
 from tidelog.testing.proxy import CutMode, TcpProxy
-
-pytestmark = [pytest.mark.filterwarnings(f) for f in KAFKA_PYTHON_SOCKET_LEAKS]
 
 NODES = (1, 2, 3)
 TOPIC = "cut"

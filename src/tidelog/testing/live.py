@@ -98,14 +98,6 @@ def create_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
         admin.close()
 
 
-# kafka-python leaks the socket of a connection attempt that fails (a killed or restarting
-# broker): modules that use it against live clusters ignore that warning (their own marks).
-KAFKA_PYTHON_SOCKET_LEAKS = (
-    "ignore::ResourceWarning",
-    "ignore::pytest.PytestUnraisableExceptionWarning",
-)
-
-
 def collect_leaked_sockets() -> None:
     """Finalize the sockets kafka-python leaks on failed connection attempts, now, with
     their ResourceWarning ignored (else they surface later, in unrelated tests)."""

@@ -245,7 +245,10 @@ def start_node(record: ClusterRecord, node: NodeRecord) -> int:
 
     posix_spawn rather than subprocess.Popen: the broker must outlive this command, and a
     Popen object dropped while its child runs warns (ResourceWarning)."""
-    Path(node.data_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        Path(node.data_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ClusterError(f"node {node.id}: cannot use {node.data_dir}: {error}") from error
     log_path = Path(node.data_dir) / LOG_NAME
     argv = broker_argv(record, node)
     with log_path.open("a") as log:

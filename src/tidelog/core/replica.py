@@ -335,6 +335,9 @@ class Replica:
         readable_end = Offset(min(self.hwm, self.log.log_end_offset))
         if offset > readable_end:
             raise OffsetOutOfRange(offset, self.log.log_start_offset, readable_end)
+        # Only what is durable here: a log start beyond our own synced log would outlive
+        # a crash that takes the records below it.
+        offset = Offset(min(offset, self.log.durable_end_offset))
         if offset > self.log.log_start_offset:
             self.log.advance_start(offset)
         return self.log.log_start_offset
@@ -663,7 +666,7 @@ class Replica:
 
     def _follow_log_start(self, leader_log_start: Offset) -> None:
         """Records the leader deleted (DeleteRecords, retention) go here too, within our HWM."""
-        target = Offset(min(leader_log_start, self.hwm))
+        target = Offset(min(leader_log_start, self.hwm, self.log.durable_end_offset))
         if target > self.log.log_start_offset:
             self.log.advance_start(target)
 

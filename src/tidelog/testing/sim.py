@@ -346,6 +346,8 @@ class Run:
             self.run_phases()
         except AssertionError as error:
             self.checker.fail(f"assertion failed at t={self.cluster.now}: {error}")
+        except TidelogError as error:  # e.g. a log that needs repair: never expected here
+            self.checker.fail(f"{type(error).__name__} at t={self.cluster.now}: {error}")
         return self.checker.violations
 
     def run_phases(self) -> None:

@@ -321,9 +321,11 @@ class DiskStorage:
         self.log_start_offset = offset
         files = {ckpt.LOG_START_OFFSET: ckpt.offset_rows(offset)}
         if self._hwm_checkpointed < offset:
-            # The log start never passes the HWM, after a crash too.
-            self._hwm_checkpointed = self._hwm
-            files[ckpt.HWM] = ckpt.offset_rows(self._hwm)
+            # The log start never passes the HWM, after a crash too. Checkpoint the log
+            # start itself, not the HWM in memory: that may lie beyond what is synced here,
+            # and a torn batch below a checkpointed HWM reads as corruption.
+            self._hwm_checkpointed = offset
+            files[ckpt.HWM] = ckpt.offset_rows(offset)
         ckpt.write_checkpoints(self._fs, self.directory, files)
         while len(self._segments) > 1 and self._segments[0].end_offset <= offset:
             segment = self._segments.pop(0)

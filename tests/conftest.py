@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tidelog.testing.live import collect_leaked_sockets
+from tidelog.testing.live import LiveCluster, collect_leaked_sockets
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -29,3 +29,11 @@ def _finalize_leaked_client_sockets() -> Iterator[None]:
     tidelog.testing.live), so that they cannot surface as warnings in the next module."""
     yield
     collect_leaked_sockets()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
+    """One real 3-node cluster per module (`tidelog cluster up`, then `down`)."""
+    running = LiveCluster(tmp_path_factory.mktemp("cluster"))
+    yield running
+    running.down()

@@ -10,9 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
@@ -20,18 +18,8 @@ from kafka import TopicPartition as KafkaTopicPartition
 from tidelog.testing.live import (
     DEADLINE_S,
     LiveCluster,
-    collected_sockets,
     create_topic,
 )
-
-collect_sockets = pytest.fixture(autouse=True)(collected_sockets)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
-    running = LiveCluster(tmp_path_factory.mktemp("cluster"))
-    yield running
-    running.down()
 
 
 def test_kafka_python_produces_and_consumes(cluster: LiveCluster) -> None:

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +27,6 @@ from click.testing import CliRunner, Result
 from tidelog.cli import main
 from tidelog.testing.live import (
     LiveCluster,
-    collected_sockets,
 )
 from tidelog.tools.client import LINES_MAX_BYTES, find_local_cluster, record_text
 from tidelog.tools.client_kafka import ClientError, parse_offset_time, split_bootstrap
@@ -42,15 +41,6 @@ PARTITION_LINE = re.compile(
     r"Replicas: (?P<replicas>[\d,]+)\tIsr: (?P<isr>[\d,]*)"
 )
 REPLICA_LINE = re.compile(r"\t\tReplica: (?P<node>\d+)\tRole: \w+\tEpoch: (?P<epoch>\d+)\t")
-
-collect_sockets = pytest.fixture(autouse=True)(collected_sockets)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
-    running = LiveCluster(tmp_path_factory.mktemp("cluster"))
-    yield running
-    running.down()
 
 
 @pytest.fixture(autouse=True)

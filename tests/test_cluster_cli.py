@@ -25,7 +25,6 @@ from click.testing import CliRunner
 
 from tidelog.cli import main
 from tidelog.testing.live import (
-    collected_sockets,
     create_topic,
     free_base_port,
 )
@@ -40,8 +39,6 @@ from tidelog.tools.cluster import (
 DEADLINE_S = 30.0
 POLL_S = 0.05
 TOPIC = "events"
-
-collect_sockets = pytest.fixture(autouse=True)(collected_sockets)
 
 
 def cli(*args: str) -> tuple[int, str, str]:

@@ -18,19 +18,14 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, TopicPartition
 
 from tidelog.testing.live import (
     LiveCluster,
-    collected_sockets,
     create_topic,
     tidelog,
 )
-
-collect_sockets = pytest.fixture(autouse=True)(collected_sockets)
-
 
 TOPIC = "faults"
 RECORDS = 3000

@@ -100,6 +100,18 @@ def check_batch(buf: bytes | bytearray | memoryview, position: int = 0) -> Batch
 
     Raises CorruptBatch with what is wrong.
     """
+    header = check_framing(buf, position)
+    actual = crc_of(buf, position, header.size_bytes)
+    if actual != header.crc:
+        raise CorruptBatch(
+            f"CRC-32C mismatch at offset {header.base_offset}: "
+            f"stored {header.crc:#010x}, computed {actual:#010x}"
+        )
+    return header
+
+
+def check_framing(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Decode the batch header at `position` and check its framing (not its CRC)."""
     available = len(buf) - position
     if available < HEADER_SIZE:
         raise CorruptBatch(f"{available} bytes left, a batch header needs {HEADER_SIZE}")
@@ -114,12 +126,6 @@ def check_batch(buf: bytes | bytearray | memoryview, position: int = 0) -> Batch
         raise CorruptBatch(f"batch of {header.size_bytes} bytes, only {available} present")
     if header.last_offset_delta < 0 or header.records_count < 0:
         raise CorruptBatch(f"negative lastOffsetDelta {header.last_offset_delta}")
-    actual = crc_of(buf, position, header.size_bytes)
-    if actual != header.crc:
-        raise CorruptBatch(
-            f"CRC-32C mismatch at offset {header.base_offset}: "
-            f"stored {header.crc:#010x}, computed {actual:#010x}"
-        )
     return header
 
 
@@ -134,12 +140,16 @@ def stamp(batch: bytes | bytearray, *, base_offset: Offset, epoch: Epoch) -> byt
     return bytes(out)
 
 
-def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
-    """(position, header) of each batch in a concatenation of checked batches."""
+def iter_batches(
+    buf: bytes | bytearray | memoryview, *, verify: bool = True
+) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each batch in a concatenation; CRCs too unless `verify` is
+    False (the framing is always checked)."""
+    check = check_batch if verify else check_framing
     position = 0
     end = len(buf)
     while position < end:
-        header = check_batch(buf, position)
+        header = check(buf, position)
         yield position, header
         position += header.size_bytes
 

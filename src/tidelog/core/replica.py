@@ -777,7 +777,11 @@ class Replica:
         """Send each follower what it lacks, within its window of in-flight appends."""
         end = self.log.log_end_offset
         start = self.log.log_start_offset
-        floor = self._base_of_batch_at(start)  # the first batch we can still send
+        # The first batch we can still send. It differs from the log start only when the
+        # start lies inside a batch, and matters only for a follower behind the start:
+        # look it up (a storage read) only then.
+        behind = any(p.next_offset < start for p in self.progress.values())
+        floor = self._base_of_batch_at(start) if behind else start
         for peer, progress in self.progress.items():
             if progress.next_offset < floor and not progress.probing:
                 progress.probing = True  # what it lacks is gone here: reset it (below)
@@ -800,9 +804,11 @@ class Replica:
                     max_bytes=self.config.append_bytes_max,
                 )
                 assert batches, "a follower behind the log end has something to read"
-                prev = check_batch(batches[0]).base_offset
+                # Checked when appended (and by the disk log when read back); the follower
+                # checks them again on receipt (pair assertion): no CRC pass here.
+                prev = read_header(batches[0]).base_offset
                 self._send_append(peer, prev, tuple(batches))
-                progress.next_offset = check_batch(batches[-1]).next_offset
+                progress.next_offset = read_header(batches[-1]).next_offset
                 progress.inflight.append(progress.next_offset)
 
     def _base_of_batch_at(self, offset: Offset) -> Offset:

@@ -23,7 +23,7 @@ from tidelog.protocol.framing import ProtocolError
 from tidelog.protocol.kafka import ApiKey, KafkaRequest, api_versions_response, join_batches
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
-from tidelog.records import iter_batches
+from tidelog.records import check_framing, iter_batches
 from tidelog.server.broker import Broker, monotonic_ms
 from tidelog.server.metadata import (
     METADATA_TOPIC,
@@ -192,9 +192,12 @@ async def produce_partition(
     start = int(runner.replica.log.log_start_offset)
     if runner.replica.role is not Role.LEADER:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, start
+    data = records or b""
     try:
-        data = records or b""
-        batches = [bytes(data[p : p + h.size_bytes]) for p, h in iter_batches(data)]
+        # One batch (the usual case): split by framing only, the core checks its CRC once.
+        # Several: check every CRC first, so a corrupt one rejects them all, none appended.
+        several = len(data) > check_framing(data).size_bytes if data else False
+        batches = [bytes(data[p : p + h.size_bytes]) for p, h in iter_batches(data, verify=several)]
     except CorruptBatch:
         return ErrorCode.CORRUPT_MESSAGE, -1, start
     if not batches:

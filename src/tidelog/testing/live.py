@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 from kafka import KafkaAdminClient
@@ -104,10 +103,3 @@ def collect_leaked_sockets() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
-
-
-def collected_sockets() -> Iterator[None]:
-    """A fixture body for modules that use kafka-python against live clusters: after each
-    test, finalize the sockets it leaked."""
-    yield
-    collect_leaked_sockets()

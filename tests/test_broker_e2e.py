@@ -118,6 +118,6 @@ def test_a_malformed_request_closes_only_that_connection(cluster: LiveCluster) -
         assert sock.recv(100) == b""  # the broker closed it
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=20_000)
     try:
-        assert "kp" in admin.list_topics() or admin.list_topics() is not None
+        assert len(admin.describe_cluster()["brokers"]) == 3  # still answering
     finally:
         admin.close()

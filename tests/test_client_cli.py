@@ -3,8 +3,7 @@
 The cluster is started once for the module (`LiveCluster`: `tidelog cluster up` on
 127.0.0.1, `tidelog cluster down` at the end); each test creates topics of its own. The
 commands run through click's CliRunner, and once as a real `python -m tidelog`
-subprocess. The broker does not serve consumer groups yet: `consume --group` must say
-so. Offsets are read back rather than assumed, since every new leader of a partition
+subprocess. Offsets are read back rather than assumed, since every new leader of a partition
 writes a control batch first.
 """
 
@@ -31,7 +30,6 @@ from tidelog.testing.live import (
 from tidelog.tools.client import LINES_MAX_BYTES, find_local_cluster, record_text
 from tidelog.tools.client_kafka import ClientError, parse_offset_time, split_bootstrap
 from tidelog.tools.client_records import ConsumedRecord
-from tidelog.tools.client_status import fetch_status
 
 T = TypeVar("T")
 DEADLINE_S = 30.0
@@ -113,21 +111,6 @@ def led_rows(cluster: LiveCluster, topic: str) -> list[dict[str, Any]] | None:
     return rows if all(row["leader"] >= 0 for row in rows) else None
 
 
-def hosted_everywhere(cluster: LiveCluster, topic: str, partitions: int) -> bool:
-    """Whether every node's admin /status lists every partition of `topic` with a leader,
-    and each leader counts all three replicas in sync."""
-    for node in cluster.record["nodes"]:
-        status = fetch_status(node["admin"])
-        if status is None:
-            return False
-        hosted = [p for p in status["partitions"] if p["topic"] == topic]
-        if len(hosted) != partitions or any(p["leader"] is None for p in hosted):
-            return False
-        if any(p["role"] == "leader" and len(p["isr"]) != len(p["replicas"]) for p in hosted):
-            return False
-    return True
-
-
 def create(
     cluster: LiveCluster, topic: str, partitions: int = 1, factor: int = 3, *extra: str
 ) -> Result:
@@ -141,7 +124,7 @@ def create(
     args = ["--partitions", str(partitions), "--replication-factor", str(factor)]
     created = ok(cluster, "topics", "create", topic, *args, *extra)
     if factor == len(cluster.record["nodes"]):
-        eventually(lambda: hosted_everywhere(cluster, topic, partitions))
+        cluster.wait_hosted_everywhere(topic, partitions)
     else:
         poll(lambda: led_rows(cluster, topic))
     return created
@@ -414,12 +397,23 @@ def test_delete_records_moves_the_log_start_offset(cluster: LiveCluster) -> None
 # expected failures
 
 
-def test_consumer_groups_are_named_as_missing(cluster: LiveCluster) -> None:
-    """The consumer-group APIs (FindCoordinator, ...) are not in the broker's ApiVersions."""
+def test_consume_with_a_group_commits_and_the_next_run_resumes(cluster: LiveCluster) -> None:
+    """`consume --group` joins the group and commits what it printed; the next consumer of
+    the group starts there, and `groups describe` shows no lag."""
     create(cluster, "grouped")
-    ok(cluster, "produce", "grouped", stdin="a\n")
-    result = run(cluster, "consume", "grouped", "--group", "g", "--timeout-ms", "500")
-    failed(result, "the broker does not support consumer groups yet")
+    ok(cluster, "produce", "grouped", stdin="a\nb\nc\nd\ne\n")
+
+    def consume_in_group(count: int) -> list[str]:
+        args = ["--group", "g", "--from-beginning", "--max-messages", str(count)]
+        return ok(cluster, "consume", "grouped", *args, "--timeout-ms", "20000").stdout.split()
+
+    assert consume_in_group(3) == ["a", "b", "c"]
+    assert consume_in_group(2) == ["d", "e"]
+    described = json.loads(ok(cluster, "groups", "describe", "g", "--json").stdout)
+    assert described["state"] == "Empty" and described["members"] == []
+    [row] = described["offsets"]
+    assert row["current_offset"] == row["log_end_offset"] and row["lag"] == 0
+    assert ok(cluster, "groups", "list").stdout.split() == ["g"]
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from tidelog.cli import main
+from tidelog.server.groups import OFFSETS_TOPIC
 from tidelog.testing.live import (
     create_topic,
     free_base_port,
@@ -271,7 +272,8 @@ def test_status_reports_each_node_and_the_partitions_it_leads(cluster: tuple[Pat
     assert [n["pid"] for n in nodes] == pids(directory)
     assert len({n["metadata_leader"] for n in nodes}) == 1
     assert nodes[0]["metadata_leader"] in (1, 2, 3)
-    assert sorted(p["topic"] for n in nodes for p in n["status"]["partitions"]) == [TOPIC] * 3
+    hosted = [p["topic"] for n in nodes for p in n["status"]["partitions"]]
+    assert sorted(t for t in hosted if t != OFFSETS_TOPIC) == [TOPIC] * 3
     code, table, _ = cli("status", "--data-dir", str(directory))
     assert code == 0
     header, *rows = table.splitlines()
@@ -315,7 +317,8 @@ def test_kill_the_leader_then_up_starts_only_that_node(cluster: tuple[Path, str]
     ]
     assert all_up_and_ready(directory)
     status = status_of(directory)[leader - 1]["status"]
-    assert [p["topic"] for p in status["partitions"]] == [TOPIC]  # it recovered its replica
+    recovered = [p["topic"] for p in status["partitions"] if p["topic"] != OFFSETS_TOPIC]
+    assert recovered == [TOPIC]  # it recovered its replica
 
 
 def test_restart_gives_a_node_a_new_pid(cluster: tuple[Path, str]) -> None:

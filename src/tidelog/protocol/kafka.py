@@ -43,6 +43,10 @@ with warnings.catch_warnings():
         DeleteTopicsResponse,
         DescribeConfigsRequest,
         DescribeConfigsResponse,
+        DescribeGroupsRequest,
+        DescribeGroupsResponse,
+        ListGroupsRequest,
+        ListGroupsResponse,
     )
     from kafka.protocol.api_header import RequestHeader
     from kafka.protocol.consumer import (
@@ -102,6 +106,8 @@ class ApiKey(IntEnum):
     HEARTBEAT = 12
     LEAVE_GROUP = 13
     SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -131,6 +137,8 @@ _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.HEARTBEAT: _Api(HeartbeatRequest, HeartbeatResponse, (0, 3)),
     ApiKey.LEAVE_GROUP: _Api(LeaveGroupRequest, LeaveGroupResponse, (0, 3)),
     ApiKey.SYNC_GROUP: _Api(SyncGroupRequest, SyncGroupResponse, (0, 3)),
+    ApiKey.DESCRIBE_GROUPS: _Api(DescribeGroupsRequest, DescribeGroupsResponse, (0, 5)),
+    ApiKey.LIST_GROUPS: _Api(ListGroupsRequest, ListGroupsResponse, (0, 4)),
     ApiKey.API_VERSIONS: _Api(ApiVersionsRequest, ApiVersionsResponse, (0, 3)),
     ApiKey.CREATE_TOPICS: _Api(CreateTopicsRequest, CreateTopicsResponse, (0, 4)),
     ApiKey.DELETE_TOPICS: _Api(DeleteTopicsRequest, DeleteTopicsResponse, (0, 3)),

@@ -27,14 +27,22 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.core.messages import Message
-from tidelog.core.replica import Replica, ReplicaConfig, Role
+from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Role
 from tidelog.protocol.peer import BrokerNotice, LeaderNotice, PartitionKey
-from tidelog.records import read_header
 from tidelog.server.config import BrokerConfig
-from tidelog.server.metadata import METADATA_TOPIC, Change, MetadataImage, TopicInfo
-from tidelog.server.partition import PartitionRunner
-from tidelog.types import Epoch, NodeId, Offset
+from tidelog.server.groups import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
+from tidelog.server.metadata import (
+    METADATA_TOPIC,
+    Change,
+    MetadataImage,
+    TopicInfo,
+    encode_command,
+    place_replicas,
+)
+from tidelog.server.partition import PartitionRunner, apply_committed
+from tidelog.types import Epoch, NodeId
 from tidelog.wal import DiskStorage, WalConfig
+from tidelog.wal.batches import producer_batch
 
 log = logging.getLogger("tidelog.broker")
 
@@ -42,7 +50,6 @@ NOTICE_EVERY_TICKS = 5
 RETENTION_EVERY_TICKS = 100
 FLUSH_INTERVAL_MS_WEAK = 1000
 SYNC_THREADS = 4
-APPLY_CHUNK_BYTES = 1 << 20
 
 
 def now_ms() -> int:
@@ -68,13 +75,6 @@ def wal_config_of(configs: dict[str, str], *, fsync: bool) -> WalConfig:
     )
 
 
-def decode_values(batch: bytes) -> list[tuple[int, bytes]]:
-    """(offset, value) of each record of a data batch (the metadata log's commands)."""
-    from kafka.record.default_records import DefaultRecordBatch  # noqa: PLC0415
-
-    return [(record.offset, bytes(record.value or b"")) for record in DefaultRecordBatch(batch)]
-
-
 class Broker:
     """The state of one node, shared by the Kafka handlers and the admin endpoint."""
 
@@ -97,6 +97,15 @@ class Broker:
         self.ticks = 0
         self.stopping = asyncio.Event()
         self.exit_code = 0
+        self.group_config = GroupConfig(
+            session_timeout_ms_min=config.group_min_session_timeout_ms,
+            session_timeout_ms_max=config.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            offsets_retention_ms=config.offsets_retention_ms,
+            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+        )
+        self.coordinators: dict[int, GroupCoordinator] = {}
+        self.creating_offsets_topic = False
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, None)
 
     # ---------------------------------------------------------------- partitions -------
@@ -122,6 +131,12 @@ class Broker:
         )
         replica = Replica(replica_config, storage, self.rng)
         on_round = self.apply_metadata if key == self.metadata_key else None
+        if key.topic == OFFSETS_TOPIC:
+            coordinator = GroupCoordinator(
+                key.partition, self.group_config, topic_exists=self.image.topics.__contains__
+            )
+            self.coordinators[key.partition] = coordinator
+            on_round = coordinator.on_round
         runner = PartitionRunner(
             key,
             replica,
@@ -145,26 +160,21 @@ class Broker:
     # ---------------------------------------------------------------- metadata ---------
     def apply_metadata(self, runner: PartitionRunner) -> None:
         """Apply every committed metadata command not applied yet, in offset order."""
-        replica = runner.replica
-        end = Offset(min(replica.hwm, replica.log.log_end_offset))
-        while self.image.applied_offset < end:
-            start = Offset(self.image.applied_offset)
-            batches = replica.log.read(start, end_offset=end, max_bytes=APPLY_CHUNK_BYTES)
-            if not batches:
-                return
-            for batch in batches:
-                header = read_header(batch)
-                if not header.is_control:
-                    for offset, value in decode_values(batch):
-                        if offset >= self.image.applied_offset:
-                            self.on_change(self.image.apply(offset, value))
-                self.image.applied_offset = header.next_offset
+
+        def apply(offset: int, key: bytes | None, value: bytes | None) -> None:
+            self.on_change(self.image.apply(offset, value or b""))
+
+        self.image.applied_offset = apply_committed(
+            runner.replica, self.image.applied_offset, apply
+        )
 
     def on_change(self, change: Change) -> None:
         for topic in change.created:
             self.create_replicas(topic)
         for topic in change.deleted:
             asyncio.get_running_loop().create_task(self.delete_replicas(topic))
+            for coordinator in self.coordinators.values():
+                coordinator.expire_now()  # its groups' offsets of that topic expire
 
     def create_replicas(self, topic: TopicInfo) -> None:
         for partition, nodes in enumerate(topic.replicas):
@@ -186,6 +196,44 @@ class Broker:
                 await runner.stop()
                 shutil.rmtree(self.partition_dir(key), ignore_errors=True)
                 log.info("deleted %s-%d", topic.name, partition)
+
+    async def propose_metadata(self, command: dict[str, Any]) -> Any:
+        """Write one command to the metadata log with acks=all (the controller only)."""
+        batch = producer_batch([encode_command(command)], timestamp_ms=now_ms())
+        return await self.metadata.produce(batch, ACKS_ALL)
+
+    def maybe_create_offsets_topic(self) -> None:
+        """The controller creates `__consumer_offsets` once every broker is known, as
+        Kafka does at the first FindCoordinator (here at once, so it is ready by then)."""
+        if (
+            self.creating_offsets_topic
+            or OFFSETS_TOPIC in self.image.topics
+            or self.metadata.replica.role is not Role.LEADER
+            or len(self.kafka_ports) < len(self.all_nodes)
+        ):
+            return
+        factor = min(self.config.default_replication_factor, len(self.all_nodes))
+        start = self.rng.randrange(len(self.all_nodes))
+        replicas = place_replicas(
+            list(self.all_nodes), self.config.offsets_topic_partitions, factor, start
+        )
+        command = {
+            "type": "create_topic",
+            "name": OFFSETS_TOPIC,
+            "replicas": replicas,
+            "configs": {"retention.ms": "-1"},
+        }
+
+        async def create() -> None:
+            try:
+                result = await self.propose_metadata(command)
+                if result.error is not None:
+                    log.info("creating %s: %s (will retry)", OFFSETS_TOPIC, result.error)
+            finally:
+                self.creating_offsets_topic = False
+
+        self.creating_offsets_topic = True
+        asyncio.get_running_loop().create_task(create())
 
     def controller_id(self) -> int:
         leader = self.metadata.replica.leader_id
@@ -245,8 +293,11 @@ class Broker:
             stamp, wall = monotonic_ms(), now_ms()
             for runner in list(self.runners.values()):
                 runner.submit(partial(tick_replica, stamp, wall))
+            for coordinator in list(self.coordinators.values()):
+                coordinator.tick()
             if self.ticks % NOTICE_EVERY_TICKS == 0:
                 self.send_notices()
+                self.maybe_create_offsets_topic()
             if self.ticks % RETENTION_EVERY_TICKS == 0:
                 for runner in list(self.runners.values()):
                     runner.apply_retention(wall)

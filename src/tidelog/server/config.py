@@ -35,6 +35,7 @@ TICK_MS_MAX = 10_000
 ELECTION_TICKS_MAX = 10_000
 PARTITIONS_MAX = 10_000
 FLUSH_INTERVAL_MS_MAX = 3_600_000
+DURATION_MS_MAX = 10 * 365 * 24 * 3600 * 1000
 CLUSTER_ID_LENGTH_MAX = 64
 REPLICATION_FACTOR_MAX = 3
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -130,6 +131,12 @@ class BrokerConfig:
     fsync: bool = True
     flush_interval_ms: int | None = None
     log_level: str = "info"
+    offsets_topic_partitions: int = 4
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    group_initial_rebalance_delay_ms: int = 0
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
 
     def __post_init__(self) -> None:
         if self.default_replication_factor == DERIVE_REPLICATION_FACTOR:
@@ -165,6 +172,24 @@ def check_values(config: BrokerConfig) -> None:
     check_range("default_partitions", config.default_partitions, 1, PARTITIONS_MAX)
     if config.flush_interval_ms is not None:
         check_range("flush_interval_ms", config.flush_interval_ms, 1, FLUSH_INTERVAL_MS_MAX)
+    check_range("offsets_topic_partitions", config.offsets_topic_partitions, 1, PARTITIONS_MAX)
+    check_range("offsets_retention_ms", config.offsets_retention_ms, 1, DURATION_MS_MAX)
+    check_range(
+        "offsets_retention_check_interval_ms",
+        config.offsets_retention_check_interval_ms,
+        1,
+        DURATION_MS_MAX,
+    )
+    check_range(
+        "group_initial_rebalance_delay_ms", config.group_initial_rebalance_delay_ms, 0, 300_000
+    )
+    check_range("group_min_session_timeout_ms", config.group_min_session_timeout_ms, 1, 3_600_000)
+    check_range(
+        "group_max_session_timeout_ms",
+        config.group_max_session_timeout_ms,
+        config.group_min_session_timeout_ms,
+        3_600_000,
+    )
     if config.log_level not in LOG_LEVELS:
         raise ConfigError(f"--log-level: {config.log_level!r} is not one of {LOG_LEVELS}")
 

@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from tidelog.core.replica import ACKS_ALL, Role
@@ -24,22 +25,25 @@ from tidelog.protocol.kafka import ApiKey, KafkaRequest, api_versions_response, 
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
 from tidelog.records import check_framing, iter_batches
+from tidelog.server.answers import body_of, host_of, response
 from tidelog.server.broker import Broker, monotonic_ms
+from tidelog.server.group_api import GROUP_HANDLERS
+from tidelog.server.groups import OFFSETS_TOPIC
 from tidelog.server.metadata import (
     METADATA_TOPIC,
     MetadataError,
-    encode_command,
     place_replicas,
     validate_topic,
 )
 from tidelog.types import Epoch, Offset
-from tidelog.wal.batches import producer_batch
 
 Handler = Callable[[Broker, KafkaRequest], Awaitable[Any]]
+HwmWait = Callable[[], Awaitable[None]]
 FETCH_WAIT_MS_MAX = 30_000
 PRODUCE_TIMEOUT_MS_MAX = 120_000
 METADATA_APPLY_WAIT_S = 10.0
 _producer_ids = itertools.count(1)
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, OFFSETS_TOPIC})
 
 
 async def handle(broker: Broker, request: KafkaRequest) -> Any:
@@ -49,16 +53,6 @@ async def handle(broker: Broker, request: KafkaRequest) -> Any:
     if handler is None:  # not advertised: a client that sends it anyway is misbehaving
         raise ProtocolError(f"{request.api_key.name} is not served by this broker")
     return await handler(broker, request)
-
-
-def response(request: KafkaRequest, **fields: Any) -> Any:
-    return request.response_class(version=request.response_version, **fields)
-
-
-def body_of(request: KafkaRequest) -> Any:
-    """The decoded request body (only an unsupported ApiVersions request has none)."""
-    assert request.body is not None
-    return request.body
 
 
 # ---------------------------------------------------------------------- Metadata -------
@@ -84,12 +78,6 @@ async def metadata(broker: Broker, request: KafkaRequest) -> Any:
         controller_id=controller,
         topics=topics,
     )
-
-
-def host_of(broker: Broker, node: int) -> str:
-    if node == broker.node_id:
-        return broker.config.listen[0]
-    return broker.config.peers[node][0]
 
 
 def topic_metadata(broker: Broker, cls: Any, name: str) -> Any:
@@ -119,7 +107,9 @@ def topic_metadata(broker: Broker, cls: Any, name: str) -> Any:
                 offline_replicas=[],
             )
         )
-    return topic_cls(error_code=0, name=name, is_internal=False, partitions=partitions)
+    return topic_cls(
+        error_code=0, name=name, is_internal=name in INTERNAL_TOPICS, partitions=partitions
+    )
 
 
 def in_sync_nodes(broker: Broker, key: PartitionKey, replicas: tuple[int, ...]) -> list[int]:
@@ -181,6 +171,8 @@ async def produce_partition(
     timeout_s: float,
 ) -> tuple[ErrorCode, int, int]:
     """(error code, base offset, log start offset) for one partition of a Produce."""
+    if topic in INTERNAL_TOPICS:  # only the coordinator and the controller write these
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1
     runner = broker.runner(topic, partition)
     if runner is None:
         known = topic in broker.image.topics
@@ -232,7 +224,7 @@ async def fetch(broker: Broker, request: KafkaRequest) -> Any:
 
 def read_all(
     broker: Broker, request: KafkaRequest, follower_reads: bool
-) -> tuple[list[Any], int, list[Awaitable[None]]]:
+) -> tuple[list[Any], int, list[HwmWait]]:
     body = body_of(request)
     cls = request.response_class.FetchableTopicResponse
     topics, size, waits = [], 0, []
@@ -253,7 +245,7 @@ def read_all(
 
 def read_partition(
     broker: Broker, cls: Any, topic: str, part: Any, *, follower_reads: bool, budget: int
-) -> tuple[Any, Awaitable[None] | None]:
+) -> tuple[Any, HwmWait | None]:
     def answer(error: ErrorCode, hwm: int = -1, start: int = -1, records: bytes = b"") -> Any:
         return cls.PartitionData(
             partition_index=part.partition,
@@ -285,12 +277,13 @@ def read_partition(
     if result.error is not None:
         return answer(error_code_for(result.error)), None
     records = join_batches(result.batches)
-    wait = None if records else runner.wait_for_hwm(result.hwm, FETCH_WAIT_MS_MAX / 1000)
+    # A callable, not a coroutine: a wait that is never needed must not be left unawaited.
+    wait = None if records else partial(runner.wait_for_hwm, result.hwm, FETCH_WAIT_MS_MAX / 1000)
     return answer(ErrorCode.NONE, int(result.hwm), int(result.log_start_offset), records), wait
 
 
-async def wait_any(waits: list[Awaitable[None]], timeout_s: float) -> None:
-    tasks = [asyncio.ensure_future(wait) for wait in waits]
+async def wait_any(waits: list[HwmWait], timeout_s: float) -> None:
+    tasks = [asyncio.ensure_future(wait()) for wait in waits]
     try:
         await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -418,6 +411,8 @@ async def delete_topics(broker: Broker, request: KafkaRequest) -> Any:
             code, message = ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
         elif name not in broker.image.topics:
             code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"
+        elif name in INTERNAL_TOPICS:
+            code, message = ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic"
         else:
             code, message = await commit_command(broker, {"type": "delete_topic", "name": name})
         results.append(cls(name=name, error_code=int(code), error_message=message))
@@ -426,8 +421,7 @@ async def delete_topics(broker: Broker, request: KafkaRequest) -> Any:
 
 async def commit_command(broker: Broker, command: dict[str, Any]) -> tuple[ErrorCode, str | None]:
     """Write a command to the metadata log with acks=all; return once applied here."""
-    batch = producer_batch([encode_command(command)], timestamp_ms=int(time.time() * 1000))
-    result = await broker.metadata.produce(batch, ACKS_ALL)
+    result = await broker.propose_metadata(command)
     if result.error is not None or result.next_offset is None:
         return error_code_for(result.error), str(result.error)
     deadline = time.monotonic() + METADATA_APPLY_WAIT_S
@@ -486,4 +480,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.CREATE_TOPICS: create_topics,
     ApiKey.DELETE_TOPICS: delete_topics,
     ApiKey.DELETE_RECORDS: delete_records,
+    **GROUP_HANDLERS,
 }

@@ -15,6 +15,7 @@ from typing import Any
 
 from tidelog.protocol.framing import NEED_DATA, ProtocolError
 from tidelog.protocol.kafka import KafkaConnection, KafkaRequest
+from tidelog.server.answers import client_host
 from tidelog.server.broker import Broker
 from tidelog.server.handlers import handle
 
@@ -37,6 +38,8 @@ async def serve_connection(
     broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     peer = writer.get_extra_info("peername")
+    # Group members are described with their host, as Kafka shows it ("/127.0.0.1").
+    client_host.set(f"/{peer[0]}" if isinstance(peer, tuple) else "")
     connection = KafkaConnection()
     answers: asyncio.Queue[Answer | None] = asyncio.Queue(INFLIGHT_REQUESTS_MAX)
     responder = asyncio.get_running_loop().create_task(respond(connection, answers, writer))
@@ -64,16 +67,16 @@ async def respond(
     while (answer := await answers.get()) is not None:
         request, task = answer
         try:
-            body = await task
+            frame = connection.send_response(request, await task)
         except ProtocolError as error:
             log.warning("closing a connection: %s", error)
             writer.close()
             return
-        except Exception:
+        except Exception:  # a bug: log it and close this connection only
             log.exception("request %s v%d failed", request.api_key.name, request.api_version)
             writer.close()
             return
-        writer.write(connection.send_response(request, body))
+        writer.write(frame)
         try:
             await writer.drain()
         except (ConnectionError, OSError):

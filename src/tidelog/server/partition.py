@@ -24,10 +24,14 @@ from tidelog.core.replica import Replica
 from tidelog.errors import TidelogError
 from tidelog.node.driver import write_ready
 from tidelog.protocol.peer import PartitionKey
+from tidelog.records import read_header
 from tidelog.types import Offset
 from tidelog.wal import DiskStorage
 
 log = logging.getLogger(__name__)
+
+APPLY_CHUNK_BYTES = 1 << 20
+ApplyRecord = Callable[[int, "bytes | None", "bytes | None"], None]
 
 Action = Callable[[Replica], None]
 T = TypeVar("T")
@@ -187,3 +191,31 @@ class PartitionRunner:
         self.futures.clear()
         self._wake_fetchers()
         self.storage.close()
+
+
+def decode_records(batch: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of each record of a data batch."""
+    from kafka.record.default_records import DefaultRecordBatch  # noqa: PLC0415
+
+    return [(record.offset, record.key, record.value) for record in DefaultRecordBatch(batch)]
+
+
+def apply_committed(replica: Replica, applied_offset: int, apply: ApplyRecord) -> int:
+    """Hand `apply` every committed data record at or above `applied_offset`, in offset
+    order (commit index, then last applied); returns the new applied offset. The metadata
+    log and the group coordinators' logs are state machines fed this way."""
+    end = Offset(min(replica.hwm, replica.log.log_end_offset))
+    while applied_offset < end:
+        batches = replica.log.read(
+            Offset(applied_offset), end_offset=end, max_bytes=APPLY_CHUNK_BYTES
+        )
+        if not batches:
+            break
+        for batch in batches:
+            header = read_header(batch)
+            if not header.is_control:
+                for offset, key, value in decode_records(batch):
+                    if offset >= applied_offset:
+                        apply(offset, key, value)
+            applied_offset = header.next_offset
+    return applied_offset

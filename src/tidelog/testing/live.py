@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import warnings
 from pathlib import Path
 
@@ -71,6 +72,30 @@ class LiveCluster:
     def down(self) -> None:
         result = tidelog("cluster", "down", "--data-dir", str(self.directory))
         assert result.returncode == 0, result.stderr
+
+    def hosted_everywhere(self, topic: str, partitions: int) -> bool:
+        """Whether every node's admin /status lists every partition of `topic` with a
+        leader, and each leader counts all its replicas in sync: every node has applied
+        the topic, so a client may bootstrap from any of them."""
+        for node in self.record["nodes"]:
+            try:
+                with urllib.request.urlopen(f"http://{node['admin']}/status", timeout=2) as reply:
+                    status = json.load(reply)
+            except (OSError, ValueError):
+                return False
+            hosted = [p for p in status["partitions"] if p["topic"] == topic]
+            if len(hosted) != partitions or any(p["leader"] is None for p in hosted):
+                return False
+            leaders = [p for p in hosted if p["role"] == "leader"]
+            if any(len(p["isr"]) != len(p["replicas"]) for p in leaders):
+                return False
+        return True
+
+    def wait_hosted_everywhere(self, topic: str, partitions: int) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not self.hosted_everywhere(topic, partitions):
+            assert time.monotonic() < deadline, f"{topic} is not on every node"
+            time.sleep(0.1)
 
     def node_status(self, node: int) -> dict[str, object]:
         result = tidelog("cluster", "status", "--data-dir", str(self.directory), "--json")

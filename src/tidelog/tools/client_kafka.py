@@ -51,7 +51,7 @@ DEFAULT_PORT: Final = 9092
 KAFKA_CLIENT_ID: Final = "tidelog-cli"
 
 # kafka-python's clients, imported once above (quietly) for `client_records`.
-__all__ = ["KafkaConsumer", "KafkaProducer", "OffsetAndMetadata", "TopicPartition"]
+__all__ = ["KafkaConsumer", "KafkaProducer", "OffsetAndMetadata", "OffsetSpec", "TopicPartition"]
 
 
 class ClientError(TidelogError):

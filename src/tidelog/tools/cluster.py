@@ -465,7 +465,8 @@ def print_status_table(states: list[dict[str, Any]]) -> None:
             ready,
             node["kafka"],
             node["admin"],
-            " ".join(node["leads"]) or "-",
+            # Internal topics (`__consumer_offsets`) are left out: `topics describe` has them.
+            " ".join(p for p in node["leads"] if not p.startswith("__")) or "-",
         )
     Console(soft_wrap=True).print(table)
 

@@ -5,6 +5,8 @@ Not on any hot path of the log: the log moves batches as bytes and never builds 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tidelog.records import stamp
 from tidelog.types import Epoch, Offset
 from tidelog.wal.kafka_records import DefaultRecordBatchBuilder
@@ -16,15 +18,18 @@ NO_PRODUCER = (-1, -1, -1)
 
 
 def producer_batch(
-    values: list[bytes],
+    values: Sequence[bytes | None],
     *,
+    keys: Sequence[bytes | None] | None = None,
     timestamp_ms: int = 0,
     producer: tuple[int, int, int] = NO_PRODUCER,
 ) -> bytes:
-    """One uncompressed batch v2 holding `values` (no keys), as a producer sends it: the
-    leader stamps offsets and epoch. Record i has timestamp `timestamp_ms + i`.
-    `producer` is (producer id, producer epoch, base sequence) of an idempotent producer."""
+    """One uncompressed batch v2 holding `values` (None: a tombstone) with `keys` (default:
+    none), as a producer sends it: the leader stamps offsets and epoch. Record i has
+    timestamp `timestamp_ms + i`. `producer` is (producer id, producer epoch, base
+    sequence) of an idempotent producer."""
     assert values
+    assert keys is None or len(keys) == len(values)
     producer_id, producer_epoch, base_sequence = producer
     builder = DefaultRecordBatchBuilder(
         magic=2,
@@ -36,8 +41,9 @@ def producer_batch(
         batch_size=BATCH_BUILD_BYTES_MAX,
     )
     for delta, value in enumerate(values):
+        key = None if keys is None else keys[delta]
         metadata = builder.append(
-            delta, timestamp=timestamp_ms + delta, key=None, value=value, headers=[]
+            delta, timestamp=timestamp_ms + delta, key=key, value=value, headers=[]
         )
         assert metadata is not None, "batch over BATCH_BUILD_BYTES_MAX"
     return bytes(builder.build())

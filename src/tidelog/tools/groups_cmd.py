@@ -1,0 +1,381 @@
+"""`tidelog groups list|describe|reset-offsets`: consumer groups, their offsets and lag, as
+`kafka-consumer-groups` shows them, through kafka-python's admin client only.
+
+Rules of this file:
+- LOG-END-OFFSET is the HWM (what `kafka-consumer-groups` calls it), and
+  LAG = HWM - max(committed, log start offset), never negative; `-` where no offset is
+  committed (or no member holds the partition).
+- reset-offsets is a dry run unless `--execute`, and is refused while the group has active
+  members (the coordinator would refuse the commit too). New offsets are clamped to
+  [log start offset, HWM], as Kafka clamps them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import click
+
+from tidelog.tools.client import bootstrap_option, json_option, reports_errors, resolve
+from tidelog.tools.client_kafka import (
+    ClientError,
+    OffsetAndMetadata,
+    OffsetSpec,
+    TopicPartition,
+    admin_client,
+    kafka_errors,
+    topic_partitions,
+)
+
+INACTIVE_STATES = ("Empty", "Dead")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    member_id: str
+    client_id: str
+    host: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRow:
+    group: str
+    topic: str
+    partition: int
+    current_offset: int | None
+    log_start_offset: int
+    log_end_offset: int
+    lag: int | None
+    consumer_id: str | None
+    host: str | None
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    group: str
+    state: str
+    protocol_type: str
+    assignment_strategy: str
+    coordinator: int
+    members: tuple[Member, ...]
+
+
+def lag_of(committed: int | None, log_start: int, hwm: int) -> int | None:
+    """HWM - max(committed, log start), never negative; None when nothing is committed."""
+    if committed is None:
+        return None
+    return max(0, hwm - max(committed, log_start))
+
+
+def assigned_partitions(member: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    assignment = member.get("member_assignment")
+    if not assignment or not isinstance(assignment, dict):
+        return ()
+    pairs = [
+        (str(topic["topic"]) if isinstance(topic, dict) else str(topic[0]), int(p))
+        for topic in assignment.get("assigned_partitions") or assignment.get("assignment") or []
+        for p in (topic["partitions"] if isinstance(topic, dict) else topic[1])
+    ]
+    return tuple(sorted(pairs))
+
+
+def describe_group(admin: Any, group: str) -> GroupInfo:
+    found = admin.describe_groups([group])[group]
+    error = found.get("error")
+    if is_error(error):
+        raise ClientError(f"group '{group}': {type(error).__name__}")
+    members = tuple(
+        Member(
+            member_id=str(m["member_id"]),
+            client_id=str(m["client_id"]),
+            host=str(m["client_host"]),
+            partitions=assigned_partitions(m),
+        )
+        for m in found.get("members", [])
+    )
+    return GroupInfo(
+        group=group,
+        state=str(found["group_state"]),
+        protocol_type=str(found.get("protocol_type", "")),
+        assignment_strategy=str(found.get("protocol_data", "")),
+        coordinator=coordinator_of(admin, group),
+        members=members,
+    )
+
+
+def coordinator_of(admin: Any, group: str) -> int:
+    """The coordinator's node id, as kafka-python cached it while describing the group
+    (its admin client has no public call for it); -1 when unknown."""
+    cluster = getattr(getattr(admin, "_manager", None), "cluster", None)
+    found = cluster.get_coordinator(group) if cluster is not None else None
+    return -1 if found is None else int(found)
+
+
+def committed_offsets(admin: Any, group: str) -> dict[tuple[str, int], int]:
+    found = admin.list_group_offsets({group: None})
+    offsets = found.get(group, found) if isinstance(found, dict) else {}
+    return {
+        (tp.topic, tp.partition): int(meta.offset)
+        for tp, meta in offsets.items()
+        if int(meta.offset) >= 0
+    }
+
+
+def watermarks(admin: Any, keys: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(log start offset, HWM) of each partition."""
+    if not keys:
+        return {}
+    tps = [TopicPartition(topic, p) for topic, p in keys]
+    earliest = admin.list_partition_offsets(dict.fromkeys(tps, OffsetSpec.EARLIEST))
+    latest = admin.list_partition_offsets(dict.fromkeys(tps, OffsetSpec.LATEST))
+    return {
+        (tp.topic, tp.partition): (int(earliest[tp].offset), int(latest[tp].offset)) for tp in tps
+    }
+
+
+def offset_rows(admin: Any, info: GroupInfo) -> list[OffsetRow]:
+    committed = committed_offsets(admin, info.group)
+    holders = {key: m for m in info.members for key in m.partitions}
+    keys = sorted(set(committed) | set(holders))
+    marks = watermarks(admin, keys)
+    rows = []
+    for key in keys:
+        start, hwm = marks[key]
+        member = holders.get(key)
+        current = committed.get(key)
+        rows.append(
+            OffsetRow(
+                group=info.group,
+                topic=key[0],
+                partition=key[1],
+                current_offset=current,
+                log_start_offset=start,
+                log_end_offset=hwm,
+                lag=lag_of(current, start, hwm),
+                consumer_id=member.member_id if member else None,
+                host=member.host if member else None,
+                client_id=member.client_id if member else None,
+            )
+        )
+    return rows
+
+
+def print_columns(header: list[str], rows: list[list[object]]) -> None:
+    """Space-aligned columns, `-` for a missing value (kafka-consumer-groups' layout)."""
+    cells = [header] + [["-" if value is None else str(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        click.echo(
+            " ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+@click.group()
+def groups() -> None:
+    """Consumer groups: list, describe (offsets and lag), reset offsets."""
+
+
+@groups.command("list")
+@bootstrap_option
+@json_option
+@reports_errors
+def groups_list(bootstrap: str | None, as_json: bool) -> None:
+    """Print every consumer group's id (--json: [{"group", "protocol_type", "state"}])."""
+    address = resolve(bootstrap)
+    with admin_client(address) as admin, kafka_errors(address, needs="consumer groups"):
+        listed = admin.list_groups()
+    found = sorted(
+        (str(g["group_id"]), str(g.get("protocol_type", "")), str(g.get("group_state", "")))
+        for g in listed
+    )
+    if as_json:
+        click.echo(json.dumps([{"group": g, "protocol_type": t, "state": s} for g, t, s in found]))
+        return
+    for group, _, _ in found:
+        click.echo(group)
+
+
+@groups.command("describe")
+@click.argument("group")
+@click.option("--members", "view", flag_value="members", help="One line per member.")
+@click.option("--state", "view", flag_value="state", help="The group's state and coordinator.")
+@bootstrap_option
+@json_option
+@reports_errors
+def groups_describe(group: str, view: str | None, bootstrap: str | None, as_json: bool) -> None:
+    """Committed offsets, log start, HWM (LOG-END-OFFSET) and lag per partition of GROUP."""
+    address = resolve(bootstrap)
+    with admin_client(address) as admin, kafka_errors(address, needs="consumer groups"):
+        info = describe_group(admin, group)
+        rows = offset_rows(admin, info) if view is None else []
+    if info.state == "Dead" and not rows:
+        raise ClientError(f"consumer group '{group}' does not exist")
+    if as_json:
+        click.echo(json.dumps(describe_json(info, rows, view)))
+        return
+    if not info.members and view != "state":
+        click.echo(f"Consumer group '{group}' has no active members.", err=True)
+    if view == "state":
+        print_columns(
+            ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+            [
+                [
+                    group,
+                    f"({info.coordinator})",
+                    info.assignment_strategy or None,
+                    info.state,
+                    len(info.members),
+                ]
+            ],
+        )
+    elif view == "members":
+        print_columns(
+            ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"],
+            [[group, m.member_id, m.host, m.client_id, len(m.partitions)] for m in info.members],
+        )
+    else:
+        print_columns(
+            [
+                "GROUP",
+                "TOPIC",
+                "PARTITION",
+                "CURRENT-OFFSET",
+                "LOG-START-OFFSET",
+                "LOG-END-OFFSET",
+                "LAG",
+                "CONSUMER-ID",
+                "HOST",
+                "CLIENT-ID",
+            ],
+            [list(asdict(row).values()) for row in rows],
+        )
+
+
+def describe_json(info: GroupInfo, rows: list[OffsetRow], view: str | None) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "group": info.group,
+        "state": info.state,
+        "protocol_type": info.protocol_type,
+        "assignment_strategy": info.assignment_strategy,
+        "coordinator": info.coordinator,
+        "members": [
+            {**asdict(m), "partitions": [list(p) for p in m.partitions]} for m in info.members
+        ],
+    }
+    if view is None:
+        result["offsets"] = [asdict(row) for row in rows]
+    return result
+
+
+@groups.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", required=True, help="TOPIC or TOPIC:P,P,... (the partitions to reset).")
+@click.option("--to-earliest", is_flag=True, help="To the log start offset.")
+@click.option("--to-latest", is_flag=True, help="To the HWM.")
+@click.option("--to-offset", type=click.IntRange(min=0), default=None, help="To offset N.")
+@click.option("--shift-by", type=int, default=None, help="Move the committed offset by N.")
+@click.option("--execute", is_flag=True, help="Commit the new offsets (default: a dry run).")
+@bootstrap_option
+@json_option
+@reports_errors
+def groups_reset_offsets(
+    group: str,
+    *,
+    topic: str,
+    to_earliest: bool,
+    to_latest: bool,
+    to_offset: int | None,
+    shift_by: int | None,
+    execute: bool,
+    bootstrap: str | None,
+    as_json: bool,
+) -> None:
+    """Plan (and with --execute, commit) new offsets for GROUP on TOPIC."""
+    chosen = [to_earliest, to_latest, to_offset is not None, shift_by is not None]
+    if sum(chosen) != 1:
+        raise click.UsageError(
+            "give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by"
+        )
+    name, _, listed = topic.partition(":")
+    address = resolve(bootstrap)
+    with admin_client(address) as admin, kafka_errors(address, needs="consumer groups"):
+        info = describe_group(admin, group)
+        if info.state not in INACTIVE_STATES:
+            raise ClientError(
+                f"assignments can only be reset if the group '{group}' is inactive, "
+                f"but the current state is {info.state}"
+            )
+        numbers = parse_partitions(admin, name, listed)
+        keys = [(name, p) for p in numbers]
+        marks = watermarks(admin, keys)
+        committed = committed_offsets(admin, group)
+        planned = {}
+        for key in keys:
+            start, hwm = marks[key]
+            if to_earliest:
+                target = start
+            elif to_latest:
+                target = hwm
+            elif to_offset is not None:
+                target = to_offset
+            else:
+                assert shift_by is not None
+                target = committed.get(key, start) + shift_by
+            planned[key] = min(max(target, start), hwm)
+        if execute:
+            offsets = {
+                TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in planned.items()
+            }
+            check_altered(admin.alter_group_offsets(group, offsets))
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "group": group,
+                    "executed": execute,
+                    "offsets": [
+                        {"topic": t, "partition": p, "new_offset": o}
+                        for (t, p), o in planned.items()
+                    ],
+                }
+            )
+        )
+        return
+    print_columns(
+        ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
+        [[group, t, p, o] for (t, p), o in planned.items()],
+    )
+    if not execute:
+        click.echo("(dry run: nothing committed; add --execute to commit)", err=True)
+
+
+def parse_partitions(admin: Any, topic: str, listed: str) -> list[int]:
+    if not listed:
+        return topic_partitions(admin, topic, None)
+    try:
+        numbers = sorted({int(item) for item in listed.split(",")})
+    except ValueError:
+        raise ClientError(f"bad --topic {topic}:{listed} (want TOPIC or TOPIC:0,1,...)") from None
+    for number in numbers:
+        topic_partitions(admin, topic, number)
+    return numbers
+
+
+def is_error(error: object) -> bool:
+    """Whether kafka-python's per-item result is a broker error (not None, not NoError)."""
+    errno: object = getattr(error, "errno", None)
+    return error is not None and bool(errno)
+
+
+def check_altered(result: Any) -> None:
+    """Raise ClientError naming the partitions the coordinator refused."""
+    failed = []
+    for tp, error in (result or {}).items():
+        if is_error(error):
+            failed.append(f"{tp.topic}-{tp.partition}: {type(error).__name__}")
+    if failed:
+        raise ClientError("offsets not committed: " + ", ".join(failed))

@@ -1,0 +1,297 @@
+"""Consumer groups on a real 3-node cluster, with real clients.
+
+A kafka-python `KafkaConsumer` and a confluent-kafka `Consumer` in one group share the
+partitions; a member leaving hands its partitions to the other; the committed offsets are
+exactly what each consumed; `tidelog groups describe` shows the exact lag after more
+records arrive. Then the coordinator's node is killed with SIGKILL: the group carries on
+with the new coordinator, no committed offset is lost and no record is skipped, and a new
+member starts exactly at the committed offsets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
+from kafka.errors import KafkaError
+
+from tidelog.testing.live import LiveCluster, create_topic, tidelog
+
+DEADLINE_S = 60.0
+SESSION_MS = 6_000
+HEARTBEAT_MS = 500
+
+
+def eventually(condition: Callable[[], bool], what: str | Callable[[], str]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() >= deadline:
+            detail = what if isinstance(what, str) else what()
+            raise AssertionError(f"not reached in {DEADLINE_S} s: {detail}")
+        time.sleep(0.05)
+
+
+def produce(bootstrap: str, topic: str, values: list[str], partitions: int) -> None:
+    """acks=all, record i to partition i % partitions; every record acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    failed: list[object] = []
+    for i, value in enumerate(values):
+        producer.produce(
+            topic,
+            value.encode(),
+            partition=i % partitions,
+            on_delivery=lambda error, _: failed.append(error) if error else None,
+        )
+    assert producer.flush(30) == 0
+    assert not failed
+
+
+def filled_topic(cluster: LiveCluster, topic: str, partitions: int, values: list[str]) -> list[str]:
+    """A new topic on every node, holding `values` (record i in partition i % partitions)."""
+    create_topic(cluster.bootstrap, topic, partitions)
+    cluster.wait_hosted_everywhere(topic, partitions)
+    produce(cluster.bootstrap, topic, values, partitions)
+    return values
+
+
+def kafka_python_member(bootstrap: str, topic: str, group: str) -> Any:
+    return KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        client_id="kafka-python-member",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+        request_timeout_ms=20_000,
+    )
+
+
+def confluent_member(bootstrap: str, topic: str, group: str) -> Any:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": "confluent-member",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": HEARTBEAT_MS,
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+def poll_kafka_python(
+    consumer: Any, seen: list[str], read_to: dict[int, int] | None = None
+) -> None:
+    """One poll; what it returned is appended to `seen`, then committed synchronously.
+
+    The poll may take a whole second: kafka-python 3.0.12 can leave its heartbeat off when
+    a rejoin completes after a short poll has returned (seen with 100 ms polls)."""
+    polled = consumer.poll(timeout_ms=1000)
+    positions = {}
+    for tp, records in polled.items():
+        seen.extend(record.value.decode() for record in records)
+        positions[tp] = OffsetAndMetadata(records[-1].offset + 1, "", -1)
+        if read_to is not None:
+            read_to[tp.partition] = records[-1].offset + 1
+    if positions:
+        # A rebalance or a coordinator move can refuse it: those records come again.
+        with contextlib.suppress(KafkaError):
+            consumer.commit(positions)
+
+
+def poll_confluent(consumer: Any, seen: list[str]) -> None:
+    messages = [m for m in consumer.consume(num_messages=100, timeout=0.1) if not m.error()]
+    if messages:
+        seen.extend(m.value().decode() for m in messages)
+        consumer.commit(asynchronous=False)
+
+
+def partitions_of(assignment: Any) -> set[int]:
+    return {tp.partition for tp in assignment}
+
+
+def committed_and_hwm(bootstrap: str, group: str, topic: str, partitions: int) -> Any:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+    try:
+        offsets = admin.list_group_offsets({group: None})[group]
+        committed = {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic}
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        latest = admin.list_partition_offsets(dict.fromkeys(tps, -1))
+        return committed, {tp.partition: latest[tp].offset for tp in tps}
+    finally:
+        admin.close()
+
+
+def describe(cluster: LiveCluster, group: str) -> dict[str, Any]:
+    result = tidelog("groups", "describe", group, "--json", "--bootstrap-server", cluster.bootstrap)
+    assert result.returncode == 0, result.stderr
+    described: dict[str, Any] = json.loads(result.stdout)
+    return described
+
+
+def test_kafka_python_and_confluent_share_a_group(cluster: LiveCluster) -> None:
+    topic, group, partitions = "shared", "mixed", 3
+    values = filled_topic(cluster, topic, partitions, [f"r-{i}" for i in range(60)])
+    seen_kp: list[str] = []
+    seen_ck: list[str] = []
+    kp = kafka_python_member(cluster.bootstrap, topic, group)
+    ck = confluent_member(cluster.bootstrap, topic, group)
+    try:
+
+        def shared_and_all_read() -> bool:
+            poll_kafka_python(kp, seen_kp)
+            poll_confluent(ck, seen_ck)
+            mine, theirs = partitions_of(kp.assignment()), partitions_of(ck.assignment())
+            split = bool(mine) and bool(theirs) and not mine & theirs
+            return split and mine | theirs == {0, 1, 2} and set(seen_kp + seen_ck) == set(values)
+
+        eventually(
+            shared_and_all_read,
+            lambda: (
+                f"both assigned ({kp.assignment()}, {ck.assignment()}), all read "
+                f"({len(set(seen_kp + seen_ck))} of {len(values)})"
+            ),
+        )
+        committed, hwm = committed_and_hwm(cluster.bootstrap, group, topic, partitions)
+        assert committed == hwm  # each member committed exactly what it read
+        members = describe(cluster, group)["members"]
+        clients = sorted(m["client_id"] for m in members)
+        assert clients == ["confluent-member", "kafka-python-member"]
+        ck.close()  # leaves the group: its partitions move to the other member
+        eventually(
+            lambda: poll_kafka_python(kp, seen_kp) or partitions_of(kp.assignment()) == {0, 1, 2},
+            "the remaining member holds every partition",
+        )
+    finally:
+        kp.close()
+    assert sorted(set(seen_kp + seen_ck)) == sorted(values)
+    # The group is empty now: K more records show as exactly K of lag, per partition.
+    produce(cluster.bootstrap, topic, [f"more-{i}" for i in range(7)], partitions)
+    lag = {row["partition"]: row["lag"] for row in describe(cluster, group)["offsets"]}
+    assert lag == {0: 3, 1: 2, 2: 2}
+    text = tidelog("groups", "describe", group, "--bootstrap-server", cluster.bootstrap)
+    header = text.stdout.splitlines()[0].split()
+    assert header == [
+        "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-START-OFFSET",
+        "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID",
+    ]  # fmt: skip
+
+
+def test_reset_offsets_is_a_dry_run_until_executed_and_refused_while_active(
+    cluster: LiveCluster,
+) -> None:
+    topic, group = "rewind", "rewinders"
+    filled_topic(cluster, topic, 1, [f"v-{i}" for i in range(10)])
+    seen: list[str] = []
+    consumer = kafka_python_member(cluster.bootstrap, topic, group)
+    try:
+        eventually(lambda: poll_kafka_python(consumer, seen) or len(seen) == 10, "all read")
+        refused = tidelog(
+            "groups", "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute",
+            "--bootstrap-server", cluster.bootstrap,
+        )  # fmt: skip
+        assert refused.returncode == 1 and "current state is Stable" in refused.stderr
+    finally:
+        consumer.close()
+    before = describe(cluster, group)["offsets"][0]["current_offset"]
+    args = [group, "--topic", f"{topic}:0", "--shift-by", "-4", "--json"]
+    dry = tidelog("groups", "reset-offsets", *args, "--bootstrap-server", cluster.bootstrap)
+    planned = json.loads(dry.stdout)
+    assert planned["executed"] is False and planned["offsets"][0]["new_offset"] == before - 4
+    assert describe(cluster, group)["offsets"][0]["current_offset"] == before  # unchanged
+    done = tidelog(
+        "groups", "reset-offsets", *args, "--execute", "--bootstrap-server", cluster.bootstrap
+    )
+    assert done.returncode == 0, done.stderr
+    row = describe(cluster, group)["offsets"][0]
+    assert (row["current_offset"], row["lag"]) == (before - 4, 4)
+    again: list[str] = []
+    consumer = kafka_python_member(cluster.bootstrap, topic, group)
+    try:
+        eventually(lambda: poll_kafka_python(consumer, again) or len(again) >= 4, "re-read")
+    finally:
+        consumer.close()
+    assert again == ["v-6", "v-7", "v-8", "v-9"]
+
+
+def test_offsets_survive_a_coordinator_killed_with_sigkill(cluster: LiveCluster) -> None:
+    topic, group, partitions = "resume", "survivors", 3
+    values = filled_topic(cluster, topic, partitions, [f"x-{i}" for i in range(90)])
+    seen: list[str] = []
+    read_to: dict[int, int] = {}  # per partition, the offset after the last record read
+    member = kafka_python_member(cluster.bootstrap, topic, group)
+    coordinator = -1
+    try:
+        eventually(
+            lambda: poll_kafka_python(member, seen, read_to) or len(seen) >= 30, "a first part"
+        )
+        before, _ = committed_and_hwm(cluster.bootstrap, group, topic, partitions)
+        coordinator = describe(cluster, group)["coordinator"]
+        killed = tidelog("cluster", "kill", "--data-dir", str(cluster.directory), "--node",
+                         str(coordinator))  # fmt: skip
+        assert killed.returncode == 0, killed.stderr
+        # The new coordinator has every offset committed before the kill.
+        after = poll_committed(cluster, group, topic, partitions)
+        assert all(after[p] >= offset for p, offset in before.items())
+        eventually(
+            lambda: poll_kafka_python(member, seen, read_to) or set(seen) == set(values),
+            "the member reads on, with the new coordinator",
+        )
+        eventually(lambda: commits(member, topic, read_to), "a commit of what was read")
+        # Committed: just past the last record read (a new leader's control record may
+        # follow it, below the HWM; consumers never see those).
+        assert poll_committed(cluster, group, topic, partitions) == read_to
+    finally:
+        member.close()
+        if coordinator >= 0:
+            restarted = tidelog("cluster", "restart", "--data-dir", str(cluster.directory),
+                                "--node", str(coordinator))  # fmt: skip
+            assert restarted.returncode == 0, restarted.stderr
+    # A new member starts exactly at the committed offsets: it reads only what comes next.
+    produce(cluster.bootstrap, topic, [f"y-{i}" for i in range(6)], partitions)
+    fresh: list[str] = []
+    newcomer = confluent_member(cluster.bootstrap, topic, group)
+    try:
+        eventually(lambda: poll_confluent(newcomer, fresh) or len(fresh) >= 6, "the next six")
+        # One more poll of a second: a member rewound too far would show older records.
+        extra = [m for m in newcomer.consume(num_messages=100, timeout=1.0) if not m.error()]
+        fresh.extend(m.value().decode() for m in extra)
+    finally:
+        newcomer.close()
+    assert sorted(fresh) == sorted(f"y-{i}" for i in range(6))
+
+
+def commits(consumer: Any, topic: str, read_to: dict[int, int]) -> bool:
+    """Commit `read_to` synchronously; False when the coordinator refused it (retry)."""
+    offsets = {TopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in read_to.items()}
+    try:
+        consumer.commit(offsets)
+    except KafkaError:
+        return False
+    return True
+
+
+def poll_committed(cluster: LiveCluster, group: str, topic: str, partitions: int) -> Any:
+    """The committed offsets, once some coordinator answers for the group."""
+    found: dict[int, int] = {}
+
+    def answered() -> bool:
+        try:
+            committed, _ = committed_and_hwm(cluster.bootstrap, group, topic, partitions)
+        except KafkaError:
+            return False
+        found.update(committed)
+        return bool(committed)
+
+    eventually(answered, "a coordinator answers OffsetFetch")
+    return found

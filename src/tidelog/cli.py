@@ -8,6 +8,7 @@ from tidelog.errors import StorageError
 from tidelog.tools.broker_cmd import broker
 from tidelog.tools.cluster import cluster
 from tidelog.tools.demo import demo
+from tidelog.tools.perf import perf
 from tidelog.wal.dump import dump
 
 
@@ -39,3 +40,4 @@ register_client_commands(main)
 main.add_command(broker)
 main.add_command(cluster)
 main.add_command(demo)
+main.add_command(perf)

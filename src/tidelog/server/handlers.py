@@ -32,6 +32,7 @@ from tidelog.server.metadata import (
     place_replicas,
     validate_topic,
 )
+from tidelog.server.partition import PartitionRunner
 from tidelog.types import Epoch, Offset
 from tidelog.wal.batches import producer_batch
 
@@ -230,9 +231,13 @@ async def fetch(broker: Broker, request: KafkaRequest) -> Any:
     return response(request, throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
 
 
+HwmWait = tuple[PartitionRunner, Offset]
+"""A partition a long-polling fetch waits on, and the HWM it saw there."""
+
+
 def read_all(
     broker: Broker, request: KafkaRequest, follower_reads: bool
-) -> tuple[list[Any], int, list[Awaitable[None]]]:
+) -> tuple[list[Any], int, list[HwmWait]]:
     body = body_of(request)
     cls = request.response_class.FetchableTopicResponse
     topics, size, waits = [], 0, []
@@ -253,7 +258,7 @@ def read_all(
 
 def read_partition(
     broker: Broker, cls: Any, topic: str, part: Any, *, follower_reads: bool, budget: int
-) -> tuple[Any, Awaitable[None] | None]:
+) -> tuple[Any, HwmWait | None]:
     def answer(error: ErrorCode, hwm: int = -1, start: int = -1, records: bytes = b"") -> Any:
         return cls.PartitionData(
             partition_index=part.partition,
@@ -285,12 +290,15 @@ def read_partition(
     if result.error is not None:
         return answer(error_code_for(result.error)), None
     records = join_batches(result.batches)
-    wait = None if records else runner.wait_for_hwm(result.hwm, FETCH_WAIT_MS_MAX / 1000)
+    wait = None if records else (runner, result.hwm)
     return answer(ErrorCode.NONE, int(result.hwm), int(result.log_start_offset), records), wait
 
 
-async def wait_any(waits: list[Awaitable[None]], timeout_s: float) -> None:
-    tasks = [asyncio.ensure_future(wait) for wait in waits]
+async def wait_any(waits: list[HwmWait], timeout_s: float) -> None:
+    tasks = [
+        asyncio.ensure_future(runner.wait_for_hwm(hwm, FETCH_WAIT_MS_MAX / 1000))
+        for runner, hwm in waits
+    ]
     try:
         await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     finally:

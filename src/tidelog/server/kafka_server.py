@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from tidelog.protocol.framing import NEED_DATA, ProtocolError
-from tidelog.protocol.kafka import KafkaConnection, KafkaRequest
+from tidelog.protocol.kafka import KafkaConnection, KafkaRequest, RawResponse
 from tidelog.server.broker import Broker
 from tidelog.server.handlers import handle
 
@@ -73,7 +73,10 @@ async def respond(
             log.exception("request %s v%d failed", request.api_key.name, request.api_version)
             writer.close()
             return
-        writer.write(connection.send_response(request, body))
+        if isinstance(body, RawResponse):
+            writer.writelines(connection.send_raw_response(request, body))
+        else:
+            writer.write(connection.send_response(request, body))
         try:
             await writer.drain()
         except (ConnectionError, OSError):

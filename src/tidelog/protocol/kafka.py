@@ -230,6 +230,74 @@ def join_batches(batches: Iterable[bytes]) -> bytes:
     return b"".join(batches)
 
 
+FETCH_RAW_VERSIONS: Final = (4, 11)
+"""The Fetch response versions `encode_fetch_response` writes (all that tidelog serves)."""
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_FETCH_TOP = struct.Struct(">iihi")  # throttle, error (v7+), session (v7+), topic count
+_PARTITION_V4 = struct.Struct(">ihqq")  # index, error, hwm, last stable offset
+_I64 = struct.Struct(">q")
+_NO_ABORTED = _I32.pack(-1)
+
+
+class FetchedPartition(NamedTuple):
+    """One partition of a Fetch response; `records` are whole stored batches, as read."""
+
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    records: bytes | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class RawResponse:
+    """A response already encoded as chunks (header excluded): the broker writes them as
+    they are, so record bytes read from a segment file are never copied into a frame."""
+
+    chunks: list[bytes | memoryview]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(len(chunk) for chunk in self.chunks)
+
+
+def encode_fetch_response(
+    version: int, topics: list[tuple[str, list[FetchedPartition]]]
+) -> RawResponse:
+    """A Fetch response body of `version` (v4-v11, non-flexible), byte for byte what
+    kafka-python encodes, with each partition's records as a chunk of its own. No
+    throttle, no top-level error, session 0, no aborted transactions; the last stable
+    offset is the HWM (no transactions)."""
+    assert FETCH_RAW_VERSIONS[0] <= version <= FETCH_RAW_VERSIONS[1]
+    head = bytearray()
+    if version >= 7:
+        head += _FETCH_TOP.pack(0, 0, 0, len(topics))
+    else:
+        head += _I32.pack(0) + _I32.pack(len(topics))
+    chunks: list[bytes | memoryview] = []
+    for name, partitions in topics:
+        encoded = name.encode()
+        head += _I16.pack(len(encoded)) + encoded + _I32.pack(len(partitions))
+        for part in partitions:
+            head += _PARTITION_V4.pack(
+                part.partition_index, part.error_code, part.high_watermark, part.high_watermark
+            )
+            if version >= 5:
+                head += _I64.pack(part.log_start_offset)
+            head += _NO_ABORTED
+            if version >= 11:
+                head += _I32.pack(-1)  # preferred read replica: none
+            head += _I32.pack(len(part.records))
+            if part.records:
+                chunks.append(bytes(head))
+                chunks.append(part.records)
+                head = bytearray()
+    chunks.append(bytes(head))
+    return RawResponse(chunks)
+
+
 class ProducePartition(NamedTuple):
     """One partition's data in a Produce request; `records` are raw batch bytes."""
 
@@ -270,6 +338,15 @@ class KafkaConnection:
         except ProtocolError:
             self._frames.fail()
             raise
+
+    def send_raw_response(
+        self, request: KafkaRequest, response: RawResponse
+    ) -> list[bytes | memoryview]:
+        """The frame answering `request` with an encoded body, as chunks to write in order
+        (response header v0: the raw bodies are all of non-flexible versions)."""
+        assert request.expects_response
+        header = _I32.pack(4 + response.size_bytes) + _I32.pack(request.correlation_id)
+        return [header, *response.chunks]
 
     def send_response(self, request: KafkaRequest, response: KafkaMessage) -> bytes:
         """The frame answering `request` with `response` (a kafka-python response object)."""

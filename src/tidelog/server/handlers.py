@@ -15,13 +15,20 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
 from tidelog.core.replica import ACKS_ALL, Role
-from tidelog.errors import CorruptBatch, NotLeader, RequestTimedOut, TidelogError
+from tidelog.errors import CorruptBatch, NotLeader, OffsetOutOfRange, RequestTimedOut, TidelogError
 from tidelog.protocol.framing import ProtocolError
-from tidelog.protocol.kafka import ApiKey, KafkaRequest, api_versions_response, join_batches
+from tidelog.protocol.kafka import (
+    ApiKey,
+    FetchedPartition,
+    KafkaRequest,
+    RawResponse,
+    api_versions_response,
+    encode_fetch_response,
+    join_batches,
+)
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
 from tidelog.records import check_framing, iter_batches
@@ -35,10 +42,10 @@ from tidelog.server.metadata import (
     place_replicas,
     validate_topic,
 )
+from tidelog.server.partition import PartitionRunner
 from tidelog.types import Epoch, Offset
 
 Handler = Callable[[Broker, KafkaRequest], Awaitable[Any]]
-HwmWait = Callable[[], Awaitable[None]]
 FETCH_WAIT_MS_MAX = 30_000
 PRODUCE_TIMEOUT_MS_MAX = 120_000
 METADATA_APPLY_WAIT_S = 10.0
@@ -209,7 +216,7 @@ async def produce_partition(
 
 
 # ---------------------------------------------------------------------- Fetch ----------
-async def fetch(broker: Broker, request: KafkaRequest) -> Any:
+async def fetch(broker: Broker, request: KafkaRequest) -> RawResponse:
     body = body_of(request)
     follower_reads = request.api_version >= 11 and bool(getattr(body, "rack_id", ""))
     deadline = time.monotonic() + min(max(body.max_wait_ms, 0), FETCH_WAIT_MS_MAX) / 1000
@@ -219,44 +226,43 @@ async def fetch(broker: Broker, request: KafkaRequest) -> Any:
         if size >= max(body.min_bytes, 1) or remaining <= 0 or not waits:
             break
         await wait_any(waits, remaining)
-    return response(request, throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+    # Encoded here, records as read from the segment files: never copied into the frame.
+    return encode_fetch_response(request.response_version, topics)
+
+
+HwmWait = tuple[PartitionRunner, Offset]
+"""A partition a long-polling fetch waits on, and the HWM it saw there."""
+FetchedTopic = tuple[str, list[FetchedPartition]]
 
 
 def read_all(
     broker: Broker, request: KafkaRequest, follower_reads: bool
-) -> tuple[list[Any], int, list[HwmWait]]:
+) -> tuple[list[FetchedTopic], int, list[HwmWait]]:
     body = body_of(request)
-    cls = request.response_class.FetchableTopicResponse
-    topics, size, waits = [], 0, []
-    budget = body.max_bytes if request.api_version >= 3 else 1 << 30
+    topics: list[FetchedTopic] = []
+    size, waits = 0, []
+    budget = body.max_bytes
     for topic in body.topics:
         partitions = []
         for part in topic.partitions:
             data, hwm_wait = read_partition(
-                broker, cls, topic.topic, part, follower_reads=follower_reads, budget=budget - size
+                broker, topic.topic, part, follower_reads=follower_reads, budget=budget - size
             )
-            size += len(data.records or b"")
+            size += len(data.records)
             if hwm_wait is not None:
                 waits.append(hwm_wait)
             partitions.append(data)
-        topics.append(cls(topic=topic.topic, partitions=partitions))
+        topics.append((topic.topic, partitions))
     return topics, size, waits
 
 
 def read_partition(
-    broker: Broker, cls: Any, topic: str, part: Any, *, follower_reads: bool, budget: int
-) -> tuple[Any, HwmWait | None]:
-    def answer(error: ErrorCode, hwm: int = -1, start: int = -1, records: bytes = b"") -> Any:
-        return cls.PartitionData(
-            partition_index=part.partition,
-            error_code=int(error),
-            high_watermark=hwm,
-            last_stable_offset=hwm,
-            log_start_offset=start,
-            aborted_transactions=None,
-            preferred_read_replica=-1,
-            records=records,
-        )
+    broker: Broker, topic: str, part: Any, *, follower_reads: bool, budget: int
+) -> tuple[FetchedPartition, HwmWait | None]:
+    def answer(
+        error: ErrorCode, hwm: int = -1, start: int = -1, records: bytes | memoryview = b""
+    ) -> FetchedPartition:
+        return FetchedPartition(part.partition, int(error), hwm, start, records)
 
     runner = broker.runner(topic, part.partition)
     if runner is None:
@@ -268,22 +274,42 @@ def read_partition(
     if replica.role is not Role.LEADER and not follower_reads:
         return answer(ErrorCode.NOT_LEADER_OR_FOLLOWER), None
     leader_epoch = getattr(part, "current_leader_epoch", -1)
-    result = replica.fetch(
-        Offset(part.fetch_offset),
-        max_bytes=max(1, min(part.partition_max_bytes, budget)),
+    offset = Offset(part.fetch_offset)
+    bounds = replica.fetch_bounds(
+        offset,
         current_leader_epoch=Epoch(leader_epoch) if leader_epoch >= 0 else None,
         now_ms=monotonic_ms(),
     )
-    if result.error is not None:
-        return answer(error_code_for(result.error)), None
-    records = join_batches(result.batches)
-    # A callable, not a coroutine: a wait that is never needed must not be left unawaited.
-    wait = None if records else partial(runner.wait_for_hwm, result.hwm, FETCH_WAIT_MS_MAX / 1000)
-    return answer(ErrorCode.NONE, int(result.hwm), int(result.log_start_offset), records), wait
+    if bounds.error is not None:
+        return answer(error_code_for(bounds.error)), None
+    records = read_records(
+        runner, offset, bounds.hwm, max(1, min(part.partition_max_bytes, budget))
+    )
+    wait = None if records else (runner, bounds.hwm)
+    return answer(ErrorCode.NONE, int(bounds.hwm), int(bounds.log_start_offset), records), wait
+
+
+def read_records(
+    runner: PartitionRunner, offset: Offset, end: Offset, max_bytes: int
+) -> bytes | memoryview:
+    """Committed batches from `offset` to `end`: straight from the segment file when they
+    are written there (always, below a leader's HWM), else through the replica's log."""
+    if offset >= end:
+        return b""
+    if end <= runner.storage.log_end_offset:
+        try:
+            return runner.storage.read_range(offset, end_offset=end, max_bytes=max_bytes)
+        except OffsetOutOfRange:
+            pass  # retention moved the log start since the bounds were taken: ask the core
+    result = runner.replica.fetch(offset, max_bytes=max_bytes)
+    return join_batches(result.batches)
 
 
 async def wait_any(waits: list[HwmWait], timeout_s: float) -> None:
-    tasks = [asyncio.ensure_future(wait()) for wait in waits]
+    tasks = [
+        asyncio.ensure_future(runner.wait_for_hwm(hwm, FETCH_WAIT_MS_MAX / 1000))
+        for runner, hwm in waits
+    ]
     try:
         await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     finally:

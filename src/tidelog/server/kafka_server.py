@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from tidelog.protocol.framing import NEED_DATA, ProtocolError
-from tidelog.protocol.kafka import KafkaConnection, KafkaRequest
+from tidelog.protocol.kafka import KafkaConnection, KafkaRequest, RawResponse
 from tidelog.server.answers import client_host
 from tidelog.server.broker import Broker
 from tidelog.server.handlers import handle
@@ -67,7 +67,12 @@ async def respond(
     while (answer := await answers.get()) is not None:
         request, task = answer
         try:
-            frame = connection.send_response(request, await task)
+            body = await task
+            frames = (
+                connection.send_raw_response(request, body)
+                if isinstance(body, RawResponse)
+                else [connection.send_response(request, body)]
+            )
         except ProtocolError as error:
             log.warning("closing a connection: %s", error)
             writer.close()
@@ -76,7 +81,7 @@ async def respond(
             log.exception("request %s v%d failed", request.api_key.name, request.api_version)
             writer.close()
             return
-        writer.write(frame)
+        writer.writelines(frames)
         try:
             await writer.drain()
         except (ConnectionError, OSError):

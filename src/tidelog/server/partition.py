@@ -66,6 +66,7 @@ class PartitionRunner:
         self.task: asyncio.Task[None] | None = None
         self.stopped = False
         self.hwm_moved = asyncio.Event()
+        self.hwm_announced = replica.hwm  # the HWM long-polling fetchers were woken for
         self.seen_role = (replica.role, replica.epoch, replica.leader_id)
 
     # ---------------------------------------------------------------- inputs -----------
@@ -131,9 +132,10 @@ class PartitionRunner:
             while not self.stopped:
                 while self.inputs:
                     self.inputs.popleft()(self.replica)
+                # Stepping an acknowledgement may move the HWM before any Ready.
+                self._maybe_wake_fetchers()
                 if not self.replica.has_ready():
                     return
-                hwm_before = self.replica.hwm
                 ready = self.replica.ready()
                 write_ready(self.storage, ready)
                 self.send(self.key, ready.messages)
@@ -142,8 +144,7 @@ class PartitionRunner:
                     await loop.run_in_executor(self.executor, self.storage.sync)
                 self.send(self.key, ready.messages_after_persist)
                 self.replica.advance(ready)
-                if self.replica.hwm != hwm_before:
-                    self._wake_fetchers()
+                self._maybe_wake_fetchers()
                 self._log_role_change()
                 if self.on_round is not None:
                     self.on_round(self)
@@ -174,6 +175,11 @@ class PartitionRunner:
             future = self.futures.pop(result.request_id, None)
             if future is not None and not future.done():
                 future.set_result(result)
+
+    def _maybe_wake_fetchers(self) -> None:
+        if self.replica.hwm != self.hwm_announced:
+            self.hwm_announced = self.replica.hwm
+            self._wake_fetchers()
 
     def _wake_fetchers(self) -> None:
         self.hwm_moved.set()

@@ -1,0 +1,107 @@
+"""`tidelog perf produce|consume|latency` against one real 3-node cluster.
+
+Small runs only: these tests check the shape of the output and the counts, never a speed
+(speed is measured by bench/, not asserted). Each command runs as a real `python -m
+tidelog` subprocess, as a user runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tidelog.testing.live import LiveCluster, create_topic, tidelog
+
+RECORDS = 3000
+LATENCY_RECORDS = 50
+NUMBER = r"\d+(?:\.\d+)?"
+PRODUCE_WINDOW = re.compile(
+    rf"^\d+ records sent, {NUMBER} records/sec \({NUMBER} MB/sec\), {NUMBER} ms avg latency, "
+    rf"{NUMBER} ms max latency\.$"
+)
+PRODUCE_TOTAL = re.compile(
+    rf"^(?P<records>\d+) records sent, {NUMBER} records/sec \({NUMBER} MB/sec\), "
+    rf"{NUMBER} ms avg latency, {NUMBER} ms max latency, \d+ ms 50th, \d+ ms 95th, "
+    r"\d+ ms 99th, \d+ ms 99\.9th\.$"
+)
+CONSUME_HEADER = (
+    "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+    "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec"
+)
+TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}"
+CONSUME_LINE = re.compile(
+    rf"^{TIME}, {TIME}, (?P<mb>{NUMBER}), {NUMBER}, (?P<records>\d+), {NUMBER}, 0, \d+, "
+    rf"{NUMBER}, {NUMBER}$"
+)
+LATENCY_LINE = re.compile(
+    rf"^(?P<records>\d+) records, produce to (?P<what>acknowledge|consume): {NUMBER} ms avg "
+    rf"latency, {NUMBER} ms max latency, {NUMBER} ms 50th, {NUMBER} ms 95th, {NUMBER} ms 99th, "
+    rf"{NUMBER} ms 99\.9th\.$"
+)
+
+
+def test_produce_then_consume_print_kafka_lines(cluster: LiveCluster) -> None:
+    create_topic(cluster.bootstrap, "perf-lines", partitions=3)
+    produced = tidelog(
+        "perf", "produce", "--topic", "perf-lines", "--num-records", str(RECORDS),
+        "--record-size", "100", "--throughput", "-1", "--reporting-interval", "1",
+        "--producer-props", "linger.ms=1", "--bootstrap-server", cluster.bootstrap,
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    *windows, total = produced.stdout.splitlines()
+    assert all(PRODUCE_WINDOW.match(line) for line in windows), windows
+    found = PRODUCE_TOTAL.match(total)
+    assert found is not None, total
+    assert int(found["records"]) == RECORDS
+
+    consumed = tidelog(
+        "perf", "consume", "--topic", "perf-lines", "--messages", str(RECORDS),
+        "--bootstrap-server", cluster.bootstrap,
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr
+    header, line = consumed.stdout.splitlines()
+    assert header == CONSUME_HEADER
+    found = CONSUME_LINE.match(line)
+    assert found is not None, line
+    assert int(found["records"]) == RECORDS
+    assert float(found["mb"]) == round(RECORDS * 100 / 1024 / 1024, 4)
+
+
+def test_throttled_produce_json(cluster: LiveCluster) -> None:
+    create_topic(cluster.bootstrap, "perf-json", partitions=1)
+    produced = tidelog(
+        "perf", "produce", "--topic", "perf-json", "--num-records", "200", "--record-size",
+        "10", "--throughput", "1000", "--acks", "1", "--json",
+        "--bootstrap-server", cluster.bootstrap,
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    report = json.loads(produced.stdout)
+    assert report["records"] == 200
+    assert report["failed"] == 0
+    assert report["elapsed_s"] >= 0.19  # 200 records at 1000/s take 0.2 s at least
+    assert set(report["latency"]) == {
+        "count", "avg_ms", "max_ms", "p50_ms", "p95_ms", "p99_ms", "p999_ms"
+    }  # fmt: skip
+    assert report["latency"]["count"] == 200
+
+
+def test_latency_measures_every_record(cluster: LiveCluster) -> None:
+    create_topic(cluster.bootstrap, "perf-latency", partitions=1)
+    measured = tidelog(
+        "perf", "latency", "--topic", "perf-latency", "--num-records", str(LATENCY_RECORDS),
+        "--bootstrap-server", cluster.bootstrap,
+    )  # fmt: skip
+    assert measured.returncode == 0, measured.stderr
+    lines = [LATENCY_LINE.match(line) for line in measured.stdout.splitlines()]
+    assert [m["what"] if m else None for m in lines] == ["acknowledge", "consume"]
+    assert all(m is not None and int(m["records"]) == LATENCY_RECORDS for m in lines)
+
+
+def test_missing_topic_is_a_clean_error(cluster: LiveCluster) -> None:
+    consumed = tidelog(
+        "perf", "consume", "--topic", "perf-absent", "--messages", "1",
+        "--bootstrap-server", cluster.bootstrap,
+    )  # fmt: skip
+    assert consumed.returncode == 1
+    assert consumed.stderr.startswith("error: ")
+    assert "Traceback" not in consumed.stderr

@@ -4,15 +4,22 @@ PY := $(VENV)/bin/python
 SEEDS ?= 2000
 DISK_SEEDS ?= 500
 
-.PHONY: install kcat test lint sim demo bench-peers clean
+.PHONY: install java kcat test lint sim demo bench-peers bench-spark clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	@touch $@
 
 install: $(VENV)/.installed
+
+# PySpark (the Spark source and sink, the demo's pipeline) runs on a Java 17 runtime.
+java:
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	  echo "PySpark needs Java 17 (found: $${v:-none}). Install it: apt-get install openjdk-17-jre-headless"; \
+	  exit 1; fi
 
 # kcat (Debian's package) is a real client the tests drive; install it when it is missing.
 kcat:
@@ -26,7 +33,7 @@ lint: install
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy --strict src
 
-test: lint kcat
+test: lint kcat java
 	$(VENV)/bin/pytest -q
 
 sim: install
@@ -37,7 +44,7 @@ sim: install
 
 # The main job end to end: a local 3-node cluster, 20000 acks=all transfers, the leader of
 # partition 0 killed with SIGKILL and restarted part-way, everything read back and checked.
-demo: install
+demo: install java
 	$(PY) -m tidelog demo
 
 # tidelog beside NATS JetStream and etcd, 3 nodes each on 127.0.0.1 (bench/peers/run.py).
@@ -51,6 +58,10 @@ bench-peers: install
 	  apt-get update -q >/dev/null && apt-get install -y -q golang-go \
 	    golang-github-nats-io-go-nats-dev etcd-server etcd-client >/dev/null; }
 	$(PY) bench/peers/run.py --runs $(RUNS)
+
+# The Spark source against one confluent-kafka consumer, on a local cluster (bench/spark_read.py).
+bench-spark: install java
+	$(PY) bench/spark_read.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

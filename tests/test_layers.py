@@ -24,6 +24,7 @@ ALLOWED = {
     "node": {"core", "wal", "protocol", "node"},
     "server": {"core", "wal", "protocol", "node", "server"},
     "testing": {"core", "wal", "protocol", "node", "testing"},
+    "spark": {"core", "protocol", "spark"},
 }
 
 # What the pure core may never import: IO, clocks, randomness, concurrency.

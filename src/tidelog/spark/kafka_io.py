@@ -1,0 +1,390 @@
+"""What the Spark source and sink ask of the cluster, through confluent-kafka (librdkafka) only.
+
+The driver asks `Planner` for partitions, watermarks and offsets by timestamp, and commits a
+query's offsets to a consumer group. Executors read one offset range with `read_range` and
+write rows with `Writer`. Only the Kafka protocol is used, so all of it works against any
+Kafka broker too.
+
+Rules of this file:
+- A range [start, end) is read only when `end` is at most the HWM the driver saw: the
+  broker serves nothing above its HWM, so every record returned is committed, and a record
+  above the HWM is never in a Spark result.
+- Offsets are not dense: each new leader epoch starts with a control batch that consumers
+  skip, so a range ends when an offset >= end arrives or the partition's end (HWM) is at or
+  past `end`, never by counting records.
+- Every wait has a named maximum; a read that gets nothing for its poll timeout fails the
+  task with the partition, the offsets and the wait in its message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from tidelog.errors import TidelogError
+from tidelog.spark.options import PartitionOffsets, Subscription, TopicPartition
+
+log = logging.getLogger("tidelog.spark")
+
+REQUEST_TIMEOUT_S: Final = 15.0
+POLL_BATCH_MAX: Final = 10_000
+"""Records one consume call may return."""
+POLL_WAIT_S: Final = 0.5
+ARROW_ROWS_MAX: Final = 50_000
+"""Rows in one Arrow record batch handed to Spark."""
+PRODUCE_FLUSH_TIMEOUT_S: Final = 120.0
+PRODUCE_QUEUE_WAIT_S: Final = 0.05
+READER_GROUP: Final = "tidelog-spark-reader"
+"""The group id executors' consumers carry; they are assigned partitions and never commit."""
+
+# Spark's Kafka source: -1 none, 0 CreateTime, 1 LogAppendTime; librdkafka counts from 0 = none.
+TIMESTAMP_TYPE_SHIFT: Final = 1
+
+HEADER_TYPE: Final = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+ARROW_FIELDS: Final = [
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("timestampType", pa.int32()),
+]
+
+
+class SparkKafkaError(TidelogError):
+    """The cluster did not answer as the source or sink needs (no broker, unknown topic, a
+    read that got nothing for its poll timeout, an unacknowledged write)."""
+
+
+class DataLoss(SparkKafkaError):
+    """Offsets a query planned to read are gone (below the log start offset, or their
+    partition deleted) and failOnDataLoss is true."""
+
+
+def consumer(bootstrap: str, config: dict[str, str], *, group: str = READER_GROUP) -> Any:
+    return Consumer(
+        {
+            **config,
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "log_level": 3,
+        }
+    )
+
+
+def kafka_call(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+    """`call(*args)`, with librdkafka's exception turned into SparkKafkaError."""
+    try:
+        return call(*args, **kwargs)
+    except KafkaException as error:
+        raise SparkKafkaError(f"{what}: {error.args[0]}") from None
+
+
+@dataclass
+class Planner:
+    """The driver's view of the cluster: one consumer, used for metadata, watermarks,
+    offsets by time, and committing a query's offsets to its group."""
+
+    bootstrap: str
+    config: dict[str, str]
+    group: str = READER_GROUP
+
+    def __post_init__(self) -> None:
+        self.client = consumer(self.bootstrap, self.config, group=self.group)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def partitions(self, subscription: Subscription) -> list[TopicPartition]:
+        """Every partition the subscription names, sorted; SparkKafkaError for an assigned
+        partition or subscribed topic the cluster does not have."""
+        metadata = kafka_call(
+            f"metadata from {self.bootstrap}", self.client.list_topics, timeout=REQUEST_TIMEOUT_S
+        )
+        known = {
+            (name, p)
+            for name, topic in metadata.topics.items()
+            if topic.error is None
+            for p in topic.partitions
+        }
+        if subscription.assigned:
+            missing = sorted(set(subscription.assigned) - known)
+            if missing:
+                raise SparkKafkaError(f"assigned partitions unknown to the cluster: {missing}")
+            return sorted(subscription.assigned)
+        found = sorted((t, p) for t, p in known if subscription.matches(t))
+        absent = [t for t in subscription.topics if not any(t == name for name, _ in found)]
+        if absent:
+            raise SparkKafkaError(f"unknown topic(s) at {self.bootstrap}: {', '.join(absent)}")
+        return found
+
+    def watermarks(self, partitions: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        """(log start offset, HWM) of each partition, as ListOffsets answers them."""
+        marks = {}
+        for topic, partition in partitions:
+            low, high = kafka_call(
+                f"watermarks of {topic}-{partition}",
+                self.client.get_watermark_offsets,
+                KafkaPartition(topic, partition),
+                timeout=REQUEST_TIMEOUT_S,
+            )
+            marks[(topic, partition)] = (int(low), int(high))
+        return marks
+
+    def offsets_for_times(self, stamps: PartitionOffsets) -> dict[TopicPartition, int | None]:
+        """The first offset with a timestamp >= the given one, or None where there is none."""
+        if not stamps:
+            return {}
+        asked = [KafkaPartition(t, p, ms) for (t, p), ms in sorted(stamps.items())]
+        found = kafka_call(
+            "offsets by timestamp", self.client.offsets_for_times, asked, timeout=REQUEST_TIMEOUT_S
+        )
+        answer: dict[TopicPartition, int | None] = {}
+        for tp in found:
+            if tp.error is not None:
+                raise SparkKafkaError(
+                    f"offsets by timestamp of {tp.topic}-{tp.partition}: {tp.error}"
+                )
+            answer[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+        return answer
+
+    def commit(self, offsets: PartitionOffsets) -> None:
+        """Commit `offsets` (the next offset to read of each partition) to this planner's
+        group, as a consumer outside the group's generations does (generation -1)."""
+        if not offsets:
+            return
+        committed = [KafkaPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+        kafka_call(
+            f"commit to group {self.group}",
+            self.client.commit,
+            offsets=committed,
+            asynchronous=False,
+        )
+
+
+# Reading one range, on an executor
+
+
+@dataclass(frozen=True)
+class RangeRead:
+    bootstrap: str
+    config: dict[str, str]
+    topic: str
+    partition: int
+    start: int
+    end: int
+    include_headers: bool
+    fail_on_data_loss: bool
+    poll_timeout_ms: int
+
+
+class Columns:
+    """The rows of one Arrow record batch as they are gathered."""
+
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
+        self.topic, self.partition, self.include_headers = topic, partition, include_headers
+        self.clear()
+
+    def clear(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.types: list[int] = []
+        self.headers: list[list[tuple[str, bytes | None]]] = []
+
+    def add(self, messages: list[Any]) -> None:
+        """Append records (no error among them)."""
+        self.keys.extend([m.key() for m in messages])
+        self.values.extend([m.value() for m in messages])
+        self.offsets.extend([m.offset() for m in messages])
+        stamps = [m.timestamp() for m in messages]
+        self.timestamps.extend([ms * 1000 for _, ms in stamps])
+        self.types.extend([kind - TIMESTAMP_TYPE_SHIFT for kind, _ in stamps])
+        if self.include_headers:
+            self.headers.extend([list(m.headers() or ()) for m in messages])
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def take(self) -> pa.RecordBatch:
+        count = len(self.offsets)
+        arrays = [
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
+            pa.array([self.topic] * count, pa.string()) if count else pa.array([], pa.string()),
+            pa.array([self.partition] * count, pa.int32()),
+            pa.array(self.offsets, pa.int64()),
+            pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
+            pa.array(self.types, pa.int32()),
+        ]
+        names = [name for name, _ in ARROW_FIELDS]
+        if self.include_headers:
+            arrays.append(
+                pa.array(
+                    [[{"key": k, "value": v} for k, v in h] for h in self.headers], HEADER_TYPE
+                )
+            )
+            names.append("headers")
+        batch = pa.RecordBatch.from_arrays(arrays, names=names)
+        self.clear()
+        return batch
+
+
+def read_range(read: RangeRead) -> Iterator[pa.RecordBatch]:
+    """The records of [start, end) of one partition, as Arrow record batches."""
+    if read.start >= read.end:
+        return
+    where = f"{read.topic}-{read.partition}"
+    client = consumer(read.bootstrap, read.config)
+    try:
+        client.assign([KafkaPartition(read.topic, read.partition, read.start)])
+        columns = Columns(read.topic, read.partition, read.include_headers)
+        position = read.start
+        waited_since = time.monotonic()
+        while position < read.end:
+            messages = client.consume(POLL_BATCH_MAX, POLL_WAIT_S)
+            records, position = settle(client, read, messages, position)
+            if records:
+                columns.add(records)
+                waited_since = time.monotonic()
+            elif time.monotonic() - waited_since > read.poll_timeout_ms / 1000:
+                raise SparkKafkaError(
+                    f"{where}: no records for {read.poll_timeout_ms} ms at offset {position}; "
+                    f"[{read.start}, {read.end}) was planned as committed"
+                )
+            if len(columns) >= ARROW_ROWS_MAX:
+                yield columns.take()
+        if len(columns):
+            yield columns.take()
+    finally:
+        client.close()
+
+
+def settle(
+    client: Any, read: RangeRead, messages: list[Any], position: int
+) -> tuple[list[Any], int]:
+    """The records of `messages` inside the range, and the position after them."""
+    records = [m for m in messages if m.error() is None]
+    if len(records) < len(messages):
+        for message in messages:
+            error = message.error()
+            if error is None:
+                continue
+            if error.code() == KafkaError._PARTITION_EOF:
+                # The fetch position reached the HWM: nothing below it is left to read.
+                position = max(position, min(message.offset(), read.end))
+            elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                position = skip_lost(client, read, position, str(error))
+            else:
+                raise SparkKafkaError(f"reading {read.topic}-{read.partition}: {error}")
+    if records and records[-1].offset() >= read.end - 1:
+        records = [m for m in records if m.offset() < read.end]
+        return records, read.end
+    if records:
+        position = max(position, records[-1].offset() + 1)
+    return records, position
+
+
+def skip_lost(client: Any, read: RangeRead, position: int, reason: str) -> int:
+    """The planned offset is below the log start now (DeleteRecords or retention ran since):
+    DataLoss, or with failOnDataLoss=false, go on from the log start."""
+    where = f"{read.topic}-{read.partition}"
+    low, _ = kafka_call(
+        f"watermarks of {where}",
+        client.get_watermark_offsets,
+        KafkaPartition(read.topic, read.partition),
+        timeout=REQUEST_TIMEOUT_S,
+    )
+    if read.fail_on_data_loss:
+        raise DataLoss(
+            f"{where}: offset {position} is gone (log start offset is now {low}): {reason}. "
+            "Records were deleted before the query read them; set failOnDataLoss=false to "
+            "skip them"
+        )
+    log.warning(
+        "%s: offsets %d..%d were deleted before they were read; skipped", where, position, low - 1
+    )
+    resumed = min(max(int(low), position), read.end)
+    client.assign([KafkaPartition(read.topic, read.partition, resumed)])
+    return resumed
+
+
+# Writing, on an executor
+
+
+@dataclass
+class Writer:
+    """An acks=all idempotent producer that knows how many of its sends were acknowledged."""
+
+    bootstrap: str
+    config: dict[str, str]
+
+    def __post_init__(self) -> None:
+        self.producer = Producer(
+            {
+                "linger.ms": 5,
+                **self.config,
+                "bootstrap.servers": self.bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "log_level": 3,
+            }
+        )
+        self.sent = 0
+        self.acknowledged = 0
+        self.errors: list[str] = []
+
+    def on_delivery(self, error: Any, message: Message) -> None:
+        if error is None:
+            self.acknowledged += 1
+        else:
+            self.errors.append(f"{message.topic()}: {error}")
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> None:
+        extra: dict[str, Any] = {} if partition is None else {"partition": partition}
+        if headers:
+            extra["headers"] = headers
+        while True:
+            try:
+                self.producer.produce(topic, value, key, on_delivery=self.on_delivery, **extra)
+                break
+            except BufferError:  # the local queue is full: let acknowledgements drain it
+                self.producer.poll(PRODUCE_QUEUE_WAIT_S)
+        self.sent += 1
+
+    def finish(self) -> int:
+        """Wait for every acknowledgement; SparkKafkaError unless all were acknowledged."""
+        left = self.producer.flush(PRODUCE_FLUSH_TIMEOUT_S)
+        if self.errors or left:
+            shown = "; ".join(self.errors[:3])
+            raise SparkKafkaError(
+                f"{self.sent - self.acknowledged} of {self.sent} records not acknowledged "
+                f"({left} still queued after {PRODUCE_FLUSH_TIMEOUT_S:g} s) {shown}".rstrip()
+            )
+        return self.acknowledged

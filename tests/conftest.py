@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tidelog.testing.live import LiveCluster, collect_leaked_sockets
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,3 +41,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
     running = LiveCluster(tmp_path_factory.mktemp("cluster"))
     yield running
     running.down()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local[2] Spark session for the whole run, with format("tidelog") registered."""
+    from tidelog.spark.session import local_session  # noqa: PLC0415 - starts a JVM
+
+    session = local_session("tidelog-tests")
+    yield session
+    session.stop()

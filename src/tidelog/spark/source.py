@@ -299,6 +299,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: PartitionOffsets | None = None  # Trigger.AvailableNow's end
         self.latest: PartitionOffsets = {}
         self.last_trigger_s = time.monotonic()
+        self.group_offsets: PartitionOffsets = {}
         self._planner: Planner | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -335,6 +336,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> OffsetsJson:
         starts = from_json(start)
+        # Spark asks for the next batch once the last one is committed, and calls commit()
+        # only then: the last batch of a Trigger.AvailableNow run is committed here.
+        self.commit_to_group(starts)
         marks = self.marks_now()
         self.latest = {tp: high for tp, (_, high) in marks.items()}
         available = dict(self.latest)
@@ -392,11 +396,17 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_range(partition.read)
 
     def commit(self, end: dict[str, Any]) -> None:
-        offsets = from_json(end)
+        self.commit_to_group(from_json(end))
+
+    def commit_to_group(self, offsets: PartitionOffsets) -> None:
+        """Commit a finished batch's end to the group, once; a failed commit is logged and
+        left for the next batch (the checkpoint, not the group, is what the query resumes
+        from)."""
+        if not offsets or offsets == self.group_offsets:
+            return
         for attempt in range(1, COMMIT_TRIES_MAX + 1):
             try:
                 self.planner.commit(offsets)
-                break
             except SparkKafkaError as error:
                 log.warning(
                     "commit %d/%d to group %s failed: %s",
@@ -405,11 +415,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self.group,
                     error,
                 )
-        behind = {
-            tp: self.latest[tp] - offset for tp, offset in offsets.items() if tp in self.latest
-        }
-        if behind:
-            log.info("tidelog source: offsets behind latest: max %d", max(behind.values()))
+                continue
+            self.group_offsets = offsets
+            return
 
     def stop(self) -> None:
         if self._planner is not None:

@@ -104,11 +104,14 @@ class LiveCluster:
         return next(state for state in states["nodes"] if state["id"] == node)
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
-    """Create a topic of replication factor 3 and wait until every partition has a leader."""
+def create_topic(
+    bootstrap: str, name: str, partitions: int = 3, configs: dict[str, str] | None = None
+) -> None:
+    """Create a topic of replication factor 3 (with Kafka topic `configs`) and wait until
+    every partition has a leader."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
     try:
-        admin.create_topics([NewTopic(name, partitions, 3)])
+        admin.create_topics([NewTopic(name, partitions, 3, topic_configs=configs or {})])
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline:  # until every partition has a leader
             described = admin.describe_topics([name])[0]

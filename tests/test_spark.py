@@ -1,0 +1,343 @@
+"""The Spark source and sink against a real 3-node cluster, in one local[2] Spark session.
+
+A Spark result holds committed records only: records a leader appended but its followers
+have not (above the HWM) stay out of batch reads and streams until the followers return. A
+streaming query restarted from its checkpoint reads every offset once; deleted offsets fail
+the query, or are skipped with failOnDataLoss=false; the sink writes what the source reads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from tidelog.spark.source import offsets_behind_latest
+from tidelog.testing.live import LiveCluster, create_topic, tidelog
+from tidelog.tools.client_kafka import describe_topics
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_S = 60.0
+QUERY_TIMEOUT_S = 180
+
+Record = tuple[int, int, bytes | None, bytes]  # partition, offset, key, value
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    values: list[bytes],
+    *,
+    acks: str = "all",
+    headers: list[tuple[str, bytes]] | None = None,
+) -> list[Record]:
+    """Produce `values` keyed k<i>, return what was acknowledged (all of it, or fail)."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "log_level": 0}
+    )
+    acked: list[Record] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        assert error is None, error
+        acked.append((message.partition(), message.offset(), message.key(), message.value()))
+
+    for i, value in enumerate(values):
+        producer.produce(topic, value, f"k{i}".encode(), headers=headers, on_delivery=delivered)
+        producer.poll(0)
+    assert producer.flush(DEADLINE_S) == 0
+    assert len(acked) == len(values)
+    return acked
+
+
+def source(spark: SparkSession, bootstrap: str, topic: str, **options: str) -> DataFrame:
+    reader = spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
+    return reader.option("subscribe", topic).options(**options).load()
+
+
+def records_of(frame: DataFrame) -> list[Record]:
+    rows = frame.select("partition", "offset", "key", "value").collect()
+    return sorted((r.partition, r.offset, r.key, r.value) for r in rows)
+
+
+def stream_to_parquet(
+    spark: SparkSession, bootstrap: str, topic: str, out: Path, **options: str
+) -> StreamingQuery:
+    """One Trigger.AvailableNow run of topic -> Parquet (exactly-once file sink), to its end."""
+    stream = (
+        spark.readStream.format("tidelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .options(**options)
+        .load()
+        .select("partition", "offset", "key", "value")
+    )
+    query = (
+        stream.writeStream.format("parquet")
+        .option("path", str(out / "data"))
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "the query did not finish"
+    return query
+
+
+def parquet_records(spark: SparkSession, out: Path) -> list[Record]:
+    return records_of(spark.read.parquet(str(out / "data")))
+
+
+def leader_and_followers(bootstrap: str, topic: str) -> tuple[int, list[int]]:
+    (partition,) = describe_topics(bootstrap, [topic])
+    return partition.leader, [n for n in partition.replicas if n != partition.leader]
+
+
+def cluster_command(cluster: LiveCluster, *args: str) -> None:
+    result = tidelog("cluster", *args, "--data-dir", str(cluster.directory))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def hwm_of(bootstrap: str, topic: str) -> int:
+    """Partition 0's HWM, asked of its leader (ListOffsets latest)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "hwm", "log_level": 0})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=DEADLINE_S)
+    finally:
+        consumer.close()
+    return int(high)
+
+
+def wait_for_hwm(bootstrap: str, topic: str, hwm: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while hwm_of(bootstrap, topic) < hwm:
+        assert time.monotonic() < deadline, f"{topic}: HWM never reached {hwm}"
+        time.sleep(0.1)
+
+
+# Batch
+
+
+def test_batch_read_equals_the_records_below_the_hwm(
+    cluster: LiveCluster, spark: SparkSession
+) -> None:
+    bootstrap, topic = cluster.bootstrap, "spark-batch"
+    create_topic(bootstrap, topic, partitions=3)
+    started_ms = int(time.time() * 1000)
+    acked = produce(bootstrap, topic, [f"v{i}".encode() for i in range(300)], headers=[("h", b"x")])
+
+    frame = source(spark, bootstrap, topic, includeHeaders="true")
+    assert frame.columns == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
+    assert records_of(frame) == sorted(acked)
+    row = frame.where("offset = 1").first()
+    assert row is not None
+    assert row.topic == topic
+    assert row.timestampType == 0  # CreateTime
+    assert started_ms - 1000 <= row.timestamp.timestamp() * 1000 <= time.time() * 1000 + 1000
+    assert [(h.key, h.value) for h in row.headers] == [("h", b"x")]
+
+    # Offsets as JSON (-2 earliest, -1 latest), split over more tasks than partitions.
+    first = min(offset for partition, offset, _, _ in acked if partition == 0)
+    ranged = source(
+        spark,
+        bootstrap,
+        topic,
+        startingOffsets=json.dumps({topic: {"0": first + 10, "1": -2, "2": -2}}),
+        endingOffsets=json.dumps({topic: {"0": first + 20, "1": -1, "2": -1}}),
+        minPartitions="7",
+    )
+    expected = [r for r in sorted(acked) if r[0] != 0 or first + 10 <= r[1] < first + 20]
+    assert records_of(ranged) == expected
+    assert ranged.rdd.getNumPartitions() >= 7
+
+
+def test_bad_options_are_clear_errors(cluster: LiveCluster, spark: SparkSession) -> None:
+    with pytest.raises(PySparkException, match="exactly one of subscribe"):
+        spark.read.format("tidelog").option(
+            "kafka.bootstrap.servers", cluster.bootstrap
+        ).load().collect()
+    with pytest.raises(PySparkException, match="unknown topic"):
+        source(spark, cluster.bootstrap, "no-such-topic").collect()
+
+
+# Committed records only
+
+
+def test_records_above_the_hwm_stay_out_until_the_followers_return(
+    cluster: LiveCluster, spark: SparkSession, tmp_path: Path
+) -> None:
+    """min.insync.replicas=3: with one follower paused the leader keeps its quorum and takes
+    acks=1 writes, but its HWM cannot pass them until the follower has them too."""
+    bootstrap, topic = cluster.bootstrap, "spark-stall"
+    create_topic(bootstrap, topic, partitions=1, configs={"min.insync.replicas": "3"})
+    committed = produce(bootstrap, topic, [b"committed"] * 5)
+    _, followers = leader_and_followers(bootstrap, topic)
+    hwm = hwm_of(bootstrap, topic)
+
+    cluster_command(cluster, "pause", "--node", str(followers[0]))
+    try:
+        pending = produce(bootstrap, topic, [b"pending"] * 7, acks="1")
+        assert hwm_of(bootstrap, topic) == hwm
+        assert records_of(source(spark, bootstrap, topic)) == sorted(committed)
+        stream_to_parquet(spark, bootstrap, topic, tmp_path)
+        assert parquet_records(spark, tmp_path) == sorted(committed)
+    finally:
+        cluster_command(cluster, "resume", "--node", str(followers[0]))
+
+    wait_for_hwm(bootstrap, topic, max(offset for _, offset, _, _ in pending) + 1)
+    assert records_of(source(spark, bootstrap, topic)) == sorted(committed + pending)
+    stream_to_parquet(spark, bootstrap, topic, tmp_path)  # the same checkpoint, again
+    assert parquet_records(spark, tmp_path) == sorted(committed + pending)
+
+
+# Streaming
+
+
+def test_a_restarted_query_reads_every_offset_once(
+    cluster: LiveCluster, spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap, topic, group = cluster.bootstrap, "spark-stream", "spark-stream-job"
+    create_topic(bootstrap, topic, partitions=3)
+    first = produce(bootstrap, topic, [f"a{i}".encode() for i in range(600)])
+    options = {"maxOffsetsPerTrigger": "100", "kafka.group.id": group}
+
+    query = stream_to_parquet(spark, bootstrap, topic, tmp_path, **options)
+    assert len(query.recentProgress) >= 6  # 600 offsets, at most 100 per micro-batch
+    assert max(p["numInputRows"] for p in query.recentProgress) <= 100
+    assert parquet_records(spark, tmp_path) == sorted(first)
+
+    second = produce(bootstrap, topic, [f"b{i}".encode() for i in range(400)])
+    query = stream_to_parquet(spark, bootstrap, topic, tmp_path, **options)
+    assert parquet_records(spark, tmp_path) == sorted(first + second)  # no duplicate, no gap
+    last = [p for p in query.recentProgress if p["numInputRows"]][-1]["sources"][0]
+    assert offsets_behind_latest(last) == {
+        "minOffsetsBehindLatest": 0.0,
+        "maxOffsetsBehindLatest": 0.0,
+        "avgOffsetsBehindLatest": 0.0,
+    }
+
+    # The query's committed offsets are the group's: `groups describe` shows lag 0.
+    described = tidelog("groups", "describe", group, "--bootstrap-server", bootstrap, "--json")
+    assert described.returncode == 0, described.stderr
+    rows = json.loads(described.stdout)["offsets"]
+    assert sorted((r["topic"], r["partition"]) for r in rows) == [(topic, p) for p in range(3)]
+    assert all(r["lag"] == 0 for r in rows), rows
+
+
+def test_deleted_offsets_fail_the_query_unless_told_to_skip(
+    cluster: LiveCluster, spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap, topic = cluster.bootstrap, "spark-loss"
+    create_topic(bootstrap, topic, partitions=1)
+    produce(bootstrap, topic, [b"read"] * 100)
+    stream_to_parquet(spark, bootstrap, topic, tmp_path)  # checkpointed at the HWM
+    later = produce(bootstrap, topic, [b"later"] * 100)
+    cut = later[49][1]  # offsets below it are deleted before the query runs again
+    deleted = tidelog(
+        "delete-records",
+        topic,
+        "--partition",
+        "0",
+        "--offset",
+        str(cut),
+        "--bootstrap-server",
+        bootstrap,
+    )
+    assert deleted.returncode == 0, deleted.stderr
+
+    with pytest.raises(PySparkException, match="were deleted"):
+        stream_to_parquet(spark, bootstrap, topic, tmp_path)
+    with pytest.raises(PySparkException, match="were deleted"):
+        source(spark, bootstrap, topic, startingOffsets=json.dumps({topic: {"0": 1}})).collect()
+
+    stream_to_parquet(spark, bootstrap, topic, tmp_path, failOnDataLoss="false")
+    values = [value for _, _, _, value in parquet_records(spark, tmp_path)]
+    assert values == [b"read"] * 100 + [b"later"] * 51
+    skipped = source(
+        spark,
+        bootstrap,
+        topic,
+        startingOffsets=json.dumps({topic: {"0": 1}}),
+        failOnDataLoss="false",
+    )
+    assert records_of(skipped) == sorted(later[49:])
+
+
+# Sink
+
+
+def test_the_sink_writes_what_the_source_reads(
+    cluster: LiveCluster, spark: SparkSession, tmp_path: Path
+) -> None:
+    bootstrap = cluster.bootstrap
+    create_topic(bootstrap, "spark-sink", partitions=2)
+    rows = [(f"k{i}", f"value {i}".encode(), i % 2, [("n", str(i).encode())]) for i in range(200)]
+    frame = spark.createDataFrame(
+        rows,
+        "key string, value binary, partition int, headers array<struct<key:string,value:binary>>",
+    )
+    (
+        frame.write.format("tidelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", "spark-sink")
+        .mode("append")
+        .save()
+    )
+    back = source(spark, bootstrap, "spark-sink", includeHeaders="true").collect()
+    written = sorted(
+        (r.key.decode(), r.value, r.partition, [(h.key, h.value) for h in r.headers]) for r in back
+    )
+    assert written == sorted(rows)
+
+    # A stream through the sink: spark-sink -> spark-sink-copy, the topic as a column.
+    create_topic(bootstrap, "spark-sink-copy", partitions=2)
+    copy = (
+        spark.readStream.format("tidelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", "spark-sink")
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("key", "value", "partition", "'spark-sink-copy' AS topic")
+        .writeStream.format("tidelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert copy.awaitTermination(QUERY_TIMEOUT_S)
+    copied = source(spark, bootstrap, "spark-sink-copy").collect()
+    assert sorted((r.key, r.value, r.partition) for r in copied) == sorted(
+        (k.encode(), v, p) for k, v, p, _ in rows
+    )
+
+
+def test_the_sink_refuses_what_it_cannot_write(cluster: LiveCluster, spark: SparkSession) -> None:
+    def writer(columns: str, **options: str) -> Any:
+        frame = spark.createDataFrame([("x",)], columns)
+        sink = frame.write.format("tidelog").option("kafka.bootstrap.servers", cluster.bootstrap)
+        return sink.options(**options)
+
+    with pytest.raises(PySparkException, match="needs a column named value"):
+        writer("key string", topic="spark-sink").mode("append").save()
+    with pytest.raises(PySparkException, match="overwrite is not allowed"):
+        writer("value string", topic="spark-sink").mode("overwrite").save()
+    with pytest.raises(PySparkException, match="name the topic"):
+        writer("value string").mode("append").save()
+    with pytest.raises(PySparkException, match=r"not acknowledged.*Unknown topic"):
+        writer("value string", topic="no-such-topic").mode("append").save()

@@ -1,7 +1,8 @@
 """`tidelog demo` end to end, as `make demo` runs it: a real 3-node cluster, a killed leader.
 
-The demo must end on `verdict: OK — N acknowledged, N read, 0 lost, 0 duplicated` with exit
-status 0, and leave no broker running, also when it is stopped with SIGTERM part-way.
+The demo must end on `verdict: OK — N acknowledged, N read, 0 lost, 0 duplicated` and the
+Spark pipeline's `pipeline verdict: OK — ...` with exit status 0, and leave no broker
+running, also when it is stopped with SIGTERM part-way.
 """
 
 from __future__ import annotations
@@ -22,9 +23,13 @@ from tidelog.testing.live import free_base_port
 pytestmark = pytest.mark.slow
 
 RECORDS = 2000
-DEMO_TIMEOUT_S = 60.0
+DEMO_TIMEOUT_S = 300.0
 EXIT_INTERRUPTED = 130
 VERDICT_OK = f"verdict: OK — {RECORDS} acknowledged, {RECORDS} read, 0 lost, 0 duplicated"
+PIPELINE_OK = (
+    f"pipeline verdict: OK — 100 balances from {RECORDS} transfers read, {RECORDS} "
+    "acknowledged, every balance exact to the cent"
+)
 
 
 def demo_argv(directory: Path) -> list[str]:
@@ -68,6 +73,8 @@ def test_demo_reads_back_every_acknowledged_record(tmp_path: Path) -> None:
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert VERDICT_OK in result.stdout.splitlines(), output
+    assert PIPELINE_OK in result.stdout.splitlines(), output
+    assert (directory / "pipeline" / "balances.parquet").is_dir(), output
     assert "kill -9 node" in result.stdout, output
     assert "is ready again" in result.stdout, output
     assert not [pid for pid in broker_pids(directory) if is_running(pid)], output

@@ -19,6 +19,7 @@ from tidelog.spark import register
 
 SHUFFLE_PARTITIONS: Final = 4
 LOG_LEVEL: Final = "ERROR"
+LOOPBACK: Final = "127.0.0.1"
 
 
 class NoJava(TidelogError):
@@ -31,10 +32,13 @@ def local_session(app_name: str, *, cores: int = 2) -> SparkSession:
         raise NoJava("PySpark needs Java 17: apt-get install openjdk-17-jre-headless")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # the driver listens on loopback only
     spark = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", LOOPBACK)
+        .config("spark.driver.bindAddress", LOOPBACK)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
         .config("spark.sql.session.timeZone", "UTC")

@@ -4,7 +4,9 @@ The story: start 3 brokers, create topic `transfers` (3 partitions, replication 
 produce numbered transfers with acks=all and the idempotent producer (confluent-kafka), kill
 -9 the leader of partition 0 part-way, keep producing, restart the killed broker, read every
 record back (kafka-python, partitions assigned, no consumer group) and check that every
-acknowledged record is there exactly once, at the offset it was acknowledged at.
+acknowledged record is there exactly once, at the offset it was acknowledged at. Then the
+pipeline on Spark (`tools/demo_pipeline.py`): balances per account from the committed
+transfers, checked to the cent against the acknowledged ones.
 
 Rules of this file:
 - It owns one directory (--data-dir). It starts from a clean slate: it stops the brokers
@@ -73,6 +75,7 @@ from tidelog.tools.cluster import (
     wait_until,
     write_cluster,
 )
+from tidelog.tools.demo_pipeline import PIPELINE_DIR, Transfer, run_pipeline_stage
 
 TOPIC: Final = "transfers"
 PARTITIONS: Final = 3
@@ -108,7 +111,7 @@ PIPED_WIDTH: Final = 120
 EXIT_FAILED: Final = 1
 EXIT_INTERRUPTED: Final = 130
 
-_CLUSTER_ENTRY = re.compile(rf"(node-\d+|\.?{re.escape(CLUSTER_FILE)}(\.tmp)?)")
+_CLUSTER_ENTRY = re.compile(rf"(node-\d+|{PIPELINE_DIR}|\.?{re.escape(CLUSTER_FILE)}(\.tmp)?)")
 
 
 class DemoError(TidelogError):
@@ -303,12 +306,17 @@ def print_describe(console: Console, directory: Path, view: TopicView) -> None:
 # Producing, with the faults stepped between sends
 
 
+def transfer_parts(number: int) -> Transfer:
+    """Transfer `number`: (paying account, paid account, amount in cents)."""
+    payer, payee = number * 37 % ACCOUNTS, (number * 61 + 17) % ACCOUNTS
+    return f"acct-{payer:03d}", f"acct-{payee:03d}", number * 7919 % 100_000
+
+
 def transfer(number: int) -> tuple[bytes, bytes]:
     """Record `number`: key the paying account, value `transfer NUMBER FROM -> TO AMOUNT`."""
-    payer, payee = number * 37 % ACCOUNTS, (number * 61 + 17) % ACCOUNTS
-    amount = number * 7919 % 100_000 / 100
-    value = f"transfer {number:07d} acct-{payer:03d} -> acct-{payee:03d} {amount:.2f}"
-    return f"acct-{payer:03d}".encode(), value.encode()
+    payer, payee, cents = transfer_parts(number)
+    value = f"transfer {number:07d} {payer} -> {payee} {cents // 100}.{cents % 100:02d}"
+    return payer.encode(), value.encode()
 
 
 def number_of(value: bytes | None) -> int | None:
@@ -658,7 +666,8 @@ def show_after(console: Console, directory: Path, record: ClusterRecord, before:
     return converged
 
 
-def run_demo(console: Console, directory: Path, *, records: int, base_port: int | None) -> Verdict:
+def run_demo(console: Console, directory: Path, *, records: int, base_port: int | None) -> bool:
+    """The whole story; whether both verdicts (brokers, then the Spark pipeline) are OK."""
     record = start_cluster(console, directory, base_port)
     before = create_demo_topic(console, directory, record)
     console.rule(
@@ -680,7 +689,11 @@ def run_demo(console: Console, directory: Path, *, records: int, base_port: int 
     reads = read_back(script.record.bootstrap)
     verdict = judge(producer.ledger, reads, sent=producer.sent, converged=converged)
     print_verdict(console, verdict, producer.ledger)
-    return verdict
+    if not verdict.ok:
+        console.print("the Spark pipeline is skipped: the log itself failed its check")
+        return False
+    acknowledged = [transfer_parts(number) for number in sorted(producer.ledger.acked)]
+    return run_pipeline_stage(console, script.record.bootstrap, directory, acknowledged).ok
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -727,7 +740,8 @@ def demo(directory: Path, records: int, base_port: int | None) -> None:
     """Run the main job end to end on a local 3-node cluster, kill -9 a leader, check.
 
     Exits 0 only when every acknowledged record is read back exactly once, at the offset
-    it was acknowledged at, and every replica converges. The cluster is stopped at the end,
+    it was acknowledged at, every replica converges, and the Spark pipeline's balances equal
+    those of the acknowledged transfers. The cluster is stopped at the end,
     also on failure, Ctrl-C or SIGTERM.
     """
     console, errors = Console(highlight=False), Console(stderr=True, highlight=False)
@@ -738,8 +752,8 @@ def demo(directory: Path, records: int, base_port: int | None) -> None:
     try:
         clear_directory(directory)
         owned = True
-        verdict = run_demo(console, directory, records=records, base_port=base_port)
-        status = 0 if verdict.ok else EXIT_FAILED
+        ok = run_demo(console, directory, records=records, base_port=base_port)
+        status = 0 if ok else EXIT_FAILED
     except (KeyboardInterrupt, DemoInterrupted):
         errors.print("interrupted", style="bold red")
         status = EXIT_INTERRUPTED

@@ -1,0 +1,162 @@
+"""The Spark stage of `tidelog demo`: balances per account from the committed transfers.
+
+After the brokers' story (a killed leader, every acknowledged record read back), a local[2]
+Spark session runs `tidelog.spark.balances`: a Structured Streaming query with
+Trigger.AvailableNow reads the transfers through the tidelog source, sums them per account
+and writes the balances to topic `balances` through the tidelog sink; a batch job keeps each
+account's last balance and writes it to Parquet. The check: those balances equal the ones
+computed from the producer's acknowledged transfers, for every account, to the cent (nothing
+lost, no ghost transfer from a killed leader's uncommitted log), and the streaming query read
+exactly as many transfers as were acknowledged. The query's consumer group shows its lag.
+
+Rules of this file: it knows the transfers only as (payer, payee, cents) from the demo's
+ledger; the brokers stay the demo's to start and stop; its files live in `DIR/pipeline/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+
+from rich.console import Console
+from rich.table import Table
+
+from tidelog.tools.client_kafka import admin_client, create_topic, kafka_errors
+from tidelog.tools.groups_cmd import describe_group, offset_rows, print_columns
+
+PIPELINE_DIR: Final = "pipeline"
+BALANCES_TOPIC: Final = "balances"
+BALANCES_PARTITIONS: Final = 3
+GROUP: Final = "demo-balances"
+ACCOUNTS_SHOWN: Final = 8
+GROUP_COLUMNS: Final = [
+    "GROUP",
+    "TOPIC",
+    "PARTITION",
+    "CURRENT-OFFSET",
+    "LOG-START-OFFSET",
+    "LOG-END-OFFSET",
+    "LAG",
+    "CONSUMER-ID",
+    "HOST",
+    "CLIENT-ID",
+]
+
+Transfer = tuple[str, str, int]  # paying account, paid account, cents
+
+
+def expected_balances(transfers: Iterable[Transfer]) -> dict[str, int]:
+    balances: dict[str, int] = {}
+    for payer, payee, cents in transfers:
+        balances[payer] = balances.get(payer, 0) - cents
+        balances[payee] = balances.get(payee, 0) + cents
+    return balances
+
+
+@dataclass(frozen=True)
+class PipelineVerdict:
+    acknowledged: int  # transfers the producer had acknowledged
+    read: int  # transfers the streaming query read
+    malformed: int
+    accounts: int
+    wrong: list[str]  # accounts whose balance differs (or is missing on one side)
+
+    @property
+    def ok(self) -> bool:
+        return not self.wrong and self.read == self.acknowledged and self.malformed == 0
+
+    def line(self) -> str:
+        counts = (
+            f"{self.accounts} balances from {self.read} transfers read, "
+            f"{self.acknowledged} acknowledged"
+        )
+        if self.ok:
+            return f"pipeline verdict: OK — {counts}, every balance exact to the cent"
+        problems = [
+            f"{len(self.wrong)} balances differ" if self.wrong else "",
+            f"{self.malformed} values are not transfers" if self.malformed else "",
+        ]
+        return f"pipeline verdict: FAILED — {', '.join([counts, *filter(None, problems)])}"
+
+
+def judge_balances(
+    expected: dict[str, int], found: dict[str, int], *, acknowledged: int, read: int, malformed: int
+) -> PipelineVerdict:
+    accounts = sorted(set(expected) | set(found))
+    wrong = [a for a in accounts if expected.get(a) != found.get(a)]
+    return PipelineVerdict(acknowledged, read, malformed, len(found), wrong)
+
+
+def print_balances(console: Console, expected: dict[str, int], found: dict[str, int]) -> None:
+    table = Table(title="balances (cents)", title_justify="left")
+    for column in ("ACCOUNT", "FROM ACKNOWLEDGED TRANSFERS", "FROM SPARK", ""):
+        table.add_column(column)
+    accounts = sorted(set(expected) | set(found))
+    for account in accounts[:ACCOUNTS_SHOWN]:
+        want, got = expected.get(account), found.get(account)
+        table.add_row(account, str(want), str(got), "ok" if want == got else "DIFFERS")
+    table.add_row(
+        f"... {len(accounts)} in all",
+        f"sum {sum(expected.values())}",
+        f"sum {sum(found.values())}",
+        "",
+    )
+    console.print(table)
+
+
+def print_group_lag(console: Console, bootstrap: str) -> None:
+    console.print(f"$ tidelog groups describe {GROUP}")
+    with admin_client(bootstrap) as admin, kafka_errors(bootstrap, needs="consumer groups"):
+        rows = offset_rows(admin, describe_group(admin, GROUP))
+    print_columns(GROUP_COLUMNS, [list(asdict(row).values()) for row in rows])
+
+
+def run_pipeline_stage(
+    console: Console, bootstrap: str, directory: Path, transfers: list[Transfer]
+) -> PipelineVerdict:
+    from tidelog.spark.balances import run_pipeline  # noqa: PLC0415 - pyspark is heavy
+    from tidelog.spark.session import local_session  # noqa: PLC0415
+
+    console.rule("6 · The pipeline on Spark: balances per account")
+    console.print(
+        "Structured Streaming, Trigger.AvailableNow: transfers (tidelog source) -> sum per\n"
+        f"account -> topic {BALANCES_TOPIC} (tidelog sink); the last balance of each account\n"
+        f"-> Parquet in {directory / PIPELINE_DIR}. Checked against the acknowledged transfers."
+    )
+    create_topic(
+        bootstrap,
+        BALANCES_TOPIC,
+        partitions=BALANCES_PARTITIONS,
+        replication_factor=3,
+        configs={},
+    )
+    spark = local_session("tidelog-demo")
+    try:
+        run = run_pipeline(
+            spark,
+            bootstrap,
+            transfers="transfers",
+            balances=BALANCES_TOPIC,
+            directory=directory / PIPELINE_DIR,
+            group=GROUP,
+        )
+    finally:
+        spark.stop()
+    console.print(
+        f"the streaming query read {run.transfers_read} transfers in {run.batches} "
+        f"micro-batches; {len(run.balances)} balances written to {run.parquet}"
+    )
+    expected = expected_balances(transfers)
+    print_balances(console, expected, run.balances)
+    print_group_lag(console, bootstrap)
+    verdict = judge_balances(
+        expected,
+        run.balances,
+        acknowledged=len(transfers),
+        read=run.transfers_read,
+        malformed=run.malformed,
+    )
+    console.print(verdict.line(), style="bold green" if verdict.ok else "bold red")
+    return verdict

@@ -100,7 +100,11 @@ class SinkOptions:
     client_config: dict[str, str] = field(default_factory=dict)
 
 
-SUBSCRIPTION_OPTIONS: Final = ("subscribe", "subscribepattern", "assign")
+SUBSCRIPTION_OPTIONS: Final = {
+    "subscribe": "subscribe",
+    "subscribepattern": "subscribePattern",
+    "assign": "assign",
+}
 KAFKA_PREFIX: Final = "kafka."
 # Kafka client settings the source sets itself, or that make no sense for it.
 RESERVED_CLIENT_KEYS: Final = {
@@ -194,7 +198,7 @@ def client_config(options: Mapping[str, str]) -> dict[str, str]:
 def parse_subscription(given: Mapping[str, str]) -> Subscription:
     named = [key for key in SUBSCRIPTION_OPTIONS if given.get(key, "").strip()]
     if len(named) != 1:
-        found = ", ".join(named) or "none"
+        found = ", ".join(SUBSCRIPTION_OPTIONS[key] for key in named) or "none"
         raise SparkOptionError(
             f"give exactly one of subscribe, subscribePattern and assign (found: {found})"
         )

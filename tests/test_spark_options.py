@@ -5,6 +5,7 @@ as Spark's Kafka source does; progress metrics come out as the Kafka source name
 from __future__ import annotations
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from tidelog.spark.options import (
     EARLIEST,
@@ -15,6 +16,7 @@ from tidelog.spark.options import (
     parse_source_options,
 )
 from tidelog.spark.source import (
+    StreamReader,
     from_json,
     offsets_behind_latest,
     plan_ranges,
@@ -151,3 +153,23 @@ def test_offsets_json_and_offsets_behind_latest() -> None:
         "avgOffsetsBehindLatest": 3.0,
     }
     assert offsets_behind_latest({"endOffset": None, "latestOffset": None}) == {}
+
+
+def test_min_offsets_per_trigger_waits_at_most_max_trigger_delay() -> None:
+    options = parse(
+        True,
+        subscribe="t",
+        minOffsetsPerTrigger="50",
+        maxOffsetsPerTrigger="100",
+        maxTriggerDelay="1s",
+    )
+    reader = StreamReader(options)
+    base, ends = {("t", 0): 10}, {("t", 0): 40}
+    assert reader.getDefaultReadLimit() == ReadMaxRows(100)
+    assert reader.admit(base, ends, ReadMaxRows(100)) == base  # 30 waiting, fewer than 50
+    assert reader.admit(base, ends, ReadAllAvailable()) == ends  # the engine says: all
+    reader.last_trigger_s -= 2  # maxTriggerDelay has passed since the last batch
+    assert reader.admit(base, ends, ReadMaxRows(100)) == ends
+    assert reader.admit(base, {("t", 0): 500}, ReadMaxRows(100)) == {("t", 0): 110}
+    reader.target = {("t", 0): 40}  # Trigger.AvailableNow never waits for more
+    assert reader.admit(base, ends, ReadMaxRows(100)) == ends

@@ -693,7 +693,10 @@ def run_demo(console: Console, directory: Path, *, records: int, base_port: int 
         console.print("the Spark pipeline is skipped: the log itself failed its check")
         return False
     acknowledged = [transfer_parts(number) for number in sorted(producer.ledger.acked)]
-    return run_pipeline_stage(console, script.record.bootstrap, directory, acknowledged).ok
+    stage = run_pipeline_stage(
+        console, script.record.bootstrap, directory, topic=TOPIC, transfers=acknowledged
+    )
+    return stage.ok
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -16,35 +16,28 @@ ledger; the brokers stay the demo's to start and stop; its files live in `DIR/pi
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from rich.console import Console
 from rich.table import Table
 
+from tidelog.errors import TidelogError
 from tidelog.tools.client_kafka import admin_client, create_topic, kafka_errors
-from tidelog.tools.groups_cmd import describe_group, offset_rows, print_columns
+from tidelog.tools.groups_cmd import describe_group, offset_rows, print_offset_rows
 
 PIPELINE_DIR: Final = "pipeline"
 BALANCES_TOPIC: Final = "balances"
 BALANCES_PARTITIONS: Final = 3
 GROUP: Final = "demo-balances"
 ACCOUNTS_SHOWN: Final = 8
-GROUP_COLUMNS: Final = [
-    "GROUP",
-    "TOPIC",
-    "PARTITION",
-    "CURRENT-OFFSET",
-    "LOG-START-OFFSET",
-    "LOG-END-OFFSET",
-    "LAG",
-    "CONSUMER-ID",
-    "HOST",
-    "CLIENT-ID",
-]
 
 Transfer = tuple[str, str, int]  # paying account, paid account, cents
+
+
+class PipelineError(TidelogError):
+    """The Spark pipeline could not run to its end (a failed or stuck query)."""
 
 
 def expected_balances(transfers: Iterable[Transfer]) -> dict[str, int]:
@@ -110,13 +103,15 @@ def print_group_lag(console: Console, bootstrap: str) -> None:
     console.print(f"$ tidelog groups describe {GROUP}")
     with admin_client(bootstrap) as admin, kafka_errors(bootstrap, needs="consumer groups"):
         rows = offset_rows(admin, describe_group(admin, GROUP))
-    print_columns(GROUP_COLUMNS, [list(asdict(row).values()) for row in rows])
+    print_offset_rows(rows)
 
 
 def run_pipeline_stage(
-    console: Console, bootstrap: str, directory: Path, transfers: list[Transfer]
+    console: Console, bootstrap: str, directory: Path, *, topic: str, transfers: list[Transfer]
 ) -> PipelineVerdict:
-    from tidelog.spark.balances import run_pipeline  # noqa: PLC0415 - pyspark is heavy
+    from pyspark.errors import PySparkException  # noqa: PLC0415
+
+    from tidelog.spark.balances import Pipeline  # noqa: PLC0415 - pyspark is heavy
     from tidelog.spark.session import local_session  # noqa: PLC0415
 
     console.rule("6 · The pipeline on Spark: balances per account")
@@ -134,14 +129,17 @@ def run_pipeline_stage(
     )
     spark = local_session("tidelog-demo")
     try:
-        run = run_pipeline(
-            spark,
+        pipeline = Pipeline(
             bootstrap,
-            transfers="transfers",
+            transfers=topic,
             balances=BALANCES_TOPIC,
             directory=directory / PIPELINE_DIR,
             group=GROUP,
         )
+        run = pipeline.run(spark)
+    except (PySparkException, TimeoutError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        raise PipelineError(f"the Spark pipeline failed: {first_line}") from error
     finally:
         spark.stop()
     console.print(

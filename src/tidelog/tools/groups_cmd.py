@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -174,6 +174,25 @@ def print_columns(header: list[str], rows: list[list[object]]) -> None:
         )
 
 
+OFFSET_COLUMNS: Final = [
+    "GROUP",
+    "TOPIC",
+    "PARTITION",
+    "CURRENT-OFFSET",
+    "LOG-START-OFFSET",
+    "LOG-END-OFFSET",
+    "LAG",
+    "CONSUMER-ID",
+    "HOST",
+    "CLIENT-ID",
+]
+"""`groups describe`'s columns: kafka-consumer-groups' and rpk's LOG-START-OFFSET."""
+
+
+def print_offset_rows(rows: list[OffsetRow]) -> None:
+    print_columns(OFFSET_COLUMNS, [list(asdict(row).values()) for row in rows])
+
+
 @click.group()
 def groups() -> None:
     """Consumer groups: list, describe (offsets and lag), reset offsets."""
@@ -238,21 +257,7 @@ def groups_describe(group: str, view: str | None, bootstrap: str | None, as_json
             [[group, m.member_id, m.host, m.client_id, len(m.partitions)] for m in info.members],
         )
     else:
-        print_columns(
-            [
-                "GROUP",
-                "TOPIC",
-                "PARTITION",
-                "CURRENT-OFFSET",
-                "LOG-START-OFFSET",
-                "LOG-END-OFFSET",
-                "LAG",
-                "CONSUMER-ID",
-                "HOST",
-                "CLIENT-ID",
-            ],
-            [list(asdict(row).values()) for row in rows],
-        )
+        print_offset_rows(rows)
 
 
 def describe_json(info: GroupInfo, rows: list[OffsetRow], view: str | None) -> dict[str, Any]:

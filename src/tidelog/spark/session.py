@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from pathlib import Path
 from typing import Final
 
 from pyspark.sql import SparkSession
@@ -20,6 +21,8 @@ from tidelog.spark import register
 SHUFFLE_PARTITIONS: Final = 4
 LOG_LEVEL: Final = "ERROR"
 LOOPBACK: Final = "127.0.0.1"
+LOG_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
+"""Spark's log4j settings: errors only (Spark's default logs every start-up step)."""
 
 
 class NoJava(TidelogError):
@@ -37,6 +40,7 @@ def local_session(app_name: str, *, cores: int = 2) -> SparkSession:
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIG}")
         .config("spark.driver.host", LOOPBACK)
         .config("spark.driver.bindAddress", LOOPBACK)
         .config("spark.ui.showConsoleProgress", "false")

@@ -10,6 +10,7 @@ from tidelog.tools.cluster import cluster
 from tidelog.tools.demo import demo
 from tidelog.tools.groups_cmd import groups
 from tidelog.tools.perf import perf
+from tidelog.tools.verify_cmd import verify_replicas_command
 from tidelog.wal.dump import dump
 
 
@@ -43,3 +44,4 @@ main.add_command(cluster)
 main.add_command(demo)
 main.add_command(groups)
 main.add_command(perf)
+main.add_command(verify_replicas_command)

@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tidelog.core.replica import ACKS_ALL, Role
-from tidelog.errors import CorruptBatch, NotLeader, OffsetOutOfRange, RequestTimedOut, TidelogError
+from tidelog.errors import (
+    CorruptBatch,
+    NotLeader,
+    OffsetOutOfRange,
+    RequestTimedOut,
+    StorageError,
+    TidelogError,
+)
 from tidelog.protocol.framing import ProtocolError
 from tidelog.protocol.kafka import (
     ApiKey,
@@ -44,6 +52,8 @@ from tidelog.server.metadata import (
 )
 from tidelog.server.partition import PartitionRunner
 from tidelog.types import Epoch, Offset
+
+log = logging.getLogger("tidelog.kafka")
 
 Handler = Callable[[Broker, KafkaRequest], Awaitable[Any]]
 FETCH_WAIT_MS_MAX = 30_000
@@ -282,9 +292,13 @@ def read_partition(
     )
     if bounds.error is not None:
         return answer(error_code_for(bounds.error)), None
-    records = read_records(
-        runner, offset, bounds.hwm, max(1, min(part.partition_max_bytes, budget))
-    )
+    try:
+        records = read_records(
+            runner, offset, bounds.hwm, max(1, min(part.partition_max_bytes, budget))
+        )
+    except StorageError as error:  # a batch failed its CRC: never served, the rest goes on
+        log.error("fetch %s-%d at %d: %s", topic, part.partition, offset, error)
+        return answer(error_code_for(error)), None
     wait = None if records else (runner, bounds.hwm)
     return answer(ErrorCode.NONE, int(bounds.hwm), int(bounds.log_start_offset), records), wait
 

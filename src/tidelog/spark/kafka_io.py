@@ -18,13 +18,17 @@ Rules of this file:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
+import operator
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import (
     Consumer,
     KafkaError,
@@ -50,9 +54,23 @@ PRODUCE_QUEUE_WAIT_S: Final = 0.05
 READER_GROUP: Final = "tidelog-spark-reader"
 """The group id executors' consumers carry; they are assigned partitions and never commit."""
 
+QUEUED_MIN_MESSAGES: Final = 1_000_000
+READ_DEFAULTS: Final = {
+    # A range is read by one consumer from one partition: big fetches, and the next one
+    # asked for long before the queue runs dry (librdkafka fetches again only when fewer
+    # than queued.min.messages records are queued). The `kafka.*` options override these.
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+    "queued.max.messages.kbytes": 128 * 1024,
+    "queued.min.messages": QUEUED_MIN_MESSAGES,
+}
+
 # Spark's Kafka source: -1 none, 0 CreateTime, 1 LogAppendTime; librdkafka counts from 0 = none.
 TIMESTAMP_TYPE_SHIFT: Final = 1
 
+TIMESTAMP_TYPE: Final = pa.timestamp("us", tz="UTC")
+STAMP_TYPE: Final = operator.itemgetter(0)
+STAMP_MS: Final = operator.itemgetter(1)
 HEADER_TYPE: Final = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 ARROW_FIELDS: Final = [
     ("key", pa.binary()),
@@ -60,7 +78,7 @@ ARROW_FIELDS: Final = [
     ("topic", pa.string()),
     ("partition", pa.int32()),
     ("offset", pa.int64()),
-    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("timestamp", TIMESTAMP_TYPE),
     ("timestampType", pa.int32()),
 ]
 
@@ -78,6 +96,7 @@ class DataLoss(SparkKafkaError):
 def consumer(bootstrap: str, config: dict[str, str], *, group: str = READER_GROUP) -> Any:
     return Consumer(
         {
+            **READ_DEFAULTS,
             **config,
             "bootstrap.servers": bootstrap,
             "group.id": group,
@@ -197,7 +216,10 @@ class RangeRead:
 
 
 class Columns:
-    """The rows of one Arrow record batch as they are gathered."""
+    """The rows of one Arrow record batch as they are gathered.
+
+    Each column is one flat list, extended by `map` over librdkafka's C accessors, so a
+    record costs no Python frame; the Arrow arrays are built once per batch in `take`."""
 
     def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
         self.topic, self.partition, self.include_headers = topic, partition, include_headers
@@ -206,19 +228,19 @@ class Columns:
     def clear(self) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
+        self.offsets: list[int | None] = []  # a record always has one
+        self.timestamps_ms: list[int] = []
         self.types: list[int] = []
         self.headers: list[list[tuple[str, bytes | None]]] = []
 
     def add(self, messages: list[Any]) -> None:
         """Append records (no error among them)."""
-        self.keys.extend([m.key() for m in messages])
-        self.values.extend([m.value() for m in messages])
-        self.offsets.extend([m.offset() for m in messages])
-        stamps = [m.timestamp() for m in messages]
-        self.timestamps.extend([ms * 1000 for _, ms in stamps])
-        self.types.extend([kind - TIMESTAMP_TYPE_SHIFT for kind, _ in stamps])
+        self.keys.extend(map(Message.key, messages))
+        self.values.extend(map(Message.value, messages))
+        self.offsets.extend(map(Message.offset, messages))
+        stamps = list(map(Message.timestamp, messages))  # (librdkafka's type, ms)
+        self.types.extend(map(STAMP_TYPE, stamps))
+        self.timestamps_ms.extend(map(STAMP_MS, stamps))
         if self.include_headers:
             self.headers.extend([list(m.headers() or ()) for m in messages])
 
@@ -227,14 +249,18 @@ class Columns:
 
     def take(self) -> pa.RecordBatch:
         count = len(self.offsets)
+        assert len(self.values) == count
+        assert len(self.timestamps_ms) == count
+        stamps_ms = pa.array(self.timestamps_ms, pa.int64())
+        types = pa.array(self.types, pa.int32())
         arrays = [
             pa.array(self.keys, pa.binary()),
             pa.array(self.values, pa.binary()),
-            pa.array([self.topic] * count, pa.string()) if count else pa.array([], pa.string()),
-            pa.array([self.partition] * count, pa.int32()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), count),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), count),
             pa.array(self.offsets, pa.int64()),
-            pa.array(self.timestamps, pa.timestamp("us", tz="UTC")),
-            pa.array(self.types, pa.int32()),
+            pc.multiply_checked(stamps_ms, 1000).cast(TIMESTAMP_TYPE),
+            pc.subtract(types, pa.scalar(TIMESTAMP_TYPE_SHIFT, pa.int32())),
         ]
         names = [name for name, _ in ARROW_FIELDS]
         if self.include_headers:
@@ -254,17 +280,19 @@ def read_range(read: RangeRead) -> Iterator[pa.RecordBatch]:
     if read.start >= read.end:
         return
     where = f"{read.topic}-{read.partition}"
-    client = consumer(read.bootstrap, read.config)
+    # Queue no more ahead than the range holds: a range cut out of a partition
+    # (minPartitions) would otherwise have librdkafka fetch far past its end.
+    queued_min = min(QUEUED_MIN_MESSAGES, read.end - read.start)
+    client = consumer(read.bootstrap, {"queued.min.messages": str(queued_min), **read.config})
     try:
         client.assign([KafkaPartition(read.topic, read.partition, read.start)])
         columns = Columns(read.topic, read.partition, read.include_headers)
         position = read.start
         waited_since = time.monotonic()
         while position < read.end:
-            messages = client.consume(POLL_BATCH_MAX, POLL_WAIT_S)
-            records, position = settle(client, read, messages, position)
-            if records:
-                columns.add(records)
+            with collector_paused():
+                position, count = gather(client, read, columns, position)
+            if count:
                 waited_since = time.monotonic()
             elif time.monotonic() - waited_since > read.poll_timeout_ms / 1000:
                 raise SparkKafkaError(
@@ -279,14 +307,44 @@ def read_range(read: RangeRead) -> Iterator[pa.RecordBatch]:
         client.close()
 
 
+def gather(client: Any, read: RangeRead, columns: Columns, position: int) -> tuple[int, int]:
+    """One consume call's records of the range into `columns`: the position after them
+    and how many there were. The messages are released before it returns."""
+    messages = client.consume(POLL_BATCH_MAX, POLL_WAIT_S)
+    records, position = settle(client, read, messages, position)
+    columns.add(records)
+    return position, len(records)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off inside the block, as it was after it.
+
+    librdkafka's Message objects are tracked by the collector, and a consume call makes
+    up to POLL_BATCH_MAX of them at once: each 700 allocations start a collection that
+    walks every young message, and the survivors soon start full ones, which cost as much
+    as the consume itself (twice the CPU per record, measured). Messages hold no
+    references to other objects, so they never form cycles; their memory goes back when
+    `gather` returns, by reference counting, before the collector is on again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def settle(
     client: Any, read: RangeRead, messages: list[Any], position: int
 ) -> tuple[list[Any], int]:
     """The records of `messages` inside the range, and the position after them."""
-    records = [m for m in messages if m.error() is None]
-    if len(records) < len(messages):
-        for message in messages:
-            error = message.error()
+    errors = list(map(Message.error, messages))
+    records = messages
+    # KafkaError is always true and cannot be compared with None.
+    if any(errors):
+        records = [m for m, error in zip(messages, errors, strict=True) if error is None]
+        for message, error in zip(messages, errors, strict=True):
             if error is None:
                 continue
             if error.code() == KafkaError._PARTITION_EOF:
@@ -382,9 +440,9 @@ class Writer:
         """Wait for every acknowledgement; SparkKafkaError unless all were acknowledged."""
         left = self.producer.flush(PRODUCE_FLUSH_TIMEOUT_S)
         if self.errors or left:
-            shown = "; ".join(self.errors[:3])
+            waiting = f"{left} unanswered after {PRODUCE_FLUSH_TIMEOUT_S:g} s; " if left else ""
             raise SparkKafkaError(
-                f"{self.sent - self.acknowledged} of {self.sent} records not acknowledged "
-                f"({left} still queued after {PRODUCE_FLUSH_TIMEOUT_S:g} s) {shown}".rstrip()
+                f"{self.sent - self.acknowledged} of {self.sent} records not acknowledged: "
+                f"{waiting}{'; '.join(self.errors[:3])}"
             )
         return self.acknowledged

@@ -35,6 +35,7 @@ import asyncio
 import base64
 import binascii
 import collections
+import functools
 import json
 import logging
 import time
@@ -415,7 +416,14 @@ class GroupCoordinator:
             else ErrorCode.REQUEST_TIMED_OUT
         )
 
-    def write_in_background(self, keys: list[bytes], values: list[bytes | None]) -> None:
+    def write_in_background(
+        self,
+        keys: list[bytes],
+        values: list[bytes | None],
+        then: Callable[[ErrorCode], None] | None = None,
+    ) -> None:
+        """Write records without waiting; `then(code)` once they are committed or failed."""
+
         async def write() -> None:
             code = await self.write(keys, values)
             if code is not ErrorCode.NONE:
@@ -425,6 +433,8 @@ class GroupCoordinator:
                     self.partition,
                     code.name,
                 )
+            if then is not None:
+                then(code)
 
         task = asyncio.get_running_loop().create_task(write())
         self.tasks.add(task)
@@ -786,9 +796,22 @@ class GroupCoordinator:
                 group.state = GroupState.DEAD
         if keys:
             log.info("%s-%d: expiring %d records", OFFSETS_TOPIC, self.partition, len(keys))
-            self.write_in_background(keys, [None] * len(keys))
-            for group in [g for g in self.groups.values() if g.state is GroupState.DEAD]:
-                del self.groups[group.group_id]
+            dead = [g.group_id for g in self.groups.values() if g.state is GroupState.DEAD]
+            self.write_in_background(
+                keys, [None] * len(keys), then=functools.partial(self.forget, dead)
+            )
+
+    def forget(self, group_ids: list[str], code: ErrorCode) -> None:
+        """Drop expired groups once their tombstones are committed (a restart must not bring
+        them back); when the write failed, they stay empty and the next check tries again."""
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None or group.state is not GroupState.DEAD:
+                continue  # gone with a new coordinator's state, or joined again meanwhile
+            if code is ErrorCode.NONE:
+                del self.groups[group_id]
+            else:
+                group.state = GroupState.EMPTY
 
     def expire_now(self) -> None:
         """Check retention at the next tick (a topic was deleted)."""

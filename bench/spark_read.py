@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from client_rates import count_of
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as ConfluentPartition
 from failover import fresh_cluster
@@ -294,18 +295,6 @@ def print_table(result: dict[str, Any]) -> None:
         f"ratio source/consumer {result['ratio']:.2f}; goal (>= {GOAL_RATIO:g} and >= "
         f"{GOAL_RECORDS_PER_S} records/s): {verdict}"
     )
-
-
-def count_of(maximum: int) -> Callable[[str], int]:
-    """An argparse type: an integer from 1 to `maximum`."""
-
-    def parse(text: str) -> int:
-        value = int(text)
-        if not 1 <= value <= maximum:
-            raise argparse.ArgumentTypeError(f"{value} is not in 1..{maximum}")
-        return value
-
-    return parse
 
 
 def conf_pair(text: str) -> tuple[str, str]:

@@ -15,6 +15,7 @@ import re
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -131,9 +132,23 @@ def verify_cli(cluster: LiveCluster, topic: str, *flags: str) -> Result:
     )
 
 
-def follower_batch(cluster: LiveCluster, topic: str, marks: Marks) -> tuple[int, Path, Any]:
-    """(a follower of partition 0, its segment file, the dump-log JSON of its first data
-    batch below the HWM)."""
+@dataclass(frozen=True)
+class Victim:
+    """A follower's copy of one data batch below its HWM, in a topic of its own."""
+
+    follower: int
+    segment: Path  # the follower's segment file
+    batch: Any  # the batch as dump-log --json describes it
+    hwm: int  # the follower's HWM
+    address: str  # the follower's Kafka address
+
+
+def victim_batch(cluster: LiveCluster, topic: str) -> Victim:
+    """A new topic of 1 partition with RECORDS records, every replica caught up; a follower
+    of its partition, and that follower's first data batch below its HWM."""
+    create_topic(cluster.bootstrap, topic, partitions=1)
+    produce(cluster.bootstrap, topic, RECORDS)
+    marks = wait_caught_up(cluster, topic, 1)
     leader = next(iter(marks[0].values()))["leader"]
     follower = min(node for node in marks[0] if node != leader)
     data_dir = Path(cluster.record["nodes"][follower - 1]["data_dir"])
@@ -143,7 +158,8 @@ def follower_batch(cluster: LiveCluster, topic: str, marks: Marks) -> tuple[int,
     batches = [json.loads(line) for line in dumped.stdout.splitlines()]
     hwm = marks[0][follower]["hwm"]
     batch = next(b for b in batches if not b["isControl"] and b["lastOffset"] < hwm)
-    return follower, segment, batch
+    address = cluster.record["nodes"][follower - 1]["kafka"]
+    return Victim(follower, segment, batch, hwm, address)
 
 
 def flip_record_byte(segment: Path, batch: Any) -> None:
@@ -207,12 +223,9 @@ def test_a_rotten_batch_on_a_running_follower_is_reported(
     cluster: LiveCluster, spark: SparkSession
 ) -> None:
     topic = "rotting"
-    create_topic(cluster.bootstrap, topic, partitions=1)
-    produce(cluster.bootstrap, topic, RECORDS)
-    marks = wait_caught_up(cluster, topic, 1)
-    follower, segment, batch = follower_batch(cluster, topic, marks)
-    hwm = marks[0][follower]["hwm"]
-    address = cluster.record["nodes"][follower - 1]["kafka"]
+    victim = victim_batch(cluster, topic)
+    follower, segment, batch = victim.follower, victim.segment, victim.batch
+    hwm, address = victim.hwm, victim.address
     flip_record_byte(segment, batch)
     try:
         assert not batch_validity(segment, batch["baseOffset"])
@@ -246,12 +259,9 @@ def test_a_rotten_batch_found_at_restart_keeps_its_broker_down(
     cluster: LiveCluster, spark: SparkSession
 ) -> None:
     topic = "rotten"
-    create_topic(cluster.bootstrap, topic, partitions=1)
-    produce(cluster.bootstrap, topic, RECORDS)
-    marks = wait_caught_up(cluster, topic, 1)
-    follower, segment, batch = follower_batch(cluster, topic, marks)
-    address = cluster.record["nodes"][follower - 1]["kafka"]
-    hwm = marks[0][follower]["hwm"]
+    victim = victim_batch(cluster, topic)
+    follower, segment, batch = victim.follower, victim.segment, victim.batch
+    hwm, address = victim.hwm, victim.address
     cluster.down()  # a clean stop checkpoints each HWM
     flip_record_byte(segment, batch)
 

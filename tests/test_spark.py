@@ -167,6 +167,27 @@ def test_batch_read_equals_the_records_below_the_hwm(
     assert ranged.rdd.getNumPartitions() >= 7
 
 
+def test_starting_by_timestamp(cluster: LiveCluster, spark: SparkSession) -> None:
+    bootstrap, topic = cluster.bootstrap, "spark-time"
+    create_topic(bootstrap, topic, partitions=1)
+    produce(bootstrap, topic, [f"early {i}".encode() for i in range(50)])
+    deadline = time.monotonic() + DEADLINE_S
+    later_ms = int(time.time() * 1000) + 5  # later than every record so far
+    while time.time() * 1000 <= later_ms:
+        assert time.monotonic() < deadline
+    produce(bootstrap, topic, [f"late {i}".encode() for i in range(50)])
+
+    rows = source(spark, bootstrap, topic, startingTimestamp=str(later_ms)).collect()
+    assert sorted(r.value for r in rows) == sorted(f"late {i}".encode() for i in range(50))
+    by_partition = json.dumps({topic: {"0": later_ms}})
+    assert source(spark, bootstrap, topic, startingOffsetsByTimestamp=by_partition).count() == 50
+    future = str(int(time.time() * 1000) + 3_600_000)
+    with pytest.raises(PySparkException, match="at or after timestamp"):
+        source(spark, bootstrap, topic, startingTimestamp=future).collect()
+    strategy = {"startingOffsetsByTimestampStrategy": "latest"}
+    assert source(spark, bootstrap, topic, startingTimestamp=future, **strategy).count() == 0
+
+
 def test_bad_options_are_clear_errors(cluster: LiveCluster, spark: SparkSession) -> None:
     with pytest.raises(PySparkException, match="exactly one of subscribe"):
         spark.read.format("tidelog").option(

@@ -129,17 +129,16 @@ def resolve(
     strangers = sorted(named - set(partitions))
     if strangers:
         raise SparkOptionError(f"{side}: partitions {strangers} are not among those read")
-    if spec.by_timestamp:
-        stamps = {
-            tp: spec.timestamp_ms if spec.timestamp_ms is not None else spec.timestamps_ms[tp]
-            for tp in partitions
-            if spec.timestamp_ms is not None or tp in spec.timestamps_ms
-        }
-        found = planner.offsets_for_times(stamps)
+    stamps = (
+        dict.fromkeys(partitions, spec.timestamp_ms)
+        if spec.timestamp_ms is not None
+        else {tp: ms for tp, ms in spec.timestamps_ms.items() if tp in partitions}
+    )
+    found = planner.offsets_for_times(stamps)  # nothing is asked when there is no timestamp
     resolved: PartitionOffsets = {}
     for tp in partitions:
         low, high = marks[tp]
-        if spec.by_timestamp and tp in found:
+        if tp in found:
             offset = found[tp]
             if offset is None and not spec.by_timestamp_fallback_latest:
                 raise SparkKafkaError(
@@ -252,6 +251,13 @@ def offsets_behind_latest(progress: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The records of one planned range. PySpark reads a plan of no ranges (nothing to
+    read) as one task with a bare InputPartition: it yields nothing."""
+    if isinstance(partition, RangePartition):
+        yield from read_range(partition.read)
+
+
 # Batch
 
 
@@ -278,8 +284,7 @@ class BatchReader(DataSourceReader):
         return plan_ranges(self.options, starts, ends)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        yield from read_range(partition.read)
+        yield from read_partition(partition)
 
 
 # Streaming
@@ -392,8 +397,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan_ranges(self.options, starts, ends)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        yield from read_range(partition.read)
+        yield from read_partition(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         self.commit_to_group(from_json(end))

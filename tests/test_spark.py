@@ -166,6 +166,18 @@ def test_batch_read_equals_the_records_below_the_hwm(
     assert records_of(ranged) == expected
     assert ranged.rdd.getNumPartitions() >= 7
 
+    # A pattern and fixed partitions, as Spark's Kafka source takes them.
+    reader = spark.read.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
+    by_pattern = reader.option("subscribePattern", "spark-ba.*").load()
+    assert records_of(by_pattern) == sorted(acked)
+    assigned = (
+        spark.read.format("tidelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("assign", json.dumps({topic: [1]}))
+        .load()
+    )
+    assert records_of(assigned) == sorted(r for r in acked if r[0] == 1)
+
 
 def test_starting_by_timestamp(cluster: LiveCluster, spark: SparkSession) -> None:
     bootstrap, topic = cluster.bootstrap, "spark-time"

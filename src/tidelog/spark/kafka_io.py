@@ -83,6 +83,11 @@ ARROW_FIELDS: Final = [
 ]
 
 
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """The rows' schema: Spark's Kafka source's columns, `headers` last when included."""
+    return pa.schema(ARROW_FIELDS + ([("headers", HEADER_TYPE)] if include_headers else []))
+
+
 class SparkKafkaError(TidelogError):
     """The cluster did not answer as the source or sink needs (no broker, unknown topic, a
     read that got nothing for its poll timeout, an unacknowledged write)."""
@@ -262,15 +267,13 @@ class Columns:
             pc.multiply_checked(stamps_ms, 1000).cast(TIMESTAMP_TYPE),
             pc.subtract(types, pa.scalar(TIMESTAMP_TYPE_SHIFT, pa.int32())),
         ]
-        names = [name for name, _ in ARROW_FIELDS]
         if self.include_headers:
             arrays.append(
                 pa.array(
                     [[{"key": k, "value": v} for k, v in h] for h in self.headers], HEADER_TYPE
                 )
             )
-            names.append("headers")
-        batch = pa.RecordBatch.from_arrays(arrays, names=names)
+        batch = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(self.include_headers))
         self.clear()
         return batch
 

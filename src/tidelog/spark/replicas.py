@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from tidelog.errors import CorruptBatch
@@ -88,11 +89,6 @@ DECODE_ERRORS: Final = (struct.error, ValueError, IndexError, KeyError, Overflow
 
 BATCH: Final = "batch"
 REPLICA: Final = "replica"
-SCHEMA: Final = (
-    "kind string, topic string, partition int, replica int, address string, "
-    "base_offset long, last_offset long, epoch int, crc long, crc_ok boolean, "
-    "hwm long, log_start_offset long, error string"
-)
 ARROW_SCHEMA: Final = pa.schema(
     [
         ("kind", pa.string()),
@@ -110,6 +106,8 @@ ARROW_SCHEMA: Final = pa.schema(
         ("error", pa.string()),
     ]
 )
+SCHEMA: Final = from_arrow_schema(ARROW_SCHEMA)
+"""The rows as Spark sees them."""
 
 
 class ReplicaReadError(SparkKafkaError):
@@ -438,7 +436,7 @@ class ReplicasDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def schema(self) -> str:
+    def schema(self) -> StructType:
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -99,28 +99,28 @@ def write_batches(sink: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Writt
     return Written(writer.finish())
 
 
-class SinkWriter(DataSourceArrowWriter):
-    def __init__(self, sink: SinkOptions, schema: StructType) -> None:
+def acknowledged(messages: list[WriterCommitMessage | None]) -> int:
+    return sum(m.records for m in messages if isinstance(m, Written))
+
+
+class ProducesRows:
+    """What both writers do in a task: produce the rows, answer once all are acknowledged."""
+
+    def __init__(self, sink: SinkOptions) -> None:
         self.sink = sink
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         return write_batches(self.sink, iterator)
 
+
+class SinkWriter(ProducesRows, DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        total = sum(m.records for m in messages if isinstance(m, Written))
-        log.info("tidelog sink: %d records acknowledged", total)
+        log.info("tidelog sink: %d records acknowledged", acknowledged(messages))
 
 
-class StreamSinkWriter(DataSourceStreamArrowWriter):
-    def __init__(self, sink: SinkOptions, schema: StructType) -> None:
-        self.sink = sink
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
-        return write_batches(self.sink, iterator)
-
+class StreamSinkWriter(ProducesRows, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        total = sum(m.records for m in messages if isinstance(m, Written))
-        log.info("tidelog sink: batch %d, %d records acknowledged", batchId, total)
+        log.info("tidelog sink: batch %d, %d records acknowledged", batchId, acknowledged(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("tidelog sink: batch %d aborted; its acknowledged rows stay written", batchId)

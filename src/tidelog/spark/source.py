@@ -36,6 +36,7 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     InputPartition,
 )
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -45,15 +46,25 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from tidelog.spark.kafka_io import DataLoss, Planner, RangeRead, SparkKafkaError, read_range
+from tidelog.spark.kafka_io import (
+    DataLoss,
+    Planner,
+    RangeRead,
+    SparkKafkaError,
+    arrow_schema,
+    read_range,
+)
 from tidelog.spark.options import (
     EARLIEST,
     LATEST,
     OffsetSpec,
     PartitionOffsets,
+    SinkOptions,
     SourceOptions,
     SparkOptionError,
     TopicPartition,
+    boolean,
+    lowered,
     parse_sink_options,
     parse_source_options,
 )
@@ -61,11 +72,6 @@ from tidelog.spark.sink import SinkWriter, StreamSinkWriter, check_sink_schema
 
 log = logging.getLogger("tidelog.spark")
 
-SCHEMA: Final = (
-    "key binary, value binary, topic string, partition int, offset long, "
-    "timestamp timestamp, timestampType int"
-)
-HEADERS_FIELD: Final = ", headers array<struct<key:string,value:binary>>"
 COMMIT_TRIES_MAX: Final = 3
 
 OffsetsJson = dict[str, dict[str, int]]
@@ -78,9 +84,9 @@ class TidelogDataSource(DataSource):
     def name(cls) -> str:
         return "tidelog"
 
-    def schema(self) -> str:
-        headers = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
-        return SCHEMA + (HEADERS_FIELD if headers else "")
+    def schema(self) -> StructType:
+        headers = boolean(lowered(self.options), "includeheaders", default=False)
+        return from_arrow_schema(arrow_schema(headers))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(parse_source_options(self.options, streaming=False))
@@ -94,14 +100,15 @@ class TidelogDataSource(DataSource):
                 "save mode overwrite is not allowed for tidelog: a log is appended to "
                 "(use mode append)"
             )
-        sink = parse_sink_options(self.options)
-        check_sink_schema(schema, sink)
-        return SinkWriter(sink, schema)
+        return SinkWriter(self.sink_for(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return StreamSinkWriter(self.sink_for(schema))  # complete mode appends as well
+
+    def sink_for(self, schema: StructType) -> SinkOptions:
         sink = parse_sink_options(self.options)
         check_sink_schema(schema, sink)
-        return StreamSinkWriter(sink, schema)
+        return sink
 
 
 class RangePartition(InputPartition):
@@ -346,6 +353,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.commit_to_group(starts)
         marks = self.marks_now()
         self.latest = {tp: high for tp, (_, high) in marks.items()}
+        behind = [high - starts[tp] for tp, high in self.latest.items() if tp in starts]
+        log.info("tidelog source: max offsets behind latest %d", max(behind, default=0))
         available = dict(self.latest)
         if self.target is not None:
             available = {

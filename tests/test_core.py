@@ -16,7 +16,9 @@ from tidelog.errors import (
     OffsetNotAvailable,
     OffsetOutOfRange,
     OutOfOrderSequence,
+    UnknownProducerId,
 )
+from tidelog.node.driver import write_ready
 from tidelog.records import read_header
 from tidelog.testing.sim import build_batch
 from tidelog.types import Epoch, NodeId, Offset
@@ -29,11 +31,7 @@ def persist(replica: Replica, storage: MemoryStorage) -> list[Ready]:
     readies = []
     while replica.has_ready():
         ready = replica.ready()
-        if ready.hard_state is not None:
-            storage.save_hard_state(ready.hard_state)
-        if ready.truncate_to is not None:
-            storage.truncate_to(offset=ready.truncate_to)
-        storage.append(list(ready.batches))
+        write_ready(storage, ready)
         storage.sync()
         replica.advance(ready)
         readies.append(ready)
@@ -196,3 +194,56 @@ def test_producer_states_are_rebuilt_from_the_log_on_restart() -> None:
     again.propose(2, idempotent(b"a", 0), acks=ACKS_ALL)
     (completion,) = [c for r in persist(again, storage) for c in r.completions]
     assert (completion.base_offset, completion.error) == (1, None)
+
+
+def test_a_new_producer_epoch_starts_at_sequence_zero() -> None:
+    replica, storage = lone_leader()
+    replica.propose(1, idempotent(b"a", 0, epoch=1), acks=ACKS_ALL)
+    replica.propose(2, idempotent(b"b", 3, epoch=2), acks=ACKS_ALL)
+    replica.propose(3, idempotent(b"c", 0, epoch=2), acks=ACKS_ALL)
+    errors = {c.request_id: type(c.error) for r in persist(replica, storage) for c in r.completions}
+    assert errors == {1: type(None), 2: OutOfOrderSequence, 3: type(None)}
+
+
+def restarted_leader(storage: MemoryStorage) -> Replica:
+    again = Replica(ReplicaConfig(ONE, (ONE,)), storage, random.Random(3))
+    again.campaign()
+    persist(again, storage)
+    return again
+
+
+def test_a_retry_whose_first_copy_was_deleted_is_refused_never_written_twice() -> None:
+    """After a restart the producer state is rebuilt from the log start on: a retried batch
+    whose first copy lies below it cannot be recognized, so it is refused (UNKNOWN_PRODUCER_ID)."""
+    replica, storage = lone_leader()
+    replica.propose(1, idempotent(b"a", 0), acks=ACKS_ALL)
+    replica.propose(2, idempotent(b"b", 1), acks=ACKS_ALL)
+    persist(replica, storage)
+    # Before a restart the state outlives the deletion: the retry gets its first offsets.
+    assert replica.delete_records(replica.log.log_end_offset) == 3
+    persist(replica, storage)
+    replica.propose(3, idempotent(b"b", 1), acks=ACKS_ALL)
+    (first,) = [c for r in persist(replica, storage) for c in r.completions]
+    assert (first.base_offset, first.error) == (2, None)
+    again = restarted_leader(storage)
+    end = again.log.log_end_offset
+    again.propose(4, idempotent(b"b", 1), acks=ACKS_ALL)
+    (refused,) = [c for r in persist(again, storage) for c in r.completions]
+    assert isinstance(refused.error, UnknownProducerId)
+    assert again.log.log_end_offset == end
+
+
+def test_an_emptied_log_keeps_the_epoch_of_its_last_record() -> None:
+    """DeleteRecords up to the log end leaves no record, yet the last epoch is known (votes
+    and consistency checks need it), in memory and after a restart."""
+    replica, storage = lone_leader()
+    replica.propose(1, build_batch(b"x"), acks=ACKS_ALL)
+    persist(replica, storage)
+    end = replica.log.log_end_offset
+    replica.delete_records(end)
+    persist(replica, storage)
+    assert (replica.log.log_start_offset, replica.log.last_epoch) == (end, 1)
+    again = Replica(ReplicaConfig(ONE, (ONE,)), storage, random.Random(3))
+    assert (again.log.log_start_offset, again.log.log_end_offset) == (end, end)
+    assert again.log.last_epoch == 1
+    assert again.log.epoch_at(Offset(end - 1)) == 1

@@ -14,12 +14,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tidelog.core.messages import HardState
-from tidelog.core.storage import EpochEntry
+from tidelog.core.storage import EpochEntry, extend_epochs, trim_epochs
 from tidelog.records import read_header
 from tidelog.types import Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, WalConfig
 from tidelog.wal.batches import build_batches
-from tidelog.wal.log import assign_epoch, trim_epochs
 
 CONFIG = WalConfig(
     segment_bytes=700, index_interval_bytes=150, hwm_checkpoint_interval_ms=0, retention_bytes=1000
@@ -31,9 +30,7 @@ def derive_epochs(epochs: list[EpochEntry], batches: list[bytes]) -> list[EpochE
     """The epoch history extended by `batches`, as Kafka derives it on append."""
     epochs = list(epochs)
     for batch in batches:
-        header = read_header(batch)
-        if not epochs or header.epoch > epochs[-1].epoch:
-            assign_epoch(epochs, EpochEntry(header.epoch, header.base_offset))
+        extend_epochs(epochs, read_header(batch))
     return epochs
 
 

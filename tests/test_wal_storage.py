@@ -207,7 +207,8 @@ def test_retention_by_size_never_passes_the_hwm(tmp_path: object) -> None:
         assert 0 < deleted < segments - 1
         start = storage.load().log_start_offset
         assert 0 < start <= 20
-        assert storage.load().epochs == (EpochEntry(E1, start),)
+        # The history keeps the epoch of the record before the log start.
+        assert storage.load().epochs == (EpochEntry(E1, Offset(start - 1)),)
         with pytest.raises(OffsetOutOfRange):
             storage.read(Offset(0), end_offset=Offset(36), max_bytes=1 << 20)
     with open_disk(str(tmp_path), config) as storage:
@@ -239,11 +240,12 @@ def test_advance_log_start_is_checkpointed_and_bounded_by_hwm(tmp_path: object) 
         storage.advance_log_start(Offset(19))
         state = storage.load()
         assert state.log_start_offset == 19
-        assert state.epochs == (EpochEntry(E2, Offset(19)),)
+        # From the record before the batch holding the log start (18..20) on.
+        assert state.epochs == (EpochEntry(E1, Offset(17)), EpochEntry(E2, Offset(18)))
         assert storage.read(Offset(19), end_offset=Offset(36), max_bytes=1) == [batches[6]]
     with open_disk(str(tmp_path)) as storage:
         assert storage.load().log_start_offset == 19
-        assert storage.load().epochs == (EpochEntry(E2, Offset(19)),)
+        assert storage.load().epochs == (EpochEntry(E1, Offset(17)), EpochEntry(E2, Offset(18)))
 
 
 def test_flush_interval_mode_skips_fsyncs_until_the_interval_passes(tmp_path: object) -> None:
@@ -285,3 +287,37 @@ def run_same_script(storage: DiskStorage | MemoryStorage) -> list[object]:
 def test_disk_storage_behaves_as_memory_storage(tmp_path: object) -> None:
     with open_disk(str(tmp_path)) as disk:
         assert run_same_script(disk) == run_same_script(MemoryStorage())
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["reopen", "power-cut"])
+def test_a_reset_log_keeps_the_epoch_of_the_record_before_it(crash: bool) -> None:
+    """A follower reset to its leader's log start holds no record, yet the epoch of the
+    record before it is durable on return: its votes and consistency checks need it."""
+    fs = FaultyFileSystem(random.Random(0))
+    storage = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    storage.append(build_batches([3] * 4, epochs=[E1] * 4))
+    storage.sync()
+    storage.reset(start_offset=Offset(40), prev_epoch=E2)
+    assert storage.load().epochs == (EpochEntry(E2, Offset(39)),)
+    if crash:
+        fs.crash(tear=False)
+    else:
+        storage.close()
+    again = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    state = again.load()
+    assert (state.log_start_offset, state.log_end_offset, state.hwm) == (40, 40, 40)
+    assert state.epochs == (EpochEntry(E2, Offset(39)),)
+    again.append(build_batches([3], base_offset=Offset(40), epochs=[E2]))
+    assert again.load().epochs == (EpochEntry(E2, Offset(39)),)
+
+
+def test_memory_storage_keeps_the_last_epoch_of_an_emptied_log() -> None:
+    storage = MemoryStorage()
+    storage.append(build_batches([3, 3], epochs=[E1, E2]))
+    storage.save_hwm(Offset(6))
+    storage.advance_log_start(Offset(6))
+    storage.sync()
+    storage.crash()
+    assert storage.load().epochs == (EpochEntry(E2, Offset(5)),)
+    storage.reset(start_offset=Offset(9), prev_epoch=Epoch(3))
+    assert storage.load().epochs == (EpochEntry(Epoch(3), Offset(8)),)

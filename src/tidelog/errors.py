@@ -13,6 +13,7 @@ Expected failures are values of these types (or raised as them); bugs are assert
     ├── LogDiverged                    the log diverged behind the reader; names where
     ├── OutOfOrderSequence             an idempotent producer skipped a sequence number
     ├── InvalidProducerEpoch           an idempotent producer's epoch was fenced
+    ├── UnknownProducerId              an idempotent producer's state is not known here
     ├── CorruptBatch                   a record batch failed its CRC-32C or framing checks
     └── StorageError                   the disk log cannot serve (needs repair, bad path)
 """
@@ -92,6 +93,11 @@ class OutOfOrderSequence(TidelogError):
 
 class InvalidProducerEpoch(TidelogError):
     """An idempotent producer wrote with an epoch older than one already seen."""
+
+
+class UnknownProducerId(TidelogError):
+    """An idempotent producer id unknown here sent a batch that does not start at sequence 0:
+    it may retry a batch whose record of it was deleted, so it is refused, never duplicated."""
 
 
 class CorruptBatch(TidelogError):

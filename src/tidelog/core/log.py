@@ -4,7 +4,9 @@ Rules of this file:
 - Batches appended since the last `Ready` live in `unstable`; a truncation below them is
   recorded in `truncate_to` and carried out by the caller before the next append.
 - The leader-epoch history (epoch, start offset) follows every append and truncation, so
-  divergence is always found by epochs, never by the HWM (KIP-101).
+  divergence is always found by epochs, never by the HWM (KIP-101). It reaches one record
+  below the first batch held: a log emptied by DeleteRecords or a reset still knows the
+  epoch of its last record (Raft's "last included term"), for votes and consistency checks.
 - `durable_end_offset` is how far the caller has made the log durable; only that much may
   count toward a quorum (Jepsen NATS 2.12.1).
 """
@@ -13,7 +15,15 @@ from __future__ import annotations
 
 import bisect
 
-from tidelog.core.storage import EpochEntry, LogStorage, StoredState, trim_epochs
+from tidelog.core.storage import (
+    EpochEntry,
+    LogStorage,
+    StoredState,
+    extend_epochs,
+    reset_epochs,
+    trim_epochs,
+    truncate_epochs,
+)
 from tidelog.records import BatchHeader, read_header
 from tidelog.types import NO_EPOCH, Epoch, Offset
 
@@ -33,6 +43,7 @@ class ReplicaLog:
         self.unstable_ends: list[int] = []
         self.truncate_to: Offset | None = None
         self.reset_to: Offset | None = None
+        self.reset_prev_epoch = NO_EPOCH
         self.start_moved_to: Offset | None = None
 
     # --- questions ------------------------------------------------------------------
@@ -41,7 +52,8 @@ class ReplicaLog:
         return self.epochs[-1].epoch if self.epochs else NO_EPOCH
 
     def epoch_at(self, offset: Offset) -> Epoch:
-        """The epoch of the record at `offset` (NO_EPOCH before the first epoch)."""
+        """The epoch of the record at `offset` (NO_EPOCH below the history: a deleted
+        record more than one below the first batch held)."""
         assert offset < self.log_end_offset or offset < 0
         index = bisect.bisect_right(self.epochs, offset, key=lambda entry: entry.start_offset)
         return self.epochs[index - 1].epoch if index > 0 else NO_EPOCH
@@ -90,8 +102,7 @@ class ReplicaLog:
         """Append a stamped batch at the log end; extend the epoch history."""
         assert header.base_offset == self.log_end_offset
         assert header.epoch >= self.last_epoch
-        if header.epoch > self.last_epoch:
-            self.epochs.append(EpochEntry(header.epoch, header.base_offset))
+        extend_epochs(self.epochs, header)
         self.unstable.append(batch)
         self.unstable_ends.append(header.next_offset)
         self.log_end_offset = header.next_offset
@@ -100,8 +111,7 @@ class ReplicaLog:
         """Remove everything at or above `offset`, a batch boundary."""
         assert offset < self.log_end_offset
         assert offset >= self.log_start_offset
-        while self.epochs and self.epochs[-1].start_offset >= offset:
-            self.epochs.pop()
+        truncate_epochs(self.epochs, offset)
         self.log_end_offset = offset
         self.durable_end_offset = Offset(min(self.durable_end_offset, offset))
         if offset >= self.stored_end_offset:
@@ -120,25 +130,35 @@ class ReplicaLog:
         """Records below `offset` are gone (DeleteRecords, retention); the caller keeps
         `offset` at most the HWM."""
         assert self.log_start_offset < offset <= self.log_end_offset
+        self.epochs = trim_epochs(self.epochs, self.base_of_batch_at(offset))
         self.log_start_offset = offset
-        self.epochs = trim_epochs(self.epochs, offset)
         self.start_moved_to = offset
 
-    def reset(self, start_offset: Offset) -> None:
-        """Drop everything; the log starts empty at `start_offset` (truncateFullyAndStartAt)."""
+    def base_of_batch_at(self, offset: Offset) -> Offset:
+        """The base offset of the batch holding `offset` (the log start may lie inside one);
+        `offset` itself at the log end."""
+        if offset >= self.log_end_offset:
+            return offset
+        batches = self.read(offset, end_offset=self.log_end_offset, max_bytes=1)
+        return read_header(batches[0]).base_offset if batches else offset
+
+    def reset(self, start_offset: Offset, prev_epoch: Epoch) -> None:
+        """Drop everything; the log starts empty at `start_offset` (truncateFullyAndStartAt),
+        its last record of `prev_epoch`."""
         self.unstable.clear()
         self.unstable_ends.clear()
-        self.epochs = []
+        self.epochs = reset_epochs(start_offset, prev_epoch)
         self.log_start_offset = self.log_end_offset = start_offset
         self.stored_end_offset = self.durable_end_offset = start_offset
         self.reset_to = start_offset
+        self.reset_prev_epoch = prev_epoch
         self.truncate_to = self.start_moved_to = None
 
     def take_unpersisted(
         self,
     ) -> tuple[Offset | None, Offset | None, tuple[bytes, ...], Offset | None]:
-        """Hand the pending reset, truncation, appends and log start move to a `Ready`;
-        storage now holds them."""
+        """Hand the pending reset (its epoch before is `reset_prev_epoch`), truncation,
+        appends and log start move to a `Ready`; storage now holds them."""
         taken = (self.reset_to, self.truncate_to, tuple(self.unstable), self.start_moved_to)
         self.reset_to = self.truncate_to = self.start_moved_to = None
         self.unstable.clear()

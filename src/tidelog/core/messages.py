@@ -9,10 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tidelog.errors import TidelogError
-from tidelog.types import Epoch, NodeId, Offset
-
-# The prev_epoch of an AppendRequest that resets a follower to the leader's log start.
-RESET_EPOCH = Epoch(-2)
+from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +25,13 @@ class AppendRequest:
     """Leader -> follower: batches starting at `prev_offset`, or none (probe / heartbeat).
 
     The follower accepts them only if its record at prev_offset - 1 is of `prev_epoch`
-    (the consistency check); a `prev_epoch` of RESET_EPOCH instead tells a follower too
-    far behind to drop its log and start at `prev_offset`, the leader's log start (Kafka's
-    truncateFullyAndStartAt). `hwm` and `log_start_offset` are the leader's. `sent_ms` is the
-    leader's clock when it sent this; the answer echoes it, which dates the leader's lease.
+    (the consistency check). A `reset` tells a follower too far behind that the leader's
+    log now begins at `prev_offset` (the batch holding its log start): the follower keeps
+    its log if its record at prev_offset - 1 is of `prev_epoch`, else drops it and starts
+    empty there (Kafka's truncateFullyAndStartAt). `hwm` and `log_start_offset` are the
+    leader's. `sent_ms` is the leader's clock when it sent this; the answer echoes it, which
+    dates the leader's lease. `seq` numbers the leader's requests: the answer echoes it, so
+    a leader probing a follower takes only the answer to its probe.
     """
 
     sender: NodeId
@@ -43,6 +43,8 @@ class AppendRequest:
     hwm: Offset
     sent_ms: int
     log_start_offset: Offset
+    reset: bool = False
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +54,8 @@ class AppendResponse:
     On success `match_offset` is the end of the prefix the follower now holds and has
     verified against the leader. On rejection (`success` False), (`hint_epoch`,
     `match_offset`) is where the follower's log may last agree with the leader's: the end
-    of the follower's largest epoch <= the asked one (KIP-101/279). `request_sent_ms` echoes
-    the request's `sent_ms`.
+    of the follower's largest epoch <= the asked one (KIP-101/279). `request_sent_ms` and
+    `seq` echo the request's `sent_ms` and `seq`.
     """
 
     sender: NodeId
@@ -64,6 +66,7 @@ class AppendResponse:
     match_offset: Offset
     hint_epoch: Epoch
     request_sent_ms: int
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +120,10 @@ class Ready:
     """What the caller must do, in this order, before calling `Replica.advance(ready)`:
 
     1. Persist: save `hard_state` if set; if `reset_to` is set, drop the whole log and start
-       it empty at that offset; if `truncate_to` is set, truncate the log there; append
-       `batches` at the log end; save `hwm`; if `log_start_offset` is set, advance the log
-       start there (DeleteRecords); then make all of it durable (fsync).
+       it empty at that offset, its last record of `reset_prev_epoch`; if `truncate_to` is
+       set, truncate the log there; append `batches` at the log end; save `hwm`; if
+       `log_start_offset` is set, advance the log start there (DeleteRecords); then make all
+       of it durable (fsync).
        `hwm` may be checkpointed lazily: it is never needed for safety.
     2. Send `messages_after_persist` (acks and votes), which promise durable state.
     `messages` may be sent at once, before or during the persist. `completions` are
@@ -130,6 +134,7 @@ class Ready:
 
     hard_state: HardState | None = None
     reset_to: Offset | None = None
+    reset_prev_epoch: Epoch = NO_EPOCH
     truncate_to: Offset | None = None
     batches: tuple[bytes, ...] = ()
     hwm: Offset | None = None

@@ -7,7 +7,12 @@ Rules of this file (Kafka's ProducerStateManager, correctness.md scenario 17):
   offsets). A retried batch that matches one of them is a duplicate: it is answered with
   the offsets it got the first time, and not appended again.
 - Within one producer epoch the next batch must start right after the last sequence
-  (sequences wrap at 2**31); a gap is OutOfOrderSequence. An older producer epoch is fenced.
+  (sequences wrap at 2**31); a gap is OutOfOrderSequence. An older producer epoch is fenced;
+  a newer one starts at sequence 0.
+- What the log no longer shows (batches below the log start after a restart, or a log
+  reset) is not known: a producer id unknown here whose batch does not start at sequence 0
+  may be retrying a batch that is already in the log, so it is refused with
+  UnknownProducerId (Kafka's UNKNOWN_PRODUCER_ID) rather than written twice.
 """
 
 from __future__ import annotations
@@ -16,7 +21,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from tidelog.errors import InvalidProducerEpoch, OutOfOrderSequence, TidelogError
+from tidelog.errors import (
+    InvalidProducerEpoch,
+    OutOfOrderSequence,
+    TidelogError,
+    UnknownProducerId,
+)
 from tidelog.records import NO_PRODUCER_ID, BatchHeader
 from tidelog.types import Offset
 
@@ -53,15 +63,23 @@ class ProducerStates:
         if header.producer_id == NO_PRODUCER_ID or header.base_sequence < 0:
             return None
         producer = self.producers.get(header.producer_id)
-        if producer is None:
-            return None  # unknown (new, or its batches were truncated away): accept
+        if producer is None or header.producer_epoch > producer.epoch:
+            if header.base_sequence == 0:
+                return None  # a new producer, or a new epoch: its sequences start afresh
+            if producer is None:
+                return UnknownProducerId(
+                    f"producer {header.producer_id} is not known here (sequence "
+                    f"{header.base_sequence}): its earlier batches may be deleted"
+                )
+            return OutOfOrderSequence(
+                f"producer {header.producer_id}: a new epoch {header.producer_epoch} starts "
+                f"at sequence {header.base_sequence}, not 0"
+            )
         if header.producer_epoch < producer.epoch:
             return InvalidProducerEpoch(
                 f"producer {header.producer_id} epoch {header.producer_epoch} is fenced "
                 f"by epoch {producer.epoch}"
             )
-        if header.producer_epoch > producer.epoch:
-            return None  # a new epoch starts its sequences afresh
         last = last_sequence_of(header)
         for batch in producer.batches:
             if (batch.first_sequence, batch.last_sequence) == (header.base_sequence, last):

@@ -29,7 +29,6 @@ from typing import Protocol
 
 from tidelog.core.log import ReplicaLog
 from tidelog.core.messages import (
-    RESET_EPOCH,
     AppendRequest,
     AppendResponse,
     FetchResult,
@@ -74,6 +73,14 @@ class Rng(Protocol):
     """The randomness a replica is handed (random.Random fits)."""
 
     def randrange(self, start: int, stop: int, /) -> int: ...
+
+
+class _Batch(enum.Enum):
+    """A leader's batch as a follower finds it in its own log."""
+
+    HELD = "held"  # this very batch is here (or deleted here, below the log start)
+    NEW = "new"  # at our log end, or replacing a divergent uncommitted suffix
+    CONFLICTS_WITH_COMMITTED = "conflicts"  # never cut: the append is refused
 
 
 class Role(enum.Enum):
@@ -146,9 +153,11 @@ class Progress:
     """The leader's view of one follower (etcd-io/raft's Progress)."""
 
     next_offset: Offset
-    match_offset: Offset | None = None  # verified and durable on the follower
+    match_offset: Offset | None = None  # verified and durable on the follower; only grows
     probing: bool = True
     probe_sent: bool = False
+    probe_seq: int = -1  # the request whose answer ends the probe
+    resetting: bool = False  # the probe is a reset to our log start: resent as one
     inflight: deque[Offset] = field(default_factory=deque)
     recent_active: bool = False
     last_ack_tick: int = -(1 << 30)
@@ -205,6 +214,7 @@ class Replica:
         self.completions: list[ProduceResult] = []
         self.ready_outstanding = False
         self.ready_log_end_offset = self.log.log_end_offset
+        self.append_seq = 0
 
     # ================================================================== inputs ==========
     def tick(self, *, now_ms: int | None = None, wall_clock_ms: int | None = None) -> None:
@@ -415,6 +425,7 @@ class Replica:
         ready = Ready(
             hard_state=hard_state if hard_state != self.persisted_hard_state else None,
             reset_to=reset_to,
+            reset_prev_epoch=self.log.reset_prev_epoch,
             truncate_to=truncate_to,
             batches=batches,
             hwm=self.hwm if self.hwm != self.hwm_in_ready else None,
@@ -475,6 +486,7 @@ class Replica:
                     self.log.log_end_offset,
                     self.log.last_epoch,
                     msg.sent_ms,
+                    msg.seq,
                 )
             )
         elif isinstance(msg, VoteRequest):
@@ -629,59 +641,61 @@ class Replica:
             headers = [check_batch(batch) for batch in msg.batches]
         except CorruptBatch:
             return  # damaged in flight: drop it; the leader resends (pair assertion)
-        if msg.prev_epoch == RESET_EPOCH:
+        if msg.reset:
             self._reset_to_leader_start(msg)
             return
         if not self._prefix_matches(msg.prev_offset, msg.prev_epoch):
             hint_offset, hint_epoch = self._divergence_hint(msg.prev_offset, msg.prev_epoch)
-            self.msgs_after_persist.append(
-                AppendResponse(
-                    self.id,
-                    msg.sender,
-                    self.epoch,
-                    False,
-                    msg.prev_offset,
-                    hint_offset,
-                    hint_epoch,
-                    msg.sent_ms,
-                )
-            )
+            self._answer(msg, False, hint_offset, hint_epoch)
             return
         end = self._append_from_leader(msg.prev_offset, msg.batches, headers)
+        if end is None:
+            return  # it cannot be right (it would cut committed records): no answer
         self.follower_synced = True
         # Truncation is done; only now take the leader's HWM, bounded by the verified
         # prefix (KAFKA-14704).
         self._raise_hwm(Offset(min(msg.hwm, end)))
         self._follow_log_start(msg.log_start_offset)
-        self._acknowledge(msg, end)
+        self._answer(msg, True, end, NO_EPOCH)
 
-    def _acknowledge(self, msg: AppendRequest, end: Offset) -> None:
+    def _answer(self, msg: AppendRequest, success: bool, offset: Offset, epoch: Epoch) -> None:
+        """Answer an append once our log is durable (rule 2), echoing its time and seq."""
         self.msgs_after_persist.append(
             AppendResponse(
                 self.id,
                 msg.sender,
                 self.epoch,
-                True,
+                success,
                 msg.prev_offset,
-                end,
-                NO_EPOCH,
+                offset,
+                epoch,
                 msg.sent_ms,
+                msg.seq,
             )
         )
 
     def _reset_to_leader_start(self, msg: AppendRequest) -> None:
-        """The leader no longer holds what we lack: start over at its log start.
+        """The leader no longer holds what we lack: its log begins at `start` now.
 
-        Everything below it is committed. A replica whose HWM already reaches it holds
-        that committed prefix and drops nothing."""
+        Everything below `start` is committed. We keep our log when its prefix below
+        `start` is the leader's: when our HWM reaches `start`, or when our record at
+        start - 1 is of the leader's epoch there (the log matching property); records we
+        acknowledged in this epoch are always kept so (scenario 19). Otherwise nothing we
+        hold from start - 1 on is the leader's: we drop it all and start empty at `start`,
+        remembering the epoch of the record before it (scenario 19, Raft's snapshot)."""
         start = msg.prev_offset
-        if self.hwm < start:
-            self.log.reset(start)
+        committed_here = start <= max(self.hwm, self.log.log_start_offset)
+        if not committed_here and not (
+            start <= self.log.log_end_offset
+            and self.log.epoch_at(Offset(start - 1)) == msg.prev_epoch
+        ):
+            self.log.reset(start, msg.prev_epoch)
             self.producers = ProducerStates()
             self.hwm = start
         self.follower_synced = True
-        self._raise_hwm(Offset(min(msg.hwm, start)))
-        self._acknowledge(msg, start)
+        self._raise_hwm(start)
+        self._follow_log_start(msg.log_start_offset)
+        self._answer(msg, True, start, NO_EPOCH)
 
     def _follow_log_start(self, leader_log_start: Offset) -> None:
         """Records the leader deleted (DeleteRecords, retention) go here too, within our HWM."""
@@ -692,13 +706,17 @@ class Replica:
     def _prefix_matches(self, prev_offset: Offset, prev_epoch: Epoch) -> bool:
         """The consistency check: our record at prev_offset - 1 is of prev_epoch.
 
-        Below our HWM there is nothing to check: committed records are in every later
-        leader's log at the same offsets (and the leader may have deleted their epochs)."""
-        if prev_offset <= max(self.log.log_start_offset, self.hwm):
-            return True
+        Below our HWM the record is committed, so every later leader holds it at the same
+        offset: it is checked where we still know its epoch, else trusted (it may be
+        deleted here, and the leader may have deleted its epoch too)."""
         if prev_offset > self.log.log_end_offset:
             return False
-        return self.log.epoch_at(Offset(prev_offset - 1)) == prev_epoch
+        if prev_offset <= 0:
+            return True
+        ours = self.log.epoch_at(Offset(prev_offset - 1))
+        if prev_offset <= max(self.log.log_start_offset, self.hwm) and ours == NO_EPOCH:
+            return True
+        return ours == prev_epoch
 
     def _divergence_hint(self, prev_offset: Offset, prev_epoch: Epoch) -> tuple[Offset, Epoch]:
         """Where our log may last agree with the leader's: the end of our largest epoch
@@ -710,29 +728,51 @@ class Replica:
 
     def _append_from_leader(
         self, prev_offset: Offset, batches: tuple[bytes, ...], headers: list[BatchHeader]
-    ) -> Offset:
+    ) -> Offset | None:
         """Append the leader's batches after the verified prefix; cut only on conflict.
 
-        Returns the end of the prefix now known to match the leader's log.
+        Returns the end of the prefix now known to match the leader's log, or None when the
+        append cannot be taken as it is (a batch conflicting with a committed one here, or
+        batches that do not follow each other): a follower never cuts committed records
+        (rule 4), so it refuses the append and changes nothing.
         """
+        first_new: int | None = None
         end = prev_offset
-        for batch, header in zip(batches, headers, strict=True):
-            assert header.base_offset == end, "batches of an append are contiguous"
+        for index, header in enumerate(headers):
+            if header.base_offset != end:
+                return None
             end = header.next_offset
-            if header.next_offset <= self.hwm:
-                continue  # committed: we hold this very batch already
-            if header.base_offset < self.log.log_end_offset:
-                # The log start may lie inside this batch: ask its epoch at a record we have.
-                held = Offset(max(header.base_offset, self.log.log_start_offset))
-                if self.log.epoch_at(held) == header.epoch:
-                    continue  # we hold this very batch already (same offset, same epoch)
-                # A follower never cuts committed records (rule 4).
-                assert header.base_offset >= self.hwm, "truncation below the HWM"
-                self.log.truncate(header.base_offset)
-                self.producers.truncate(header.base_offset)
-            self.log.append(batch, header)
-            self.producers.on_append(header)
+            if first_new is None:
+                taken = self._compare_batch(header)
+                if taken is _Batch.CONFLICTS_WITH_COMMITTED:
+                    return None
+                if taken is _Batch.NEW:
+                    first_new = index
+        if first_new is not None:
+            base = headers[first_new].base_offset
+            if base < self.log.log_end_offset:  # a divergent, uncommitted suffix
+                self.log.truncate(base)
+                self.producers.truncate(base)
+            for batch, header in zip(batches[first_new:], headers[first_new:], strict=True):
+                self.log.append(batch, header)
+                self.producers.on_append(header)
         return end
+
+    def _compare_batch(self, header: BatchHeader) -> _Batch:
+        """The leader's batch against our log (the log matching property: the same offset
+        and epoch mean the same batch and the same log before it)."""
+        log = self.log
+        if header.next_offset <= log.log_start_offset:
+            return _Batch.HELD  # wholly below our log start: committed and deleted here
+        if header.base_offset >= log.log_end_offset:
+            return _Batch.NEW
+        # The log start may lie inside this batch: ask its epoch at a record we have.
+        held = Offset(max(header.base_offset, log.log_start_offset))
+        if held < log.log_end_offset and log.epoch_at(held) == header.epoch:
+            return _Batch.HELD
+        if header.base_offset < max(self.hwm, log.log_start_offset):
+            return _Batch.CONFLICTS_WITH_COMMITTED
+        return _Batch.NEW
 
     def _raise_hwm(self, hwm: Offset) -> None:
         if hwm > self.hwm:
@@ -767,7 +807,7 @@ class Replica:
         """Tell every follower the HWM; resend a lost probe; restart a stalled pipeline."""
         for peer, progress in self.progress.items():
             if progress.probing:
-                progress.probe_sent = False
+                progress.probe_sent = False  # resent, as it was (a reset as a reset)
                 continue
             assert progress.match_offset is not None
             if (
@@ -777,7 +817,17 @@ class Replica:
                 progress.next_offset = progress.match_offset
                 progress.inflight.clear()
             progress.match_at_heartbeat = progress.match_offset
+            if progress.match_offset < self.log.log_start_offset:
+                # What it lacks may be gone here: `_send_appends` probes or resets it.
+                self._start_probe(progress, progress.match_offset)
+                continue
             self._send_append(peer, progress.match_offset, ())
+
+    def _start_probe(self, progress: Progress, next_offset: Offset) -> None:
+        progress.next_offset = next_offset
+        progress.probing = True
+        progress.probe_sent = False
+        progress.inflight.clear()
 
     def _appends_due(self) -> bool:
         end = self.log.log_end_offset
@@ -800,18 +850,21 @@ class Replica:
         # start lies inside a batch, and matters only for a follower behind the start:
         # look it up (a storage read) only then.
         behind = any(p.next_offset < start for p in self.progress.values())
-        floor = self._base_of_batch_at(start) if behind else start
+        floor = self.log.base_of_batch_at(start) if behind else start
         for peer, progress in self.progress.items():
             if progress.next_offset < floor and not progress.probing:
-                progress.probing = True  # what it lacks is gone here: reset it (below)
-                progress.probe_sent = False
-                progress.inflight.clear()
+                self._start_probe(progress, progress.next_offset)  # reset it (below)
             if progress.probing:
                 if not progress.probe_sent:
+                    # What it lacks is gone here: reset it to the first batch we hold. A
+                    # reset stays a reset until it is answered (scenario 20).
+                    progress.resetting = progress.resetting or progress.next_offset < floor
+                    if progress.resetting:
+                        progress.next_offset = floor
                     progress.probe_sent = True
-                    reset = progress.next_offset < floor
-                    progress.next_offset = floor if reset else progress.next_offset
-                    self._send_append(peer, progress.next_offset, (), reset=reset)
+                    progress.probe_seq = self._send_append(
+                        peer, progress.next_offset, (), reset=progress.resetting
+                    )
                 continue
             while (
                 progress.next_offset < end
@@ -830,14 +883,6 @@ class Replica:
                 progress.next_offset = read_header(batches[-1]).next_offset
                 progress.inflight.append(progress.next_offset)
 
-    def _base_of_batch_at(self, offset: Offset) -> Offset:
-        """The base offset of the batch holding `offset` (the log start may lie inside one)."""
-        end = self.log.log_end_offset
-        if offset >= end:
-            return offset
-        batches = self.log.read(offset, end_offset=end, max_bytes=1)
-        return read_header(batches[0]).base_offset if batches else offset
-
     def _send_append(
         self,
         peer: NodeId,
@@ -845,13 +890,10 @@ class Replica:
         batches: tuple[bytes, ...],
         *,
         reset: bool = False,
-    ) -> None:
-        if reset:
-            prev_epoch = RESET_EPOCH
-        elif prev_offset > 0:
-            prev_epoch = self.log.epoch_at(Offset(prev_offset - 1))
-        else:
-            prev_epoch = NO_EPOCH
+    ) -> int:
+        """Send one append (or probe, heartbeat, reset); returns its seq."""
+        prev_epoch = self.log.epoch_at(Offset(prev_offset - 1)) if prev_offset > 0 else NO_EPOCH
+        self.append_seq += 1
         self.msgs.append(
             AppendRequest(
                 self.id,
@@ -863,8 +905,11 @@ class Replica:
                 self.hwm,
                 self.now_ms,
                 self.log.log_start_offset,
+                reset,
+                self.append_seq,
             )
         )
+        return self.append_seq
 
     def on_append_response(self, msg: AppendResponse) -> None:
         if self.role is not Role.LEADER:
@@ -872,6 +917,8 @@ class Replica:
         progress = self.progress[msg.sender]
         progress.recent_active = True
         progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)
+        if progress.probing and msg.seq != progress.probe_seq:
+            return  # answers the probe only: anything older may predate a reset
         if msg.success:
             self._on_append_accepted(progress, msg.match_offset)
         else:
@@ -879,30 +926,26 @@ class Replica:
 
     def _on_append_accepted(self, progress: Progress, match: Offset) -> None:
         progress.last_ack_tick = self.tick_count
-        if progress.probing or progress.match_offset is None or match > progress.match_offset:
-            # A probe verifies afresh: a follower reset to our log start may hold less than
-            # it once acknowledged (only records below our log start, all committed).
+        if progress.match_offset is None or match > progress.match_offset:
+            # Never back: what a follower acknowledged in our epoch it keeps (a reset
+            # drops nothing it acknowledged).
             progress.match_offset = match
         while progress.inflight and progress.inflight[0] <= progress.match_offset:
             progress.inflight.popleft()
         if progress.probing:
-            progress.probing = False
-            progress.probe_sent = False
+            progress.probing = progress.probe_sent = progress.resetting = False
             progress.next_offset = progress.match_offset
             progress.inflight.clear()
         if self._maybe_advance_hwm():
             self._complete_produces()
 
     def _on_append_rejected(self, progress: Progress, msg: AppendResponse) -> None:
-        if progress.probing and msg.prev_offset != progress.next_offset:
-            return  # an answer to an older probe
-        if progress.match_offset is not None and msg.prev_offset < progress.match_offset:
+        if not progress.probing and msg.prev_offset < (progress.match_offset or 0):
             return  # stale: that prefix is verified already
         _, epoch_end = self.log.end_offset_for_epoch(msg.hint_epoch)
-        progress.next_offset = Offset(min(msg.match_offset, epoch_end, self.log.log_end_offset))
-        progress.probing = True
-        progress.probe_sent = False
-        progress.inflight.clear()
+        next_offset = min(msg.match_offset, epoch_end, self.log.log_end_offset)
+        # Each rejection moves the probe back, down to a reset at worst: no probe loops.
+        self._start_probe(progress, Offset(max(0, min(next_offset, msg.prev_offset - 1))))
 
     def _maybe_advance_hwm(self) -> bool:
         """Move the HWM to what quorum_size durable copies hold (rule 3)."""

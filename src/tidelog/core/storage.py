@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from tidelog.core.messages import HardState
-from tidelog.records import read_header
-from tidelog.types import Epoch, NodeId, Offset
+from tidelog.records import BatchHeader, read_header
+from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
 
 class EpochEntry(NamedTuple):
@@ -62,9 +62,10 @@ class LogStorage(Protocol):
         """Make `offset` (at most the saved HWM) the log start; drop what lies wholly below."""
         ...
 
-    def reset(self, *, start_offset: Offset) -> None:
+    def reset(self, *, start_offset: Offset, prev_epoch: Epoch) -> None:
         """Drop the whole log and start it empty at `start_offset`, which becomes the log
-        start and the HWM (a follower behind its leader's log start)."""
+        start and the HWM (a follower behind its leader's log start). `prev_epoch` is the
+        epoch of the record at start_offset - 1: the epoch history keeps it (`reset_epochs`)."""
         ...
 
     def sync(self) -> None:
@@ -82,14 +83,47 @@ def initial_state(epochs: tuple[EpochEntry, ...] = ()) -> StoredState:
     )
 
 
-def trim_epochs(epochs: list[EpochEntry], log_start_offset: Offset) -> list[EpochEntry]:
-    """Kafka's truncateFromStart: drop entries before the log start except the one covering
-    it, whose start becomes the log start offset."""
-    index = bisect.bisect_right(epochs, log_start_offset, key=lambda e: e.start_offset)
+def trim_epochs(epochs: list[EpochEntry], first_offset: Offset) -> list[EpochEntry]:
+    """Kafka's truncateFromStart, one record further back: the history of the records from
+    `first_offset - 1` on, where `first_offset` is the first offset the log still holds
+    (the base of its first batch). The entry covering first_offset - 1 stays, its start
+    raised to that offset: an emptied log still knows the epoch of its last record (Raft's
+    snapshot "last included term"), for votes and for consistency checks."""
+    if first_offset <= 0:
+        return list(epochs)
+    before = Offset(first_offset - 1)
+    index = bisect.bisect_right(epochs, before, key=lambda e: e.start_offset)
     if index == 0:
         return list(epochs)
-    covering = EpochEntry(epochs[index - 1].epoch, log_start_offset)
-    return [covering, *epochs[index:]]
+    covering = epochs[index - 1]
+    return [EpochEntry(covering.epoch, Offset(max(covering.start_offset, before))), *epochs[index:]]
+
+
+def reset_epochs(start_offset: Offset, prev_epoch: Epoch) -> list[EpochEntry]:
+    """The history of a log emptied at `start_offset` whose last record was of `prev_epoch`."""
+    if start_offset <= 0 or prev_epoch == NO_EPOCH:
+        return []
+    return [EpochEntry(prev_epoch, Offset(start_offset - 1))]
+
+
+def extend_epochs(epochs: list[EpochEntry], header: BatchHeader) -> bool:
+    """A batch was appended: a larger epoch begins at its base (Kafka's
+    LeaderEpochFileCache.assign, which replaces entries at or after it). True if changed."""
+    if epochs and header.epoch <= epochs[-1].epoch:
+        return False
+    while epochs and epochs[-1].start_offset >= header.base_offset:
+        epochs.pop()
+    epochs.append(EpochEntry(header.epoch, header.base_offset))
+    return True
+
+
+def truncate_epochs(epochs: list[EpochEntry], offset: Offset) -> bool:
+    """The log lost everything at or above `offset`: so do the epochs. True if changed."""
+    changed = False
+    while epochs and epochs[-1].start_offset >= offset:
+        epochs.pop()
+        changed = True
+    return changed
 
 
 @dataclass(slots=True)
@@ -99,10 +133,16 @@ class _MemoryLog:
     hard_state: HardState
     hwm: Offset
     log_start: Offset = field(default_factory=lambda: Offset(0))
+    epochs: list[EpochEntry] = field(default_factory=list)
 
     def copy(self) -> _MemoryLog:
         return _MemoryLog(
-            list(self.batches), list(self.ends), self.hard_state, self.hwm, self.log_start
+            list(self.batches),
+            list(self.ends),
+            self.hard_state,
+            self.hwm,
+            self.log_start,
+            list(self.epochs),
         )
 
 
@@ -118,17 +158,12 @@ class MemoryStorage:
     def load(self) -> StoredState:
         log = self._working
         end = Offset(log.ends[-1]) if log.ends else log.log_start
-        epochs: list[EpochEntry] = []
-        for batch in log.batches:
-            header = read_header(batch)
-            if not epochs or header.epoch > epochs[-1].epoch:
-                epochs.append(EpochEntry(header.epoch, header.base_offset))
         return StoredState(
             hard_state=log.hard_state,
             hwm=Offset(min(max(log.hwm, log.log_start), end)),
             log_start_offset=log.log_start,
             log_end_offset=end,
-            epochs=tuple(trim_epochs(epochs, log.log_start)),
+            epochs=tuple(log.epochs),
         )
 
     def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
@@ -156,6 +191,7 @@ class MemoryStorage:
             assert read_header(log.batches[index]).base_offset == offset, "not a batch boundary"
         del log.batches[index:]
         del log.ends[index:]
+        truncate_epochs(log.epochs, offset)
 
     def append(self, batches: list[bytes]) -> None:
         log = self._working
@@ -163,6 +199,7 @@ class MemoryStorage:
             header = read_header(batch)
             end = log.ends[-1] if log.ends else log.log_start
             assert header.base_offset == end, "append leaves a gap"
+            extend_epochs(log.epochs, header)
             log.batches.append(batch)
             log.ends.append(header.next_offset)
 
@@ -178,13 +215,16 @@ class MemoryStorage:
         index = bisect.bisect_right(log.ends, offset)
         del log.batches[:index]
         del log.ends[:index]
+        first = read_header(log.batches[0]).base_offset if log.batches else offset
+        log.epochs = trim_epochs(log.epochs, first)
 
-    def reset(self, *, start_offset: Offset) -> None:
+    def reset(self, *, start_offset: Offset, prev_epoch: Epoch) -> None:
         log = self._working
         log.batches.clear()
         log.ends.clear()
         log.log_start = start_offset
         log.hwm = start_offset
+        log.epochs = reset_epochs(start_offset, prev_epoch)
 
     def sync(self) -> None:
         self._durable = self._working.copy()

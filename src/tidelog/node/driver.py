@@ -19,7 +19,7 @@ def write_ready(storage: LogStorage, ready: Ready) -> None:
     if ready.hard_state is not None:
         storage.save_hard_state(ready.hard_state)
     if ready.reset_to is not None:
-        storage.reset(start_offset=ready.reset_to)
+        storage.reset(start_offset=ready.reset_to, prev_epoch=ready.reset_prev_epoch)
     if ready.truncate_to is not None:
         storage.truncate_to(offset=ready.truncate_to)
     if ready.batches:

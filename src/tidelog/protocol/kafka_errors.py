@@ -27,6 +27,7 @@ from tidelog.errors import (
     RequestTimedOut,
     StorageError,
     TidelogError,
+    UnknownProducerId,
 )
 
 
@@ -123,6 +124,7 @@ _CODE_OF_ERROR: Final[dict[type[TidelogError], ErrorCode]] = {
     StorageError: ErrorCode.KAFKA_STORAGE_ERROR,
     OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
+    UnknownProducerId: ErrorCode.UNKNOWN_PRODUCER_ID,
 }
 
 

@@ -12,7 +12,7 @@ import random
 
 from tidelog.core.messages import HardState
 from tidelog.core.storage import StoredState
-from tidelog.types import NodeId, Offset
+from tidelog.types import Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, WalConfig
 
 # Small segments and a dense index, so that rolling, the index and truncation across
@@ -65,8 +65,8 @@ class SimDiskStorage:
     def advance_log_start(self, offset: Offset) -> None:
         self.log.advance_log_start(offset)
 
-    def reset(self, *, start_offset: Offset) -> None:
-        self.log.reset(start_offset=start_offset)
+    def reset(self, *, start_offset: Offset, prev_epoch: Epoch) -> None:
+        self.log.reset(start_offset=start_offset, prev_epoch=prev_epoch)
 
     def sync(self) -> None:
         self.log.sync()

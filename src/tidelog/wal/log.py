@@ -26,12 +26,20 @@ Rules of this file:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidelog.core.messages import HardState
-from tidelog.core.storage import EpochEntry, StoredState, trim_epochs
+from tidelog.core.storage import (
+    EpochEntry,
+    StoredState,
+    extend_epochs,
+    reset_epochs,
+    trim_epochs,
+    truncate_epochs,
+)
 from tidelog.errors import CorruptBatch, OffsetOutOfRange, StorageError
 from tidelog.records import HEADER_SIZE, BatchHeader, check_batch, read_header
 from tidelog.types import Epoch, Offset
@@ -213,8 +221,7 @@ class DiskStorage:
             assert header.base_offset == offset, "not a batch boundary"
         segment.truncate(position, offset)
         self._mark_dirty(segment)
-        while self._epochs and self._epochs[-1].start_offset >= offset:
-            self._epochs.pop()
+        if truncate_epochs(self._epochs, offset):
             self._epochs_dirty = True
         self._hwm = Offset(min(self._hwm, offset))
         self._flush(self._clock())
@@ -322,22 +329,26 @@ class DiskStorage:
         if offset > self.log_start_offset:
             self._move_log_start(offset)
 
-    def reset(self, *, start_offset: Offset) -> None:
+    def reset(self, *, start_offset: Offset, prev_epoch: Epoch) -> None:
         """Drop the whole log and start it empty at `start_offset`, which becomes the log
         start and the HWM: a follower behind its leader's log start (Kafka's
         truncateFullyAndStartAt). Everything below it is committed and deleted on the
-        leader. The checkpoints move first, so after a crash in between the old segments
-        below `start_offset` are hidden and any above it are an ordinary divergent tail.
-        Durable on return."""
+        leader; `prev_epoch` is the epoch of its record at start_offset - 1, which the epoch
+        history keeps. The checkpoints move first, so after a crash in between the old
+        segments below `start_offset` are hidden and any above it are an ordinary divergent
+        tail. Durable on return."""
         self._check_serving()
         self.log_start_offset = start_offset
         self._hwm = self._hwm_checkpointed = start_offset
+        self._epochs = reset_epochs(start_offset, prev_epoch)
+        self._epochs_dirty = False
         ckpt.write_checkpoints(
             self._fs,
             self.directory,
             {
                 ckpt.LOG_START_OFFSET: ckpt.offset_rows(start_offset),
                 ckpt.HWM: ckpt.offset_rows(start_offset),
+                ckpt.LEADER_EPOCH: ckpt.epoch_rows(self._epochs),
             },
         )
         for segment in self._segments:
@@ -347,8 +358,6 @@ class DiskStorage:
         self._fs.fsync_dir(self.directory)
         self._dir_dirty = False
         self._write_recovery_point(start_offset)
-        self._epochs = []
-        self._epochs_dirty = True
 
     def _move_log_start(self, offset: Offset) -> None:
         """Checkpoint the new log start first, then remove the segments below it: after a
@@ -368,8 +377,7 @@ class DiskStorage:
             self._forget(segment)
             segment.delete()
         self._fs.fsync_dir(self.directory)
-        self._epochs = trim_epochs(self._epochs, offset)
-        self._epochs_dirty = True
+        self._trim_epochs()
 
     # --- time index -------------------------------------------------------------------
     def offset_for_timestamp(self, timestamp: int) -> Offset | None:
@@ -403,8 +411,20 @@ class DiskStorage:
     def _extend_epochs(self, header: BatchHeader) -> None:
         last = self._epochs[-1].epoch if self._epochs else None
         assert last is None or header.epoch >= last, "epochs never go back in the log"
-        if last is None or header.epoch > last:
-            assign_epoch(self._epochs, EpochEntry(header.epoch, header.base_offset))
+        if extend_epochs(self._epochs, header):
+            self._epochs_dirty = True
+
+    def _trim_epochs(self) -> None:
+        """Keep the history from the record before the batch holding the log start on
+        (`trim_epochs`); from the first segment's base when that batch cannot be read."""
+        first = self._segments[0].base_offset
+        segment = self._segments[0]
+        if segment.base_offset < self.log_start_offset < segment.end_offset:
+            with contextlib.suppress(CorruptBatch):
+                first = segment.find(self.log_start_offset)[1].base_offset
+        trimmed = trim_epochs(self._epochs, first)
+        if trimmed != self._epochs:
+            self._epochs = trimmed
             self._epochs_dirty = True
 
     def _should_roll(self, header: BatchHeader, pending_bytes: int) -> bool:
@@ -556,7 +576,7 @@ class DiskStorage:
         else:
             self._open_segments(bases)
         self.log_start_offset = Offset(max(self.log_start_offset, self._segments[0].base_offset))
-        self._epochs = trim_epochs(self._epochs, self.log_start_offset)
+        self._trim_epochs()
         self._hwm_checkpointed = Offset(min(self._hwm_checkpointed, self.log_end_offset))
         self._hwm = self._hwm_checkpointed
 
@@ -651,8 +671,7 @@ class DiskStorage:
         for _, header in scan_batches(
             self._fs, segment.log_path, 0, segment.size_bytes, verify=False
         ):
-            if not self._epochs or header.epoch > self._epochs[-1].epoch:
-                assign_epoch(self._epochs, EpochEntry(header.epoch, header.base_offset))
+            if extend_epochs(self._epochs, header):
                 self._epochs_dirty = True
 
     def _drop_files_after(self, bases: list[Offset]) -> None:
@@ -672,14 +691,6 @@ def add_once(segments: list[Segment], segment: Segment) -> None:
 def is_segment_name(name: str) -> bool:
     stem = name[: -len(LOG_SUFFIX)]
     return name.endswith(LOG_SUFFIX) and len(stem) == OFFSET_DIGITS and stem.isdigit()
-
-
-def assign_epoch(epochs: list[EpochEntry], entry: EpochEntry) -> None:
-    """Add a new epoch; as Kafka's LeaderEpochFileCache.assign, it replaces any entry that
-    starts at or after it (the covering entry left at the log start by retention)."""
-    while epochs and epochs[-1].start_offset >= entry.start_offset:
-        epochs.pop()
-    epochs.append(entry)
 
 
 def first_offset_at(batch: bytes, timestamp: int) -> Offset | None:

@@ -18,6 +18,12 @@ Rules of this file:
    (KIP-320). A leader that has not heard from a majority for an election timeout steps
    down (check-quorum); a replica that heard from a leader within one ignores votes and
    pre-votes (leader lease), so a healed node cannot depose a healthy leader.
+7. A follower behind the leader's log start is reset to it; the reset names the epoch of
+   the record before it, and a follower holding that record keeps its log: nothing it
+   acknowledged is ever dropped, so a follower's match only grows. A probing leader takes
+   only the answer to its probe (requests carry a seq), and a reset that is lost is sent
+   again as a reset (scenarios 19, 20). An emptied log still knows the epoch of its last
+   record, for votes and consistency checks (scenario 22).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ Commands (nodes are numbers; lists are comma-separated):
     campaign N            start an election on N, as if its timer fired
     tick N[,M] [count=K] [deliver=..]  K ticks of the nodes' clocks; messages stay in
                           flight, or are delivered quietly among `deliver` after each tick
-    deliver [from=..] [to=..] [type=append|append-resp|vote|vote-resp] [count=K]
-                          deliver matching messages in flight, oldest first
+    deliver [from=..] [to=..] [type=append|append-resp|vote|vote-resp] [count=K] [skip=S]
+                          deliver matching messages in flight, oldest first (after the
+                          S oldest, which stay in flight: reordering)
     drop [from=..] [to=..] [type=..]     lose matching messages in flight
     stabilize [nodes=..]  deliver everything (among `nodes`) until nothing is in flight
     produce N acks=all|1|0 value=V [records=K]
@@ -196,7 +197,8 @@ class Scenario:
     def cmd_deliver(self, args: list[str], kv: dict[str, str]) -> None:
         del args
         limit = int(kv.get("count", "1000000"))
-        for envelope in list(self.matching(kv))[:limit]:
+        skip = int(kv.get("skip", "0"))
+        for envelope in list(self.matching(kv))[skip : skip + limit]:
             self.deliver(envelope)
 
     def cmd_drop(self, args: list[str], kv: dict[str, str]) -> None:

@@ -121,3 +121,21 @@ def test_a_malformed_request_closes_only_that_connection(cluster: LiveCluster) -
         assert len(admin.describe_cluster()["brokers"]) == 3  # still answering
     finally:
         admin.close()
+
+
+def test_clients_cannot_write_internal_topics(cluster: LiveCluster) -> None:
+    """Only the group coordinators write __consumer_offsets: a client's Produce there is
+    refused with INVALID_TOPIC_EXCEPTION, as Kafka refuses it."""
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "message.timeout.ms": 20_000})
+    errors: list[object] = []
+    producer.produce(
+        "__consumer_offsets",
+        b"forged commit",
+        partition=0,
+        on_delivery=lambda error, message: errors.append(error),
+    )
+    deadline = time.monotonic() + DEADLINE_S
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.1)
+    assert errors, "no delivery report before the deadline"
+    assert errors[0] is not None and errors[0].code() == 17, errors  # TOPIC_EXCEPTION

@@ -183,11 +183,66 @@ def test_topics_create_json_and_errors(cluster: LiveCluster) -> None:
         "replication_factor": 1,
         "configs": {},
     }
-    failed(run(cluster, "topics", "create", "created"), "topic 'created' already exists")
+    failed(run(cluster, "topics", "create", "created"), "Topic 'created' already exists.")
     failed(run(cluster, "topics", "create", "u", "--config", "novalue"), "bad --config")
     assert run(cluster, "topics", "create", "u", "--partitions", "0").exit_code == 2
     failed(run(cluster, "topics", "describe", "nope"), "unknown topic 'nope'")
     failed(run(cluster, "topics", "delete", "nope"), "unknown topic 'nope'")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["t", "--config", "retention.ms=abc"],
+            "Invalid value abc for configuration retention.ms: Not a number of type LONG",
+        ),
+        (
+            ["t", "--config", "segment.bytes=0"],
+            "Invalid value 0 for configuration segment.bytes: Value must be at least 14",
+        ),
+        (
+            ["t", "--config", "retention.bytes=1.5"],
+            "Invalid value 1.5 for configuration retention.bytes: Not a number of type LONG",
+        ),
+        (
+            ["t", "--config", "cleanup.policy=compact"],
+            "Invalid value compact for configuration cleanup.policy: log compaction is not",
+        ),
+        (["t", "--config", "flush.ms=1"], "Unknown topic config name: flush.ms"),
+        (["é"], "Topic name 'é' is illegal, it contains a character other than ASCII"),
+        (["."], 'Topic name cannot be "." or ".."'),
+        (["__cluster_metadata"], "Creation of internal topic __cluster_metadata is prohibited"),
+        (["__consumer_offsets"], "Creation of internal topic __consumer_offsets is prohibited"),
+    ],
+)
+def test_topics_create_refuses_bad_configs_and_names(
+    cluster: LiveCluster, args: list[str], message: str
+) -> None:
+    """Refused before anything is proposed, with Kafka's message; the cluster carries on."""
+    failed(run(cluster, "topics", "create", *args), message)
+    assert "t" not in listed(cluster)
+
+
+def test_dotted_and_underscored_names_collide(cluster: LiveCluster) -> None:
+    create(cluster, "my.topic", partitions=1, factor=1)
+    failed(
+        run(cluster, "topics", "create", "my_topic"),
+        "Topic 'my_topic' collides with existing topic: my.topic",
+    )
+
+
+def test_internal_topics_are_protected(cluster: LiveCluster) -> None:
+    poll(lambda: led_rows(cluster, "__consumer_offsets"))
+    failed(
+        run(cluster, "delete-records", "__consumer_offsets", "--partition", "0", "--offset", "-1"),
+        "InvalidTopicError",
+    )
+    failed(  # not even listed in Metadata
+        run(cluster, "delete-records", "__cluster_metadata", "--partition", "0", "--offset", "-1"),
+        "unknown partition 0 of '__cluster_metadata'",
+    )
+    failed(run(cluster, "topics", "delete", "__consumer_offsets"), "InvalidTopicError")
 
 
 def test_describe_json_without_a_local_cluster(cluster: LiveCluster) -> None:

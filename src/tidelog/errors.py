@@ -15,6 +15,7 @@ Expected failures are values of these types (or raised as them); bugs are assert
     ├── InvalidProducerEpoch           an idempotent producer's epoch was fenced
     ├── UnknownProducerId              an idempotent producer's state is not known here
     ├── CorruptBatch                   a record batch failed its CRC-32C or framing checks
+    ├── MetadataError                  a metadata command (topic, config) cannot be carried out
     └── StorageError                   the disk log cannot serve (needs repair, bad path)
 """
 
@@ -102,6 +103,14 @@ class UnknownProducerId(TidelogError):
 
 class CorruptBatch(TidelogError):
     """A record batch failed its CRC-32C or framing checks."""
+
+
+class MetadataError(TidelogError):
+    """A metadata command that cannot be carried out; `code` names the Kafka error."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class StorageError(TidelogError):

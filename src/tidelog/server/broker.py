@@ -30,9 +30,10 @@ from tidelog.core.messages import Message
 from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Role
 from tidelog.protocol.peer import BrokerNotice, LeaderNotice, PartitionKey
 from tidelog.server.config import BrokerConfig
-from tidelog.server.groups import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
+from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.metadata import (
     METADATA_TOPIC,
+    OFFSETS_TOPIC,
     Change,
     MetadataImage,
     TopicInfo,
@@ -40,8 +41,9 @@ from tidelog.server.metadata import (
     place_replicas,
 )
 from tidelog.server.partition import PartitionRunner, apply_committed
+from tidelog.server.topic_config import TopicConfig
 from tidelog.types import Epoch, NodeId
-from tidelog.wal import DiskStorage, WalConfig
+from tidelog.wal import DiskStorage
 from tidelog.wal.batches import producer_batch
 
 log = logging.getLogger("tidelog.broker")
@@ -49,6 +51,8 @@ log = logging.getLogger("tidelog.broker")
 NOTICE_EVERY_TICKS = 5
 RETENTION_EVERY_TICKS = 100
 FLUSH_INTERVAL_MS_WEAK = 1000
+# The metadata log keeps every command: a node that restarts replays them all.
+METADATA_CONFIG = TopicConfig(retention_ms=None)
 SYNC_THREADS = 4
 
 
@@ -60,19 +64,6 @@ def now_ms() -> int:
 def monotonic_ms() -> int:
     """A clock that never jumps: the core's `now_ms` (read leases)."""
     return int(time.monotonic() * 1000)
-
-
-def wal_config_of(configs: dict[str, str], *, fsync: bool) -> WalConfig:
-    """A partition's log settings from its topic's configs (Kafka's names and defaults)."""
-    defaults = WalConfig()
-    retention_ms = int(configs.get("retention.ms", defaults.retention_ms or -1))
-    retention_bytes = int(configs.get("retention.bytes", -1))
-    return WalConfig(
-        segment_bytes=int(configs.get("segment.bytes", defaults.segment_bytes)),
-        retention_ms=None if retention_ms < 0 else retention_ms,
-        retention_bytes=None if retention_bytes < 0 else retention_bytes,
-        flush_interval_ms=None if fsync else FLUSH_INTERVAL_MS_WEAK,
-    )
 
 
 class Broker:
@@ -106,7 +97,7 @@ class Broker:
         )
         self.coordinators: dict[int, GroupCoordinator] = {}
         self.creating_offsets_topic = False
-        self.metadata = self.open_partition(self.metadata_key, self.all_nodes, None)
+        self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
 
     # ---------------------------------------------------------------- partitions -------
     def partition_dir(self, key: PartitionKey) -> Path:
@@ -116,17 +107,17 @@ class Broker:
         self,
         key: PartitionKey,
         replicas: tuple[NodeId, ...],
-        min_insync: int | None,
-        configs: dict[str, str] | None = None,
+        config: TopicConfig,
     ) -> PartitionRunner:
-        wal_config = wal_config_of(configs or {}, fsync=self.config.fsync)
+        flush_interval_ms = None if self.config.fsync else FLUSH_INTERVAL_MS_WEAK
+        wal_config = config.wal_config(flush_interval_ms=flush_interval_ms)
         storage = DiskStorage(str(self.partition_dir(key)), clock=now_ms, config=wal_config)
         replica_config = ReplicaConfig(
             self.node_id,
             replicas,
             election_ticks=self.config.election_ticks,
             heartbeat_ticks=self.config.heartbeat_ticks,
-            min_insync_replicas=min_insync,
+            min_insync_replicas=config.min_insync_replicas,
             tick_ms=self.config.tick_ms,
         )
         replica = Replica(replica_config, storage, self.rng)
@@ -182,7 +173,7 @@ class Broker:
             key = PartitionKey(topic.name, partition)
             if self.node_id not in replicas or key in self.runners:
                 continue
-            runner = self.open_partition(key, replicas, topic.min_insync(), topic.configs)
+            runner = self.open_partition(key, replicas, topic.config)
             log.info("hosting %s-%d (replicas %s)", topic.name, partition, list(nodes))
             if replicas[0] == self.node_id and runner.replica.epoch == 0:
                 runner.submit(Replica.campaign)  # the preferred leader starts at once

@@ -19,12 +19,12 @@ from tidelog.protocol.peer import PartitionKey
 from tidelog.server.answers import body_of, client_host, host_of, response
 from tidelog.server.broker import Broker, monotonic_ms
 from tidelog.server.groups import (
-    OFFSETS_TOPIC,
     GroupCoordinator,
     GroupError,
     GroupState,
     group_partition,
 )
+from tidelog.server.metadata import OFFSETS_TOPIC
 
 KEY_TYPE_GROUP = 0
 

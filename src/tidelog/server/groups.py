@@ -48,12 +48,12 @@ from typing import Any
 from tidelog.core.replica import ACKS_ALL, Role
 from tidelog.errors import NotEnoughReplicas, NotLeader, OffsetNotAvailable, TidelogError
 from tidelog.protocol.kafka_errors import ErrorCode
+from tidelog.server.metadata import OFFSETS_TOPIC
 from tidelog.server.partition import PartitionRunner, apply_committed
 from tidelog.wal.batches import producer_batch
 
 log = logging.getLogger("tidelog.groups")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_METADATA_BYTES_MAX = 4096
 JOIN_WAIT_SLACK_S = 5.0
 GROUP_ID_LENGTH_MAX = 255

@@ -21,6 +21,7 @@ from typing import Any
 from tidelog.core.replica import ACKS_ALL, Role
 from tidelog.errors import (
     CorruptBatch,
+    MetadataError,
     NotLeader,
     OffsetOutOfRange,
     RequestTimedOut,
@@ -43,11 +44,11 @@ from tidelog.records import check_framing, iter_batches
 from tidelog.server.answers import body_of, host_of, response
 from tidelog.server.broker import Broker, monotonic_ms
 from tidelog.server.group_api import GROUP_HANDLERS
-from tidelog.server.groups import OFFSETS_TOPIC
 from tidelog.server.metadata import (
+    INTERNAL_TOPICS,
     METADATA_TOPIC,
-    MetadataError,
     place_replicas,
+    quoted,
     validate_topic,
 )
 from tidelog.server.partition import PartitionRunner
@@ -60,7 +61,6 @@ FETCH_WAIT_MS_MAX = 30_000
 PRODUCE_TIMEOUT_MS_MAX = 120_000
 METADATA_APPLY_WAIT_S = 10.0
 _producer_ids = itertools.count(1)
-INTERNAL_TOPICS = frozenset({METADATA_TOPIC, OFFSETS_TOPIC})
 
 
 async def handle(broker: Broker, request: KafkaRequest) -> Any:
@@ -417,8 +417,12 @@ async def create_topic(
 ) -> tuple[ErrorCode, str | None]:
     if broker.metadata.replica.role is not Role.LEADER:
         return ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
+    if not isinstance(topic.name, str):
+        return ErrorCode.INVALID_REQUEST, "a topic name is required"
+    if topic.name in INTERNAL_TOPICS:
+        return ErrorCode.INVALID_REQUEST, f"Creation of internal topic {topic.name} is prohibited."
     if topic.name in broker.image.topics:
-        return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists"
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {quoted(topic.name)} already exists."
     partitions = (
         topic.num_partitions if topic.num_partitions > 0 else broker.config.default_partitions
     )
@@ -427,9 +431,16 @@ async def create_topic(
         if topic.replication_factor > 0
         else broker.config.default_replication_factor
     )
-    configs = {config.name: config.value for config in topic.configs}
+    configs = {config.name: config.value for config in topic.configs or ()}
     try:
-        validate_topic(topic.name, partitions, factor, configs, len(broker.all_nodes))
+        validate_topic(
+            topic.name,
+            partitions,
+            factor,
+            configs,
+            nodes=len(broker.all_nodes),
+            existing=set(broker.image.topics),
+        )
     except MetadataError as error:
         return ErrorCode[error.code], str(error)
     if validate_only:
@@ -449,10 +460,10 @@ async def delete_topics(broker: Broker, request: KafkaRequest) -> Any:
         message: str | None
         if broker.metadata.replica.role is not Role.LEADER:
             code, message = ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
-        elif name not in broker.image.topics:
-            code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"
         elif name in INTERNAL_TOPICS:
             code, message = ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic"
+        elif name not in broker.image.topics:
+            code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {quoted(str(name))}"
         else:
             code, message = await commit_command(broker, {"type": "delete_topic", "name": name})
         results.append(cls(name=name, error_code=int(code), error_message=message))
@@ -492,6 +503,8 @@ async def delete_records(broker: Broker, request: KafkaRequest) -> Any:
 
 
 async def delete_partition_records(broker: Broker, topic: str, part: Any) -> tuple[ErrorCode, int]:
+    if topic in INTERNAL_TOPICS:  # Kafka: "Cannot delete records of internal topic"
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, -1
     runner = broker.runner(topic, part.partition_index)
     if runner is None:
         known = topic in broker.image.topics

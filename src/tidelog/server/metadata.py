@@ -7,6 +7,10 @@ Rules of this file:
   function of the same log.
 - Applying is pure and idempotent per offset: `MetadataImage.apply` takes one committed
   command and returns what changed, for the broker to act on (create or remove replicas).
+- Every command is validated before it is proposed (`validate_topic`) and again when it is
+  applied: a committed command that cannot be applied (malformed, or invalid) is logged
+  with its offset and changes nothing, the same outcome on every node. Applying never
+  raises: what a node receives can never stop it.
 - Replicas are placed round-robin, starting at a different node for each partition, so
   leaders spread over the nodes.
 """
@@ -14,40 +18,36 @@ Rules of this file:
 from __future__ import annotations
 
 import json
+import logging
+import string
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidelog.errors import TidelogError
+from tidelog.errors import MetadataError
+from tidelog.server.topic_config import TopicConfig
 
 METADATA_TOPIC = "__cluster_metadata"
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, OFFSETS_TOPIC})
 TOPIC_NAME_MAX = 249
 PARTITIONS_MAX = 10_000
-TOPIC_CONFIG_KEYS = frozenset(
-    {"min.insync.replicas", "retention.ms", "retention.bytes", "segment.bytes", "cleanup.policy"}
-)
+TOPIC_NAME_CHARACTERS = frozenset(string.ascii_letters + string.digits + "._-")
+QUOTED_MAX = 300  # how much of a client's text an error message or log line quotes
+LOGGED_BYTES_MAX = 120  # of a command's bytes, in a log line (up to 4 characters each)
 
-
-class MetadataError(TidelogError):
-    """A metadata command that cannot be carried out; `code` names the Kafka error."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
     name: str
     replicas: tuple[tuple[int, ...], ...]  # per partition, the node ids holding it
-    configs: dict[str, str] = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)  # as given
+    config: TopicConfig = field(default_factory=TopicConfig)  # as parsed
 
     @property
     def partitions(self) -> int:
         return len(self.replicas)
-
-    def min_insync(self) -> int | None:
-        value = self.configs.get("min.insync.replicas")
-        return int(value) if value is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +69,50 @@ def place_replicas(
     )
 
 
+def quoted(text: str) -> str:
+    """A client's text for a message or a log line: at most QUOTED_MAX characters."""
+    return repr(text if len(text) <= QUOTED_MAX else text[:QUOTED_MAX] + "...")
+
+
+def validate_topic_name(name: str, existing: set[str] | frozenset[str] = frozenset()) -> None:
+    """Kafka's rules for topic names (Topic.validate), and its collision rule: '.' and '_'
+    collide in metric names, so `a.b` and `a_b` cannot both exist."""
+    if not name:
+        raise MetadataError("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise MetadataError("INVALID_TOPIC_EXCEPTION", 'Topic name cannot be "." or ".."')
+    if len(name) > TOPIC_NAME_MAX:
+        raise MetadataError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"Topic name is illegal, it can't be longer than {TOPIC_NAME_MAX} characters, "
+            f"topic name: {quoted(name)}",
+        )
+    if not TOPIC_NAME_CHARACTERS.issuperset(name):
+        raise MetadataError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"Topic name {quoted(name)} is illegal, it contains a character other than ASCII "
+            "alphanumerics, '.', '_' and '-'",
+        )
+    unified = name.replace(".", "_")
+    for other in existing:
+        if other != name and other.replace(".", "_") == unified:
+            raise MetadataError(
+                "INVALID_TOPIC_EXCEPTION",
+                f"Topic {quoted(name)} collides with existing topic: {other}",
+            )
+
+
 def validate_topic(
-    name: str, partitions: int, replication_factor: int, configs: dict[str, str], nodes: int
-) -> None:
-    """Raise MetadataError when a topic cannot be created as asked."""
-    if not name or len(name) > TOPIC_NAME_MAX or name in (".", ".."):
-        raise MetadataError("INVALID_TOPIC_EXCEPTION", f"invalid topic name {name!r}")
-    if not all(c.isalnum() or c in "._-" for c in name):
-        raise MetadataError("INVALID_TOPIC_EXCEPTION", f"topic name {name!r}: use [a-zA-Z0-9._-]")
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    configs: dict[str, str | None],
+    *,
+    nodes: int,
+    existing: set[str] | frozenset[str] = frozenset(),
+) -> TopicConfig:
+    """The topic's parsed configs; raise MetadataError when it cannot be created as asked."""
+    validate_topic_name(name, existing)
     if not 1 <= partitions <= PARTITIONS_MAX:
         raise MetadataError(
             "INVALID_PARTITIONS", f"{partitions} partitions: use 1..{PARTITIONS_MAX}"
@@ -86,16 +122,7 @@ def validate_topic(
             "INVALID_REPLICATION_FACTOR",
             f"replication factor {replication_factor}: the cluster has {nodes} nodes",
         )
-    unknown = set(configs) - TOPIC_CONFIG_KEYS
-    if unknown:
-        raise MetadataError("INVALID_CONFIG", f"unknown topic configs: {sorted(unknown)}")
-    min_insync = configs.get("min.insync.replicas")
-    if min_insync is not None and not (
-        min_insync.isdigit() and 1 <= int(min_insync) <= replication_factor
-    ):
-        raise MetadataError(
-            "INVALID_CONFIG", f"min.insync.replicas={min_insync}: use 1..{replication_factor}"
-        )
+    return TopicConfig.parse(configs, replication_factor=replication_factor)
 
 
 def encode_command(command: dict[str, Any]) -> bytes:
@@ -110,26 +137,73 @@ class MetadataImage:
         self.applied_offset = 0  # every command below this offset is applied
 
     def apply(self, offset: int, value: bytes) -> Change:
-        """Apply the committed command at `offset`; commands are applied once, in order."""
-        assert offset >= self.applied_offset
+        """Apply the committed command at `offset`; commands are applied once, in order.
+        One that cannot be applied is logged and changes nothing (never raises)."""
+        if offset < self.applied_offset:
+            return Change()  # applied already
         self.applied_offset = offset + 1
-        command = json.loads(value)
-        kind = command.get("type")
-        if kind == "create_topic":
-            return self._create(command)
-        if kind == "delete_topic":
-            return self._delete(command)
-        return Change()
+        try:
+            command = json.loads(value)
+            if not isinstance(command, dict):
+                raise MetadataError("INVALID_REQUEST", "a command is a JSON object")
+            kind = command.get("type")
+            if kind == "create_topic":
+                return self._create(command)
+            if kind == "delete_topic":
+                return self._delete(command)
+            raise MetadataError("INVALID_REQUEST", f"unknown command type {kind!r}")
+        except (MetadataError, ValueError) as error:
+            log.error(
+                "metadata command at offset %d not applied: %s (%s)",
+                offset,
+                str(error)[:QUOTED_MAX],
+                bytes(value[:LOGGED_BYTES_MAX]),
+            )
+            return Change()
 
     def _create(self, command: dict[str, Any]) -> Change:
-        name = command["name"]
+        name = _string(command, "name")
         if name in self.topics:
             return Change()  # a second create of the same name: the first one won
-        replicas = tuple(tuple(int(n) for n in nodes) for nodes in command["replicas"])
-        info = TopicInfo(name, replicas, dict(command.get("configs", {})))
+        replicas = _replicas(command.get("replicas"))
+        configs = command.get("configs", {})
+        if not isinstance(configs, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in configs.items()
+        ):
+            raise MetadataError("INVALID_CONFIG", "configs are a map of strings")
+        if name not in INTERNAL_TOPICS:
+            validate_topic_name(name, set(self.topics))
+        config = TopicConfig.parse(configs, replication_factor=len(replicas[0]))
+        info = TopicInfo(name, replicas, dict(configs), config)
         self.topics[name] = info
         return Change(created=(info,))
 
     def _delete(self, command: dict[str, Any]) -> Change:
-        info = self.topics.pop(command["name"], None)
+        info = self.topics.pop(_string(command, "name"), None)
         return Change(deleted=(info,)) if info is not None else Change()
+
+
+def _string(command: dict[str, Any], key: str) -> str:
+    value = command.get(key)
+    if not isinstance(value, str):
+        raise MetadataError("INVALID_REQUEST", f"{key} is not a string")
+    return value
+
+
+def _replicas(value: object) -> tuple[tuple[int, ...], ...]:
+    """A create command's placement: 1..PARTITIONS_MAX partitions, each the same number of
+    distinct node ids (bool is not a node id)."""
+    if not isinstance(value, list) or not 1 <= len(value) <= PARTITIONS_MAX:
+        raise MetadataError("INVALID_REQUEST", "replicas: a list of 1..10000 partitions")
+    placement = []
+    for nodes in value:
+        if (
+            not isinstance(nodes, list)
+            or not nodes
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in nodes)
+            or len(set(nodes)) != len(nodes)
+            or len(nodes) != len(value[0])
+        ):
+            raise MetadataError("INVALID_REQUEST", f"replicas: bad partition placement {nodes!r}")
+        placement.append(tuple(nodes))
+    return tuple(placement)

@@ -164,13 +164,15 @@ def admin_client(bootstrap: str) -> Iterator[Any]:
 def create_topic(
     bootstrap: str, name: str, *, partitions: int, replication_factor: int, configs: dict[str, str]
 ) -> None:
-    """Create one topic (CreateTopics). Raises ClientError, e.g. when it exists."""
+    """Create one topic (CreateTopics). Raises ClientError with the broker's message, e.g.
+    when it exists or a config is invalid."""
     spec = {"num_partitions": partitions, "replication_factor": replication_factor}
     with admin_client(bootstrap) as admin:
-        try:
-            admin.create_topics({name: {**spec, "configs": configs}})
-        except kafka_errors_module.TopicAlreadyExistsError as error:
-            raise ClientError(f"topic '{name}' already exists") from error
+        result = admin.create_topics({name: {**spec, "configs": configs}}, raise_errors=False)
+    for topic in result["topics"]:
+        if topic["error_code"] != 0:
+            error = kafka_errors_module.for_code(topic["error_code"])
+            raise ClientError(topic["error_message"] or error.__name__)
 
 
 def list_topics(bootstrap: str) -> list[str]:

@@ -1,0 +1,153 @@
+"""A topic's configs, parsed once, with Kafka's names, types, ranges and messages.
+
+Rules of this file:
+- `TopicConfig.parse` is the only reader of a topic's config strings. It runs before a
+  CreateTopics is proposed (a bad config is refused with Kafka's INVALID_CONFIG message,
+  naming the config and the value) and again when a committed command is applied, so a
+  value that somehow got into the metadata log still cannot stop a node.
+- Values are parsed as Kafka parses them (`ConfigDef`): trimmed, INT is 32 bits and LONG
+  64 bits, no fractions, each within Kafka's range for that config.
+- Only what tidelog implements is accepted: `cleanup.policy` takes `delete` (compaction is
+  not implemented); any other name is an unknown config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tidelog.errors import MetadataError
+from tidelog.wal import WalConfig
+from tidelog.wal.segment import SEGMENT_BYTES_MAX
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+MAX_MESSAGE_BYTES_DEFAULT = 1_048_588  # Kafka's message.max.bytes: 1 MiB + 12
+SEGMENT_BYTES_MIN = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0
+CLEANUP_POLICIES = ("delete",)
+
+
+def _number(name: str, text: str, *, kind: str, low: int, high: int) -> int:
+    """One INT or LONG config value, as Kafka's ConfigDef parses and validates it."""
+    stripped = text.strip()
+    digits = stripped[1:] if stripped[:1] in ("+", "-") else stripped
+    if not digits.isdecimal():
+        raise MetadataError(
+            "INVALID_CONFIG",
+            f"Invalid value {text} for configuration {name}: Not a number of type {kind}",
+        )
+    value = int(stripped)
+    if value < low:
+        raise MetadataError(
+            "INVALID_CONFIG", f"Invalid value {text} for configuration {name}: "
+            f"Value must be at least {low}"
+        )
+    if value > high:
+        raise MetadataError(
+            "INVALID_CONFIG", f"Invalid value {text} for configuration {name}: "
+            f"Value must be no more than {high}"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """The configs of one topic (Kafka's defaults where none is given)."""
+
+    min_insync_replicas: int | None = None  # None: a majority of the replicas
+    retention_ms: int | None = 7 * 24 * 3600 * 1000  # None: keep for ever (-1)
+    retention_bytes: int | None = None  # None: no size limit (-1)
+    segment_bytes: int = 1024 * 1024 * 1024
+    max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT
+    cleanup_policy: str = "delete"
+
+    @classmethod
+    def parse(cls, configs: Mapping[str, str | None], *, replication_factor: int) -> TopicConfig:
+        """Parse the given configs; raise MetadataError (INVALID_CONFIG) naming the first
+        one that is unknown, null, of the wrong type or out of range."""
+        values: dict[str, Any] = {}
+        for name, text in sorted(configs.items()):
+            parser = _PARSERS.get(name)
+            if parser is None:
+                raise MetadataError("INVALID_CONFIG", f"Unknown topic config name: {name}")
+            if text is None:
+                raise MetadataError(
+                    "INVALID_CONFIG", f"Null value not supported for topic configs: {name}"
+                )
+            field_name, value = parser(name, text, replication_factor)
+            values[field_name] = value
+        return replace(cls(), **values)
+
+    def wal_config(self, *, flush_interval_ms: int | None) -> WalConfig:
+        """The partition log's settings."""
+        return WalConfig(
+            segment_bytes=self.segment_bytes,
+            retention_ms=self.retention_ms,
+            retention_bytes=self.retention_bytes,
+            flush_interval_ms=flush_interval_ms,
+        )
+
+
+Parser = Callable[[str, str, int], tuple[str, Any]]
+
+
+def _min_insync(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
+    # Kafka accepts any value >= 1 and then refuses every acks=all write; tidelog refuses
+    # the config instead, so a topic can never be created that cannot take one.
+    value = _number(name, text, kind="INT", low=1, high=INT_MAX)
+    if value > replication_factor:
+        raise MetadataError(
+            "INVALID_CONFIG",
+            f"Invalid value {text} for configuration {name}: the replication factor is "
+            f"{replication_factor}",
+        )
+    return "min_insync_replicas", value
+
+
+def _duration_or_forever(field_name: str, kind: str) -> Parser:
+    def parse(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
+        del replication_factor
+        value = _number(name, text, kind=kind, low=-1, high=LONG_MAX)
+        return field_name, None if value < 0 else value
+
+    return parse
+
+
+def _segment_bytes(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
+    del replication_factor
+    return "segment_bytes", _number(
+        name, text, kind="INT", low=SEGMENT_BYTES_MIN, high=SEGMENT_BYTES_MAX
+    )
+
+
+def _max_message_bytes(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
+    del replication_factor
+    return "max_message_bytes", _number(name, text, kind="INT", low=0, high=INT_MAX)
+
+
+def _cleanup_policy(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
+    del replication_factor
+    policies = [part.strip() for part in text.split(",")]
+    for policy in policies:
+        if policy not in CLEANUP_POLICIES:
+            reason = (
+                "log compaction is not implemented; only delete is"
+                if policy == "compact"
+                else "String must be one of: compact, delete"
+            )
+            raise MetadataError(
+                "INVALID_CONFIG", f"Invalid value {text} for configuration {name}: {reason}"
+            )
+    return "cleanup_policy", "delete"
+
+
+_PARSERS: dict[str, Parser] = {
+    "min.insync.replicas": _min_insync,
+    "retention.ms": _duration_or_forever("retention_ms", "LONG"),
+    "retention.bytes": _duration_or_forever("retention_bytes", "LONG"),
+    "segment.bytes": _segment_bytes,
+    "max.message.bytes": _max_message_bytes,
+    "cleanup.policy": _cleanup_policy,
+}
+TOPIC_CONFIG_NAMES = frozenset(_PARSERS)

@@ -8,8 +8,11 @@ table tidelog advertises, and the choice of response header. Rules:
 - One `KafkaConnection` per client connection. `receive_data()` buffers; `next_request()`
   returns one decoded `KafkaRequest` or `NEED_DATA`; `send_response()` returns the frame.
 - A frame larger than REQUEST_SIZE_MAX, an unknown api key, an unsupported version (except
-  of ApiVersions), or a body that does not decode to exactly its frame raises
-  `ProtocolError`; the caller closes that connection. Kafka brokers do the same.
+  of ApiVersions), a body that does not decode to exactly its frame, or a null where the
+  schema allows none (a string, bytes, array or struct field that is not nullable at that
+  version) raises `ProtocolError`; the caller closes that connection. Kafka brokers do the
+  same. Handlers therefore never see a null they did not ask for.
+- Errors quote at most QUOTED_MAX characters of what the client sent.
 - An ApiVersions request of a version tidelog does not support is answered, not refused:
   error UNSUPPORTED_VERSION in a v0 body listing the supported versions (KIP-511), so the
   client retries with one we speak. kafka-python 3 asks v4 first.
@@ -87,6 +90,13 @@ from tidelog.protocol.kafka_errors import ErrorCode
 
 REQUEST_SIZE_MAX: Final = 100 * 1024 * 1024
 """The largest request frame accepted (Kafka's socket.request.max.bytes is 100 MiB)."""
+
+QUOTED_MAX: Final = 300
+
+
+def bounded(text: str, limit: int = QUOTED_MAX) -> str:
+    """`text` cut to `limit` characters: what a log line or an error may quote of input."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 KafkaMessage = Any
 """A kafka-python request or response object (kafka-python is untyped)."""
@@ -197,6 +207,16 @@ class KafkaRequest:
     def response_class(self) -> Any:
         """The kafka-python response class to build this request's answer from."""
         return _APIS[self.api_key].response_class
+
+
+def request_class(api_key: ApiKey) -> Any:
+    """The kafka-python class of `api_key`'s requests (its schema, for tools and tests)."""
+    return _APIS[api_key].request_class
+
+
+def response_class(api_key: ApiKey) -> Any:
+    """The kafka-python class of `api_key`'s responses."""
+    return _APIS[api_key].response_class
 
 
 def is_supported(api_key: int, api_version: int) -> bool:
@@ -328,6 +348,11 @@ class KafkaConnection:
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         self._frames.receive_data(data)
 
+    def request_of(self, payload: bytes) -> KafkaRequest:
+        """The request in one frame's payload, read by the caller (who bounded its size).
+        Raises ProtocolError."""
+        return decode_request(payload)
+
     def next_request(self) -> KafkaRequest | NeedData:
         """The next complete request, or NEED_DATA. Raises ProtocolError."""
         payload = self._frames.next_frame()
@@ -389,7 +414,7 @@ def _decode_header(payload: bytes, *, flexible: bool) -> tuple[int, str | None, 
     try:
         header = RequestHeader.decode(stream, flexible=flexible)
     except _DECODE_ERRORS as error:
-        raise ProtocolError(f"malformed request header: {error!r}") from error
+        raise ProtocolError(f"malformed request header: {bounded(repr(error))}") from error
     if stream.tell() > len(payload):
         raise ProtocolError("request header runs past the end of its frame")
     client_id = header.client_id
@@ -423,10 +448,39 @@ def _decode_body(api_key: ApiKey, version: int, payload: bytes, position: int) -
     try:
         body, end = decoder(memoryview(payload), position)
     except _DECODE_ERRORS as error:
-        raise ProtocolError(f"malformed {api_key.name} v{version}: {error!r}") from error
+        what = f"malformed {api_key.name} v{version}"
+        raise ProtocolError(f"{what}: {bounded(repr(error))}") from error
     if end != len(payload):
         raise ProtocolError(
             f"{api_key.name} v{version} body ends at byte {end} of a {len(payload)}-byte frame"
         )
+    null = _null_field(_APIS[api_key].request_class._struct, body, version)
+    if null is not None:
+        raise ProtocolError(f"{api_key.name} v{version}: {null} is null, which it may not be")
     body._version = version
     return body
+
+
+def _null_field(struct: Any, value: Any, version: int, path: str = "") -> str | None:
+    """The path of the first field of `value` that is null although `struct`'s schema
+    does not allow it at `version`, or None. Tagged fields are optional: not checked."""
+    for name, field in struct.fields.items():
+        if not field.for_version_q(version) or field.tagged_field_q(version):
+            continue
+        item = getattr(value, name, None)
+        where = f"{path}{name}"
+        if item is None:
+            if not field.nullable_for_version_q(version):
+                return where
+        elif field.is_struct_array():
+            for index, element in enumerate(item):
+                found = _null_field(field.array_of, element, version, f"{where}[{index}].")
+                if found is not None:
+                    return found
+        elif field.is_struct():
+            found = _null_field(field, item, version, f"{where}.")
+            if found is not None:
+                return found
+        elif field.is_array() and any(element is None for element in item):
+            return f"{where}[]"
+    return None

@@ -1,8 +1,9 @@
 """The admin endpoint: `GET /status` (JSON) for tools and tests, over plain HTTP/1.0.
 
 `/status` is this node's view: whether it is ready (the metadata log has a leader), who
-that is, and each partition it hosts with its role, epoch, leader, HWM, log start and log
-end offsets, replicas and in-sync replicas.
+that is, its open Kafka connections and the bytes of requests it holds, and each partition
+it hosts with its role, epoch, leader, HWM, log start and log end offsets, replicas and
+in-sync replicas.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def status(broker: Broker) -> dict[str, Any]:
         "node_id": int(broker.node_id),
         "ready": ready,
         "metadata_leader": controller if controller >= 0 else None,
+        "kafka_connections": broker.kafka_connections,
+        "request_bytes_held": broker.request_bytes.used,
         "partitions": partitions,
     }
 

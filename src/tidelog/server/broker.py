@@ -29,6 +29,7 @@ from typing import Any
 from tidelog.core.messages import Message
 from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Role
 from tidelog.protocol.peer import BrokerNotice, LeaderNotice, PartitionKey
+from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
 from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.metadata import (
@@ -87,6 +88,8 @@ class Broker:
         self.rng = random.Random()
         self.ticks = 0
         self.stopping = asyncio.Event()
+        self.request_bytes = RequestBytes(config.queued_max_request_bytes)
+        self.kafka_connections = 0
         self.exit_code = 0
         self.group_config = GroupConfig(
             session_timeout_ms_min=config.group_min_session_timeout_ms,

@@ -37,6 +37,7 @@ PARTITIONS_MAX = 10_000
 FLUSH_INTERVAL_MS_MAX = 3_600_000
 DURATION_MS_MAX = 10 * 365 * 24 * 3600 * 1000
 CLUSTER_ID_LENGTH_MAX = 64
+QUEUED_BYTES_MAX = 2**40
 REPLICATION_FACTOR_MAX = 3
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # A replication factor of 0 asks `BrokerConfig` to derive it: min(3, number of nodes).
@@ -137,6 +138,8 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 0
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
+    connections_max_idle_ms: int = 600_000
+    queued_max_request_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.default_replication_factor == DERIVE_REPLICATION_FACTOR:
@@ -189,6 +192,10 @@ def check_values(config: BrokerConfig) -> None:
         config.group_max_session_timeout_ms,
         config.group_min_session_timeout_ms,
         3_600_000,
+    )
+    check_range("connections_max_idle_ms", config.connections_max_idle_ms, 100, DURATION_MS_MAX)
+    check_range(
+        "queued_max_request_bytes", config.queued_max_request_bytes, 1 << 20, QUEUED_BYTES_MAX
     )
     if config.log_level not in LOG_LEVELS:
         raise ConfigError(f"--log-level: {config.log_level!r} is not one of {LOG_LEVELS}")

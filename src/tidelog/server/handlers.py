@@ -58,6 +58,7 @@ log = logging.getLogger("tidelog.kafka")
 
 Handler = Callable[[Broker, KafkaRequest], Awaitable[Any]]
 FETCH_WAIT_MS_MAX = 30_000
+FETCH_MAX_BYTES = 55 * 1024 * 1024  # Kafka's broker fetch.max.bytes: one response at most
 PRODUCE_TIMEOUT_MS_MAX = 120_000
 METADATA_APPLY_WAIT_S = 10.0
 _producer_ids = itertools.count(1)
@@ -251,7 +252,7 @@ def read_all(
     body = body_of(request)
     topics: list[FetchedTopic] = []
     size, waits = 0, []
-    budget = body.max_bytes
+    budget = min(body.max_bytes, FETCH_MAX_BYTES)
     for topic in body.topics:
         partitions = []
         for part in topic.partitions:

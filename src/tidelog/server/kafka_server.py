@@ -2,26 +2,44 @@
 
 Rules of this file:
 - A connection may have up to `INFLIGHT_REQUESTS_MAX` requests being handled at once
-  (producers pipeline); responses leave in request order, as Kafka requires.
-- A malformed, oversized or unknown request closes that connection, with a log line; every
-  other connection is unaffected.
+  (producers pipeline); responses leave in request order, as Kafka requires. A Fetch starts
+  only once every earlier response of its connection is written, so a connection holds at
+  most one Fetch response (`FETCH_MAX_BYTES`) however many it pipelines.
+- Memory is bounded: a request's bytes are reserved from the broker's `RequestBytes`
+  budget (Kafka's queued.max.request.bytes) as soon as its size prefix arrives, before its
+  payload is read, and given back when it has been handled; while the budget is spent the
+  broker reads from no connection that needs more, so the bytes wait in the kernel.
+- A connection ends when its client closes it, when it sends something malformed, when it
+  is idle (no request in flight, nothing read) for `connections_max_idle_ms`, or when a
+  request's payload takes longer than that to arrive. Ending it cancels its requests in
+  flight and drops their responses at once (a client that stopped reading holds nothing).
+- A malformed, oversized or unknown request closes that connection, with one log line that
+  quotes at most a few hundred characters of it; every other connection is unaffected.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
-from tidelog.protocol.framing import NEED_DATA, ProtocolError
-from tidelog.protocol.kafka import KafkaConnection, KafkaRequest, RawResponse
+from tidelog.protocol.framing import FRAME_HEADER_SIZE, FRAME_SIZE, ProtocolError
+from tidelog.protocol.kafka import (
+    REQUEST_SIZE_MAX,
+    ApiKey,
+    KafkaConnection,
+    KafkaRequest,
+    RawResponse,
+    bounded,
+)
 from tidelog.server.answers import client_host
 from tidelog.server.broker import Broker
+from tidelog.server.budget import RequestBytes
 from tidelog.server.handlers import handle
 
 log = logging.getLogger("tidelog.kafka")
 
-READ_CHUNK_BYTES = 1 << 20
 INFLIGHT_REQUESTS_MAX = 64
 Address = tuple[str, int]
 Answer = tuple[KafkaRequest, "asyncio.Task[Any]"]
@@ -29,60 +47,132 @@ Answer = tuple[KafkaRequest, "asyncio.Task[Any]"]
 
 async def serve_kafka(broker: Broker, listen: Address) -> asyncio.Server:
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await serve_connection(broker, reader, writer)
+        broker.kafka_connections += 1
+        try:
+            await Connection(broker, broker.request_bytes, reader, writer).serve()
+        finally:
+            broker.kafka_connections -= 1
 
     return await asyncio.start_server(on_connection, *listen)
 
 
-async def serve_connection(
-    broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    peer = writer.get_extra_info("peername")
-    # Group members are described with their host, as Kafka shows it ("/127.0.0.1").
-    client_host.set(f"/{peer[0]}" if isinstance(peer, tuple) else "")
-    connection = KafkaConnection()
-    answers: asyncio.Queue[Answer | None] = asyncio.Queue(INFLIGHT_REQUESTS_MAX)
-    responder = asyncio.get_running_loop().create_task(respond(connection, answers, writer))
-    try:
-        while data := await reader.read(READ_CHUNK_BYTES):
-            connection.receive_data(data)
-            while (request := connection.next_request()) is not NEED_DATA:
-                task = asyncio.get_running_loop().create_task(handle(broker, request))
+class Connection:
+    """One client connection: a reading loop and a writing loop over a queue of answers."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        budget: RequestBytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.broker = broker
+        self.budget = budget
+        self.reader = reader
+        self.writer = writer
+        self.peer = writer.get_extra_info("peername")
+        self.idle_s = broker.config.connections_max_idle_ms / 1000
+        self.codec = KafkaConnection()
+        self.answers: asyncio.Queue[Answer] = asyncio.Queue(INFLIGHT_REQUESTS_MAX)
+        self.handling: set[asyncio.Task[Any]] = set()
+
+    async def serve(self) -> None:
+        # Group members are described with their host, as Kafka shows it ("/127.0.0.1").
+        client_host.set(f"/{self.peer[0]}" if isinstance(self.peer, tuple) else "")
+        loop = asyncio.get_running_loop()
+        reading = loop.create_task(self.read_requests())
+        writing = loop.create_task(self.write_responses())
+        try:
+            await asyncio.wait((reading, writing), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (reading, writing, *self.handling):
+                task.cancel()
+            await asyncio.gather(reading, writing, *self.handling, return_exceptions=True)
+            self.writer.transport.abort()  # drop what a client that stopped reading left
+
+    async def read_requests(self) -> None:
+        try:
+            while (received := await self.next_request()) is not None:
+                request, size = received
+                try:
+                    if request.api_key is ApiKey.FETCH:
+                        await self.answers.join()  # one Fetch response held at a time
+                    task = asyncio.get_running_loop().create_task(handle(self.broker, request))
+                except BaseException:
+                    self.budget.release(size)
+                    raise
+                self.handling.add(task)
+                task.add_done_callback(self.handling.discard)
+                task.add_done_callback(functools.partial(self.release, size))
                 if request.expects_response:
-                    await answers.put((request, task))
-    except ProtocolError as error:
-        log.warning("closing the connection from %s: %s", peer, error)
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        await answers.put(None)
-        await asyncio.gather(responder, return_exceptions=True)
-        writer.close()
-
-
-async def respond(
-    connection: KafkaConnection, answers: asyncio.Queue[Answer | None], writer: asyncio.StreamWriter
-) -> None:
-    """Write each response once its request is handled, in request order."""
-    while (answer := await answers.get()) is not None:
-        request, task = answer
-        try:
-            body = await task
-            frames = (
-                connection.send_raw_response(request, body)
-                if isinstance(body, RawResponse)
-                else [connection.send_response(request, body)]
-            )
+                    await self.answers.put((request, task))
         except ProtocolError as error:
-            log.warning("closing a connection: %s", error)
-            writer.close()
-            return
-        except Exception:  # a bug: log it and close this connection only
-            log.exception("request %s v%d failed", request.api_key.name, request.api_version)
-            writer.close()
-            return
-        writer.writelines(frames)
+            log.warning("closing the connection from %s: %s", self.peer, error)
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+            pass
+
+    def release(self, size: int, task: asyncio.Task[Any]) -> None:
+        """A request was handled (or cancelled): its bytes go back to the budget."""
+        del task
+        self.budget.release(size)
+
+    async def next_request(self) -> tuple[KafkaRequest, int] | None:
+        """The next request and its size, reserved from the budget (the caller releases
+        it); None when the connection stayed idle too long. Raises ProtocolError or
+        IncompleteReadError (the client went away)."""
+        while True:
+            try:
+                head = await asyncio.wait_for(
+                    self.reader.readexactly(FRAME_HEADER_SIZE), self.idle_s
+                )
+                break
+            except TimeoutError:
+                if not self.handling and self.answers.empty():
+                    log.info("closing the connection from %s: idle", self.peer)
+                    return None
+        (size,) = FRAME_SIZE.unpack(head)
+        if not 0 <= size <= REQUEST_SIZE_MAX:
+            raise ProtocolError(
+                f"kafka request: frame of {size} bytes outside [0, {REQUEST_SIZE_MAX}]"
+            )
+        await self.budget.acquire(size)
         try:
-            await writer.drain()
-        except (ConnectionError, OSError):
-            return
+            payload = await asyncio.wait_for(self.reader.readexactly(size), self.idle_s)
+            return self.codec.request_of(payload), size
+        except TimeoutError:
+            self.budget.release(size)
+            raise ProtocolError(f"a request of {size} bytes did not arrive in time") from None
+        except BaseException:
+            self.budget.release(size)
+            raise
+
+    async def write_responses(self) -> None:
+        """Write each response once its request is handled, in request order."""
+        while True:
+            request, task = await self.answers.get()
+            try:
+                body = await task
+                frames = (
+                    self.codec.send_raw_response(request, body)
+                    if isinstance(body, RawResponse)
+                    else [self.codec.send_response(request, body)]
+                )
+            except ProtocolError as error:
+                log.warning("closing the connection from %s: %s", self.peer, error)
+                return
+            except Exception as error:  # a bug: one line, and this connection only
+                log.error(
+                    "closing the connection from %s: %s v%d failed: %s",
+                    self.peer,
+                    request.api_key.name,
+                    request.api_version,
+                    bounded(repr(error)),
+                )
+                log.debug("the failure", exc_info=True)
+                return
+            self.writer.writelines(frames)
+            try:
+                await self.writer.drain()
+            except (ConnectionError, OSError):
+                return
+            self.answers.task_done()

@@ -1,0 +1,177 @@
+"""The Kafka listener's bounds, on a real one-node broker with small limits: idle
+connections and partial frames time out, request bytes held are capped and given back, and
+a client that stops reading holds nothing once it is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from tidelog.protocol.kafka import FetchRequest
+from tidelog.testing.live import DEADLINE_S, free_base_port
+
+IDLE_MS = 1500
+BUDGET_BYTES = 8 << 20
+
+
+@dataclass
+class Broker:
+    process: subprocess.Popen[bytes]
+    kafka: tuple[str, int]
+    admin: str
+    log: Path
+
+    def status(self) -> dict[str, object]:
+        with urllib.request.urlopen(f"http://{self.admin}/status", timeout=5) as reply:
+            answer: dict[str, object] = json.load(reply)
+        return answer
+
+
+def wait_until(condition: object, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def answers(broker: Broker) -> bool:
+    try:
+        return bool(broker.status()["ready"])
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One node (replication factor 1) with a 1.5 s idle limit and an 8 MiB budget."""
+    directory = tmp_path_factory.mktemp("listener")
+    base = free_base_port()
+    config = directory / "broker.toml"
+    config.write_text(
+        f"connections_max_idle_ms = {IDLE_MS}\nqueued_max_request_bytes = {BUDGET_BYTES}\n"
+    )
+    log = directory / "broker.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "tidelog", "broker", "--node-id", "1",
+                "--data-dir", str(directory / "data"), "--listen", f"127.0.0.1:{base}",
+                "--peers", f"1@127.0.0.1:{base + 100}", "--admin-listen",
+                f"127.0.0.1:{base + 200}", "--config", str(config),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    running = Broker(process, ("127.0.0.1", base), f"127.0.0.1:{base + 200}", log)
+    try:
+        wait_until(lambda: answers(running), "the broker did not become ready")
+        yield running
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def closed_by_broker(sock: socket.socket) -> bool:
+    """Whether the broker closed `sock` (EOF or reset) before the deadline."""
+    sock.settimeout(DEADLINE_S)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_an_idle_connection_is_closed(broker: Broker) -> None:
+    started = time.monotonic()
+    with socket.create_connection(broker.kafka) as sock:
+        assert closed_by_broker(sock)
+    assert time.monotonic() - started >= IDLE_MS / 1000 * 0.9
+
+
+def test_a_partial_frame_times_out(broker: Broker) -> None:
+    with socket.create_connection(broker.kafka) as sock:
+        sock.sendall(struct.pack(">i", 1 << 20) + b"\x00" * 100)  # 1 MiB announced
+        assert closed_by_broker(sock)
+    wait_until(lambda: broker.status()["request_bytes_held"] == 0, "bytes still held")
+
+
+def test_partial_frames_beyond_the_budget_wait_and_are_given_back(broker: Broker) -> None:
+    """Six clients each announce 6 MiB and send a little: at most one fits the 8 MiB
+    budget, the others wait (nothing read); when they leave, nothing is held."""
+    socks = [socket.create_connection(broker.kafka) for _ in range(6)]
+    try:
+        for sock in socks:
+            sock.sendall(struct.pack(">i", 6 << 20) + b"\x00" * 1000)
+        wait_until(lambda: broker.status()["kafka_connections"] == 6, "not all connected")
+        assert 0 < int(broker.status()["request_bytes_held"]) <= BUDGET_BYTES  # type: ignore[call-overload]
+    finally:
+        for sock in socks:
+            sock.close()
+    wait_until(lambda: broker.status()["kafka_connections"] == 0, "connections left")
+    wait_until(lambda: broker.status()["request_bytes_held"] == 0, "bytes still held")
+
+
+def fetch_everything(topic: str) -> bytes:
+    """A Fetch v11 of partition 0 of `topic` from offset 0, up to 50 MiB, no waiting."""
+    partition = FetchRequest.FetchTopic.FetchPartition(
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        log_start_offset=-1,
+        partition_max_bytes=50 << 20,
+    )
+    request = FetchRequest(
+        version=11,
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=50 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[partition])],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    request.with_header(correlation_id=1, client_id="unread")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def test_a_client_that_stops_reading_holds_nothing_once_gone(broker: Broker) -> None:
+    """Fetches of 4 MiB pipelined and never read: at most one response is held, and when
+    the client leaves, its requests are cancelled and their answers dropped."""
+    bootstrap = f"{broker.kafka[0]}:{broker.kafka[1]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+    try:
+        admin.create_topics([NewTopic("unread", 1, 1)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    try:
+        for _ in range(4000):
+            producer.send("unread", b"v" * 1000)
+        producer.flush(timeout=DEADLINE_S)
+    finally:
+        producer.close()
+    fetch = fetch_everything("unread")
+    with socket.create_connection(broker.kafka) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        for _ in range(50):
+            sock.sendall(fetch)
+        wait_until(lambda: broker.status()["kafka_connections"] >= 1, "not connected")
+    wait_until(lambda: broker.status()["kafka_connections"] == 0, "connection left open")
+    wait_until(lambda: broker.status()["request_bytes_held"] == 0, "bytes still held")
+    assert "Traceback" not in broker.log.read_text()

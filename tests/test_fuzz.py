@@ -3,8 +3,11 @@ nothing a client sends may stop a broker or trip it into a traceback (scenario 2
 
 from __future__ import annotations
 
+import io
 import json
 import random
+import socket
+import struct
 import time
 import urllib.request
 from pathlib import Path
@@ -15,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.protocol.framing import ProtocolError
-from tidelog.protocol.kafka import ApiKey, decode_request, request_class
+from tidelog.protocol.kafka import ApiKey, ProduceResponse, decode_request, request_class
 from tidelog.testing.fuzz import fuzz_broker, plain_request, raw_frame, request_frame, served
 from tidelog.testing.live import DEADLINE_S, LiveCluster, create_topic
 
@@ -116,3 +119,26 @@ def test_a_live_cluster_survives_fuzzing(cluster: LiveCluster) -> None:
         assert message.value() == b"still here"
     finally:
         consumer.close()
+
+
+def test_produce_with_acks_other_than_0_1_all_is_refused(cluster: LiveCluster) -> None:
+    """Found by the fuzzer: acks=5 reached the core. Kafka answers INVALID_REQUIRED_ACKS."""
+    node = cluster.record["nodes"][0]
+    host, port = node["kafka"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
+        for acks in (5, -2, 32767):
+            sock.sendall(plain_request(ApiKey.PRODUCE, 8, acks=acks))
+            size = struct.unpack(">i", read_exactly(sock, 4))[0]
+            answer = ProduceResponse.decode(io.BytesIO(read_exactly(sock, size)[4:]), version=8)
+            codes = [p.error_code for t in answer.responses for p in t.partition_responses]
+            assert codes == [21], (acks, codes)  # INVALID_REQUIRED_ACKS, same connection
+    assert Path(f"/proc/{node['pid']}").exists()
+
+
+def read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data

@@ -58,6 +58,7 @@ log = logging.getLogger("tidelog.kafka")
 
 Handler = Callable[[Broker, KafkaRequest], Awaitable[Any]]
 FETCH_WAIT_MS_MAX = 30_000
+VALID_ACKS = frozenset({0, 1, -1})
 FETCH_MAX_BYTES = 55 * 1024 * 1024  # Kafka's broker fetch.max.bytes: one response at most
 PRODUCE_TIMEOUT_MS_MAX = 120_000
 METADATA_APPLY_WAIT_S = 10.0
@@ -160,6 +161,8 @@ async def produce(broker: Broker, request: KafkaRequest) -> Any:
                 acks=body.acks,
                 timeout_s=timeout_s,
             )
+            if body.acks in VALID_ACKS
+            else invalid_acks()
             for data in topic.partition_data
         ]
         results = await asyncio.gather(*waits)
@@ -177,6 +180,11 @@ async def produce(broker: Broker, request: KafkaRequest) -> Any:
         ]
         topics.append(cls(name=topic.name, partition_responses=partitions))
     return response(request, responses=topics, throttle_time_ms=0)
+
+
+async def invalid_acks() -> tuple[ErrorCode, int, int]:
+    """acks other than 0, 1 or -1: Kafka's INVALID_REQUIRED_ACKS, nothing appended."""
+    return ErrorCode.INVALID_REQUIRED_ACKS, -1, -1
 
 
 async def produce_partition(

@@ -50,6 +50,8 @@ async def serve_kafka(broker: Broker, listen: Address) -> asyncio.Server:
         broker.kafka_connections += 1
         try:
             await Connection(broker, broker.request_bytes, reader, writer).serve()
+        except asyncio.CancelledError:
+            pass  # the broker is stopping: the connection is closed, nothing else to do
         finally:
             broker.kafka_connections -= 1
 

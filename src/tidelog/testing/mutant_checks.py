@@ -1,13 +1,15 @@
 """The checks of the mutation gate, run in a subprocess over one copy of the package.
 
-    python -m tidelog.testing.mutant_checks [--scenarios DIR] [--sim MODE:SEEDS ...]
+    python -m tidelog.testing.mutant_checks --package DIR [--scenarios DIR] [--sim MODE:SEEDS]
 
 Rules of this file:
 - It judges the package it is imported from: the gate puts a (mutated) copy first on
   PYTHONPATH, and this module refuses to run from anywhere else than `--package`.
-- Checks run cheapest first and stop at the first that catches: every scenario transcript
-  (caught when its output differs or it raises), then simulator seeds, the modes
-  interleaved seed by seed (caught on the first violation or exception).
+- Checks run cheapest first and stop at the first that catches. The transcripts come first
+  and all of them run (they take a second): a transcript catches when its output differs or
+  it raises, and the catch names first one that reports a violation or raised. Then the
+  simulator seeds, the modes interleaved seed by seed: a seed catches on its first
+  violation or exception.
 - Each check has a time limit; one that runs past it is caught as a hang (a test suite
   with a hang fails too).
 - Output is JSON lines on stdout: `{"check": LABEL}` as each check starts (so the gate

@@ -35,6 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import tidelog
 
@@ -122,6 +123,13 @@ CATALOGUE: tuple[Mutant, ...] = (
     ),
     # ---------------------------------------------------------------- epochs ------------
     Mutant(
+        "in-sync-without-recent-ack",
+        "a follower is in sync only if it acknowledged within an election timeout",
+        REPLICA,
+        "and progress.last_ack_tick >= recent",
+        "",
+    ),
+    Mutant(
         "accept-stale-epoch",
         "a message of an older epoch is fenced and changes nothing (KIP-320)",
         REPLICA,
@@ -143,6 +151,20 @@ CATALOGUE: tuple[Mutant, ...] = (
         "del control",
     ),
     # ---------------------------------------------------------------- follower log ------
+    Mutant(
+        "no-consistency-check",
+        "a follower appends only after its record at prev_offset - 1 is of prev_epoch",
+        REPLICA,
+        "return self.log.epoch_at(Offset(prev_offset - 1)) == prev_epoch",
+        "return True",
+    ),
+    Mutant(
+        "truncate-held-batches",
+        "a follower cuts its log only where it conflicts, never a batch it holds already",
+        REPLICA,
+        "if self.log.epoch_at(held) == header.epoch:",
+        "if False:",
+    ),
     Mutant(
         "truncate-to-hwm-on-restart",
         "divergence is found by epochs, never by truncating to the local HWM (KIP-101)",
@@ -329,6 +351,13 @@ CATALOGUE: tuple[Mutant, ...] = (
     ),
     # ---------------------------------------------------------------- liveness ----------
     Mutant(
+        "stalled-pipeline-not-restarted",
+        "a follower whose match did not move for a heartbeat is sent its suffix again",
+        REPLICA,
+        "progress.next_offset = progress.match_offset\n                progress.inflight.clear()",
+        "pass",
+    ),
+    Mutant(
         "lost-probe-not-resent",
         "a lost probe or reset is sent again at the next heartbeat",
         REPLICA,
@@ -441,7 +470,7 @@ def read_verdict(name: str, stdout: str, stderr: str, status: str, seconds: floa
 
     A run that ended without its verdict is caught by the check it was in; one that died
     before any check (the mutated package does not import) is caught at import."""
-    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    lines = [line for line in map(json_object, stdout.splitlines()) if line is not None]
     if lines and "caught_by" in lines[-1]:
         last = lines[-1]
         also = tuple(str(label) for label in last["also"])
@@ -449,6 +478,15 @@ def read_verdict(name: str, stdout: str, stderr: str, status: str, seconds: floa
     where = str(lines[-1]["check"]) if lines else "import"
     detail = f"the checks died ({status}): {stderr[-STDERR_TAIL_CHARS:]}"
     return Outcome(name, where, detail, len(lines), seconds)
+
+
+def json_object(line: str) -> dict[str, Any] | None:
+    """A line of `mutant_checks` output, or None for anything else the run printed."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) and ("check" in value or "caught_by" in value) else None
 
 
 def run_jobs(jobs: list[Job], package: Path, workers: int, deadline: float) -> list[Outcome]:
@@ -472,6 +510,9 @@ def baseline_jobs(scenarios: Path) -> list[Job]:
 
 @dataclass(frozen=True, slots=True)
 class Report:
+    """The gate's findings: it passed when the baseline was clean and every chosen mutant
+    was caught."""
+
     baseline: list[Outcome]
     mutants: list[tuple[Mutant, Outcome]]
     chosen: int
@@ -496,7 +537,7 @@ def run_gate(chosen: list[Mutant], scenarios: Path, workers: int) -> Report:
     deadline = started + GATE_SECONDS_MAX
     baseline = run_jobs(baseline_jobs(scenarios), PACKAGE, workers, deadline)
     outcomes: list[Outcome] = []
-    if all(outcome.clean for outcome in baseline):
+    if all(outcome.clean for outcome in baseline):  # else a catch would prove nothing
         jobs = [Job(m.name, m, scenarios, SEED_PLAN) for m in chosen]
         outcomes = run_jobs(jobs, PACKAGE, workers, deadline)
     mutants = list(zip(chosen, outcomes, strict=False))
@@ -518,7 +559,7 @@ def verdict(outcome: Outcome, *, baseline: bool) -> str:
 def table(title: str, outcomes: list[Outcome], *, baseline: bool) -> list[str]:
     """One line per job (name, verdict, time), then its detail indented below it."""
     width = max(len(title), *(len(o.name) for o in outcomes))
-    lines = [f"{title:<{width}}  {'TIME':>7}  CAUGHT BY"]
+    lines = [f"{title:<{width}}  {'TIME':>7}  {'RESULT' if baseline else 'CAUGHT BY'}"]
     for outcome in outcomes:
         said = verdict(outcome, baseline=baseline)
         lines.append(f"{outcome.name:<{width}}  {outcome.seconds:6.1f}s  {said}")

@@ -10,8 +10,8 @@ Rules of this file:
   it raises, and the catch names first one that reports a violation or raised. Then the
   simulator seeds, the modes interleaved seed by seed: a seed catches on its first
   violation or exception.
-- Each check has a time limit; one that runs past it is caught as a hang (a test suite
-  with a hang fails too).
+- Each check (all the transcripts together, or one seed) has a time limit; one that runs
+  past it is caught as a hang (a test suite with a hang fails too).
 - Output is JSON lines on stdout: `{"check": LABEL}` as each check starts (so the gate
   knows where a killed run was), then one `{"caught_by": LABEL or null, "also": [LABEL],
   "detail": TEXT, "checks": N}`.
@@ -38,11 +38,13 @@ CHECK_SECONDS_MAX = 60
 SIM_TICKS = 400
 DETAIL_CHARS_MAX = 300
 VIOLATION = "VIOLATION"  # how a transcript's `check` reports a broken invariant
+HANG = f"raised CheckTimedOut: still running after {CHECK_SECONDS_MAX} s (a hang)"
 MODES = {"memory-3": (3, False), "memory-5": (5, False), "disk-3": (3, True), "disk-5": (5, True)}
 
 
-class CheckTimedOut(Exception):
-    """One check ran past CHECK_SECONDS_MAX."""
+class CheckTimedOut(BaseException):
+    """A check ran past CHECK_SECONDS_MAX. A BaseException, so that no `except Exception`
+    on its way out (the checks', or a mutant's) can swallow it."""
 
 
 class Catch(NamedTuple):
@@ -86,7 +88,11 @@ class ScenarioCheck:
     def run(self) -> Catch | None:
         found: list[tuple[bool, str, str]] = []  # (a mere difference, file, detail)
         for path in sorted(self.directory.glob("*.txt")):
-            detail = guarded(functools.partial(first_difference, path))
+            try:
+                detail = problem_of(functools.partial(first_difference, path))
+            except CheckTimedOut:
+                found.append((False, path.name, HANG))
+                break  # the time of the whole check is up
             if detail is not None:
                 mere = not detail.startswith("raised") and VIOLATION not in detail
                 found.append((mere, path.name, detail))
@@ -136,25 +142,28 @@ def on_alarm(signum: int, frame: FrameType | None) -> None:
     raise CheckTimedOut
 
 
-def guarded(run: Callable[[], str | None]) -> str | None:
-    """What `run` found, or the exception or hang that stopped it (a mutant may break
-    anything: that is a catch too)."""
-    signal.alarm(CHECK_SECONDS_MAX)
+def problem_of(run: Callable[[], str | None]) -> str | None:
+    """What `run` found, or the exception that stopped it (a mutant may break anything:
+    that is a catch too)."""
     try:
         return run()
-    except CheckTimedOut:
-        return f"still running after {CHECK_SECONDS_MAX} s (a hang)"
     except Exception as error:
         return f"raised {type(error).__name__}: {error}"
-    finally:
-        signal.alarm(0)
 
 
 def run_check(check: Check) -> Catch | None:
-    if isinstance(check, ScenarioCheck):
-        return check.run()  # it guards each transcript
-    found = guarded(check.run)
-    return None if found is None else Catch(check.label, found)
+    """The check's catch, within CHECK_SECONDS_MAX (a hang is a catch)."""
+    signal.alarm(CHECK_SECONDS_MAX)
+    try:
+        if isinstance(check, ScenarioCheck):
+            return check.run()  # it names the transcript that hung
+        try:
+            found = problem_of(check.run)
+        except CheckTimedOut:
+            found = HANG
+        return None if found is None else Catch(check.label, found)
+    finally:
+        signal.alarm(0)
 
 
 def emit(line: dict[str, object]) -> None:

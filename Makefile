@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 SEEDS ?= 2000
 DISK_SEEDS ?= 500
 
-.PHONY: install java kcat test lint sim demo bench-peers bench-spark clean
+.PHONY: install java kcat test lint sim mutants demo bench-peers bench-spark clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -41,6 +41,11 @@ sim: install
 	$(PY) -m tidelog.testing.sim --seeds $(SEEDS) --replicas 5 --jobs 2
 	$(PY) -m tidelog.testing.sim --seeds $(DISK_SEEDS) --replicas 3 --jobs 2 --disk
 	$(PY) -m tidelog.testing.sim --seeds $(DISK_SEEDS) --replicas 5 --jobs 2 --disk
+
+# The mutation gate: each named weakening of the core's rules (tidelog/testing/mutants.py)
+# must fail a scenario transcript or a simulator seed; the unmutated code must pass them all.
+mutants: install
+	$(PY) -m tidelog.testing.mutants --jobs 2
 
 # The main job end to end: a local 3-node cluster, 20000 acks=all transfers, the leader of
 # partition 0 killed with SIGKILL and restarted part-way, everything read back and checked.

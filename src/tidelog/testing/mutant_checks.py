@@ -1,0 +1,206 @@
+"""The checks of the mutation gate, run in a subprocess over one copy of the package.
+
+    python -m tidelog.testing.mutant_checks --package DIR [--scenarios DIR] [--sim MODE:SEEDS]
+
+Rules of this file:
+- It judges the package it is imported from: the gate puts a (mutated) copy first on
+  PYTHONPATH, and this module refuses to run from anywhere else than `--package`.
+- Checks run cheapest first and stop at the first that catches. The transcripts come first
+  and all of them run (they take a second): a transcript catches when its output differs or
+  it raises, and the catch names first one that reports a violation or raised. Then the
+  simulator seeds, the modes interleaved seed by seed: a seed catches on its first
+  violation or exception.
+- Each check (all the transcripts together, or one seed) has a time limit; one that runs
+  past it is caught as a hang (a test suite with a hang fails too).
+- Output is JSON lines on stdout: `{"check": LABEL}` as each check starts (so the gate
+  knows where a killed run was), then one `{"caught_by": LABEL or null, "also": [LABEL],
+  "detail": TEXT, "checks": N}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import NamedTuple
+
+import tidelog
+from tidelog.testing import sim
+from tidelog.testing.scenario import run_file
+
+CHECK_SECONDS_MAX = 60
+SIM_TICKS = 400
+DETAIL_CHARS_MAX = 300
+VIOLATION = "VIOLATION"  # how a transcript's `check` reports a broken invariant
+HANG = f"raised CheckTimedOut: still running after {CHECK_SECONDS_MAX} s (a hang)"
+MODES = {"memory-3": (3, False), "memory-5": (5, False), "disk-3": (3, True), "disk-5": (5, True)}
+
+
+class CheckTimedOut(BaseException):
+    """A check ran past CHECK_SECONDS_MAX. A BaseException, so that no `except Exception`
+    on its way out (the checks', or a mutant's) can swallow it."""
+
+
+class Catch(NamedTuple):
+    """What caught a mutant: the check (`by`), what it saw, and other checks that saw it."""
+
+    by: str
+    detail: str
+    also: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SeedCheck:
+    mode: str
+    seed: int
+
+    @property
+    def label(self) -> str:
+        return f"sim {self.mode} seed {self.seed}"
+
+    def run(self) -> str | None:
+        """The first violation of this seed, or None."""
+        replicas, disk = MODES[self.mode]
+        found = sim.run_seed(self.seed, replicas, SIM_TICKS, disk)
+        if not found:
+            return None
+        command = sim.reproduce_command(self.seed, replicas, SIM_TICKS, disk)
+        return f"{found[0]}  (reproduce: {command})"
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioCheck:
+    """Every transcript of a directory. They are cheap, so all of them run; the catch names
+    first a transcript that broke an invariant or raised, else the first that differs."""
+
+    directory: Path
+
+    @property
+    def label(self) -> str:
+        return "scenarios"
+
+    def run(self) -> Catch | None:
+        found: list[tuple[bool, str, str]] = []  # (a mere difference, file, detail)
+        for path in sorted(self.directory.glob("*.txt")):
+            try:
+                detail = problem_of(functools.partial(first_difference, path))
+            except CheckTimedOut:
+                found.append((False, path.name, HANG))
+                break  # the time of the whole check is up
+            if detail is not None:
+                mere = not detail.startswith("raised") and VIOLATION not in detail
+                found.append((mere, path.name, detail))
+        if not found:
+            return None
+        found.sort(key=lambda item: item[0])  # stable: in file order within each kind
+        names = tuple(name for _, name, _ in found)
+        return Catch(f"scenario {names[0]}", found[0][2], names[1:])
+
+
+def first_difference(path: Path) -> str | None:
+    """Where the transcript first reports a violation, else where it first differs."""
+    differences = run_file(path)
+    for difference in differences:
+        head, _, actual = difference.partition("--- actual\n")
+        violations = [line for line in actual.splitlines() if VIOLATION in line]
+        if violations:
+            return f"{head.splitlines()[0]}: {violations[0]}"
+    if differences:
+        return f"{differences[0].splitlines()[0]}: output differs"
+    return None
+
+
+Check = ScenarioCheck | SeedCheck
+
+
+def parse_sim(text: str) -> tuple[str, int]:
+    """`MODE:SEEDS` (seeds 1..SEEDS) into (mode, seeds)."""
+    mode, _, seeds = text.partition(":")
+    if mode not in MODES or not seeds.isdigit() or int(seeds) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MODE:SEEDS, MODE in {list(MODES)}")
+    return mode, int(seeds)
+
+
+def plan(scenarios: Path | None, modes: list[tuple[str, int]]) -> Iterator[Check]:
+    """The transcripts, then seed 1 of each mode, seed 2 of each mode, and so on."""
+    if scenarios is not None:
+        yield ScenarioCheck(scenarios)
+    for seed in range(1, max((seeds for _, seeds in modes), default=0) + 1):
+        for mode, seeds in modes:
+            if seed <= seeds:
+                yield SeedCheck(mode, seed)
+
+
+def on_alarm(signum: int, frame: FrameType | None) -> None:
+    del signum, frame
+    raise CheckTimedOut
+
+
+def problem_of(run: Callable[[], str | None]) -> str | None:
+    """What `run` found, or the exception that stopped it (a mutant may break anything:
+    that is a catch too)."""
+    try:
+        return run()
+    except Exception as error:
+        return f"raised {type(error).__name__}: {error}"
+
+
+def run_check(check: Check) -> Catch | None:
+    """The check's catch, within CHECK_SECONDS_MAX (a hang is a catch)."""
+    signal.alarm(CHECK_SECONDS_MAX)
+    try:
+        if isinstance(check, ScenarioCheck):
+            return check.run()  # it names the transcript that hung
+        try:
+            found = problem_of(check.run)
+        except CheckTimedOut:
+            found = HANG
+        return None if found is None else Catch(check.label, found)
+    finally:
+        signal.alarm(0)
+
+
+def emit(line: dict[str, object]) -> None:
+    print(json.dumps(line), flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tidelog.testing.mutant_checks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--package", type=Path, required=True, help="the copy to judge")
+    parser.add_argument("--scenarios", type=Path, help="a directory of scenario transcripts")
+    parser.add_argument(
+        "--sim", type=parse_sim, action="append", default=[], help="MODE:SEEDS, repeatable"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    here = Path(tidelog.__file__).resolve().parent
+    if here != args.package.resolve():
+        print(f"tidelog imported from {here}, not from {args.package}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGALRM, on_alarm)
+    count = 0
+    for check in plan(args.scenarios, args.sim):
+        count += 1
+        emit({"check": check.label})
+        caught = run_check(check)
+        if caught is not None:
+            detail = caught.detail[:DETAIL_CHARS_MAX]
+            emit({"caught_by": caught.by, "also": caught.also, "detail": detail, "checks": count})
+            return 0
+    emit({"caught_by": None, "also": [], "detail": "", "checks": count})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,646 @@
+"""The mutation gate: a safety rule is only real when removing it fails a test.
+
+    python -m tidelog.testing.mutants [--only NAME ...] [--jobs 2] [--json] [--list]
+
+Each mutant in `CATALOGUE` weakens one safety or liveness rule of the replication core by
+exact text replacements. The gate applies each, one at a time, to a copy of the package in
+a temporary directory and runs the checks of `mutant_checks` over that copy in a
+subprocess: the scenario transcripts first, then bounded simulator seeds in memory and on
+the faulty disk, with 3 and 5 replicas, stopping at the first check that catches it.
+
+Rules of this file:
+- An anchor (the old text of an edit) is a short, distinctive snippet that must occur
+  exactly once in its file; otherwise the gate stops before running anything and names
+  the mutant and the file (the core changed under it: refit the anchor here). A
+  replacement must still compile.
+- Mutants edit only `core/` and `node/`: the checks that judge them stay intact.
+- Before the mutants, the unmutated copy must pass every check (the baseline): a check
+  that fails without a mutant proves nothing about one.
+- The gate passes (exit 0) only when the baseline passes and every mutant is caught;
+  exit 1 otherwise, exit 2 when the gate itself cannot run (an anchor, a bad flag).
+- Every run is bounded: seeds per mode (`SEED_PLAN`), a time limit per check (in
+  `mutant_checks`), per job, and for the whole gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import tidelog
+
+PACKAGE = Path(tidelog.__file__).resolve().parent
+DEFAULT_SCENARIOS = PACKAGE.parents[1] / "tests" / "scenarios"
+EDITABLE_LAYERS = ("core/", "node/")
+# Seeds per simulator mode for each mutant, tried interleaved after the transcripts.
+SEED_PLAN = (("memory-3", 200), ("memory-5", 100), ("disk-3", 60), ("disk-5", 40))
+JOB_SECONDS_MAX = 900
+GATE_SECONDS_MAX = 1800
+STDERR_TAIL_CHARS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """A named weakening of one rule: `old`, which must occur exactly once in `path` (under
+    the package), becomes `new`."""
+
+    name: str
+    rule: str
+    path: str
+    old: str
+    new: str
+
+
+REPLICA = "core/replica.py"
+
+# Not here, because no check can catch them: counting the leader's own unsynced copy toward
+# the HWM, or a candidate's own unsynced vote. The Ready contract steps nothing between
+# `ready()` and `advance()`, so every acknowledgement a leader counts, and every vote a
+# candidate counts, arrives after its own copy or vote is durable: those rules only matter
+# to a driver that steps inputs while a sync is in flight (etcd's asynchronous writes).
+CATALOGUE: tuple[Mutant, ...] = (
+    # ---------------------------------------------------------------- commitment --------
+    Mutant(
+        "figure-8",
+        "the HWM moves only into the leader's own epoch (Raft Figure 8)",
+        REPLICA,
+        "if candidate <= self.epoch_start_offset:",
+        "if False:",
+    ),
+    Mutant(
+        "follower-acks-before-fsync",
+        "a follower's acknowledgement leaves only after its fsync (messages_after_persist)",
+        REPLICA,
+        "def _acknowledge(self, msg: AppendRequest, end: Offset) -> None:\n"
+        "        self.msgs_after_persist.append(",
+        "def _acknowledge(self, msg: AppendRequest, end: Offset) -> None:\n"
+        "        self.msgs.append(",
+    ),
+    Mutant(
+        "acks-1-before-fsync",
+        "acks=1 is acknowledged once the leader's copy is durable",
+        REPLICA,
+        "else durable",
+        "else self.log.log_end_offset",
+    ),
+    Mutant(
+        "quorum-ignores-min-insync",
+        "an offset commits on max(majority, min.insync.replicas) durable copies",
+        REPLICA,
+        "return max(self.majority, self.min_insync)",
+        "return self.majority",
+    ),
+    Mutant(
+        "produce-ignores-min-insync",
+        "acks=all is refused with NotEnoughReplicas below min.insync.replicas live replicas",
+        REPLICA,
+        "if in_sync < self.config.min_insync:",
+        "if False:",
+    ),
+    Mutant(
+        "rejection-counts-as-match",
+        "a follower's match moves only on a successful consistency check (KAFKA-13141)",
+        REPLICA,
+        "if msg.success:",
+        "if True:",
+    ),
+    Mutant(
+        "ack-beyond-verified-prefix",
+        "a follower acknowledges only the prefix it verified, not its whole log",
+        REPLICA,
+        "self._acknowledge(msg, end)",
+        "self._acknowledge(msg, self.log.log_end_offset)",
+    ),
+    # ---------------------------------------------------------------- epochs ------------
+    Mutant(
+        "in-sync-without-recent-ack",
+        "a follower is in sync only if it acknowledged within an election timeout",
+        REPLICA,
+        "and progress.last_ack_tick >= recent",
+        "",
+    ),
+    Mutant(
+        "accept-stale-epoch",
+        "a message of an older epoch is fenced and changes nothing (KIP-320)",
+        REPLICA,
+        "if msg.epoch < self.epoch:",
+        "if False:",
+    ),
+    Mutant(
+        "accept-stale-epoch-acks",
+        "an acknowledgement of an older epoch is fenced, never counted (KIP-320)",
+        REPLICA,
+        "if msg.epoch < self.epoch:",
+        "if msg.epoch < self.epoch and not isinstance(msg, AppendResponse):",
+    ),
+    Mutant(
+        "no-control-batch",
+        "a new leader starts its epoch with a control batch (KIP-207)",
+        REPLICA,
+        "self.log.append(control, check_batch(control))",
+        "del control",
+    ),
+    # ---------------------------------------------------------------- follower log ------
+    Mutant(
+        "no-consistency-check",
+        "a follower appends only after its record at prev_offset - 1 is of prev_epoch",
+        REPLICA,
+        "return self.log.epoch_at(Offset(prev_offset - 1)) == prev_epoch",
+        "return True",
+    ),
+    Mutant(
+        "truncate-held-batches",
+        "a follower cuts its log only where it conflicts, never a batch it holds already",
+        REPLICA,
+        "if self.log.epoch_at(held) == header.epoch:",
+        "if False:",
+    ),
+    Mutant(
+        "truncate-to-hwm-on-restart",
+        "divergence is found by epochs, never by truncating to the local HWM (KIP-101)",
+        REPLICA,
+        "self.hwm_in_ready = state.hwm",
+        "self.hwm_in_ready = state.hwm\n"
+        "        if self.hwm < self.log.log_end_offset:\n"
+        "            self.log.truncate(self.hwm)\n"
+        "            self.producers.truncate(self.hwm)",
+    ),
+    Mutant(
+        "hwm-before-truncation",
+        "a follower takes the leader's HWM only after truncating (KAFKA-14704)",
+        REPLICA,
+        "if not self._prefix_matches(",
+        "self._raise_hwm(Offset(min(msg.hwm, self.log.log_end_offset)))\n"
+        "        if not self._prefix_matches(",
+    ),
+    Mutant(
+        "hwm-bounded-by-log-end",
+        "a follower's HWM is bounded by the prefix it verified, not its log end (KAFKA-14704)",
+        REPLICA,
+        "self._raise_hwm(Offset(min(msg.hwm, end)))",
+        "self._raise_hwm(Offset(min(msg.hwm, self.log.log_end_offset)))",
+    ),
+    Mutant(
+        "reset-below-hwm",
+        "a reset to the leader's log start never drops what the follower committed",
+        REPLICA,
+        "if self.hwm < start:",
+        "if True:",
+    ),
+    Mutant(
+        "follower-log-start-past-hwm",
+        "a follower moves its log start only within its own HWM",
+        REPLICA,
+        "min(leader_log_start, self.hwm,",
+        "min(leader_log_start,",
+    ),
+    Mutant(
+        "leader-log-start-past-hwm",
+        "DeleteRecords never moves the log start past the HWM",
+        REPLICA,
+        "if offset > readable_end:\n            raise",
+        "if offset > self.log.log_end_offset:\n            raise",
+    ),
+    # ---------------------------------------------------------------- reads -------------
+    Mutant(
+        "read-above-hwm",
+        "clients read only below min(HWM, log end offset)",
+        REPLICA,
+        "return FetchResult((), readable_end",
+        "return FetchResult((), self.log.log_end_offset",
+    ),
+    Mutant(
+        "new-leader-reads-early",
+        "a new leader serves no reads until its HWM passes its epoch start (KIP-207)",
+        REPLICA,
+        "if self.hwm <= self.epoch_start_offset:",
+        "if False:",
+    ),
+    Mutant(
+        "follower-reads-before-sync",
+        "a follower serves reads only once verified against the current leader",
+        REPLICA,
+        "if self.role is Role.FOLLOWER and self.follower_synced:",
+        "if self.role is Role.FOLLOWER:",
+    ),
+    Mutant(
+        "no-read-lease",
+        "a leader serves reads only within a lease a majority granted (Raft §8)",
+        REPLICA,
+        "return 1 + recent >= self.config.majority",
+        "return True",
+    ),
+    Mutant(
+        "read-lease-past-election-timeout",
+        "the read lease is shorter than an election timeout",
+        REPLICA,
+        "(self.election_ticks - LEASE_MARGIN_TICKS)",
+        "(self.election_ticks + LEASE_MARGIN_TICKS)",
+    ),
+    Mutant(
+        "lease-dated-by-answer",
+        "the lease is dated from when the request was sent, not when its answer came",
+        REPLICA,
+        "progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)",
+        "progress.contact_sent_ms = self.now_ms",
+    ),
+    Mutant(
+        "no-consumer-divergence-check",
+        "a fetch whose last epoch diverged gets LogDiverged (KIP-320 client side)",
+        REPLICA,
+        "if last_fetched_epoch is not None and offset > 0:",
+        "if False:",
+    ),
+    # ---------------------------------------------------------------- elections ---------
+    Mutant(
+        "vote-without-up-to-date-check",
+        "a vote goes only to a candidate whose log is at least as up to date (Raft §5.4.1)",
+        REPLICA,
+        "granted = free and up_to_date",
+        "granted = free",
+    ),
+    Mutant(
+        "pre-vote-without-up-to-date-check",
+        "a pre-vote goes only to a candidate whose log is at least as up to date",
+        REPLICA,
+        "and up_to_date and not self._in_lease()",
+        "and not self._in_lease()",
+    ),
+    Mutant(
+        "no-pre-vote",
+        "a candidate first asks for pre-votes, changing no epoch (Raft thesis §9.6)",
+        REPLICA,
+        "if self.config.pre_vote:",
+        "if False:",
+    ),
+    Mutant(
+        "no-check-quorum",
+        "a leader that has not heard from a majority for an election timeout steps down",
+        REPLICA,
+        "if self.config.check_quorum and active",
+        "if False and active",
+    ),
+    Mutant(
+        "votes-ignore-leader-lease",
+        "a replica that heard from a leader within an election timeout ignores votes",
+        REPLICA,
+        "if self._in_lease():",
+        "if False:",
+    ),
+    Mutant(
+        "restarted-replica-votes-at-once",
+        "a restarted replica grants no vote for an election timeout",
+        REPLICA,
+        "0 if restarted else",
+        "",
+    ),
+    Mutant(
+        "vote-before-fsync",
+        "a vote leaves only once it is durable (ZOOKEEPER-4646)",
+        REPLICA,
+        "self.msgs_after_persist.append(\n"
+        "            VoteResponse(self.id, msg.sender, self.epoch, granted, False)",
+        "self.msgs.append(\n"
+        "            VoteResponse(self.id, msg.sender, self.epoch, granted, False)",
+    ),
+    Mutant(
+        "hard-state-not-saved",
+        "the epoch and the vote are written (and synced) before anything depends on them",
+        "node/driver.py",
+        "storage.save_hard_state(ready.hard_state)",
+        "pass",
+    ),
+    # ---------------------------------------------------------------- producers ---------
+    Mutant(
+        "no-producer-dedup",
+        "a retried idempotent batch is answered with its first offsets, not appended again",
+        REPLICA,
+        "earlier = self.producers.check(header)",
+        "earlier = None",
+    ),
+    Mutant(
+        "followers-skip-producer-state",
+        "every replica tracks producer state from the log, so a new leader deduplicates too",
+        REPLICA,
+        "self.producers.on_append(header)\n        return end",
+        "pass\n        return end",
+    ),
+    Mutant(
+        "producer-state-survives-truncation",
+        "a truncation forgets the producer batches it removed",
+        REPLICA,
+        "self.producers.truncate(header.base_offset)",
+        "pass",
+    ),
+    Mutant(
+        "deposed-leader-keeps-produces",
+        "a deposed leader fails its pending produces (NotLeader)",
+        REPLICA,
+        "self._fail_pending(NotLeader(leader))",
+        "pass",
+    ),
+    # ---------------------------------------------------------------- liveness ----------
+    Mutant(
+        "stalled-pipeline-not-restarted",
+        "a follower whose match did not move for a heartbeat is sent its suffix again",
+        REPLICA,
+        "progress.next_offset = progress.match_offset\n                progress.inflight.clear()",
+        "pass",
+    ),
+    Mutant(
+        "lost-probe-not-resent",
+        "a lost probe or reset is sent again at the next heartbeat",
+        REPLICA,
+        "progress.probe_sent = False\n                continue",
+        "continue",
+    ),
+)
+
+
+# ==================================================================== applying ==========
+class AnchorError(Exception):
+    """A mutant does not apply to the current source: the gate cannot judge it."""
+
+
+def mutated_source(mutant: Mutant, package: Path) -> str:
+    """The text of the mutant's file with its edit made. Raises AnchorError."""
+    if not mutant.path.startswith(EDITABLE_LAYERS):
+        raise AnchorError(f"mutant {mutant.name}: {mutant.path} is outside {EDITABLE_LAYERS}")
+    text = (package / mutant.path).read_text()
+    found = text.count(mutant.old)
+    if found != 1:
+        raise AnchorError(
+            f"mutant {mutant.name}: its anchor occurs {found} times in {mutant.path}, not once "
+            f"(the core changed: refit it in tidelog/testing/mutants.py): {mutant.old!r}"
+        )
+    mutated = text.replace(mutant.old, mutant.new)
+    try:
+        compile(mutated, mutant.path, "exec")
+    except SyntaxError as error:
+        raise AnchorError(
+            f"mutant {mutant.name}: {mutant.path} no longer compiles: {error}"
+        ) from None
+    return mutated
+
+
+def copy_package(package: Path, directory: Path) -> Path:
+    """Copy the package to directory/src/tidelog; returns the copy."""
+    copy = directory / "src" / package.name
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+# ==================================================================== running ===========
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One run of the checks over one copy: a mutant's, or a share of the baseline's."""
+
+    name: str
+    mutant: Mutant | None
+    scenarios: Path | None
+    seed_plan: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a job's checks found: `caught_by` None means every check passed."""
+
+    name: str
+    caught_by: str | None
+    detail: str
+    checks: int
+    seconds: float
+    also: tuple[str, ...] = ()  # other transcripts that caught it too
+    ran: bool = True  # False: the gate's time was up before the job could start
+
+    @property
+    def caught(self) -> bool:
+        return self.ran and self.caught_by is not None
+
+    @property
+    def clean(self) -> bool:
+        return self.ran and self.caught_by is None
+
+
+def checks_command(copy: Path, job: Job) -> list[str]:
+    command = [sys.executable, "-m", "tidelog.testing.mutant_checks", "--package", str(copy)]
+    if job.scenarios is not None:
+        command += ["--scenarios", str(job.scenarios)]
+    for mode, seeds in job.seed_plan:
+        command += ["--sim", f"{mode}:{seeds}"]
+    return command
+
+
+def run_job(job: Job, package: Path) -> Outcome:
+    """Copy the package, apply the job's mutant, run the checks over the copy."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tidelog-mutant-") as directory:
+        copy = copy_package(package, Path(directory))
+        if job.mutant is not None:
+            (copy / job.mutant.path).write_text(mutated_source(job.mutant, package))
+        try:
+            done = subprocess.run(
+                checks_command(copy, job),
+                capture_output=True,
+                text=True,
+                cwd=directory,
+                env={**os.environ, "PYTHONPATH": str(copy.parent)},
+                timeout=JOB_SECONDS_MAX,
+                check=False,
+            )
+            stdout, stderr, status = done.stdout, done.stderr, f"status {done.returncode}"
+        except subprocess.TimeoutExpired as expired:
+            stdout = expired.stdout.decode() if isinstance(expired.stdout, bytes) else ""
+            stderr, status = "", f"killed after {JOB_SECONDS_MAX} s"
+    return read_verdict(job.name, stdout, stderr, status, time.monotonic() - started)
+
+
+def read_verdict(name: str, stdout: str, stderr: str, status: str, seconds: float) -> Outcome:
+    """The outcome told by the JSON lines of `mutant_checks`.
+
+    A run that ended without its verdict is caught by the check it was in; one that died
+    before any check (the mutated package does not import) is caught at import."""
+    lines = [line for line in map(json_object, stdout.splitlines()) if line is not None]
+    if lines and "caught_by" in lines[-1]:
+        last = lines[-1]
+        also = tuple(str(label) for label in last["also"])
+        return Outcome(name, last["caught_by"], last["detail"], last["checks"], seconds, also)
+    where = str(lines[-1]["check"]) if lines else "import"
+    detail = f"the checks died ({status}): {stderr[-STDERR_TAIL_CHARS:]}"
+    return Outcome(name, where, detail, len(lines), seconds)
+
+
+def json_object(line: str) -> dict[str, Any] | None:
+    """A line of `mutant_checks` output, or None for anything else the run printed."""
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) and ("check" in value or "caught_by" in value) else None
+
+
+def run_jobs(jobs: list[Job], package: Path, workers: int, deadline: float) -> list[Outcome]:
+    """Run jobs `workers` at a time; a job not started by `deadline` does not run."""
+
+    def run_in_time(job: Job) -> Outcome:
+        if time.monotonic() > deadline:
+            return Outcome(job.name, None, "", 0, 0.0, ran=False)
+        return run_job(job, package)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(run_in_time, jobs))
+
+
+def baseline_jobs(scenarios: Path) -> list[Job]:
+    """The unmutated copy over every check, in shares the workers run side by side."""
+    jobs = [Job("scenarios", None, scenarios, ())]
+    jobs += [Job(f"sim {mode}", None, None, ((mode, seeds),)) for mode, seeds in SEED_PLAN]
+    return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """The gate's findings: it passed when the baseline was clean and every chosen mutant
+    was caught."""
+
+    baseline: list[Outcome]
+    mutants: list[tuple[Mutant, Outcome]]
+    chosen: int
+    seconds: float
+
+    @property
+    def baseline_clean(self) -> bool:
+        return all(outcome.clean for outcome in self.baseline)
+
+    @property
+    def caught(self) -> int:
+        return sum(1 for _, outcome in self.mutants if outcome.caught)
+
+    @property
+    def passed(self) -> bool:
+        return self.baseline_clean and self.caught == self.chosen
+
+
+def run_gate(chosen: list[Mutant], scenarios: Path, workers: int) -> Report:
+    """The baseline, then (only if it is clean) every chosen mutant."""
+    started = time.monotonic()
+    deadline = started + GATE_SECONDS_MAX
+    baseline = run_jobs(baseline_jobs(scenarios), PACKAGE, workers, deadline)
+    outcomes: list[Outcome] = []
+    if all(outcome.clean for outcome in baseline):  # else a catch would prove nothing
+        jobs = [Job(m.name, m, scenarios, SEED_PLAN) for m in chosen]
+        outcomes = run_jobs(jobs, PACKAGE, workers, deadline)
+    mutants = list(zip(chosen, outcomes, strict=False))
+    return Report(baseline, mutants, len(chosen), time.monotonic() - started)
+
+
+# ==================================================================== reporting =========
+def verdict(outcome: Outcome, *, baseline: bool) -> str:
+    if not outcome.ran:
+        return "NOT RUN: the gate's time was up"
+    if baseline:
+        return "passed" if outcome.clean else f"FAILS: {outcome.caught_by}"
+    if outcome.caught_by is None:
+        return "SURVIVED"
+    more = f" (+{len(outcome.also)} more)" if outcome.also else ""
+    return outcome.caught_by + more
+
+
+def table(title: str, outcomes: list[Outcome], *, baseline: bool) -> list[str]:
+    """One line per job (name, verdict, time), then its detail indented below it."""
+    width = max(len(title), *(len(o.name) for o in outcomes))
+    lines = [f"{title:<{width}}  {'TIME':>7}  {'RESULT' if baseline else 'CAUGHT BY'}"]
+    for outcome in outcomes:
+        said = verdict(outcome, baseline=baseline)
+        lines.append(f"{outcome.name:<{width}}  {outcome.seconds:6.1f}s  {said}")
+        if outcome.detail:
+            lines.append(f"{'':<{width}}  {'':>7}    {outcome.detail}")
+    return lines
+
+
+def text_report(report: Report) -> str:
+    lines = table("BASELINE", report.baseline, baseline=True)
+    if not report.baseline_clean:
+        lines.append("the unmutated code fails a check: no mutant can be judged")
+    elif report.mutants:
+        lines += ["", *table("MUTANT", [o for _, o in report.mutants], baseline=False)]
+    outcome = "gate passed" if report.passed else "gate FAILED"
+    lines.append(
+        f"{report.caught} of {report.chosen} mutants caught in {report.seconds:.0f} s: {outcome}"
+    )
+    return "\n".join(lines)
+
+
+def json_report(report: Report) -> str:
+    return json.dumps(
+        {
+            "passed": report.passed,
+            "seconds": round(report.seconds, 1),
+            "baseline": [asdict(outcome) for outcome in report.baseline],
+            "mutants": [
+                {**asdict(outcome), "rule": m.rule, "file": m.path} for m, outcome in report.mutants
+            ],
+        },
+        indent=2,
+    )
+
+
+# ==================================================================== command line ======
+def select(only: list[str]) -> list[Mutant]:
+    """The mutants named by --only (all when none). Raises AnchorError on an unknown name."""
+    if not only:
+        return list(CATALOGUE)
+    known = {m.name: m for m in CATALOGUE}
+    unknown = [name for name in only if name not in known]
+    if unknown:
+        raise AnchorError(f"no such mutant: {', '.join(unknown)} (see --list)")
+    return [known[name] for name in only]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tidelog.testing.mutants", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--only", action="append", default=[], help="run only this mutant")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--list", action="store_true", help="print the catalogue and stop")
+    parser.add_argument("--scenarios", type=Path, default=DEFAULT_SCENARIOS)
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be positive")
+    if not args.scenarios.is_dir():
+        parser.error(f"{args.scenarios}: no such directory of scenario transcripts")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for m in CATALOGUE:
+            print(f"{m.name:<36} {m.path:<16} {m.rule}")
+        return 0
+    try:
+        chosen = select(args.only)
+        for m in chosen:
+            mutated_source(m, PACKAGE)
+    except AnchorError as error:
+        print(f"mutation gate error: {error}", file=sys.stderr)
+        return 2
+    report = run_gate(chosen, args.scenarios, args.jobs)
+    print(json_report(report) if args.json else text_report(report))
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The mutation gate (`make mutants`): every mutant of the catalogue is caught.
+
+The anchors are checked first, in a second, so a change to the core that moves one fails
+fast and names the mutant to refit; then the whole gate runs (about a minute on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tidelog.testing import mutants
+from tidelog.testing.mutants import (
+    CATALOGUE,
+    PACKAGE,
+    AnchorError,
+    Mutant,
+    Outcome,
+    mutated_source,
+    read_verdict,
+    run_gate,
+    text_report,
+)
+
+
+def test_the_catalogue_names_at_least_twenty_distinct_mutants() -> None:
+    names = [m.name for m in CATALOGUE]
+    assert len(names) >= 20
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("mutant", CATALOGUE, ids=[m.name for m in CATALOGUE])
+def test_each_anchor_occurs_exactly_once_and_the_mutant_compiles(mutant: Mutant) -> None:
+    assert mutated_source(mutant, PACKAGE) != (PACKAGE / mutant.path).read_text()
+
+
+def one_edit(path: str, old: str, new: str = "pass") -> Mutant:
+    return Mutant("made-up", "a rule", path, old, new)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (one_edit("core/replica.py", "no such text anywhere"), "occurs 0 times in core/replica"),
+        (one_edit("core/replica.py", "self.epoch"), "times in core/replica.py, not once"),
+        (one_edit("testing/sim.py", "MICROS_PER_TICK = 10"), "outside"),
+        (one_edit("core/replica.py", "LEASE_MARGIN_TICKS = 2", "LEASE_MARGIN ="), "compile"),
+    ],
+    ids=["missing", "ambiguous", "outside-core", "syntax"],
+)
+def test_a_mutant_that_does_not_apply_is_an_error_of_the_gate(edit: Mutant, message: str) -> None:
+    with pytest.raises(AnchorError, match="made-up") as raised:
+        mutated_source(edit, PACKAGE)
+    assert message in str(raised.value)
+
+
+def test_a_verdict_is_read_from_the_last_line() -> None:
+    verdict = {"caught_by": "scenario x.txt", "also": ["y.txt"], "detail": "d", "checks": 1}
+    stdout = "\n".join(json.dumps(line) for line in [{"check": "scenarios"}, verdict])
+    outcome = read_verdict("m", stdout, "", "status 0", 1.0)
+    assert outcome == Outcome("m", "scenario x.txt", "d", 1, 1.0, ("y.txt",))
+    assert outcome.caught
+
+
+def test_a_run_that_died_is_caught_by_the_check_it_was_in() -> None:
+    stdout = json.dumps({"check": "sim memory-3 seed 4"})
+    outcome = read_verdict("m", stdout, "Segmentation fault", "status -11", 1.0)
+    assert (outcome.caught_by, outcome.checks) == ("sim memory-3 seed 4", 1)
+    assert "Segmentation fault" in outcome.detail
+
+
+def test_an_unknown_mutant_stops_the_gate(capsys: pytest.CaptureFixture[str]) -> None:
+    assert mutants.main(["--only", "no-such-mutant"]) == 2
+    assert "no such mutant: no-such-mutant" in capsys.readouterr().err
+
+
+def test_the_list_names_every_mutant(capsys: pytest.CaptureFixture[str]) -> None:
+    assert mutants.main(["--list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == [m.name for m in CATALOGUE]
+
+
+def test_the_default_scenarios_are_this_repository_s() -> None:
+    assert Path(__file__).resolve().parent / "scenarios" == mutants.DEFAULT_SCENARIOS
+
+
+@pytest.mark.slow
+def test_the_baseline_passes_and_every_mutant_is_caught() -> None:
+    report = run_gate(list(CATALOGUE), mutants.DEFAULT_SCENARIOS, workers=2)
+    assert report.passed, text_report(report)

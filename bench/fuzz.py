@@ -2,13 +2,14 @@
 
     .venv/bin/python bench/fuzz.py [--inputs 1000000] [--jobs 2] [--json]
 
-A fresh cluster (`tidelog cluster up` in a temporary directory) with a topic `fuzz` of 3
-partitions that a real producer keeps writing to with acks=all while `--jobs` processes
-send fuzzed requests (tidelog.testing.fuzz: every API and version served, mutated fields,
+A fresh cluster (`tidelog cluster up` in a temporary directory) with a topic `fuzz`, the
+fuzzer's target (it produces, fetches, trims and may delete it), and a topic `checked` of
+3 partitions, out of its reach, that a real producer keeps writing to with acks=all while
+`--jobs` processes send fuzzed requests (tidelog.testing.fuzz: every API and version served, mutated fields,
 damaged framing) round-robin to the three brokers. Afterwards: every broker must still be
 running and serving, have logged no traceback and no failed handler, and hold no request
 bytes; every acknowledged record of the producer must be readable; and every replica of
-every partition must hold the same committed log (each node's log of `fuzz` compared
+every partition must hold the same committed log (each node's log of `checked` compared
 batch by batch with `tidelog dump-log`, below the lowest HWM). Prints the inputs, answers,
 error answers, closed connections, crashes (must be 0) and each broker's peak RSS.
 """
@@ -32,6 +33,7 @@ from tidelog.testing.fuzz import FuzzReport, fuzz_broker
 from tidelog.testing.live import LiveCluster, create_topic
 
 PARTITIONS = 3
+CHECKED = "checked"  # not a name the fuzzer draws
 CHUNK = 10_000
 
 
@@ -65,7 +67,7 @@ def produce_forever(bootstrap: str, stop: threading.Event, acked: list[bytes]) -
 
     number = 0
     while not stop.is_set():
-        producer.produce("fuzz", f"record-{number}".encode(), on_delivery=delivered)
+        producer.produce(CHECKED, f"record-{number}".encode(), on_delivery=delivered)
         number += 1
         producer.poll(0.01)
     producer.flush(60)
@@ -75,7 +77,7 @@ def read_all(bootstrap: str) -> set[bytes]:
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "fuzz-check", "enable.auto.commit": False}
     )
-    consumer.assign([TopicPartition("fuzz", p, 0) for p in range(PARTITIONS)])
+    consumer.assign([TopicPartition(CHECKED, p, 0) for p in range(PARTITIONS)])
     seen: set[bytes] = set()
     idle_until = time.monotonic() + 10
     while time.monotonic() < idle_until:
@@ -88,8 +90,8 @@ def read_all(bootstrap: str) -> set[bytes]:
 
 
 def committed_batches(node: dict[str, str], partition: int, end: int) -> list[object]:
-    """(offset, epoch, CRC) of node's stored batches of fuzz-`partition` below `end`."""
-    directory = Path(node["data_dir"]) / f"fuzz-{partition}"
+    """(offset, epoch, CRC, verdict) of a node's batches of `checked` below `end`."""
+    directory = Path(node["data_dir"]) / f"{CHECKED}-{partition}"
     done = subprocess.run(
         [sys.executable, "-m", "tidelog", "dump-log", str(directory), "--json"],
         capture_output=True,
@@ -116,6 +118,7 @@ def main() -> int:
     started = time.monotonic()
     try:
         create_topic(cluster.bootstrap, "fuzz", partitions=PARTITIONS)
+        create_topic(cluster.bootstrap, CHECKED, partitions=PARTITIONS)
         stop, acked = threading.Event(), []
         writer = threading.Thread(target=produce_forever, args=(cluster.bootstrap, stop, acked))
         writer.start()
@@ -151,7 +154,7 @@ def main() -> int:
                 p["hwm"]
                 for s in states
                 for p in s["partitions"]  # type: ignore[attr-defined]
-                if p["topic"] == "fuzz" and p["partition"] == partition
+                if p["topic"] == CHECKED and p["partition"] == partition
             ]
             end = min(hwms) if hwms else 0
             copies = [committed_batches(node, partition, end) for node in nodes]

@@ -62,6 +62,8 @@ class Mutant:
 
 
 REPLICA = "core/replica.py"
+STORAGE = "core/storage.py"
+PRODUCERS = "core/producers.py"
 
 # Not here, because no check can catch them: counting the leader's own unsynced copy toward
 # the HWM, or a candidate's own unsynced vote. The Ready contract steps nothing between
@@ -81,10 +83,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "follower-acks-before-fsync",
         "a follower's acknowledgement leaves only after its fsync (messages_after_persist)",
         REPLICA,
-        "def _acknowledge(self, msg: AppendRequest, end: Offset) -> None:\n"
-        "        self.msgs_after_persist.append(",
-        "def _acknowledge(self, msg: AppendRequest, end: Offset) -> None:\n"
-        "        self.msgs.append(",
+        "echoing its time and seq.\"\"\"\n        self.msgs_after_persist.append(",
+        "echoing its time and seq.\"\"\"\n        self.msgs.append(",
     ),
     Mutant(
         "acks-1-before-fsync",
@@ -118,8 +118,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "ack-beyond-verified-prefix",
         "a follower acknowledges only the prefix it verified, not its whole log",
         REPLICA,
-        "self._acknowledge(msg, end)",
-        "self._acknowledge(msg, self.log.log_end_offset)",
+        "self._answer(msg, True, end, NO_EPOCH)",
+        "self._answer(msg, True, self.log.log_end_offset, NO_EPOCH)",
     ),
     # ---------------------------------------------------------------- epochs ------------
     Mutant(
@@ -155,15 +155,15 @@ CATALOGUE: tuple[Mutant, ...] = (
         "no-consistency-check",
         "a follower appends only after its record at prev_offset - 1 is of prev_epoch",
         REPLICA,
-        "return self.log.epoch_at(Offset(prev_offset - 1)) == prev_epoch",
+        "return ours == prev_epoch",
         "return True",
     ),
     Mutant(
         "truncate-held-batches",
         "a follower cuts its log only where it conflicts, never a batch it holds already",
         REPLICA,
-        "if self.log.epoch_at(held) == header.epoch:",
-        "if False:",
+        "and log.epoch_at(held) == header.epoch:",
+        "and False:",
     ),
     Mutant(
         "truncate-to-hwm-on-restart",
@@ -194,8 +194,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "reset-below-hwm",
         "a reset to the leader's log start never drops what the follower committed",
         REPLICA,
-        "if self.hwm < start:",
-        "if True:",
+        "committed_here = start <= max(self.hwm, self.log.log_start_offset)",
+        "committed_here = False",
     ),
     Mutant(
         "follower-log-start-past-hwm",
@@ -339,7 +339,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "producer-state-survives-truncation",
         "a truncation forgets the producer batches it removed",
         REPLICA,
-        "self.producers.truncate(header.base_offset)",
+        "self.producers.truncate(base)",
         "pass",
     ),
     Mutant(
@@ -358,10 +358,60 @@ CATALOGUE: tuple[Mutant, ...] = (
         "pass",
     ),
     Mutant(
+        "reset-drops-acknowledged",
+        "a reset keeps the follower's log when it holds the record before the new start",
+        REPLICA,
+        "and self.log.epoch_at(Offset(start - 1)) == msg.prev_epoch",
+        "and False",
+    ),
+    Mutant(
+        "probe-takes-any-answer",
+        "a probing leader takes only the answer to its probe (scenario 19)",
+        REPLICA,
+        "if progress.probing and msg.seq != progress.probe_seq:",
+        "if False:",
+    ),
+    Mutant(
+        "match-goes-back",
+        "a follower's match never goes back: a reset drops nothing it acknowledged",
+        REPLICA,
+        "if progress.match_offset is None or match > progress.match_offset:",
+        "if True:",
+    ),
+    Mutant(
+        "reset-resent-as-probe",
+        "a lost reset is sent again as a reset, never as a probe (scenario 20)",
+        REPLICA,
+        "progress.resetting = progress.resetting or progress.next_offset < floor",
+        "progress.resetting = progress.next_offset < floor",
+    ),
+    Mutant(
+        "emptied-log-forgets-last-epoch",
+        "a log reset to its leader's start keeps the epoch of the record before it",
+        STORAGE,
+        "return [EpochEntry(prev_epoch, Offset(start_offset - 1))]",
+        "return []",
+    ),
+    Mutant(
+        "no-epoch-below-log-start",
+        "the epoch history keeps the record before the first batch (scenario 22)",
+        STORAGE,
+        "before = Offset(first_offset - 1)",
+        "before = first_offset",
+    ),
+    Mutant(
+        "unknown-producer-accepted",
+        "an unknown producer's batch must start at sequence 0, or it could be a duplicate",
+        PRODUCERS,
+        "            if producer is None:\n                return UnknownProducerId(",
+        "            if False:\n                return UnknownProducerId(",
+    ),
+    Mutant(
         "lost-probe-not-resent",
         "a lost probe or reset is sent again at the next heartbeat",
         REPLICA,
-        "progress.probe_sent = False\n                continue",
+        "progress.probe_sent = False  # resent, as it was (a reset as a reset)\n"
+        "                continue",
         "continue",
     ),
 )

@@ -14,7 +14,7 @@ Commands (nodes are numbers; lists are comma-separated):
                           S oldest, which stay in flight: reordering)
     drop [from=..] [to=..] [type=..]     lose matching messages in flight
     stabilize [nodes=..]  deliver everything (among `nodes`) until nothing is in flight
-    produce N acks=all|1|0 value=V [records=K]
+    produce N acks=all|1|0 value=V [records=K] [producer=ID,EPOCH,SEQUENCE]   (idempotent)
     hold-persist N / persist N   hold N's syncs / finish the one N is waiting on
     crash N / restart N / isolate N / partition 1,2 3 / heal
     status [N]            role, epoch, leader, HWM, log end, durable end, epoch history
@@ -279,7 +279,13 @@ class Scenario:
         node = nodes_of(args[0])[0]
         value = kv["value"]
         acks = ACKS[kv.get("acks", "all")]
-        batch = build_batch(value.encode(), records=int(kv.get("records", "1")))
+        records = int(kv.get("records", "1"))
+        if "producer" in kv:
+            producer_id, epoch, sequence = (int(part) for part in kv["producer"].split(","))
+            producer = (producer_id, epoch, sequence)
+            batch = build_batch(value.encode(), records=records, producer=producer)
+        else:
+            batch = build_batch(value.encode(), records=records)
         self.next_request += 1
         request_id = self.next_request
         self.produced[request_id] = (value, batch, acks)

@@ -5,8 +5,8 @@
 A fresh cluster (`tidelog cluster up` in a temporary directory) with a topic `fuzz`, the
 fuzzer's target (it produces, fetches, trims and may delete it), and a topic `checked` of
 3 partitions, out of its reach, that a real producer keeps writing to with acks=all while
-`--jobs` processes send fuzzed requests (tidelog.testing.fuzz: every API and version served, mutated fields,
-damaged framing) round-robin to the three brokers. Afterwards: every broker must still be
+`--jobs` processes send fuzzed requests (tidelog.testing.fuzz: every API and version
+served, mutated fields, damaged framing) round-robin to the three brokers. Afterwards: every broker must still be
 running and serving, have logged no traceback and no failed handler, and hold no request
 bytes; every acknowledged record of the producer must be readable; and every replica of
 every partition must hold the same committed log (each node's log of `checked` compared

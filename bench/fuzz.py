@@ -3,15 +3,15 @@
     .venv/bin/python bench/fuzz.py [--inputs 1000000] [--jobs 2] [--json]
 
 A fresh cluster (`tidelog cluster up` in a temporary directory) with a topic `fuzz`, the
-fuzzer's target (it produces, fetches, trims and may delete it), and a topic `checked` of
-3 partitions, out of its reach, that a real producer keeps writing to with acks=all while
-`--jobs` processes send fuzzed requests (tidelog.testing.fuzz: every API and version
-served, mutated fields, damaged framing) round-robin to the three brokers. Afterwards: every broker must still be
-running and serving, have logged no traceback and no failed handler, and hold no request
-bytes; every acknowledged record of the producer must be readable; and every replica of
-every partition must hold the same committed log (each node's log of `checked` compared
-batch by batch with `tidelog dump-log`, below the lowest HWM). Prints the inputs, answers,
-error answers, closed connections, crashes (must be 0) and each broker's peak RSS.
+fuzzer's target (it produces, fetches, trims and may delete it), and a topic `checked` of 3
+partitions, out of its reach, that a real producer keeps writing to with acks=all while
+`--jobs` processes send fuzzed requests (tidelog.testing.fuzz: every API and version served,
+mutated fields, damaged framing) round-robin to the three brokers. Afterwards: every broker
+must still be running and serving, have logged no traceback and no failed handler, and hold
+no request bytes; every acknowledged record of the producer must be readable; and every
+replica of every partition must hold the same committed log (each node's log of `checked`
+compared batch by batch with `tidelog dump-log`, below the lowest HWM). Prints the inputs,
+answers, error answers, closed connections, crashes (must be 0) and each broker's peak RSS.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from tidelog.protocol.kafka import FetchRequest
+from tidelog.testing.fuzz import fetch_request
 from tidelog.testing.live import LiveCluster, create_topic
 
 RECORD = b"r" * 1000
@@ -50,31 +50,6 @@ def leader_of(cluster: LiveCluster, topic: str) -> dict[str, str]:
         if any(p["topic"] == topic and p["role"] == "leader" for p in state["partitions"]):
             return dict(node)
     raise SystemExit(f"no leader of {topic}")
-
-
-def fetch_request(topic: str, correlation_id: int) -> bytes:
-    partition = FetchRequest.FetchTopic.FetchPartition(
-        partition=0,
-        current_leader_epoch=-1,
-        fetch_offset=0,
-        log_start_offset=-1,
-        partition_max_bytes=50 * MIB,
-    )
-    request = FetchRequest(
-        version=11,
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=50 * MIB,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[partition])],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
-    request.with_header(correlation_id=correlation_id, client_id="slow")
-    return bytes(request.encode(header=True, framed=True))
 
 
 def fill(bootstrap: str, topic: str, mib: int) -> None:
@@ -108,7 +83,10 @@ def main() -> int:
         for client in range(args.clients):
             sock = socket.create_connection((host, int(port)))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            requests = (fetch_request("slow", client * 100 + n) for n in range(PIPELINED))
+            requests = (
+                fetch_request("slow", max_bytes=50 * MIB, correlation_id=client * 100 + n)
+                for n in range(PIPELINED)
+            )
             sock.sendall(b"".join(requests))
             socks.append(sock)
             partial = socket.create_connection((host, int(port)))

@@ -21,7 +21,7 @@ import pytest
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from tidelog.protocol.kafka import FetchRequest
+from tidelog.testing.fuzz import fetch_request
 from tidelog.testing.live import DEADLINE_S, free_base_port
 
 IDLE_MS = 1500
@@ -124,32 +124,6 @@ def test_partial_frames_beyond_the_budget_wait_and_are_given_back(broker: Broker
     wait_until(lambda: broker.status()["request_bytes_held"] == 0, "bytes still held")
 
 
-def fetch_everything(topic: str) -> bytes:
-    """A Fetch v11 of partition 0 of `topic` from offset 0, up to 50 MiB, no waiting."""
-    partition = FetchRequest.FetchTopic.FetchPartition(
-        partition=0,
-        current_leader_epoch=-1,
-        fetch_offset=0,
-        log_start_offset=-1,
-        partition_max_bytes=50 << 20,
-    )
-    request = FetchRequest(
-        version=11,
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=50 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[partition])],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
-    request.with_header(correlation_id=1, client_id="unread")
-    return bytes(request.encode(header=True, framed=True))
-
-
 def test_a_client_that_stops_reading_holds_nothing_once_gone(broker: Broker) -> None:
     """Fetches of 4 MiB pipelined and never read: at most one response is held, and when
     the client leaves, its requests are cancelled and their answers dropped."""
@@ -166,7 +140,7 @@ def test_a_client_that_stops_reading_holds_nothing_once_gone(broker: Broker) -> 
         producer.flush(timeout=DEADLINE_S)
     finally:
         producer.close()
-    fetch = fetch_everything("unread")
+    fetch = fetch_request("unread", max_bytes=50 << 20)
     with socket.create_connection(broker.kafka) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         for _ in range(50):

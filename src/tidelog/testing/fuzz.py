@@ -76,6 +76,34 @@ def plain_request(api_key: ApiKey, version: int, **overrides: Any) -> bytes:
     return bytes(body.encode(header=True, framed=True))
 
 
+def fetch_request(topic: str, *, max_bytes: int, correlation_id: int = 1) -> bytes:
+    """A framed Fetch v11 of partition 0 of `topic` from offset 0, up to `max_bytes`, that
+    does not wait: the largest answer a client can ask for in one request."""
+    cls = request_class(ApiKey.FETCH)
+    partition = cls.FetchTopic.FetchPartition(
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        log_start_offset=-1,
+        partition_max_bytes=max_bytes,
+    )
+    request = cls(
+        version=11,
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[cls.FetchTopic(topic=topic, partitions=[partition])],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    request.with_header(correlation_id=correlation_id, client_id="fetch")
+    return bytes(request.encode(header=True, framed=True))
+
+
 def raw_frame(rng: random.Random, frame: bytes) -> bytes:
     """`frame` damaged: bytes flipped, its size prefix wrong, cut short or extended."""
     data = bytearray(frame)

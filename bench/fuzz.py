@@ -1,6 +1,6 @@
 """The protocol fuzzer against a live 3-node cluster (a measurement, not a test).
 
-    .venv/bin/python bench/fuzz.py [--inputs 1000000] [--jobs 2] [--json]
+    .venv/bin/python bench/fuzz.py [--inputs 1000000] [--jobs 4] [--json]
 
 A fresh cluster (`tidelog cluster up` in a temporary directory) with a topic `fuzz`, the
 fuzzer's target (it produces, fetches, trims and may delete it), and a topic `checked` of 3
@@ -109,7 +109,7 @@ def committed_batches(node: dict[str, str], partition: int, end: int) -> list[ob
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--inputs", type=int, default=1_000_000)
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--jobs", type=int, default=4)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="tidelog-fuzz-"))

@@ -213,7 +213,7 @@ def fuzz_broker(
     *,
     seeds: range,
     raw_share: float = 0.3,
-    wait_s: float = 0.1,
+    wait_s: float = 0.05,
     deadline: float | None = None,
 ) -> FuzzReport:
     """Send one input per seed to the broker at `address`, each on a connection that is

@@ -99,7 +99,11 @@ def main() -> int:
             time.sleep(0.2)
         for sock in socks:
             sock.close()
-        time.sleep(AFTER_S)
+        left = time.monotonic()
+        timeline = []
+        while time.monotonic() - left < AFTER_S:
+            timeline.append(round(rss_mib(pid)))
+            time.sleep(1)
         after = rss_mib(pid)
         result = {
             "log_mib": args.mib,
@@ -107,6 +111,7 @@ def main() -> int:
             "rss_before_mib": round(before, 1),
             "rss_peak_mib": round(peak, 1),
             "rss_30s_after_mib": round(after, 1),
+            "rss_each_second_after_mib": timeline[:5],
         }
     finally:
         cluster.down()

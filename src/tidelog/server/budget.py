@@ -10,7 +10,8 @@ class RequestBytes:
     """The bytes of requests a broker holds at once, bounded (queued.max.request.bytes).
 
     A request larger than the whole budget is let in alone, when nothing else is held, so
-    that no size below REQUEST_SIZE_MAX can wait for ever."""
+    that no size below REQUEST_SIZE_MAX can wait for ever; any request that fits is let in
+    at once."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -21,7 +22,7 @@ class RequestBytes:
         return self.used + size <= self.limit or self.used == 0
 
     async def acquire(self, size: int) -> None:
-        if not self._waiters and self._fits(size):
+        if self._fits(size):
             self.used += size
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -31,9 +32,8 @@ class RequestBytes:
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self.release(size)  # granted as we were cancelled: give it back
-            else:
+            elif (size, waiter) in self._waiters:
                 self._waiters.remove((size, waiter))
-                self._wake()
             raise
 
     def release(self, size: int) -> None:
@@ -41,9 +41,17 @@ class RequestBytes:
         self._wake()
 
     def _wake(self) -> None:
-        """Grant waiters in arrival order while they fit (first come, first served)."""
-        while self._waiters and self._fits(self._waiters[0][0]):
+        """Grant every waiter that fits, oldest first: a small request never waits behind
+        a large one that does not fit (a few slow 90 MiB uploads must not stall every
+        client)."""
+        kept: deque[tuple[int, asyncio.Future[None]]] = deque()
+        while self._waiters:
             size, waiter = self._waiters.popleft()
-            if not waiter.done():
+            if waiter.done():
+                continue
+            if self._fits(size):
                 self.used += size
                 waiter.set_result(None)
+            else:
+                kept.append((size, waiter))
+        self._waiters = kept

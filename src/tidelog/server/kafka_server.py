@@ -108,6 +108,8 @@ class Connection:
                 task.add_done_callback(functools.partial(self.release, size))
                 if request.expects_response:
                     await self.answers.put((request, task))
+                # Keep no handled request in this frame (see `write_responses`).
+                del received, request, task
         except ProtocolError as error:
             log.warning("closing the connection from %s: %s", self.peer, error)
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
@@ -149,32 +151,44 @@ class Connection:
             raise
 
     async def write_responses(self) -> None:
-        """Write each response once its request is handled, in request order."""
+        """Write each response once its request is handled, in request order.
+
+        No local holds a response while the write drains: a client that stops reading
+        and then vanishes ends the drain with an error whose traceback keeps this frame
+        alive until a garbage collection, so its 50 MiB would outlive the connection."""
         while True:
             request, task = await self.answers.get()
-            try:
-                body = await task
-                frames = (
-                    self.codec.send_raw_response(request, body)
-                    if isinstance(body, RawResponse)
-                    else [self.codec.send_response(request, body)]
-                )
-            except ProtocolError as error:
-                log.warning("closing the connection from %s: %s", self.peer, error)
-                return
-            except Exception as error:  # a bug: one line, and this connection only
-                log.error(
-                    "closing the connection from %s: %s v%d failed: %s",
-                    self.peer,
-                    request.api_key.name,
-                    request.api_version,
-                    bounded(repr(error)),
-                )
-                log.debug("the failure", exc_info=True)
+            frames = await self.frames_of(request, task)
+            del task
+            if frames is None:
                 return
             self.writer.writelines(frames)
+            del frames
             try:
                 await self.writer.drain()
             except (ConnectionError, OSError):
                 return
             self.answers.task_done()
+
+    async def frames_of(
+        self, request: KafkaRequest, task: asyncio.Task[Any]
+    ) -> list[bytes | memoryview] | None:
+        """The frames answering `request` once `task` has handled it; None when the
+        connection must close (a malformed request, or a bug: one log line)."""
+        try:
+            body = await task
+            if isinstance(body, RawResponse):
+                return self.codec.send_raw_response(request, body)
+            return [self.codec.send_response(request, body)]
+        except ProtocolError as error:
+            log.warning("closing the connection from %s: %s", self.peer, error)
+        except Exception as error:  # a bug: one line, and this connection only
+            log.error(
+                "closing the connection from %s: %s v%d failed: %s",
+                self.peer,
+                request.api_key.name,
+                request.api_version,
+                bounded(repr(error)),
+            )
+            log.debug("the failure", exc_info=True)
+        return None

@@ -9,6 +9,7 @@ the log is a batch prefix of what was written.
 from __future__ import annotations
 
 import contextlib
+import errno
 import random
 from dataclasses import dataclass, field
 
@@ -289,3 +290,45 @@ def test_torn_tail_on_a_real_disk_is_cut(tmp_path: object) -> None:
     with DiskStorage(directory, clock=lambda: 0, config=CONFIG) as storage:
         assert storage.load().log_end_offset == 2
         assert storage.read(Offset(0), end_offset=Offset(6), max_bytes=1 << 20) == batches[:1]
+
+
+def test_after_a_failed_fsync_only_what_the_last_sync_made_durable_is_trusted() -> None:
+    """fsyncgate: the failed fsync's bytes still show, yet reopen cuts them."""
+    fs = FaultyFileSystem(random.Random(0))
+    storage = open_log(fs)
+    batches = build_batches([2, 3])
+    storage.append(batches[:1])
+    storage.sync()
+    storage.append(batches[1:])
+    fs.fail_next_sync(errno.EIO)
+    with pytest.raises(OSError, match="fsync failed") as failed:
+        storage.sync()
+    assert failed.value.errno == errno.EIO
+    assert fs.size(storage.segment_paths()[-1]) == sum(map(len, batches))  # still shown
+
+    reopened = storage.reopen()
+
+    assert reopened.load().log_end_offset == 2
+    assert reopened.read(Offset(0), end_offset=Offset(5), max_bytes=1 << 20) == batches[:1]
+
+
+def test_a_full_disk_fails_writes_and_reopening_until_space_returns() -> None:
+    fs = FaultyFileSystem(random.Random(3))
+    storage = open_log(fs)
+    batches = build_batches([2, 3, 1])
+    storage.append(batches[:1])
+    storage.sync()
+    fs.fill_up(until_freed=True)
+    with pytest.raises(OSError, match="No space left") as full:
+        storage.append(batches[1:2])  # a short write: part of the batch is there
+    assert full.value.errno == errno.ENOSPC
+    with pytest.raises(OSError, match="No space left"):
+        storage.reopen()  # recovery rewrites the indexes: no room yet
+
+    fs.free_space()
+    reopened = storage.reopen()
+
+    assert reopened.load().log_end_offset == 2
+    reopened.append(batches[1:])
+    reopened.sync()
+    assert reopened.read(Offset(0), end_offset=Offset(6), max_bytes=1 << 20) == batches

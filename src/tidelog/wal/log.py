@@ -205,7 +205,7 @@ class DiskStorage:
         batch that ends the run is checked too, when it is whole in `data`."""
         position = 0
         expected: Offset | None = None
-        while position + HEADER_SIZE <= len(data):
+        while position + HEADER_SIZE <= len(data) and (expected is None or expected < end_offset):
             header = read_header(data, position)
             if position + header.size_bytes > len(data):
                 break
@@ -585,6 +585,8 @@ class DiskStorage:
         reader = ChunkReader(self._fs, segment.log_path, segment.size_bytes)
         expected = read_header(out[-1]).next_offset if out else None
         while position < segment.size_bytes:
+            if expected is not None and expected >= end_offset:
+                return True, budget  # what follows is not asked for: not even read
             try:
                 header = reader.header(position)
                 check_follows(header, expected)

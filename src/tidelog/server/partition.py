@@ -11,7 +11,8 @@ Rules of this file:
   it aside (`DiskStorage.quarantine`) and the replica starts again on what is left, a
   follower with a repair floor that fetches the rest from its leader (scenario 16).
 - A write or fsync that fails with a disk error (ENOSPC, EDQUOT, EIO, EROFS) is never
-  retried: the partition drops its inputs, fails what waits, and reopens its log from disk
+  retried: the partition fails the produce requests that wait, takes no new input (what was
+  queued goes to the replica that starts again), and reopens its log from disk
   (`DiskStorage.reopen`: recovery, cut back to the last completed sync; fsyncgate) with a
   growing delay until the disk takes it, then starts the replica again on it. Meanwhile it
   refuses writes (StorageError) and serves the reads its old replica may. The node logs the
@@ -270,13 +271,11 @@ class PartitionRunner:
     def _repair(self) -> None:
         """Set aside the damage a read found; start the replica again on what is left."""
         damage = self.storage.needs_repair
-        log.error(
-            "%s-%d: %s: set aside; the partition repairs from its peers, the others go on",
-            self.key.topic,
-            self.key.partition,
-            damage,
-        )
-        self.storage.quarantine()
+        name = f"{self.key.topic}-{self.key.partition}"
+        if self.storage.quarantine():
+            log.error("%s: %s: set aside; this partition repairs, the others go on", name, damage)
+        else:
+            log.warning("%s: %s: not found when read again (index rebuilt)", name, damage)
         self._restart(self.storage, NotLeader(None))
 
     async def _wait_for_disk(self, error: OSError) -> None:
@@ -286,7 +285,6 @@ class PartitionRunner:
         # Within an outage each try waits longer than the last, across reopens too.
         ongoing = self.disk.failure is not None
         self.disk.on_failure(self.key, error)
-        self.inputs.clear()
         self._fail_pending(self.storage_error())
         delay = min(self.disk_retry_s * 2, DISK_RETRY_S_MAX) if ongoing else DISK_RETRY_S_MIN
         while not self.stopped:
@@ -409,7 +407,12 @@ class PartitionRunner:
         except OSError as error:
             if not is_disk_error(error):
                 raise
-            self.disk.on_failure(self.key, error)
+            log.warning(
+                "%s-%d: closed unsynced: %s",
+                self.key.topic,
+                self.key.partition,
+                describe_disk_error(error),
+            )
             self.storage.release()
 
 

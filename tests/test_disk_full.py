@@ -28,6 +28,7 @@ from tidelog.server.partition import DiskHealth, PartitionRunner
 from tidelog.testing.sim import build_batch
 from tidelog.types import NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, WalConfig
+from tidelog.wal.kafka_records import DefaultRecordBatch
 
 DEADLINE_S = 10.0
 TICK_S = 0.01
@@ -92,8 +93,6 @@ def tick(now: int, replica: Replica) -> None:
 
 def value_of(batch: bytes) -> bytes | None:
     """The first record's value of a data batch (None for a control batch)."""
-    from kafka.record.default_records import DefaultRecordBatch  # noqa: PLC0415
-
     records = DefaultRecordBatch(batch)
     if records.is_control_batch:
         return None

@@ -275,6 +275,8 @@ def read_partition(
         return answer(
             ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         ), None
+    if runner.busy:  # its log is being repaired
+        return answer(ErrorCode.KAFKA_STORAGE_ERROR), None
     replica = runner.replica
     if replica.role is not Role.LEADER and not follower_reads:
         return answer(ErrorCode.NOT_LEADER_OR_FOLLOWER), None
@@ -365,6 +367,8 @@ def list_partition(broker: Broker, cls: Any, topic: str, partition: int, timesta
         return answer(
             ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
+    if runner.busy:  # its log is being repaired
+        return answer(ErrorCode.KAFKA_STORAGE_ERROR)
     replica = runner.replica
     epoch = int(replica.epoch)
     try:

@@ -9,7 +9,9 @@ Rules of this file:
 - Damage a read found (StorageError with the log marked `needs_repair`, by a round or by a
   Fetch) is repaired in this partition alone, at the start of its next round: the log sets
   it aside (`DiskStorage.quarantine`) and the replica starts again on what is left, a
-  follower with a repair floor that fetches the rest from its leader (scenario 16).
+  follower with a repair floor that fetches the rest from its leader (scenario 16). Both
+  run in a worker thread (they read and copy up to whole segments); meanwhile `busy` is
+  set and nothing else touches the log (the handlers answer KAFKA_STORAGE_ERROR).
 - A write or fsync that fails with a disk error (ENOSPC, EDQUOT, EIO, EROFS) is never
   retried: the partition fails the produce requests that wait, takes no new input (what was
   queued goes to the replica that starts again), and reopens its log from disk
@@ -144,6 +146,7 @@ class PartitionRunner:
         self.task: asyncio.Task[None] | None = None
         self.stopped = False
         self.disk_error: OSError | None = None  # the log waits for its disk
+        self.busy = False  # a worker thread repairs the log: no one else may touch it
         self.disk_retry_s = DISK_RETRY_S_MIN
         self.hwm_moved = asyncio.Event()
         self.hwm_announced = self.replica.hwm  # the HWM long-polling fetchers were woken for
@@ -239,13 +242,13 @@ class PartitionRunner:
         except StorageError:
             if self.storage.needs_repair is None:
                 raise
-            self._repair()
+            await self._repair()
             return True
 
     async def _round(self) -> bool:
         """Step every queued input, then carry out one Ready; False when there is none."""
         if self.storage.needs_repair is not None:  # a Fetch found damage
-            self._repair()
+            await self._repair()
         while self.inputs:
             self.inputs.popleft()(self.replica)
         # Stepping an acknowledgement may move the HWM before any Ready.
@@ -268,15 +271,22 @@ class PartitionRunner:
             self.on_round(self)
         return True
 
-    def _repair(self) -> None:
+    async def _repair(self) -> None:
         """Set aside the damage a read found; start the replica again on what is left."""
         damage = self.storage.needs_repair
         name = f"{self.key.topic}-{self.key.partition}"
-        if self.storage.quarantine():
+        loop = asyncio.get_running_loop()
+        self.busy = True
+        try:
+            set_aside = await loop.run_in_executor(self.executor, self.storage.quarantine)
+            replica = await loop.run_in_executor(self.executor, self.open_replica, self.storage)
+        finally:
+            self.busy = False
+        if set_aside:
             log.error("%s: %s: set aside; this partition repairs, the others go on", name, damage)
         else:
             log.warning("%s: %s: not found when read again (index rebuilt)", name, damage)
-        self._restart(self.storage, NotLeader(None))
+        self._adopt(self.storage, replica, NotLeader(None))
 
     async def _wait_for_disk(self, error: OSError) -> None:
         """A write or fsync failed: reopen the log from disk until the disk takes it (see
@@ -316,7 +326,10 @@ class PartitionRunner:
     def _restart(self, storage: DiskStorage, error: TidelogError) -> None:
         """The replica starts again on `storage` (it comes back a follower); what waited
         on the old one fails with `error`."""
-        self.replica = self.open_replica(storage)
+        self._adopt(storage, self.open_replica(storage), error)
+
+    def _adopt(self, storage: DiskStorage, replica: Replica, error: TidelogError) -> None:
+        self.replica = replica
         self.storage = storage
         self._fail_pending(error)
         self._wake_fetchers()

@@ -25,9 +25,12 @@ Rules of this file:
 - Damage is set aside, never deleted: the damaged bytes (from the first bad batch on) and
   every later segment move to `quarantine/<cut offset>/` in the partition directory, and
   the log ends before them (a follower then fetches them again from its leader). The
-  repair floor (how far the log reached) is checkpointed first, then the HWM, at most the
-  new log end, and the epochs: a crash in between finds the damage again. The floor stays
-  until the replica says its log reached it again (`clear_repair_floor`).
+  repair floor (how far the log reached: its end and last epoch as the log knew them, or,
+  found at a start, what recovery can prove, the end unknown when the damage hides it) and
+  the cut are checkpointed first, then the HWM (at most the new log end) and the epochs:
+  after a crash in between, the next start finds the damage again and finishes the repair
+  with the floor it recorded. The floor stays until the replica says its log reached it
+  again (`clear_repair_floor`).
 - After a failed write or fsync (EIO, ENOSPC) nothing written since the last completed
   sync is trusted: `reopen` releases the files without syncing, recovers the directory
   again and cuts the log back to what that sync made durable (PostgreSQL's fsyncgate).

@@ -30,7 +30,7 @@ from tidelog.server.groups import (
     GroupState,
     group_partition,
 )
-from tidelog.server.partition import PartitionRunner
+from tidelog.server.partition import DiskHealth, PartitionRunner
 from tidelog.types import NodeId
 from tidelog.wal import DiskStorage
 
@@ -46,17 +46,16 @@ class Node:
     def __init__(self, directory: Path, config: GroupConfig, topics: set[str]) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1)
         self.storage = DiskStorage(str(directory), clock=lambda: int(time.time() * 1000))
-        replica = Replica(
-            ReplicaConfig(NodeId(1), (NodeId(1),), tick_ms=10), self.storage, random.Random(1)
-        )
+        replica_config = ReplicaConfig(NodeId(1), (NodeId(1),), tick_ms=10)
         self.coordinator = GroupCoordinator(0, config, topic_exists=topics.__contains__)
         self.runner = PartitionRunner(
             PartitionKey(OFFSETS_TOPIC, 0),
-            replica,
             self.storage,
+            open_replica=lambda storage: Replica(replica_config, storage, random.Random(1)),
             send=lambda key, messages: None,
             executor=self.executor,
             fatal=lambda error: None,
+            disk=DiskHealth(),
             on_round=self.coordinator.on_round,
         )
         self.ticker: asyncio.Task[None] | None = None

@@ -9,12 +9,14 @@ the log is a batch prefix of what was written.
 from __future__ import annotations
 
 import contextlib
+import errno
 import random
 from dataclasses import dataclass, field
 
 import pytest
 
 from tidelog.core.messages import HardState
+from tidelog.core.storage import RepairFloor
 from tidelog.errors import StorageError
 from tidelog.records import read_header
 from tidelog.types import Epoch, NodeId, Offset
@@ -105,6 +107,7 @@ def test_crash_at_every_write_point(tear: bool) -> None:
         storage = open_log(fs)
         state = storage.load()
         assert storage.needs_repair is None, crash_at
+        assert state.repair_floor is None, crash_at
         recovered = storage.read(
             state.log_start_offset, end_offset=state.log_end_offset, max_bytes=1 << 30
         )
@@ -123,18 +126,28 @@ def synced_log(sizes: list[int], hwm: int) -> tuple[FaultyFileSystem, list[bytes
     fs = FaultyFileSystem(random.Random(7))
     storage = open_log(fs)
     batches = build_batches(sizes)
+    storage.save_hard_state(HardState(E1, NodeId(1)))
     storage.append(batches)
     storage.save_hwm(Offset(hwm))
     storage.close()
     return fs, batches, storage.segment_paths()
 
 
-def test_corruption_below_the_hwm_needs_repair_and_is_never_served() -> None:
+def base_of(path: str) -> Offset:
+    return Offset(int(path.rsplit("/", 1)[1][:20]))
+
+
+def quarantined(fs: FaultyFileSystem, cut: int) -> list[str]:
+    return fs.listdir(f"{DIRECTORY}/quarantine/{cut:020d}")
+
+
+def test_corruption_a_read_finds_is_never_served_and_is_set_aside() -> None:
     fs, batches, paths = synced_log([2] * 12, hwm=24)
     assert len(paths) > 2
     position = len(batches[0]) + 70  # Inside the records of the batch at offset 2.
     fs.flip_bit(paths[0], position)
-    storage = open_log(fs)
+    damaged = fs.pread(paths[0], 0, fs.size(paths[0]))
+    storage = open_log(fs)  # Below the recovery point: recovery trusts the segment.
     assert storage.read(Offset(0), end_offset=Offset(24), max_bytes=1) == [batches[0]]
     with pytest.raises(StorageError, match=r"offset 2 in .*00000000000000000000\.log"):
         storage.read(Offset(0), end_offset=Offset(24), max_bytes=1 << 20)
@@ -143,20 +156,111 @@ def test_corruption_below_the_hwm_needs_repair_and_is_never_served() -> None:
     assert storage.needs_repair.segment_path == paths[0]
     with pytest.raises(StorageError, match="needs repair"):
         storage.read(Offset(20), end_offset=Offset(24), max_bytes=1 << 20)
+    with pytest.raises(StorageError, match="needs repair"):
+        storage.append(build_batches([1], base_offset=24))
+
+    assert storage.quarantine()
+    state = storage.load()
+    assert (state.log_end_offset, state.hwm, storage.needs_repair) == (2, 2, None)
+    assert state.repair_floor == RepairFloor(E1, Offset(24))  # what it held and may have acked
+    assert storage.read(Offset(0), end_offset=Offset(24), max_bytes=1 << 20) == batches[:1]
+    # The damaged bytes and every later segment are kept, where dump-log can read them.
+    later = [name.rsplit("/", 1)[1] for name in paths[1:]]
+    assert quarantined(fs, 2) == sorted(["00000000000000000002.log", *later, *index_names(later)])
+    tail = fs.pread(f"{DIRECTORY}/quarantine/{2:020d}/00000000000000000002.log", 0, 1 << 20)
+    assert tail == damaged[len(batches[0]) :]
+    storage.close()
+    reopened = open_log(fs)
+    assert reopened.load().repair_floor == RepairFloor(E1, Offset(24))
+    assert reopened.load().log_end_offset == 2
 
 
-def test_corruption_below_the_hwm_found_by_recovery_needs_repair() -> None:
-    fs, _batches, paths = synced_log([2] * 12, hwm=24)
+def index_names(logs: list[str]) -> list[str]:
+    return [log.replace(".log", suffix) for log in logs for suffix in (".index", ".timeindex")]
+
+
+def test_corruption_recovery_finds_below_the_hwm_is_set_aside() -> None:
+    fs, batches, paths = synced_log([2] * 12, hwm=24)
     last = paths[-1]
+    base = base_of(last)
     fs.flip_bit(last, 80)  # The first batch of the active segment, which recovery scans.
     storage = open_log(fs)
-    assert storage.needs_repair is not None
-    assert storage.needs_repair.segment_path == last
-    base = int(last.rsplit("/", 1)[1][:20])
-    assert storage.needs_repair.offset == base
-    with pytest.raises(StorageError, match=f"offset {base} in {last}"):
-        storage.read(Offset(0), end_offset=Offset(24), max_bytes=1 << 20)
-    assert fs.size(last) > 0  # Nothing was cut: the bytes wait for the repair.
+    state = storage.load()
+    assert storage.needs_repair is None
+    assert (state.log_end_offset, state.hwm) == (base, base)
+    # The batches after the damaged one still read in order to the end: the end is known.
+    assert state.repair_floor == RepairFloor(E1, Offset(24))
+    assert storage.read(Offset(0), end_offset=Offset(24), max_bytes=1 << 20) == batches[: base // 2]
+    assert quarantined(fs, base) == [f"{base:020d}.log"]
+    assert fs.size(last) == 0  # the damaged segment now ends where the damage began
+
+
+def test_damage_that_hides_how_far_the_log_reached_leaves_its_end_unknown() -> None:
+    fs, _batches, paths = synced_log([2] * 12, hwm=20)
+    last = paths[-1]
+    fs.flip_bit(last, 9)  # The length of the active segment's first batch: framing breaks.
+    storage = open_log(fs)
+    assert storage.load().repair_floor == RepairFloor(E1, None)
+    assert storage.load().log_end_offset == base_of(last)
+
+
+def test_a_log_cut_short_below_its_hwm_is_damage() -> None:
+    fs, batches, paths = synced_log([2] * 12, hwm=24)
+    last = paths[-1]
+    fs.truncate(last, len(batches[-1]) * 2)  # Whole batches, but fewer than were committed.
+    fs.fsync(last)
+    storage = open_log(fs)
+    state = storage.load()
+    assert state.log_end_offset == base_of(last) + 4
+    assert state.hwm == state.log_end_offset
+    assert state.repair_floor == RepairFloor(E1, None)  # how far it went is unknown
+
+
+def test_the_floor_is_forgotten_once_the_log_reached_it() -> None:
+    fs, _batches, paths = synced_log([2] * 12, hwm=24)
+    fs.flip_bit(paths[-1], 80)
+    storage = open_log(fs)
+    base = storage.load().log_end_offset
+    storage.append(build_batches([2] * ((24 - base) // 2), base_offset=base))
+    storage.clear_repair_floor()
+    storage.sync()
+    fs.crash()
+    assert open_log(fs).load().repair_floor is None
+
+
+@pytest.mark.parametrize("segment", [-2, -1], ids=["found-by-a-read", "found-by-recovery"])
+def test_a_crash_at_every_write_point_of_a_repair_leaves_it_done_or_to_do(segment: int) -> None:
+    """Below the recovery point a read finds the damage; in the active segment, recovery."""
+
+    def damaged() -> FaultyFileSystem:
+        fs, _batches, paths = synced_log([2] * 12, hwm=24)
+        fs.flip_bit(paths[segment], 80)
+        return fs
+
+    def repair(fs: FaultyFileSystem) -> None:
+        storage = open_log(fs)
+        with contextlib.suppress(StorageError):
+            storage.read(Offset(0), end_offset=Offset(24), max_bytes=1 << 20)
+        storage.quarantine()
+
+    probe = damaged()
+    before = probe.calls
+    repair(probe)
+    calls = probe.calls - before
+    assert calls > 10
+    expected = open_log(probe).load()
+    assert expected.repair_floor == RepairFloor(E1, Offset(24))
+    for crash_at in range(1, calls + 1):
+        fs = damaged()
+        fs.crash_at_call = fs.calls + crash_at
+        with contextlib.suppress(SimulatedCrash):
+            repair(fs)
+        fs.crash(tear=True)
+        repair(fs)  # Found again by recovery or by the read, or done already.
+        state = open_log(fs).load()
+        assert state.repair_floor == expected.repair_floor, crash_at
+        assert state.log_end_offset == expected.log_end_offset, crash_at
+        assert state.hwm <= state.log_end_offset, crash_at
 
 
 def test_corruption_at_the_tail_is_cut_and_the_log_reopens_cleanly() -> None:
@@ -186,3 +290,45 @@ def test_torn_tail_on_a_real_disk_is_cut(tmp_path: object) -> None:
     with DiskStorage(directory, clock=lambda: 0, config=CONFIG) as storage:
         assert storage.load().log_end_offset == 2
         assert storage.read(Offset(0), end_offset=Offset(6), max_bytes=1 << 20) == batches[:1]
+
+
+def test_after_a_failed_fsync_only_what_the_last_sync_made_durable_is_trusted() -> None:
+    """fsyncgate: the failed fsync's bytes still show, yet reopen cuts them."""
+    fs = FaultyFileSystem(random.Random(0))
+    storage = open_log(fs)
+    batches = build_batches([2, 3])
+    storage.append(batches[:1])
+    storage.sync()
+    storage.append(batches[1:])
+    fs.fail_next_sync(errno.EIO)
+    with pytest.raises(OSError, match="fsync failed") as failed:
+        storage.sync()
+    assert failed.value.errno == errno.EIO
+    assert fs.size(storage.segment_paths()[-1]) == sum(map(len, batches))  # still shown
+
+    reopened = storage.reopen()
+
+    assert reopened.load().log_end_offset == 2
+    assert reopened.read(Offset(0), end_offset=Offset(5), max_bytes=1 << 20) == batches[:1]
+
+
+def test_a_full_disk_fails_writes_and_reopening_until_space_returns() -> None:
+    fs = FaultyFileSystem(random.Random(3))
+    storage = open_log(fs)
+    batches = build_batches([2, 3, 1])
+    storage.append(batches[:1])
+    storage.sync()
+    fs.fill_up(until_freed=True)
+    with pytest.raises(OSError, match="No space left") as full:
+        storage.append(batches[1:2])  # a short write: part of the batch is there
+    assert full.value.errno == errno.ENOSPC
+    with pytest.raises(OSError, match="No space left"):
+        storage.reopen()  # recovery rewrites the indexes: no room yet
+
+    fs.free_space()
+    reopened = storage.reopen()
+
+    assert reopened.load().log_end_offset == 2
+    reopened.append(batches[1:])
+    reopened.sync()
+    assert reopened.read(Offset(0), end_offset=Offset(6), max_bytes=1 << 20) == batches

@@ -55,7 +55,9 @@ class AppendResponse:
     verified against the leader. On rejection (`success` False), (`hint_epoch`,
     `match_offset`) is where the follower's log may last agree with the leader's: the end
     of the follower's largest epoch <= the asked one (KIP-101/279). `request_sent_ms` and
-    `seq` echo the request's `sent_ms` and `seq`.
+    `seq` echo the request's `sent_ms` and `seq`. `repairing` says the follower lost part
+    of a log it once held (its storage set damage aside) and has not reached it again: the
+    leader forgets what it acknowledged before and does not count it as in sync.
     """
 
     sender: NodeId
@@ -67,6 +69,7 @@ class AppendResponse:
     hint_epoch: Epoch
     request_sent_ms: int
     seq: int = 0
+    repairing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +125,8 @@ class Ready:
     1. Persist: save `hard_state` if set; if `reset_to` is set, drop the whole log and start
        it empty at that offset, its last record of `reset_prev_epoch`; if `truncate_to` is
        set, truncate the log there; append `batches` at the log end; save `hwm`; if
-       `log_start_offset` is set, advance the log start there (DeleteRecords); then make all
-       of it durable (fsync).
+       `log_start_offset` is set, advance the log start there (DeleteRecords); if
+       `repair_floor_cleared`, forget the repair floor; then make all of it durable (fsync).
        `hwm` may be checkpointed lazily: it is never needed for safety.
     2. Send `messages_after_persist` (acks and votes), which promise durable state.
     `messages` may be sent at once, before or during the persist. `completions` are
@@ -139,6 +142,7 @@ class Ready:
     batches: tuple[bytes, ...] = ()
     hwm: Offset | None = None
     log_start_offset: Offset | None = None
+    repair_floor_cleared: bool = False
     messages: tuple[Message, ...] = ()
     messages_after_persist: tuple[Message, ...] = ()
     completions: tuple[ProduceResult, ...] = field(default=())
@@ -152,4 +156,5 @@ class Ready:
             or self.truncate_to is not None
             or self.batches
             or self.log_start_offset is not None
+            or self.repair_floor_cleared
         )

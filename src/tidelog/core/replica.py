@@ -20,10 +20,19 @@ Rules of this file:
    pre-votes (leader lease), so a healed node cannot depose a healthy leader.
 7. A follower behind the leader's log start is reset to it; the reset names the epoch of
    the record before it, and a follower holding that record keeps its log: nothing it
-   acknowledged is ever dropped, so a follower's match only grows. A probing leader takes
-   only the answer to its probe (requests carry a seq), and a reset that is lost is sent
-   again as a reset (scenarios 19, 20). An emptied log still knows the epoch of its last
-   record, for votes and consistency checks (scenario 22).
+   acknowledged is ever dropped, so a follower's match only grows, except when the follower
+   says it is repairing (rule 8). A probing leader takes only the answer to its probe
+   (requests carry a seq), and a reset that is lost is sent again as a reset (scenarios 19,
+   20). An emptied log still knows the epoch of its last record, for votes and consistency
+   checks (scenario 22).
+8. A replica whose storage set damaged records aside starts with a repair floor: how far
+   its log reached before (it may have acknowledged all of it). Until its durable log is
+   at least as up to date again, it grants votes and pre-votes only to candidates at or
+   above the floor, never campaigns (so never leads), and marks its append answers
+   `repairing`; a leader that hears so forgets the follower's match and everything it
+   answered before, and does not count it as in sync (KIP-966, scenarios 14 and 16). Its
+   HWM is what storage recovered, min(old HWM, log end): the one case where a replica's
+   HWM goes back, across the restart that found the damage.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ from tidelog.core.messages import (
     VoteResponse,
 )
 from tidelog.core.producers import ProducerStates, SequencedBatch
-from tidelog.core.storage import LogStorage
+from tidelog.core.storage import LogStorage, RepairFloor
 from tidelog.errors import (
     CorruptBatch,
     FencedEpoch,
@@ -169,6 +178,8 @@ class Progress:
     last_ack_tick: int = -(1 << 30)
     contact_sent_ms: int = -(1 << 62)  # when we sent the latest request it answered
     match_at_heartbeat: Offset | None = None
+    repairing: bool = False  # it lost records it once held and has not reached them again
+    seq_min: int = 0  # answers to older requests predate its repair: ignored
 
 
 @dataclass(slots=True)
@@ -197,6 +208,8 @@ class Replica:
         self.persisted_hard_state = state.hard_state
         self.hwm = state.hwm
         self.hwm_in_ready = state.hwm
+        self.repair_floor: RepairFloor | None = state.repair_floor
+        self.repair_floor_to_clear = False
         self.role = Role.FOLLOWER
         self.leader_id: NodeId | None = None
         self.follower_synced = False  # verified against the current leader in this epoch
@@ -221,6 +234,7 @@ class Replica:
         self.ready_outstanding = False
         self.ready_log_end_offset = self.log.log_end_offset
         self.append_seq = 0
+        self._maybe_finish_repair()
 
     # ================================================================== inputs ==========
     def tick(self, *, now_ms: int | None = None, wall_clock_ms: int | None = None) -> None:
@@ -241,9 +255,13 @@ class Replica:
             self._tick_election()
 
     def campaign(self) -> None:
-        """Start an election now, as if the election timer fired (etcd-io/raft's MsgHup)."""
+        """Start an election now, as if the election timer fired (etcd-io/raft's MsgHup).
+        A replica under repair never does (rule 8)."""
         assert not self.ready_outstanding
         if self.role is Role.LEADER:
+            return
+        if self.repair_floor is not None:
+            self._reset_election_timer()
             return
         if self.config.pre_vote:
             self.become_pre_candidate()
@@ -400,14 +418,21 @@ class Replica:
         recent = sum(1 for p in self.progress.values() if p.contact_sent_ms > since)
         return 1 + recent >= self.config.majority
 
-    def in_sync_count(self) -> int:
-        """Live in-sync replicas: the leader and followers that acked within a timeout."""
+    def in_sync_replicas(self) -> tuple[NodeId, ...]:
+        """Live in-sync replicas: the leader and the followers that acked within an election
+        timeout and are not repairing (rule 8)."""
         recent = self.tick_count - self.config.election_ticks
-        return 1 + sum(
-            1
-            for progress in self.progress.values()
-            if progress.match_offset is not None and progress.last_ack_tick >= recent
+        followers = (
+            peer
+            for peer, progress in self.progress.items()
+            if progress.match_offset is not None
+            and progress.last_ack_tick >= recent
+            and not progress.repairing
         )
+        return (self.id, *followers)
+
+    def in_sync_count(self) -> int:
+        return len(self.in_sync_replicas())
 
     # ================================================================== output ==========
     def has_ready(self) -> bool:
@@ -417,6 +442,7 @@ class Replica:
             or self.completions
             or self.log.has_unpersisted
             or self.hwm != self.hwm_in_ready
+            or self.repair_floor_to_clear
             or self._hard_state() != self.persisted_hard_state
             or (self.role is Role.LEADER and self._appends_due())
         )
@@ -436,6 +462,7 @@ class Replica:
             batches=batches,
             hwm=self.hwm if self.hwm != self.hwm_in_ready else None,
             log_start_offset=log_start,
+            repair_floor_cleared=self.repair_floor_to_clear,
             messages=tuple(self.msgs),
             messages_after_persist=tuple(self.msgs_after_persist),
             completions=tuple(self.completions),
@@ -444,6 +471,7 @@ class Replica:
         self.msgs_after_persist.clear()
         self.completions.clear()
         self.hwm_in_ready = self.hwm
+        self.repair_floor_to_clear = False
         self.ready_log_end_offset = self.log.log_end_offset
         self.ready_outstanding = True
         return ready
@@ -453,6 +481,7 @@ class Replica:
         assert self.ready_outstanding
         self.ready_outstanding = False
         self.log.durable_end_offset = self.ready_log_end_offset
+        self._maybe_finish_repair()
         if ready.hard_state is not None:
             self.persisted_hard_state = ready.hard_state
         if self.role is Role.CANDIDATE and self.persisted_hard_state == self._hard_state():
@@ -493,6 +522,7 @@ class Replica:
                     self.log.last_epoch,
                     msg.sent_ms,
                     msg.seq,
+                    self.repair_floor is not None,
                 )
             )
         elif isinstance(msg, VoteRequest):
@@ -500,6 +530,18 @@ class Replica:
 
     def _hard_state(self) -> HardState:
         return HardState(self.epoch, self.voted_for)
+
+    def _maybe_finish_repair(self) -> None:
+        """The durable log is at least as up to date as the repair floor: the repair is
+        over (rule 8), and the next Ready tells storage to forget the floor."""
+        floor = self.repair_floor
+        durable = self.log.durable_end_offset
+        if floor is None:
+            return
+        last_epoch = self.log.epoch_at(Offset(durable - 1)) if durable > 0 else NO_EPOCH
+        if floor.reached_by(last_epoch, durable):
+            self.repair_floor = None
+            self.repair_floor_to_clear = True
 
     def _in_lease(self) -> bool:
         return self.config.check_quorum and self.leader_contact_elapsed < self.config.election_ticks
@@ -595,9 +637,13 @@ class Replica:
             )
 
     def on_vote_request(self, msg: VoteRequest) -> None:
+        # Under repair, also as if we still held the log we lost (rule 8, KIP-966).
         up_to_date = (msg.last_epoch, msg.log_end_offset) >= (
             self.log.last_epoch,
             self.log.log_end_offset,
+        ) and (
+            self.repair_floor is None
+            or self.repair_floor.reached_by(msg.last_epoch, msg.log_end_offset)
         )
         if msg.pre_vote:
             granted = msg.epoch > self.epoch and up_to_date and not self._in_lease()
@@ -677,6 +723,7 @@ class Replica:
                 epoch,
                 msg.sent_ms,
                 msg.seq,
+                self.repair_floor is not None,
             )
         )
 
@@ -923,12 +970,27 @@ class Replica:
         progress = self.progress[msg.sender]
         progress.recent_active = True
         progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)
+        if msg.seq < progress.seq_min:
+            return  # sent before the follower said it lost records: nothing it says counts
+        if msg.repairing and not progress.repairing:
+            self._on_follower_repairing(progress, msg.match_offset)
+            return
+        progress.repairing = msg.repairing
         if progress.probing and msg.seq != progress.probe_seq:
             return  # answers the probe only: anything older may predate a reset
         if msg.success:
             self._on_append_accepted(progress, msg.match_offset)
         else:
             self._on_append_rejected(progress, msg)
+
+    def _on_follower_repairing(self, progress: Progress, follower_end: Offset) -> None:
+        """The follower lost records it acknowledged (rule 8): forget its match and every
+        answer to a request sent so far, and probe it again from where it says its log
+        ends (or may last agree with ours)."""
+        progress.repairing = True
+        progress.match_offset = None
+        progress.seq_min = self.append_seq + 1
+        self._start_probe(progress, Offset(min(follower_end, self.log.log_end_offset)))
 
     def _on_append_accepted(self, progress: Progress, match: Offset) -> None:
         progress.last_ack_tick = self.tick_count

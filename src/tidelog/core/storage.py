@@ -3,6 +3,11 @@
 The replica only reads storage (`load`, `read`); the caller writes it while carrying out a
 `Ready` (`save_hard_state`, `truncate_to`, `append`, `sync`). Nothing written counts as durable
 until `sync()` returns. The disk implementation lives in `tidelog.wal`.
+
+Storage decides what is damaged; the replica decides what may happen then. A storage that
+finds a damaged batch it had made durable sets it and everything after it aside, and
+remembers what it held before as a `RepairFloor` (`StoredState.repair_floor`) until the
+replica says its log reached it again (`clear_repair_floor`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from tidelog.core.messages import HardState
+from tidelog.errors import StorageError
 from tidelog.records import BatchHeader, read_header
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
@@ -23,6 +29,33 @@ class EpochEntry(NamedTuple):
     start_offset: Offset
 
 
+class RepairFloor(NamedTuple):
+    """How far a log reached before its storage set a damaged part of it aside: its last
+    record was of `epoch` and it ended at `end_offset` (None when the damage hid how far).
+
+    A replica may have acknowledged all of it, so until its own durable log is at least as
+    up to date again (`reached_by`), it votes as if it still held that log, does not
+    campaign, and tells its leader it is repairing (scenarios 14 and 16)."""
+
+    epoch: Epoch
+    end_offset: Offset | None
+
+    def reached_by(self, last_epoch: Epoch, end_offset: Offset) -> bool:
+        """Whether a log ending at `end_offset`, its last record of `last_epoch`, is at least
+        as up to date as the floor (Raft §5.4.1's comparison). With an unknown end only a
+        later epoch is: its leader held every record committed before it."""
+        if last_epoch != self.epoch:
+            return last_epoch > self.epoch
+        return self.end_offset is not None and end_offset >= self.end_offset
+
+
+def later_floor(first: RepairFloor | None, second: RepairFloor | None) -> RepairFloor | None:
+    """The more up to date of two floors (an unknown end beats any offset of its epoch)."""
+    if first is None or second is None:
+        return first or second
+    return max(first, second, key=lambda f: (f.epoch, f.end_offset is None, f.end_offset or 0))
+
+
 @dataclass(frozen=True, slots=True)
 class StoredState:
     """What a replica recovers from its storage when it starts."""
@@ -32,6 +65,7 @@ class StoredState:
     log_start_offset: Offset
     log_end_offset: Offset
     epochs: tuple[EpochEntry, ...]
+    repair_floor: RepairFloor | None = None
 
 
 class LogStorage(Protocol):
@@ -66,6 +100,11 @@ class LogStorage(Protocol):
         """Drop the whole log and start it empty at `start_offset`, which becomes the log
         start and the HWM (a follower behind its leader's log start). `prev_epoch` is the
         epoch of the record at start_offset - 1: the epoch history keeps it (`reset_epochs`)."""
+        ...
+
+    def clear_repair_floor(self) -> None:
+        """The replica's durable log reached the repair floor again: forget the floor,
+        durably with the next `sync()` (after the data that reached it)."""
         ...
 
     def sync(self) -> None:
@@ -134,6 +173,8 @@ class _MemoryLog:
     hwm: Offset
     log_start: Offset = field(default_factory=lambda: Offset(0))
     epochs: list[EpochEntry] = field(default_factory=list)
+    repair_floor: RepairFloor | None = None
+    damaged: set[Offset] = field(default_factory=set)  # bases of batches that rotted
 
     def copy(self) -> _MemoryLog:
         return _MemoryLog(
@@ -143,30 +184,51 @@ class _MemoryLog:
             self.hwm,
             self.log_start,
             list(self.epochs),
+            self.repair_floor,
+            set(self.damaged),
         )
+
+    @property
+    def end(self) -> Offset:
+        return Offset(self.ends[-1]) if self.ends else self.log_start
+
+    def cut_damaged(self, cut: Offset, floor: RepairFloor) -> None:
+        """Drop the batch at `cut` and everything after it; remember `floor`."""
+        index = bisect.bisect_right(self.ends, cut)
+        del self.batches[index:]
+        del self.ends[index:]
+        truncate_epochs(self.epochs, cut)
+        self.log_start = Offset(min(self.log_start, cut))
+        self.hwm = Offset(min(self.hwm, cut))
+        self.damaged = {base for base in self.damaged if base < cut}
+        self.repair_floor = later_floor(self.repair_floor, floor)
 
 
 class MemoryStorage:
-    """A LogStorage in memory that forgets, on `crash()`, everything not yet synced."""
+    """A LogStorage in memory that forgets, on `crash()`, everything not yet synced, and
+    whose batches can rot (`corrupt`) as a disk's do, to be set aside by `quarantine`."""
 
     def __init__(self) -> None:
         empty = _MemoryLog([], [], HardState(Epoch(0), None), Offset(0))
         self._working = empty
         self._durable = empty.copy()
+        self.needs_repair: Offset | None = None  # the base of a rotten batch a read found
 
     # --- LogStorage ---------------------------------------------------------------------
     def load(self) -> StoredState:
         log = self._working
-        end = Offset(log.ends[-1]) if log.ends else log.log_start
+        end = log.end
         return StoredState(
             hard_state=log.hard_state,
             hwm=Offset(min(max(log.hwm, log.log_start), end)),
             log_start_offset=log.log_start,
             log_end_offset=end,
             epochs=tuple(log.epochs),
+            repair_floor=log.repair_floor,
         )
 
     def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
+        """As `LogStorage.read`; a rotten batch raises StorageError and is never returned."""
         log = self._working
         assert start_offset >= log.log_start, "read below the log start"
         index = bisect.bisect_right(log.ends, start_offset)
@@ -176,6 +238,10 @@ class MemoryStorage:
             batch = log.batches[index]
             if out and size + len(batch) > max_bytes:
                 break
+            base = read_header(batch).base_offset
+            if base in log.damaged:
+                self.needs_repair = base
+                raise StorageError(f"needs repair: corrupt batch at offset {base}")
             out.append(batch)
             size += len(batch)
             index += 1
@@ -226,13 +292,41 @@ class MemoryStorage:
         log.hwm = start_offset
         log.epochs = reset_epochs(start_offset, prev_epoch)
 
+    def clear_repair_floor(self) -> None:
+        self._working.repair_floor = None
+
     def sync(self) -> None:
         self._durable = self._working.copy()
+
+    # --- damage -------------------------------------------------------------------------
+    def quarantine(self) -> bool:
+        """Set aside the rotten batch a read found (`needs_repair`) and everything after
+        it, durably at once: the log ends before it, the HWM at most there, and the repair
+        floor records how far the log reached. False when no read found one."""
+        cut = self.needs_repair
+        if cut is None:
+            return False
+        self.needs_repair = None
+        working = self._working
+        last_epoch = working.epochs[-1].epoch if working.epochs else NO_EPOCH
+        floor = RepairFloor(last_epoch, working.end)
+        for log in (self._working, self._durable):
+            log.cut_damaged(cut, floor)
+        return True
 
     # --- for the simulator --------------------------------------------------------------
     def crash(self) -> None:
         """Lose everything written since the last sync, as a power cut would."""
         self._working = self._durable.copy()
+
+    def corrupt(self, offset: Offset) -> None:
+        """The batch holding `offset` rots on the medium (synced or not): reads of it fail."""
+        log = self._working
+        index = bisect.bisect_right(log.ends, offset)
+        assert log.log_start <= offset < log.end, "corrupt a batch the log holds"
+        base = read_header(log.batches[index]).base_offset
+        self._working.damaged.add(base)
+        self._durable.damaged.add(base)
 
     def voted_for(self) -> NodeId | None:
         return self._working.hard_state.voted_for

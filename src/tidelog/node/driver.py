@@ -1,17 +1,44 @@
 """The steps that carry out a `Ready`, shared by the broker and the simulator.
 
 Rules (the contract of `tidelog.core.Ready`):
-1. `write_ready` writes the hard state, a reset or truncation, the batches, the HWM and a
-   new log start; nothing is durable yet (a reset or log start move may already be).
+1. `write_ready` writes the hard state, a reset or truncation, the batches, the HWM, a new
+   log start and the end of a repair; nothing is durable yet (a reset or log start move may
+   already be).
 2. The caller sends `ready.messages` (they may go before the sync).
 3. `storage.sync()`; only then may `ready.messages_after_persist` be sent.
 4. `replica.advance(ready)`.
+
+A replica starts with `open_replica`: its start reads every stored batch (checking each
+CRC-32C), and a damaged one is set aside by its storage (`quarantine`) before it starts
+again, as a follower with a repair floor (scenario 16).
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from tidelog.core.messages import Ready
+from tidelog.core.replica import Replica, ReplicaConfig, Rng
 from tidelog.core.storage import LogStorage
+from tidelog.errors import StorageError
+
+# Each quarantine cuts the log before its first damaged batch, and the start reads the log
+# in offset order: the second start finds no damage below the cut. A bound all the same.
+OPEN_ATTEMPTS_MAX = 8
+
+
+class RepairableStorage(LogStorage, Protocol):
+    """Storage that can set aside damage a read found."""
+
+    @property
+    def needs_repair(self) -> object:
+        """What a read found damaged (None: nothing): every read fails until `quarantine`."""
+        ...
+
+    def quarantine(self) -> bool:
+        """Set aside the damaged batch a read found and everything after it, durably, and
+        record a repair floor. False when no read found damage (or it does not recur)."""
+        ...
 
 
 def write_ready(storage: LogStorage, ready: Ready) -> None:
@@ -28,3 +55,16 @@ def write_ready(storage: LogStorage, ready: Ready) -> None:
         storage.save_hwm(ready.hwm)
     if ready.log_start_offset is not None:  # after the HWM it may not pass
         storage.advance_log_start(ready.log_start_offset)
+    if ready.repair_floor_cleared:  # durable with the sync, after the data that reached it
+        storage.clear_repair_floor()
+
+
+def open_replica(config: ReplicaConfig, storage: RepairableStorage, rng: Rng) -> Replica:
+    """A replica on `storage`, after setting aside any damage its start reads find."""
+    for _ in range(OPEN_ATTEMPTS_MAX):
+        try:
+            return Replica(config, storage, rng)
+        except StorageError:
+            if not storage.quarantine():
+                raise
+    raise StorageError(f"still damaged after {OPEN_ATTEMPTS_MAX} repairs")

@@ -3,7 +3,8 @@
 `/status` is this node's view: whether it is ready (the metadata log has a leader), who
 that is, its open Kafka connections and the bytes of requests it holds, and each partition
 it hosts with its role, epoch, leader, HWM, log start and log end offsets, replicas and
-in-sync replicas.
+in-sync replicas, and whether its replica is repairing (its storage set damaged records
+aside and it has not fetched them again yet) or waits for its disk.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def status(broker: Broker) -> dict[str, Any]:
                 "log_start_offset": int(replica.log.log_start_offset),
                 "log_end_offset": int(replica.log.log_end_offset),
                 "isr": in_sync_nodes(broker, key, replicas),
+                "repairing": replica.repair_floor is not None,
+                "disk_error": None if runner.disk_error is None else str(runner.disk_error),
             }
         )
     controller = broker.controller_id()

@@ -10,6 +10,10 @@ Rules of this file:
   Metadata request for any partition.
 - SIGTERM stops the node cleanly: listeners close, each partition finishes its round and
   closes its log.
+- A disk that fails (ENOSPC, EIO, ...) stops no node: a partition whose log cannot be
+  written waits for it (tidelog.server.partition), one that cannot be opened is opened
+  again later. Only when the metadata log cannot be opened does the node not start: it
+  says why in one line and exits with EXIT_DISK.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 from tidelog.core.messages import Message
 from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Role
+from tidelog.node.driver import open_replica
 from tidelog.protocol.peer import BrokerNotice, LeaderNotice, PartitionKey
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
@@ -41,7 +46,13 @@ from tidelog.server.metadata import (
     encode_command,
     place_replicas,
 )
-from tidelog.server.partition import PartitionRunner, apply_committed
+from tidelog.server.partition import (
+    DiskHealth,
+    PartitionRunner,
+    apply_committed,
+    describe_disk_error,
+    is_disk_error,
+)
 from tidelog.server.topic_config import TopicConfig
 from tidelog.types import Epoch, NodeId
 from tidelog.wal import DiskStorage
@@ -55,6 +66,7 @@ FLUSH_INTERVAL_MS_WEAK = 1000
 # The metadata log keeps every command: a node that restarts replays them all.
 METADATA_CONFIG = TopicConfig(retention_ms=None)
 SYNC_THREADS = 4
+EXIT_DISK = 3  # the node cannot start: its disk fails
 
 
 def now_ms() -> int:
@@ -100,6 +112,9 @@ class Broker:
         )
         self.coordinators: dict[int, GroupCoordinator] = {}
         self.creating_offsets_topic = False
+        self.disk = DiskHealth()
+        # Partitions whose log could not be opened (a failing disk): opened again later.
+        self.unopened: dict[PartitionKey, TopicInfo] = {}
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
 
     # ---------------------------------------------------------------- partitions -------
@@ -123,7 +138,23 @@ class Broker:
             min_insync_replicas=config.min_insync_replicas,
             tick_ms=self.config.tick_ms,
         )
-        replica = Replica(replica_config, storage, self.rng)
+
+        def start_replica(storage: DiskStorage) -> Replica:
+            return open_replica(replica_config, storage, self.rng)
+
+        try:
+            runner = PartitionRunner(
+                key,
+                storage,
+                open_replica=start_replica,
+                send=self.transport.send,
+                executor=self.executor,
+                fatal=self.fatal,
+                disk=self.disk,
+            )
+        except BaseException:
+            storage.release()
+            raise
         on_round = self.apply_metadata if key == self.metadata_key else None
         if key.topic == OFFSETS_TOPIC:
             coordinator = GroupCoordinator(
@@ -131,15 +162,7 @@ class Broker:
             )
             self.coordinators[key.partition] = coordinator
             on_round = coordinator.on_round
-        runner = PartitionRunner(
-            key,
-            replica,
-            storage,
-            send=self.transport.send,
-            executor=self.executor,
-            fatal=self.fatal,
-            on_round=on_round,
-        )
+        runner.on_round = on_round
         self.runners[key] = runner
         return runner
 
@@ -176,14 +199,32 @@ class Broker:
             key = PartitionKey(topic.name, partition)
             if self.node_id not in replicas or key in self.runners:
                 continue
-            runner = self.open_partition(key, replicas, topic.config)
+            try:
+                runner = self.open_partition(key, replicas, topic.config)
+            except OSError as error:
+                if not is_disk_error(error):
+                    raise
+                self.disk.on_failure(key, error)
+                self.unopened[key] = topic
+                continue
+            self.unopened.pop(key, None)
             log.info("hosting %s-%d (replicas %s)", topic.name, partition, list(nodes))
             if replicas[0] == self.node_id and runner.replica.epoch == 0:
                 runner.submit(Replica.campaign)  # the preferred leader starts at once
 
+    def open_unopened(self) -> None:
+        """Try again to open the partitions a failing disk kept closed."""
+        for topic in {topic.name: topic for topic in self.unopened.values()}.values():
+            if self.image.topics.get(topic.name) == topic:
+                self.create_replicas(topic)
+            else:  # deleted (or created again) since
+                for key in [key for key in self.unopened if key.topic == topic.name]:
+                    del self.unopened[key]
+
     async def delete_replicas(self, topic: TopicInfo) -> None:
         for partition in range(topic.partitions):
             key = PartitionKey(topic.name, partition)
+            self.unopened.pop(key, None)
             runner = self.runners.pop(key, None)
             self.leader_hints.pop(key, None)
             if runner is not None:
@@ -236,7 +277,7 @@ class Broker:
     def leader_of(self, key: PartitionKey) -> tuple[int, int]:
         """(leader id or -1, leader epoch or -1) as this node knows it."""
         runner = self.runners.get(key)
-        if runner is not None:
+        if runner is not None and runner.disk_error is None:
             replica = runner.replica
             if replica.leader_id is None:
                 return -1, -1
@@ -289,12 +330,14 @@ class Broker:
                 runner.submit(partial(tick_replica, stamp, wall))
             for coordinator in list(self.coordinators.values()):
                 coordinator.tick()
+            self.disk.maybe_over()
             if self.ticks % NOTICE_EVERY_TICKS == 0:
                 self.send_notices()
                 self.maybe_create_offsets_topic()
             if self.ticks % RETENTION_EVERY_TICKS == 0:
                 for runner in list(self.runners.values()):
                     runner.apply_retention(wall)
+                self.open_unopened()
 
     # ---------------------------------------------------------------- lifecycle --------
     def announce_to(self, peer: NodeId) -> None:
@@ -355,5 +398,14 @@ def run(config: BrokerConfig) -> int:
     )
     import uvloop  # noqa: PLC0415
 
-    code: int = uvloop.run(Broker(config).serve())
+    try:
+        code: int = uvloop.run(Broker(config).serve())
+    except OSError as error:
+        if not is_disk_error(error):
+            raise
+        log.critical(
+            "cannot start: %s; free space (or fix the disk) and start again",
+            describe_disk_error(error),
+        )
+        return EXIT_DISK
     return code

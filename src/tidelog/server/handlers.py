@@ -51,7 +51,7 @@ from tidelog.server.metadata import (
     quoted,
     validate_topic,
 )
-from tidelog.server.partition import PartitionRunner
+from tidelog.server.partition import PartitionRunner, is_disk_error
 from tidelog.types import Epoch, Offset
 
 log = logging.getLogger("tidelog.kafka")
@@ -132,17 +132,12 @@ def topic_metadata(broker: Broker, cls: Any, name: str) -> Any:
 
 
 def in_sync_nodes(broker: Broker, key: PartitionKey, replicas: tuple[int, ...]) -> list[int]:
-    """The leader and the followers that acked within an election timeout."""
+    """The leader and the followers that acked within an election timeout and are not
+    repairing (`Replica.in_sync_replicas`)."""
     runner = broker.runners.get(key)
     if runner is None or runner.replica.role is not Role.LEADER:
         return list(replicas)
-    replica = runner.replica
-    recent = replica.tick_count - replica.config.election_ticks
-    return [int(broker.node_id)] + [
-        int(node)
-        for node, progress in replica.progress.items()
-        if progress.match_offset is not None and progress.last_ack_tick >= recent
-    ]
+    return [int(node) for node in runner.replica.in_sync_replicas()]
 
 
 # ---------------------------------------------------------------------- Produce --------
@@ -289,6 +284,8 @@ def read_partition(
         return answer(
             ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         ), None
+    if runner.busy:  # its log is being repaired
+        return answer(ErrorCode.KAFKA_STORAGE_ERROR), None
     replica = runner.replica
     if replica.role is not Role.LEADER and not follower_reads:
         return answer(ErrorCode.NOT_LEADER_OR_FOLLOWER), None
@@ -305,9 +302,14 @@ def read_partition(
         records = read_records(
             runner, offset, bounds.hwm, max(1, min(part.partition_max_bytes, budget))
         )
-    except StorageError as error:  # a batch failed its CRC: never served, the rest goes on
+    except StorageError as error:  # a batch failed its CRC: never served; it is repaired
         log.error("fetch %s-%d at %d: %s", topic, part.partition, offset, error)
         return answer(error_code_for(error)), None
+    except OSError as error:  # the disk fails to read: this partition only
+        if not is_disk_error(error):
+            raise
+        log.error("fetch %s-%d at %d: %s", topic, part.partition, offset, error)
+        return answer(ErrorCode.KAFKA_STORAGE_ERROR), None
     wait = None if records else (runner, bounds.hwm)
     return answer(ErrorCode.NONE, int(bounds.hwm), int(bounds.log_start_offset), records), wait
 
@@ -374,6 +376,8 @@ def list_partition(broker: Broker, cls: Any, topic: str, partition: int, timesta
         return answer(
             ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
+    if runner.busy:  # its log is being repaired
+        return answer(ErrorCode.KAFKA_STORAGE_ERROR)
     replica = runner.replica
     epoch = int(replica.epoch)
     try:
@@ -384,7 +388,10 @@ def list_partition(broker: Broker, cls: Any, topic: str, partition: int, timesta
         return answer(ErrorCode.NONE, int(latest))
     if timestamp == EARLIEST:
         return answer(ErrorCode.NONE, int(replica.log.log_start_offset))
-    found = runner.storage.offset_for_timestamp(timestamp)
+    try:
+        found = runner.storage.offset_for_timestamp(timestamp)
+    except StorageError as error:  # a batch failed its CRC: never served; it is repaired
+        return answer(error_code_for(error))
     if found is None or found >= latest:
         return answer(ErrorCode.NONE, -1)
     return answer(ErrorCode.NONE, int(found), timestamp)

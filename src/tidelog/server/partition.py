@@ -6,14 +6,27 @@ Rules of this file:
   `messages_after_persist`, `advance` (tidelog.node.driver). Inputs that arrive during the
   fsync wait for the next round, so one fsync covers them all (group commit).
 - Nothing steps the replica between `ready()` and `advance()`.
-- A failed fsync stops the process (fail-stop): after it the kernel may have dropped the
-  dirty pages, and retrying would acknowledge writes that are not on disk.
+- Damage a read found (StorageError with the log marked `needs_repair`, by a round or by a
+  Fetch) is repaired in this partition alone, at the start of its next round: the log sets
+  it aside (`DiskStorage.quarantine`) and the replica starts again on what is left, a
+  follower with a repair floor that fetches the rest from its leader (scenario 16). Both
+  run in a worker thread (they read and copy up to whole segments); meanwhile `busy` is
+  set and nothing else touches the log (the handlers answer KAFKA_STORAGE_ERROR).
+- A write or fsync that fails with a disk error (ENOSPC, EDQUOT, EIO, EROFS) is never
+  retried: the partition fails the produce requests that wait, takes no new input (what was
+  queued goes to the replica that starts again), and reopens its log from disk
+  (`DiskStorage.reopen`: recovery, cut back to the last completed sync; fsyncgate) with a
+  growing delay until the disk takes it, then starts the replica again on it. Meanwhile it
+  refuses writes (StorageError) and serves the reads its old replica may. The node logs the
+  outage once (`DiskHealth`). Any other failure stops the node (fail-stop): it is a bug.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -21,7 +34,8 @@ from typing import TypeVar
 
 from tidelog.core.messages import Message, ProduceResult
 from tidelog.core.replica import Replica
-from tidelog.errors import TidelogError
+from tidelog.core.storage import RepairFloor
+from tidelog.errors import NotLeader, StorageError, TidelogError
 from tidelog.node.driver import write_ready
 from tidelog.protocol.peer import PartitionKey
 from tidelog.records import read_header
@@ -36,7 +50,70 @@ ApplyRecord = Callable[[int, "bytes | None", "bytes | None"], None]
 Action = Callable[[Replica], None]
 T = TypeVar("T")
 Send = Callable[[PartitionKey, Sequence[Message]], None]
+OpenReplica = Callable[[DiskStorage], Replica]
 INPUTS_MAX = 100_000
+# What a failing disk raises: the partition waits for it; anything else is a bug.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+DISK_RETRY_S_MIN = 0.1
+DISK_RETRY_S_MAX = 5.0
+DISK_QUIET_S = 5.0  # a disk that took every write this long after a failure is well again
+
+
+def is_disk_error(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in DISK_ERRNOS
+
+
+class DiskHealth:
+    """Whether this node's disk takes writes. An outage begins at the first write or fsync
+    that fails, and is over once a sync completed after the last failure and `quiet_s`
+    passed without another (`on_sync`, or `maybe_over` from a timer): each is logged once
+    (one line, no traceback), however often the partitions fail and try again in between
+    (a little room freed, then filled again)."""
+
+    def __init__(
+        self, *, quiet_s: float = DISK_QUIET_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.quiet_s = quiet_s
+        self.clock = clock
+        self.failure: OSError | None = None
+        self.failed_at = 0.0
+        self.synced_since = False
+
+    def on_failure(self, key: PartitionKey, error: OSError) -> None:
+        if self.failure is None:
+            log.error(
+                "%s-%d: %s; this node acknowledges no write until the disk takes them "
+                "again (it serves the reads it can meanwhile, and retries on its own)",
+                key.topic,
+                key.partition,
+                describe_disk_error(error),
+            )
+        self.failure = error
+        self.failed_at = self.clock()
+        self.synced_since = False
+
+    def on_sync(self) -> None:
+        if self.failure is not None:
+            self.synced_since = True
+            self.maybe_over()
+
+    def maybe_over(self) -> None:
+        if (
+            self.failure is not None
+            and self.synced_since
+            and self.clock() - self.failed_at >= self.quiet_s
+        ):
+            log.warning(
+                "the disk takes writes again: %s is over", describe_disk_error(self.failure)
+            )
+            self.failure = None
+
+
+def describe_disk_error(error: OSError) -> str:
+    """'disk full (No space left on device: PATH)', or 'disk error (...)'."""
+    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+    where = f": {error.filename}" if error.filename else ""
+    return f"{'disk full' if full else 'disk error'} ({error.strerror or error}{where})"
 
 
 class PartitionRunner:
@@ -45,33 +122,43 @@ class PartitionRunner:
     def __init__(
         self,
         key: PartitionKey,
-        replica: Replica,
         storage: DiskStorage,
         *,
+        open_replica: OpenReplica,
         send: Send,
         executor: Executor,
         fatal: Callable[[BaseException], None],
+        disk: DiskHealth,
         on_round: Callable[[PartitionRunner], None] | None = None,
     ) -> None:
         self.key = key
-        self.replica = replica
         self.storage = storage
+        self.open_replica = open_replica
+        self.replica = open_replica(storage)
         self.send = send
         self.executor = executor
         self.fatal = fatal
+        self.disk = disk
         self.on_round = on_round
         self.inputs: deque[Action] = deque()
         self.futures: dict[int, asyncio.Future[ProduceResult]] = {}
         self.next_request = 0
         self.task: asyncio.Task[None] | None = None
         self.stopped = False
+        self.disk_error: OSError | None = None  # the log waits for its disk
+        self.busy = False  # a worker thread repairs the log: no one else may touch it
+        self.disk_retry_s = DISK_RETRY_S_MIN
         self.hwm_moved = asyncio.Event()
-        self.hwm_announced = replica.hwm  # the HWM long-polling fetchers were woken for
-        self.seen_role = (replica.role, replica.epoch, replica.leader_id)
+        self.hwm_announced = self.replica.hwm  # the HWM long-polling fetchers were woken for
+        self.seen_role = (self.replica.role, self.replica.epoch, self.replica.leader_id)
+        self.seen_floor: RepairFloor | None = None
+        self._log_repair_change()
 
     # ---------------------------------------------------------------- inputs -----------
     def submit(self, action: Action) -> None:
-        if self.stopped:
+        """Queue an input for the next round; dropped while the log waits for its disk
+        (the replica starts again from disk: peers resend, ticks come again)."""
+        if self.stopped or self.disk_error is not None:
             return
         if len(self.inputs) >= INPUTS_MAX:
             log.warning("%s: input queue full, dropping an input", self.key)
@@ -84,6 +171,9 @@ class PartitionRunner:
         """Run `function` on the replica in its turn (between rounds); its result or error
         completes the future."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        if self.disk_error is not None:
+            future.set_exception(self.storage_error())
+            return future
 
         def action(replica: Replica) -> None:
             try:
@@ -111,6 +201,9 @@ class PartitionRunner:
         self.next_request += 1
         request_id = self.next_request
         future: asyncio.Future[ProduceResult] = asyncio.get_running_loop().create_future()
+        if self.disk_error is not None:
+            future.set_result(ProduceResult(request_id, None, None, self.storage_error()))
+            return future
         self.futures[request_id] = future
         self.submit(lambda replica: replica.propose(request_id, batch, acks=acks))
         return future
@@ -127,32 +220,131 @@ class PartitionRunner:
 
     # ---------------------------------------------------------------- the round --------
     async def _drive(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while not self.stopped:
-                while self.inputs:
-                    self.inputs.popleft()(self.replica)
-                # Stepping an acknowledgement may move the HWM before any Ready.
-                self._maybe_wake_fetchers()
-                if not self.replica.has_ready():
-                    return
-                ready = self.replica.ready()
-                write_ready(self.storage, ready)
-                self.send(self.key, ready.messages)
-                self._complete(ready.completions)
-                if ready.must_sync:
-                    await loop.run_in_executor(self.executor, self.storage.sync)
-                self.send(self.key, ready.messages_after_persist)
-                self.replica.advance(ready)
-                self._maybe_wake_fetchers()
-                self._log_role_change()
-                if self.on_round is not None:
-                    self.on_round(self)
-        except Exception as error:  # a failed write or fsync: stop the node (fail-stop)
+                try:
+                    if not await self._round_or_repair():
+                        return
+                except OSError as error:
+                    if not is_disk_error(error):
+                        raise
+                    await self._wait_for_disk(error)
+        except Exception as error:  # a bug: stop the node (fail-stop)
             self.fatal(error)
             raise
         finally:
             self.task = None
+
+    async def _round_or_repair(self) -> bool:
+        """A round, or the repair of the damage a read in it found; False when idle."""
+        try:
+            return await self._round()
+        except StorageError:
+            if self.storage.needs_repair is None:
+                raise
+            await self._repair()
+            return True
+
+    async def _round(self) -> bool:
+        """Step every queued input, then carry out one Ready; False when there is none."""
+        if self.storage.needs_repair is not None:  # a Fetch found damage
+            await self._repair()
+        while self.inputs:
+            self.inputs.popleft()(self.replica)
+        # Stepping an acknowledgement may move the HWM before any Ready.
+        self._maybe_wake_fetchers()
+        if not self.replica.has_ready():
+            return False
+        ready = self.replica.ready()
+        write_ready(self.storage, ready)
+        self.send(self.key, ready.messages)
+        self._complete(ready.completions)
+        if ready.must_sync:
+            await asyncio.get_running_loop().run_in_executor(self.executor, self.storage.sync)
+            self.disk.on_sync()
+        self.send(self.key, ready.messages_after_persist)
+        self.replica.advance(ready)
+        self._maybe_wake_fetchers()
+        self._log_role_change()
+        self._log_repair_change()
+        if self.on_round is not None:
+            self.on_round(self)
+        return True
+
+    async def _repair(self) -> None:
+        """Set aside the damage a read found; start the replica again on what is left."""
+        damage = self.storage.needs_repair
+        name = f"{self.key.topic}-{self.key.partition}"
+        loop = asyncio.get_running_loop()
+        self.busy = True
+        try:
+            set_aside = await loop.run_in_executor(self.executor, self.storage.quarantine)
+            replica = await loop.run_in_executor(self.executor, self.open_replica, self.storage)
+        finally:
+            self.busy = False
+        if set_aside:
+            log.error("%s: %s: set aside; this partition repairs, the others go on", name, damage)
+        else:
+            log.warning("%s: %s: not found when read again (index rebuilt)", name, damage)
+        self._adopt(self.storage, replica, NotLeader(None))
+
+    async def _wait_for_disk(self, error: OSError) -> None:
+        """A write or fsync failed: reopen the log from disk until the disk takes it (see
+        the module's rules), then start the replica again on it."""
+        self.disk_error = error
+        # Within an outage each try waits longer than the last, across reopens too.
+        ongoing = self.disk.failure is not None
+        self.disk.on_failure(self.key, error)
+        self._fail_pending(self.storage_error())
+        delay = min(self.disk_retry_s * 2, DISK_RETRY_S_MAX) if ongoing else DISK_RETRY_S_MIN
+        while not self.stopped:
+            self.disk_retry_s = delay
+            await asyncio.sleep(delay)
+            if self._reopen():
+                self.disk_error = None
+                return
+            delay = min(delay * 2, DISK_RETRY_S_MAX)
+
+    def _reopen(self) -> bool:
+        """Reopen the log from disk and start the replica on it; False while the disk
+        still fails."""
+        try:
+            storage = self.storage.reopen()
+        except OSError as error:
+            if not is_disk_error(error):
+                raise
+            return False
+        try:
+            self._restart(storage, self.storage_error())
+        except OSError as error:
+            storage.release()
+            if not is_disk_error(error):
+                raise
+            return False
+        return True
+
+    def _restart(self, storage: DiskStorage, error: TidelogError) -> None:
+        """The replica starts again on `storage` (it comes back a follower); what waited
+        on the old one fails with `error`."""
+        self._adopt(storage, self.open_replica(storage), error)
+
+    def _adopt(self, storage: DiskStorage, replica: Replica, error: TidelogError) -> None:
+        self.replica = replica
+        self.storage = storage
+        self._fail_pending(error)
+        self._wake_fetchers()
+        self._log_role_change()
+        self._log_repair_change()
+
+    def _fail_pending(self, error: TidelogError) -> None:
+        for request_id, future in self.futures.items():
+            if not future.done():
+                future.set_result(ProduceResult(request_id, None, None, error))
+        self.futures.clear()
+
+    def storage_error(self) -> StorageError:
+        reason = "" if self.disk_error is None else f": {describe_disk_error(self.disk_error)}"
+        return StorageError(f"{self.key.topic}-{self.key.partition} takes no writes{reason}")
 
     def _log_role_change(self) -> None:
         replica = self.replica
@@ -169,6 +361,26 @@ class PartitionRunner:
                 replica.hwm,
                 replica.log.log_end_offset,
             )
+
+    def _log_repair_change(self) -> None:
+        floor = self.replica.repair_floor
+        if floor == self.seen_floor:
+            return
+        name = f"{self.key.topic}-{self.key.partition}"
+        if floor is None:
+            log.info("%s: repaired: its log is as far as before the damage again", name)
+        else:
+            end = "an unknown offset" if floor.end_offset is None else f"offset {floor.end_offset}"
+            log.warning(
+                "%s: under repair: damaged records were set aside (%s/quarantine); its log "
+                "reached %s in epoch %d before: until it is that far again (fetched from its "
+                "peers) it votes for no replica behind that and does not lead",
+                name,
+                self.storage.directory,
+                end,
+                floor.epoch,
+            )
+        self.seen_floor = floor
 
     def _complete(self, completions: Sequence[ProduceResult]) -> None:
         for result in completions:
@@ -196,7 +408,25 @@ class PartitionRunner:
             future.cancel()
         self.futures.clear()
         self._wake_fetchers()
-        self.storage.close()
+        if self.disk_error is None:
+            self._close()
+        else:
+            self.storage.release()  # nothing it holds unsynced is to be trusted
+
+    def _close(self) -> None:
+        """Close the log (it syncs); a disk that fails then only leaves it unsynced."""
+        try:
+            self.storage.close()
+        except OSError as error:
+            if not is_disk_error(error):
+                raise
+            log.warning(
+                "%s-%d: closed unsynced: %s",
+                self.key.topic,
+                self.key.partition,
+                describe_disk_error(error),
+            )
+            self.storage.release()
 
 
 def decode_records(batch: bytes) -> list[tuple[int, bytes | None, bytes | None]]:

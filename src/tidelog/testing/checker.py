@@ -8,8 +8,11 @@ or extend it. Everything else is checked against that history:
 - every batch a client read is at the same offset in the committed history;
 - every acknowledged acks=all write is in the committed history (Jepsen's lost-write),
   and no batch is committed twice (Jepsen's duplicate: the idempotent producer retries);
-- HWM never decreases within a run of a replica, HWM <= log end offset,
-  log start offset <= HWM, and no replica's log ends below what it called committed.
+- HWM never decreases within a run of a replica, nor below what its storage made durable
+  across a restart, except when that storage set damage aside (the replica starts with a
+  repair floor, its HWM at most its shorter log's end: rule 8 of the replica);
+  HWM <= log end offset, log start offset <= HWM, and no replica's log ends below what it
+  called committed.
 A batch is identified by its bytes from the CRC on: the leader's stamp (offset, epoch) lies
 outside them, so the producer's batch and the stored one compare equal.
 """
@@ -58,7 +61,18 @@ class Checker:
             self.violations.append(text)
 
     # ------------------------------------------------------------ every step --------
-    def check_replica(self, node: NodeId, replica: Replica, incarnation: int) -> None:
+    def check_replica(
+        self,
+        node: NodeId,
+        replica: Replica,
+        incarnation: int,
+        *,
+        durable_hwm_at_start: int = 0,
+        repaired: bool = False,
+    ) -> None:
+        """Every invariant of one replica. `durable_hwm_at_start` is the HWM its storage
+        held durably when this incarnation started; `repaired`, whether that storage had
+        set damage aside (then, and only then, the HWM may have gone back)."""
         hwm = replica.hwm
         log = replica.log
         if replica.role is Role.LEADER:
@@ -74,6 +88,11 @@ class Checker:
             self.fail(f"node {node}: HWM went back from {seen_hwm} to {hwm}")
         if seen_incarnation != incarnation:
             self.checked[node] = 0  # check the recovered log again from the start
+            if hwm < durable_hwm_at_start and not repaired:
+                self.fail(
+                    f"node {node}: HWM {hwm} after a restart, below the {durable_hwm_at_start} "
+                    "its storage had made durable, with no damage set aside"
+                )
         self.hwm_seen[node] = (incarnation, hwm)
         checked = self.checked.get(node, 0)
         if log.log_end_offset < checked:

@@ -10,6 +10,10 @@ Rules of this file:
 - A node that is persisting takes no input; inputs wait in its backlog, and are stepped
   together before the next `Ready`, which is how group commit behaves in the real driver.
 - The checker (`checker.py`) sees every step.
+- A read that finds a damaged batch (StorageError, the storage marked for repair) restarts
+  that node's replica, between Readys, on what its storage keeps once it set the damage
+  aside (`open_replica`), as the broker's partition runner does: a new incarnation, with a
+  repair floor and an HWM that may have gone back (the one case the checker accepts).
 """
 
 from __future__ import annotations
@@ -22,15 +26,17 @@ from typing import Protocol
 
 from tidelog.core.messages import Message, ProduceResult, Ready
 from tidelog.core.replica import Replica, ReplicaConfig
-from tidelog.core.storage import LogStorage, MemoryStorage
-from tidelog.node.driver import write_ready
+from tidelog.core.storage import MemoryStorage
+from tidelog.errors import StorageError
+from tidelog.node.driver import RepairableStorage, open_replica, write_ready
 from tidelog.types import NodeId
 
 Input = Callable[[Replica], None]
 
 
-class SimStorage(LogStorage, Protocol):
-    """What the cluster needs from a node's storage beyond LogStorage: losing unsynced data."""
+class SimStorage(RepairableStorage, Protocol):
+    """What the cluster needs from a node's storage beyond LogStorage: losing unsynced data,
+    and setting damage aside."""
 
     def crash(self) -> None: ...
 
@@ -64,15 +70,22 @@ class SimNode:
     incarnation: int = 0
     manual_persist: bool = False
     paused_until: int = 0  # a paused process takes no input and its clock stands still
+    durable_hwm: int = 0  # the HWM its storage holds durably (as far as the driver knows)
+    hwm_before_start: int = 0  # durable_hwm when the replica last started
+    repaired: bool = False  # its last start found a repair floor
 
     @property
     def alive(self) -> bool:
         return self.replica is not None
 
     def start(self) -> Replica:
-        self.replica = Replica(self.config, self.storage, self.rng)
+        self.hwm_before_start = self.durable_hwm
+        replica = open_replica(self.config, self.storage, self.rng)
+        self.replica = replica
+        self.repaired = replica.repair_floor is not None
+        self.durable_hwm = replica.hwm
         self.incarnation += 1
-        return self.replica
+        return replica
 
 
 Listener = Callable[[NodeId, ProduceResult], None]
@@ -132,9 +145,26 @@ class Cluster:
         if sim_node.persisting is not None or self.is_paused(node):
             sim_node.backlog.append(action)
             return True
-        action(sim_node.replica)
+        self.apply(sim_node, action)
         self.drain(node)
         return True
+
+    def apply(self, sim_node: SimNode, action: Input) -> None:
+        """Step one input; a read that finds damage restarts the replica (`repair`)."""
+        assert sim_node.replica is not None
+        try:
+            action(sim_node.replica)
+        except StorageError:
+            if sim_node.storage.needs_repair is None:
+                raise
+            self.repair(sim_node)
+
+    def repair(self, sim_node: SimNode) -> None:
+        """Its storage sets the damage a read found aside; the replica starts again on what
+        is left (between Readys: nothing unsynced is lost)."""
+        assert sim_node.persisting is None
+        sim_node.storage.quarantine()
+        sim_node.start()
 
     def tick(self, node: NodeId) -> None:
         if not self.is_paused(node):  # a stopped process misses its timers
@@ -162,7 +192,7 @@ class Cluster:
         replica = sim_node.replica
         if replica is not None and sim_node.persisting is None:
             while sim_node.backlog:
-                sim_node.backlog.popleft()(replica)
+                self.apply(sim_node, sim_node.backlog.popleft())
             self.drain(node)
 
     def deliver(self, envelope: Envelope) -> None:
@@ -175,9 +205,20 @@ class Cluster:
         sim_node = self.nodes[node]
         while True:
             replica = sim_node.replica
-            if replica is None or sim_node.persisting is not None or not replica.has_ready():
+            if replica is None or sim_node.persisting is not None:
                 return
-            ready = replica.ready()
+            if sim_node.storage.needs_repair is not None:
+                self.repair(sim_node)  # a client's read found damage
+                continue
+            if not replica.has_ready():
+                return
+            try:
+                ready = replica.ready()  # a leader reads what its followers lack
+            except StorageError:
+                if sim_node.storage.needs_repair is None:
+                    raise
+                self.repair(sim_node)
+                continue
             write_ready(sim_node.storage, ready)
             self.send(ready.messages)
             self.complete(node, ready.completions)
@@ -197,11 +238,13 @@ class Cluster:
         assert ready is not None and replica is not None
         self.persist_due.pop(sim_node.id, None)
         sim_node.storage.sync()
+        if ready.hwm is not None:
+            sim_node.durable_hwm = ready.hwm
         self.send(ready.messages_after_persist)
         sim_node.persisting = None
         replica.advance(ready)
         while sim_node.backlog:
-            sim_node.backlog.popleft()(replica)
+            self.apply(sim_node, sim_node.backlog.popleft())
 
     def finish_persist(self, node: NodeId) -> None:
         """The node's disk finished its sync."""

@@ -4,16 +4,23 @@ Each simulated node keeps its partition's log in a `DiskStorage` on its own
 `FaultyFileSystem`. A simulated crash is a power cut: every byte and name not yet synced is
 lost, and half the crashes also tear the last unsynced write at a random byte. The node
 then recovers its log from what survived, exactly as it would from a real disk.
+
+`corrupt_committed_batch` flips a bit of a synced, committed batch: below the HWM
+checkpointed on disk, in the bytes its CRC-32C covers (from the CRC field on), so the log
+must find the batch corrupt when it recovers or reads it, and never serve it.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 from tidelog.core.messages import HardState
 from tidelog.core.storage import StoredState
+from tidelog.records import HEADER_SIZE, read_header
 from tidelog.types import Epoch, NodeId, Offset
-from tidelog.wal import DiskStorage, FaultyFileSystem, WalConfig
+from tidelog.wal import DiskStorage, FaultyFileSystem, RepairNeeded, WalConfig
+from tidelog.wal import checkpoint as ckpt
 
 # Small segments and a dense index, so that rolling, the index and truncation across
 # segments are exercised by short runs.
@@ -24,6 +31,7 @@ SIM_WAL_CONFIG = WalConfig(
     hwm_checkpoint_interval_ms=0,
 )
 TEAR_PROBABILITY = 0.5
+CRC_POSITION = 17  # the CRC field: it and everything after it are covered by the CRC
 
 
 class SimDiskStorage:
@@ -34,6 +42,7 @@ class SimDiskStorage:
         self.fs = FaultyFileSystem(rng)
         self.directory = f"/data/node-{node}/topic-0"
         self.log = self.open()
+        self.rotten = False  # a bit flipped since the node last repaired (the simulator's)
 
     def open(self) -> DiskStorage:
         return DiskStorage(self.directory, clock=lambda: 0, config=SIM_WAL_CONFIG, fs=self.fs)
@@ -42,6 +51,44 @@ class SimDiskStorage:
         """Power cut, then recovery of what the disk kept."""
         self.fs.crash(tear=self.rng.random() < TEAR_PROBABILITY)
         self.log = self.open()
+
+    @property
+    def needs_repair(self) -> RepairNeeded | None:
+        return self.log.needs_repair
+
+    def quarantine(self) -> bool:
+        return self.log.quarantine()
+
+    def corrupt_committed_batch(self) -> bool:
+        """Flip one bit of a random committed batch (see the module's docstring), then
+        reopen the log, as a node restarting would. False when there is no such batch."""
+        hwm = ckpt.read_offset(self.fs, self.directory, ckpt.HWM) or Offset(0)
+        batches = [
+            (path, position, size)
+            for path, position, base, size, next_offset in self.stored_batches()
+            if base >= self.log.log_start_offset and next_offset <= hwm
+        ]
+        if not batches:
+            return False
+        path, position, size = self.rng.choice(batches)
+        self.fs.flip_bit(
+            path, position + self.rng.randrange(CRC_POSITION, size), self.rng.randrange(8)
+        )
+        self.log.release()
+        self.log = self.open()
+        return True
+
+    def stored_batches(self) -> Iterator[tuple[str, int, Offset, int, Offset]]:
+        """(segment path, position, base offset, size, next offset) of each whole batch."""
+        for path in self.log.segment_paths():
+            end = self.fs.size(path)
+            position = 0
+            while position + HEADER_SIZE <= end:
+                header = read_header(self.fs.pread(path, position, HEADER_SIZE))
+                if header.size_bytes < HEADER_SIZE or position + header.size_bytes > end:
+                    break
+                yield path, position, header.base_offset, header.size_bytes, header.next_offset
+                position += header.size_bytes
 
     # --- LogStorage -----------------------------------------------------------------
     def load(self) -> StoredState:
@@ -67,6 +114,9 @@ class SimDiskStorage:
 
     def reset(self, *, start_offset: Offset, prev_epoch: Epoch) -> None:
         self.log.reset(start_offset=start_offset, prev_epoch=prev_epoch)
+
+    def clear_repair_floor(self) -> None:
+        self.log.clear_repair_floor()
 
     def sync(self) -> None:
         self.log.sync()

@@ -17,7 +17,9 @@ Commands (nodes are numbers; lists are comma-separated):
     produce N acks=all|1|0 value=V [records=K] [producer=ID,EPOCH,SEQUENCE]   (idempotent)
     hold-persist N / persist N   hold N's syncs / finish the one N is waiting on
     crash N / restart N / isolate N / partition 1,2 3 / heal
-    status [N]            role, epoch, leader, HWM, log end, durable end, epoch history
+    corrupt N offset=O    the batch holding O rots on N's disk (found when N next reads it)
+    status [N]            role, epoch, leader, HWM, log end, durable end, epoch history,
+                          and the repair floor of a replica under repair
     progress N            the leader N's view of each follower (match, next, mode)
     log N                 the batches in N's log
     fetch N offset=O [epoch=E] [bytes=B]   a consumer fetch at N
@@ -45,7 +47,8 @@ from tidelog.core.messages import (
     VoteResponse,
 )
 from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE, Replica, ReplicaConfig
-from tidelog.errors import TidelogError
+from tidelog.core.storage import MemoryStorage
+from tidelog.errors import StorageError, TidelogError
 from tidelog.records import read_header
 from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster, Envelope
@@ -84,11 +87,12 @@ def describe_message(msg: Message) -> str:
         prev = f"prev={msg.prev_offset}/e{msg.prev_epoch}"
         return f"{head} Append e{msg.epoch} {prev} hwm={msg.hwm} {body}"
     if isinstance(msg, AppendResponse):
+        repairing = " repairing" if msg.repairing else ""
         if msg.success:
-            return f"{head} AppendOK e{msg.epoch} match={msg.match_offset}"
+            return f"{head} AppendOK e{msg.epoch} match={msg.match_offset}{repairing}"
         return (
             f"{head} AppendReject e{msg.epoch} prev={msg.prev_offset} "
-            f"hint={msg.match_offset}/e{msg.hint_epoch}"
+            f"hint={msg.match_offset}/e{msg.hint_epoch}{repairing}"
         )
     if isinstance(msg, VoteRequest):
         kind = "PreVote" if msg.pre_vote else "Vote"
@@ -148,7 +152,13 @@ class Scenario:
             return
         for node, sim_node in self.cluster.nodes.items():
             if sim_node.replica is not None:
-                self.checker.check_replica(node, sim_node.replica, sim_node.incarnation)
+                self.checker.check_replica(
+                    node,
+                    sim_node.replica,
+                    sim_node.incarnation,
+                    durable_hwm_at_start=sim_node.hwm_before_start,
+                    repaired=sim_node.repaired,
+                )
         self.checker.verify_acks()
 
     # ---------------------------------------------------------------- setup ------------
@@ -261,6 +271,13 @@ class Scenario:
         del args, kv
         self.c.heal()
 
+    def cmd_corrupt(self, args: list[str], kv: dict[str, str]) -> None:
+        node = nodes_of(args[0])[0]
+        storage = self.c.nodes[node].storage
+        if not isinstance(storage, MemoryStorage):
+            raise ScriptError("corrupt needs the in-memory storage")
+        storage.corrupt(Offset(int(kv["offset"])))
+
     def cmd_hold_persist(self, args: list[str], kv: dict[str, str]) -> None:
         del kv
         for node in nodes_of(args[0]):
@@ -305,12 +322,17 @@ class Scenario:
         node = nodes_of(args[0])[0]
         replica = self.c.replica(node)
         epoch = Epoch(int(kv["epoch"])) if "epoch" in kv else None
-        result = replica.fetch(
-            Offset(int(kv["offset"])),
-            max_bytes=int(kv.get("bytes", str(1 << 20))),
-            last_fetched_epoch=epoch,
-            now_ms=self.c.now,
-        )
+        try:
+            result = replica.fetch(
+                Offset(int(kv["offset"])),
+                max_bytes=int(kv.get("bytes", str(1 << 20))),
+                last_fetched_epoch=epoch,
+                now_ms=self.c.now,
+            )
+        except StorageError as error:  # never served; the node repairs in its next round
+            self.say(f"error {describe_error(error)}")
+            self.c.drain(node)
+            return
         if result.error is not None:
             self.say(f"error {describe_error(result.error)}")
             return
@@ -357,10 +379,12 @@ class Scenario:
             log = replica.log
             epochs = " ".join(f"e{e.epoch}@{e.start_offset}" for e in log.epochs)
             leader = replica.leader_id if replica.leader_id is not None else "-"
+            floor = replica.repair_floor
             self.say(
                 f"{node}: {replica.role.value} e{replica.epoch} leader={leader} "
                 f"hwm={replica.hwm} leo={log.log_end_offset} durable={log.durable_end_offset} "
                 f"epochs=[{epochs}]"
+                + ("" if floor is None else f" floor=e{floor.epoch}/{floor.end_offset}")
             )
 
     def cmd_progress(self, args: list[str], kv: dict[str, str]) -> None:

@@ -3,7 +3,8 @@
     python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|5] [--ticks T]
 
 A run has a safety phase (crashes that lose unsynced writes, partitions symmetric and
-asymmetric, drops, duplicates, reordering delays, slow disks) and then a liveness phase
+asymmetric, drops, duplicates, reordering delays, slow disks; on disk, a bit flipped in a
+crashed node's committed data while no other node is repairing) and then a liveness phase
 (heal everything; within a bounded time a leader must exist, a new acks=all write must
 commit, and all replicas must converge). The checker sees every step. A failing seed
 prints the command that reproduces it; the last line is `N seeds, V violations`.
@@ -26,7 +27,7 @@ from tidelog.errors import LogDiverged, OffsetOutOfRange, TidelogError
 from tidelog.records import read_header
 from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster, StorageFactory, memory_storage
-from tidelog.testing.disk import disk_storage
+from tidelog.testing.disk import SimDiskStorage, disk_storage
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
@@ -200,15 +201,17 @@ class Faults:
     heal_rate: float
     restart_rate: float
     pause_rate: float
+    rot_rate: float = 0.0
 
     @classmethod
-    def draw(cls, rng: random.Random) -> Faults:
+    def draw(cls, rng: random.Random, *, rot: bool = False) -> Faults:
         return cls(
             crash_rate=rng.uniform(0.0005, 0.004),
             partition_rate=rng.uniform(0.0005, 0.004),
             heal_rate=rng.uniform(0.002, 0.01),
             restart_rate=rng.uniform(0.002, 0.02),
             pause_rate=rng.uniform(0.0005, 0.003),
+            rot_rate=rng.uniform(0.0005, 0.003) if rot else 0.0,
         )
 
     def maybe_inject(self, cluster: Cluster, rng: random.Random) -> None:
@@ -240,6 +243,28 @@ class Faults:
                 rng.choice(leaders) if leaders and rng.random() < 0.7 else rng.choice(cluster.ids)
             )
             cluster.pause(node, rng.randint(PAUSE_TICKS_MIN, PAUSE_TICKS_MAX) * MICROS_PER_TICK)
+            return
+        roll -= self.pause_rate
+        if roll < self.rot_rate:
+            rot(cluster, rng)
+
+
+def rot(cluster: Cluster, rng: random.Random) -> None:
+    """Flip a bit in the committed data of a crashed node, unless a node is damaged already
+    (rotten and not restarted, or still repairing): damage stays within one node at a time,
+    so a good copy of everything committed survives on a majority less one."""
+    storages: dict[NodeId, SimDiskStorage] = {}
+    for node in cluster.ids:
+        storage = cluster.nodes[node].storage
+        assert isinstance(storage, SimDiskStorage)
+        storages[node] = storage
+        replica = cluster.nodes[node].replica
+        if replica is not None and replica.repair_floor is None:
+            storage.rotten = False  # started since, and repaired
+    down = [node for node in cluster.ids if not cluster.nodes[node].alive]
+    if down and not any(storage.rotten for storage in storages.values()):
+        storage = storages[rng.choice(down)]
+        storage.rotten = storage.corrupt_committed_batch()
 
 
 def inject_partition(cluster: Cluster, rng: random.Random) -> None:
@@ -338,7 +363,13 @@ class Run:
     def check(self) -> None:
         for node, sim_node in self.cluster.nodes.items():
             if sim_node.replica is not None:
-                self.checker.check_replica(node, sim_node.replica, sim_node.incarnation)
+                self.checker.check_replica(
+                    node,
+                    sim_node.replica,
+                    sim_node.incarnation,
+                    durable_hwm_at_start=sim_node.hwm_before_start,
+                    repaired=sim_node.repaired,
+                )
         self.checker.verify_acks()
 
     def run(self) -> list[str]:
@@ -351,7 +382,7 @@ class Run:
         return self.checker.violations
 
     def run_phases(self) -> None:
-        faults = Faults.draw(self.rng)
+        faults = Faults.draw(self.rng, rot=self.storage is disk_storage)
         for _ in range(self.ticks * MICROS_PER_TICK):
             self.step(faults)
             if self.checker.violations:

@@ -12,6 +12,9 @@ Rules of this file:
   reused by an unrelated process is never touched.
 - Ready means `GET http://ADMIN/status` answers JSON with `"ready": true`. Every wait polls
   with a deadline; every HTTP request has a short timeout.
+- A node is not started on a full disk (less than DISK_FREE_BYTES_MIN free where its data
+  lives), and a file the command cannot write is named with its reason: a clear message,
+  never a traceback.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import contextlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -48,6 +52,7 @@ LOG_TAIL_LINES = 20
 EXIT_ERROR = 1
 STATUS_TIMEOUT_S = 1.0
 STATUS_BYTES_MAX = 4 * 1024 * 1024
+DISK_FREE_BYTES_MIN = 1024 * 1024  # below this a node could not even write its log
 # Admin endpoints are on 127.0.0.1: never route them through an http_proxy from the env.
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -132,8 +137,11 @@ def write_cluster(directory: Path, record: ClusterRecord) -> None:
         "nodes": [asdict(node) for node in record.nodes],
     }
     temporary = directory / f".{CLUSTER_FILE}.tmp"
-    temporary.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(temporary, directory / CLUSTER_FILE)
+    try:
+        temporary.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(temporary, directory / CLUSTER_FILE)
+    except OSError as error:
+        raise ClusterError(f"cannot write {directory / CLUSTER_FILE}: {error.strerror}") from None
 
 
 def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
@@ -249,10 +257,14 @@ def start_node(record: ClusterRecord, node: NodeRecord) -> int:
         Path(node.data_dir).mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ClusterError(f"node {node.id}: cannot use {node.data_dir}: {error}") from error
+    check_free_space(node)
     log_path = Path(node.data_dir) / LOG_NAME
     argv = broker_argv(record, node)
-    with log_path.open("a") as log:
-        log.write(f"--- tidelog cluster: starting node {node.id}: {' '.join(argv)}\n")
+    try:
+        with log_path.open("a") as log:
+            log.write(f"--- tidelog cluster: starting node {node.id}: {' '.join(argv)}\n")
+    except OSError as error:
+        raise ClusterError(f"node {node.id}: cannot write {log_path}: {error.strerror}") from None
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -260,6 +272,16 @@ def start_node(record: ClusterRecord, node: NodeRecord) -> int:
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
     return os.posix_spawn(argv[0], argv, dict(os.environ), file_actions=actions, setsid=True)
+
+
+def check_free_space(node: NodeRecord) -> None:
+    """ClusterError when the disk holding the node's data is full."""
+    free = shutil.disk_usage(node.data_dir).free
+    if free < DISK_FREE_BYTES_MIN:
+        raise ClusterError(
+            f"node {node.id}: the disk holding {node.data_dir} is full ({free} bytes free): "
+            "free space, then start it again"
+        )
 
 
 def log_tail(node: NodeRecord) -> str:

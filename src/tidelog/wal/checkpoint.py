@@ -6,6 +6,9 @@ Rules of this file:
 - Format (Kafka's leader-epoch-checkpoint and replication-offset-checkpoint): a version line
   `0`, a count line, then `count` lines of space-separated integers.
 - A missing checkpoint means "never written"; a malformed one raises StorageError.
+- `repair-floor-checkpoint` (tidelog's own) holds no row, or one: the epoch and end offset
+  (-1: unknown) of the log before damage was set aside (`tidelog.core.storage.RepairFloor`),
+  and the offset where a repair in progress cuts the log (-1: none in progress).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import posixpath
 
 from tidelog.core.messages import HardState
-from tidelog.core.storage import EpochEntry
+from tidelog.core.storage import EpochEntry, RepairFloor
 from tidelog.errors import StorageError
 from tidelog.types import Epoch, NodeId, Offset
 from tidelog.wal.fs import FileSystem
@@ -28,6 +31,8 @@ HWM = "hwm-checkpoint"
 LOG_START_OFFSET = "log-start-offset-checkpoint"
 RECOVERY_POINT = "recovery-point-offset-checkpoint"
 VOTE_STATE = "vote-state"
+REPAIR_FLOOR = "repair-floor-checkpoint"
+UNKNOWN = -1
 
 
 def write_checkpoints(fs: FileSystem, directory: str, files: dict[str, list[list[int]]]) -> None:
@@ -96,3 +101,20 @@ def read_hard_state(fs: FileSystem, directory: str) -> HardState:
 def hard_state_rows(hard_state: HardState) -> list[list[int]]:
     voted_for = NO_VOTE if hard_state.voted_for is None else hard_state.voted_for
     return [[hard_state.epoch, voted_for]]
+
+
+def read_repair_floor(fs: FileSystem, directory: str) -> tuple[RepairFloor | None, Offset | None]:
+    """(repair floor, cut of a repair in progress); (None, None) when there is none."""
+    rows = read_checkpoint(fs, posixpath.join(directory, REPAIR_FLOOR), width=3)
+    if not rows:
+        return None, None
+    epoch, end, cut = rows[0]
+    floor = RepairFloor(Epoch(epoch), None if end == UNKNOWN else Offset(end))
+    return floor, None if cut == UNKNOWN else Offset(cut)
+
+
+def repair_floor_rows(floor: RepairFloor | None, cut: Offset | None = None) -> list[list[int]]:
+    if floor is None:
+        return []
+    end = UNKNOWN if floor.end_offset is None else floor.end_offset
+    return [[floor.epoch, end, UNKNOWN if cut is None else cut]]

@@ -10,11 +10,18 @@ Rules of this file:
 - `crash_at_call` makes the k-th mutating call raise `SimulatedCrash` before it happens, so a
   test can cut the power at every write point of a workload.
 - `flip_bit` corrupts the medium: the current and the synced bytes both change.
+- `fill_up` makes appends and pwrites write a random prefix of their data (a short write)
+  and raise OSError(ENOSPC): the next one only, or each one until `free_space`.
+  `fail_next_sync(code)` makes the next fsync, fdatasync or fsync_dir raise OSError(code)
+  (EIO, ENOSPC) and sync nothing: as Linux may, it keeps showing the unsynced bytes, which
+  a crash still loses (the caller must never retry as if they were durable: fsyncgate).
+  `crash()` disarms both.
 Everything random comes from the injected `random.Random`: one seed decides a run.
 """
 
 from __future__ import annotations
 
+import errno
 import posixpath
 import random
 
@@ -41,11 +48,16 @@ class FaultyFileSystem:
         self._names: dict[str, _Inode] = {}
         self._durable_names: dict[str, _Inode] = {}
         self._dirs: set[str] = set()
+        self._full = False
+        self._stays_full = False
+        self._sync_error: int | None = None
 
     # --- faults ---------------------------------------------------------------------
     def crash(self, *, tear: bool = False) -> None:
         """Lose every unsynced byte and name, as a power cut would."""
         self.crash_at_call = None
+        self._full = self._stays_full = False
+        self._sync_error = None
         self._names = dict(self._durable_names)
         for inode in self._names.values():
             kept = bytearray(inode.synced)
@@ -65,6 +77,33 @@ class FaultyFileSystem:
             synced = bytearray(inode.synced)
             synced[position] ^= 1 << bit
             inode.synced = bytes(synced)
+
+    def fill_up(self, *, until_freed: bool = False) -> None:
+        """The next append or pwrite (each one, `until_freed`) writes a random prefix of
+        its data, then raises OSError(ENOSPC)."""
+        self._full = True
+        self._stays_full = until_freed
+
+    def free_space(self) -> None:
+        self._full = self._stays_full = False
+
+    def fail_next_sync(self, code: int = errno.EIO) -> None:
+        """The next fsync, fdatasync or fsync_dir raises OSError(`code`), syncing nothing."""
+        self._sync_error = code
+
+    def _written(self, data: bytes) -> bytes:
+        """What a write of `data` puts on the disk: all of it, or on a full disk a prefix."""
+        return data[: self.rng.randint(0, len(data))] if self._full else data
+
+    def _check_space(self, path: str) -> None:
+        if self._full:
+            self._full = self._stays_full
+            raise OSError(errno.ENOSPC, "No space left on device (simulated)", path)
+
+    def _check_sync(self, path: str) -> None:
+        code, self._sync_error = self._sync_error, None
+        if code is not None:
+            raise OSError(code, f"fsync failed (simulated {errno.errorcode[code]})", path)
 
     def _count_call(self) -> None:
         self.calls += 1
@@ -103,14 +142,17 @@ class FaultyFileSystem:
         if inode is None:
             assert posixpath.dirname(path) in self._dirs, f"no directory for {path}"
             inode = self._names[path] = _Inode()
-        inode.data += data
+        inode.data += self._written(data)
+        self._check_space(path)
 
     def pwrite(self, path: str, position: int, data: bytes) -> None:
         self._count_call()
         inode = self._inode(path)
         if position > len(inode.data):
             inode.data += bytes(position - len(inode.data))
-        inode.data[position : position + len(data)] = data
+        written = self._written(data)
+        inode.data[position : position + len(written)] = written
+        self._check_space(path)
 
     def pread(self, path: str, position: int, size_bytes: int) -> bytes:
         return bytes(self._inode(path).data[position : position + size_bytes])
@@ -124,6 +166,7 @@ class FaultyFileSystem:
 
     def fsync(self, path: str) -> None:
         self._count_call()
+        self._check_sync(path)
         inode = self._inode(path)
         inode.synced = bytes(inode.data)
 
@@ -142,6 +185,7 @@ class FaultyFileSystem:
 
     def fsync_dir(self, directory: str) -> None:
         self._count_call()
+        self._check_sync(directory)
         for name in [n for n in self._durable_names if posixpath.dirname(n) == directory]:
             del self._durable_names[name]
         for name, inode in self._names.items():

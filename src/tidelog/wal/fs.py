@@ -6,11 +6,15 @@ Rules of this file:
 - The protocol is path-based: a path names a file, the implementation keeps any handles.
 - Nothing is durable until `fdatasync`/`fsync` of the file, and a created, renamed or removed
   name is durable only after `fsync_dir` of its directory (POSIX, as ext4 and xfs behave).
+- An OSError from a write or a sync names the file (`filename`): a full or failing disk is
+  reported with the path it failed on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Protocol
 
 
@@ -91,12 +95,14 @@ class OsFileSystem:
         os.makedirs(directory, exist_ok=True)
 
     def append(self, path: str, data: bytes) -> None:
-        fd = self._fd(path)
-        position = os.lseek(fd, 0, os.SEEK_END)
-        self._write_all(fd, position, data)
+        with naming(path):
+            fd = self._fd(path)
+            position = os.lseek(fd, 0, os.SEEK_END)
+            self._write_all(fd, position, data)
 
     def pwrite(self, path: str, position: int, data: bytes) -> None:
-        self._write_all(self._fd(path), position, data)
+        with naming(path):
+            self._write_all(self._fd(path), position, data)
 
     @staticmethod
     def _write_all(fd: int, position: int, data: bytes) -> None:
@@ -111,13 +117,16 @@ class OsFileSystem:
         return os.pread(self._fd(path), size_bytes, position)
 
     def truncate(self, path: str, size_bytes: int) -> None:
-        os.ftruncate(self._fd(path), size_bytes)
+        with naming(path):
+            os.ftruncate(self._fd(path), size_bytes)
 
     def fsync(self, path: str) -> None:
-        os.fsync(self._fd(path))
+        with naming(path):
+            os.fsync(self._fd(path))
 
     def fdatasync(self, path: str) -> None:
-        os.fdatasync(self._fd(path))
+        with naming(path):
+            os.fdatasync(self._fd(path))
 
     def rename(self, source: str, target: str) -> None:
         self._forget(source)
@@ -138,3 +147,14 @@ class OsFileSystem:
     def close(self) -> None:
         for path in list(self._fds):
             self._forget(path)
+
+
+@contextlib.contextmanager
+def naming(path: str) -> Iterator[None]:
+    """Re-raise an OSError that names no file as one that names `path`."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror, path) from error

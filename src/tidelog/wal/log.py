@@ -16,9 +16,24 @@ Rules of this file:
 - The recovery point is the base of a segment below which every batch was synced and every
   index fsync'd. It only moves forward when a sync follows a roll, and moves back durably
   BEFORE a truncation below it, so recovery always scans everything that may be torn.
-- A corrupt batch below the checkpointed HWM is never dropped and never served: the log is
-  marked `needs_repair` and every read or write raises StorageError naming the segment and
-  offset. A corrupt or torn batch at or above it is the unsynced tail: it is cut.
+- A corrupt batch is never served. One that a read finds marks the log `needs_repair`:
+  every read or write raises StorageError naming the segment and offset, until its owner
+  calls `quarantine`. Recovery finds damage itself: a corrupt or torn batch below the
+  checkpointed HWM (or anywhere below the recovery point, all of it synced), a segment
+  missing there, or a log that ends below that HWM. A corrupt or torn batch at or above the
+  HWM (after the recovery point) is the unsynced tail: it is cut.
+- Damage is set aside, never deleted: the damaged bytes (from the first bad batch on) and
+  every later segment move to `quarantine/<cut offset>/` in the partition directory, and
+  the log ends before them (a follower then fetches them again from its leader). The
+  repair floor (how far the log reached: its end and last epoch as the log knew them, or,
+  found at a start, what recovery can prove, the end unknown when the damage hides it) and
+  the cut are checkpointed first, then the HWM (at most the new log end) and the epochs:
+  after a crash in between, the next start finds the damage again and finishes the repair
+  with the floor it recorded. The floor stays until the replica says its log reached it
+  again (`clear_repair_floor`).
+- After a failed write or fsync (EIO, ENOSPC) nothing written since the last completed
+  sync is trusted: `reopen` releases the files without syncing, recovers the directory
+  again and cuts the log back to what that sync made durable (PostgreSQL's fsyncgate).
 - `flush_interval_ms` (never the default) is the weaker mode: `sync()` skips the data
   fsync until that much time has passed since the last one, so a crash may lose that window.
 """
@@ -34,15 +49,17 @@ from dataclasses import dataclass
 from tidelog.core.messages import HardState
 from tidelog.core.storage import (
     EpochEntry,
+    RepairFloor,
     StoredState,
     extend_epochs,
+    later_floor,
     reset_epochs,
     trim_epochs,
     truncate_epochs,
 )
 from tidelog.errors import CorruptBatch, OffsetOutOfRange, StorageError
 from tidelog.records import HEADER_SIZE, BatchHeader, check_batch, read_header
-from tidelog.types import Epoch, Offset
+from tidelog.types import NO_EPOCH, Epoch, Offset
 from tidelog.wal import checkpoint as ckpt
 from tidelog.wal.fs import FileSystem, OsFileSystem
 from tidelog.wal.index import RELATIVE_OFFSET_MAX
@@ -51,15 +68,19 @@ from tidelog.wal.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     OFFSET_DIGITS,
+    SCAN_CHUNK_BYTES,
     SEGMENT_BYTES_MAX,
     TIME_INDEX_SUFFIX,
     ChunkReader,
     Segment,
     scan_batches,
+    segment_name,
 )
 
 Clock = Callable[[], int]
 DAY_MS = 24 * 60 * 60 * 1000
+QUARANTINE_DIR = "quarantine"
+QUARANTINE_NAMES_MAX = 1000  # quarantine/<cut offset>, -1, -2, ...: one per repair
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +144,15 @@ class DiskStorage:
         self._hard_state_saved = self._hard_state
         self._hwm = self._hwm_checkpointed = Offset(0)
         self.log_start_offset = self._recovery_point = Offset(0)
-        self._recover()
+        self._repair_floor: RepairFloor | None = None
+        self._repair_floor_dirty = False
+        self._repair_cut: Offset | None = None  # where a repair in progress cuts the log
+        self.synced_end_offset = Offset(0)  # the log end as of the last completed sync
+        try:
+            self._recover()
+        except BaseException:
+            self._fs.close()
+            raise
 
     # --- LogStorage -----------------------------------------------------------------
     def load(self) -> StoredState:
@@ -133,6 +162,7 @@ class DiskStorage:
             log_start_offset=self.log_start_offset,
             log_end_offset=self.log_end_offset,
             epochs=tuple(self._epochs),
+            repair_floor=self._repair_floor,
         )
 
     def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
@@ -168,27 +198,29 @@ class DiskStorage:
         index = bisect.bisect_right(self._segments, start_offset, key=lambda s: s.base_offset)
         segment = self._segments[index - 1]
         position, first = self._find(segment, start_offset)
-        if first.next_offset > end_offset:
-            return memoryview(b"")
         length = min(max(max_bytes, first.size_bytes), segment.size_bytes - position)
         data = memoryview(self._fs.pread(segment.log_path, position, length))
         return data[: self._whole_batches(segment, data, end_offset)]
 
     def _whole_batches(self, segment: Segment, data: memoryview, end_offset: Offset) -> int:
         """The length of the longest run of whole, checked batches at the start of `data`
-        that end by `end_offset` (at least the first batch's)."""
+        that end by `end_offset`. A batch's end is read from a field its CRC covers: the
+        batch that ends the run is checked too, when it is whole in `data`."""
         position = 0
-        while position + HEADER_SIZE <= len(data):
+        expected: Offset | None = None
+        while position + HEADER_SIZE <= len(data) and (expected is None or expected < end_offset):
             header = read_header(data, position)
-            if position and (
-                header.next_offset > end_offset or position + header.size_bytes > len(data)
-            ):
+            if position + header.size_bytes > len(data):
                 break
             try:
                 check_batch(data, position)
+                check_follows(header, expected)
             except CorruptBatch as error:
                 raise self._corrupt(segment, header.base_offset, error) from error
+            if header.next_offset > end_offset:
+                break
             position += header.size_bytes
+            expected = header.next_offset
         return position
 
     def save_hard_state(self, hard_state: HardState) -> None:
@@ -252,6 +284,11 @@ class DiskStorage:
         assert hwm >= self._hwm_checkpointed
         self._hwm = hwm
 
+    def clear_repair_floor(self) -> None:
+        """Forgotten durably by the next sync that makes the data durable."""
+        self._repair_floor = None
+        self._repair_floor_dirty = True
+
     def sync(self) -> None:
         """Make everything written so far durable: data, then names, then checkpoints."""
         now = self._clock()
@@ -272,6 +309,7 @@ class DiskStorage:
         self._dirty.clear()
         self._unsynced_indexes.clear()
         self._dir_dirty = False
+        self.synced_end_offset = self.log_end_offset
         self._write_checkpoints(now, hard_state_only=False)
 
     # --- beyond LogStorage ----------------------------------------------------------
@@ -295,6 +333,23 @@ class DiskStorage:
                 ckpt.write_checkpoints(self._fs, self.directory, {ckpt.HWM: ckpt.offset_rows(hwm)})
                 self._hwm_checkpointed = hwm
         self._fs.close()
+
+    def release(self) -> None:
+        """Release the files without syncing anything (after a failed write or fsync)."""
+        self._fs.close()
+
+    def reopen(self) -> DiskStorage:
+        """After a failed write or fsync (EIO, ENOSPC): this log released unsynced, and its
+        directory recovered again, cut back to what the last completed sync made durable.
+        The kernel may have dropped the pages a failed fsync did not write and still show
+        them, so nothing written after that sync is trusted (PostgreSQL's fsyncgate).
+        Raises OSError while the disk still fails."""
+        synced = self.synced_end_offset
+        self.release()
+        fresh = DiskStorage(self.directory, clock=self._clock, config=self.config, fs=self._fs)
+        if fresh.log_end_offset > synced:
+            fresh.truncate_to(offset=synced)
+        return fresh
 
     def __enter__(self) -> DiskStorage:
         return self
@@ -358,6 +413,7 @@ class DiskStorage:
         self._fs.fsync_dir(self.directory)
         self._dir_dirty = False
         self._write_recovery_point(start_offset)
+        self.synced_end_offset = start_offset
 
     def _move_log_start(self, offset: Offset) -> None:
         """Checkpoint the new log start first, then remove the segments below it: after a
@@ -486,6 +542,9 @@ class DiskStorage:
         if self._epochs_dirty:
             files[ckpt.LEADER_EPOCH] = ckpt.epoch_rows(self._epochs)
             self._epochs_dirty = False
+        if self._repair_floor_dirty:
+            files[ckpt.REPAIR_FLOOR] = ckpt.repair_floor_rows(self._repair_floor)
+            self._repair_floor_dirty = False
         hwm = Offset(min(self._hwm, self.log_end_offset))
         interval = self.config.hwm_checkpoint_interval_ms
         if hwm != self._hwm_checkpointed and now - self._hwm_checkpoint_ms >= interval:
@@ -523,20 +582,28 @@ class DiskStorage:
         budget: int,
         out: list[bytes],
     ) -> tuple[bool, int]:
-        """Add the batches of `segment` from `position` to `out`; (done, budget left)."""
+        """Add the batches of `segment` from `position` to `out`; (done, budget left).
+        A batch's end is read from a field its CRC covers: the batch that ends the read
+        is checked too."""
         reader = ChunkReader(self._fs, segment.log_path, segment.size_bytes)
+        expected = read_header(out[-1]).next_offset if out else None
         while position < segment.size_bytes:
+            if expected is not None and expected >= end_offset:
+                return True, budget  # what follows is not asked for: not even read
             try:
                 header = reader.header(position)
+                check_follows(header, expected)
             except CorruptBatch as error:
-                raise self._corrupt(segment, segment.end_offset, error) from error
+                raise self._corrupt(segment, expected or segment.base_offset, error) from error
             if header.next_offset > end_offset:
+                self._checked(segment, reader, position, header)
                 return True, budget
             if out and header.size_bytes > budget:
                 return True, budget
             out.append(self._checked(segment, reader, position, header))
             budget -= header.size_bytes
             position += header.size_bytes
+            expected = header.next_offset
             if budget <= 0:
                 return True, budget
         return False, budget
@@ -558,7 +625,7 @@ class DiskStorage:
     # --- recovery -------------------------------------------------------------------
     def _recover(self) -> None:
         """Open the directory: checkpoints, segments, then verify everything after the
-        recovery point, cutting a torn tail; see the module's rules."""
+        recovery point, cutting a torn tail and setting damage aside; see the module's rules."""
         self._fs.makedirs(self.directory)
         bases = self._clean_directory()
         self._hard_state = ckpt.read_hard_state(self._fs, self.directory)
@@ -569,6 +636,7 @@ class DiskStorage:
         self.log_start_offset = stored_start or Offset(0)
         point = ckpt.read_offset(self._fs, self.directory, ckpt.RECOVERY_POINT) or Offset(0)
         self._recovery_point = point
+        self._repair_floor, self._repair_cut = ckpt.read_repair_floor(self._fs, self.directory)
         if not bases:
             self._segments = [self._new_segment(self.log_start_offset)]
             self._fs.fsync_dir(self.directory)
@@ -576,15 +644,20 @@ class DiskStorage:
         else:
             self._open_segments(bases)
         self.log_start_offset = Offset(max(self.log_start_offset, self._segments[0].base_offset))
+        self._check_committed_end()
+        if self.needs_repair is not None:
+            self._set_aside(len(self._segments) - 1, self._floor_of_damage())
+        elif self._repair_cut is not None:  # a repair cut the log, then a crash came
+            self._end_log_at(self.log_end_offset)
         self._trim_epochs()
         self._hwm_checkpointed = Offset(min(self._hwm_checkpointed, self.log_end_offset))
         self._hwm = self._hwm_checkpointed
+        self.synced_end_offset = self.log_end_offset
 
     def _clean_directory(self) -> list[Offset]:
         """Remove leftovers of a crash (temp files, indexes without a log); the bases of the
         segments present, in order."""
         names = self._fs.listdir(self.directory)
-        bases = sorted(Offset(int(name[:OFFSET_DIGITS])) for name in names if is_segment_name(name))
         logs = {name[:OFFSET_DIGITS] for name in names if is_segment_name(name)}
         for name in names:
             orphan = name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)) and (
@@ -592,7 +665,11 @@ class DiskStorage:
             )
             if name.endswith(ckpt.TEMP_SUFFIX) or orphan:
                 self._fs.unlink(posixpath.join(self.directory, name))
-        return bases
+        return self._bases_on_disk()
+
+    def _bases_on_disk(self) -> list[Offset]:
+        names = self._fs.listdir(self.directory)
+        return sorted(Offset(int(name[:OFFSET_DIGITS])) for name in names if is_segment_name(name))
 
     def _open_segments(self, bases: list[Offset]) -> None:
         now = self._clock()
@@ -608,7 +685,9 @@ class DiskStorage:
             segment.created_ms = now
             last = number == len(bases) - 1
             if not scanning and not last and bases[number + 1] <= self._recovery_point:
-                self._adopt(segment, bases[number + 1])
+                if not self._adopt(segment, bases[number + 1]):
+                    self._epochs = checkpointed  # cut where the damage begins
+                    return
                 continue
             if not scanning:
                 scanning = True
@@ -623,20 +702,24 @@ class DiskStorage:
         if not scanning:
             self._epochs = checkpointed
 
-    def _adopt(self, segment: Segment, end_offset: Offset) -> None:
-        """A segment wholly below the recovery point: trust its files unless they look wrong."""
+    def _adopt(self, segment: Segment, end_offset: Offset) -> bool:
+        """A segment wholly below the recovery point: trust its files unless they look wrong.
+        False when it is damaged (synced, so never a torn tail): the log ends in it."""
         self._segments.append(segment)
-        if not segment.load_indexes(end_offset):
-            try:
-                segment.rebuild_indexes(verify=True)
-            except CorruptBatch as error:
-                self.needs_repair = RepairNeeded(segment.log_path, segment.end_offset, str(error))
-            segment.seal()
-            add_once(self._unsynced_indexes, segment)
+        if segment.load_indexes(end_offset):
+            return True
+        try:
+            segment.rebuild_indexes(verify=True)
+        except CorruptBatch as error:
+            self.needs_repair = RepairNeeded(segment.log_path, segment.end_offset, str(error))
+            return False
+        segment.seal()
+        add_once(self._unsynced_indexes, segment)
+        return True
 
     def _scan(self, segment: Segment, *, last: bool) -> bool:
         """Verify a segment at or after the recovery point, deriving the epoch history.
-        False when the log ends in it (torn tail cut, or corruption needing repair)."""
+        False when the log ends in it (torn tail cut, or damage to set aside)."""
         self._segments.append(segment)
         segment.size_bytes = self._fs.size(segment.log_path)
         try:
@@ -650,7 +733,7 @@ class DiskStorage:
         return True
 
     def _on_corrupt_tail(self, segment: Segment, error: CorruptBatch) -> bool:
-        """Below the checkpointed HWM: needs repair. Else cut the tail there, durably."""
+        """Below the checkpointed HWM: damage. Else cut the tail there, durably."""
         self._derive_epochs(segment)
         offset = segment.end_offset
         if offset < self._hwm_checkpointed:
@@ -667,6 +750,15 @@ class DiskStorage:
             reason = f"the next segment starts at {next_base}: committed batches are missing"
             self.needs_repair = RepairNeeded(previous.log_path, previous.end_offset, reason)
 
+    def _check_committed_end(self) -> None:
+        """A whole log that ends below its checkpointed HWM lost committed batches (a file
+        cut short at a batch boundary, a segment gone). A log that ends below its start
+        is a reset or log start move a crash interrupted: no damage."""
+        end = self.log_end_offset
+        if self.needs_repair is None and self.log_start_offset <= end < self._hwm_checkpointed:
+            reason = f"the log ends below its checkpointed HWM {self._hwm_checkpointed}"
+            self.needs_repair = RepairNeeded(self._segments[-1].log_path, end, reason)
+
     def _derive_epochs(self, segment: Segment) -> None:
         for _, header in scan_batches(
             self._fs, segment.log_path, 0, segment.size_bytes, verify=False
@@ -677,10 +769,194 @@ class DiskStorage:
     def _drop_files_after(self, bases: list[Offset]) -> None:
         """Remove the segments beyond the end of the log found by recovery."""
         if self.needs_repair is not None:
-            return  # Keep every byte for the repair.
+            return  # Keep every byte: they are set aside.
         for base in bases:
             Segment(self._fs, self.directory, base, index_interval_bytes=1).delete()
         self._fs.fsync_dir(self.directory)
+
+    # --- damage -----------------------------------------------------------------------
+    def quarantine(self) -> bool:
+        """Set aside the damage a read found (`needs_repair`; see the module's rules). The
+        damaged segment is read again from its start: the log then ends before its first
+        bad batch, and the repair floor records how far the log reached (its end and last
+        epoch). False when no read found damage, or the segment reads whole again (only
+        its sparse index was wrong: it is rebuilt)."""
+        damage = self.needs_repair
+        if damage is None:
+            return False
+        paths = [segment.log_path for segment in self._segments]
+        index = paths.index(damage.segment_path) if damage.segment_path in paths else None
+        last_epoch = self._epochs[-1].epoch if self._epochs else NO_EPOCH
+        floor = RepairFloor(last_epoch, self.log_end_offset)
+        if index is None or not self._damaged_again(index):
+            self.needs_repair = None
+            return False
+        self._set_aside(index, floor)
+        return True
+
+    def _damaged_again(self, index: int) -> bool:
+        """Scan segment `index` again, checking every CRC; True when a batch fails (the
+        segment then ends before it), else its indexes are rebuilt and it stays."""
+        segment = self._segments[index]
+        try:
+            segment.rebuild_indexes(verify=True)
+        except CorruptBatch:
+            return True
+        if index < len(self._segments) - 1:
+            segment.seal()
+        add_once(self._unsynced_indexes, segment)
+        return False
+
+    def _set_aside(self, index: int, floor: RepairFloor) -> None:
+        """Segment `index` ends at its good prefix (its `size_bytes`); set the rest of it and
+        every later segment aside in quarantine/, durably, floor first (module's rules)."""
+        segment = self._segments[index]
+        cut = segment.end_offset
+        self._repair_floor = later_floor(self._repair_floor, floor)
+        self._repair_cut = cut
+        point = Offset(min(self._recovery_point, segment.base_offset))
+        ckpt.write_checkpoints(
+            self._fs,
+            self.directory,
+            {
+                ckpt.REPAIR_FLOOR: ckpt.repair_floor_rows(self._repair_floor, cut),
+                ckpt.RECOVERY_POINT: ckpt.offset_rows(point),
+            },
+        )
+        self._recovery_point = point
+        aside = self._new_quarantine_dir(cut)
+        self._copy_tail(segment, posixpath.join(aside, segment_name(cut) + LOG_SUFFIX))
+        for base in self._bases_on_disk():
+            if base > segment.base_offset:
+                self._move_segment(base, aside)
+        self._fs.fsync_dir(aside)
+        segment.truncate(segment.size_bytes, cut)
+        self._fs.fsync(segment.log_path)
+        self._fs.fsync_dir(self.directory)
+        for later in self._segments[index + 1 :]:
+            self._forget(later)
+        del self._segments[index + 1 :]
+        self._end_log_at(cut)
+        self.needs_repair = None
+
+    def _end_log_at(self, cut: Offset) -> None:
+        """The log now ends at `cut`: checkpoint its HWM (at most there), epochs and start,
+        and that the repair is done."""
+        truncate_epochs(self._epochs, cut)
+        self._epochs_dirty = False
+        self._hwm = self._hwm_checkpointed = Offset(min(self._hwm, cut))
+        self._repair_cut = None
+        files = {
+            ckpt.HWM: ckpt.offset_rows(self._hwm),
+            ckpt.LEADER_EPOCH: ckpt.epoch_rows(self._epochs),
+            ckpt.REPAIR_FLOOR: ckpt.repair_floor_rows(self._repair_floor),
+        }
+        if cut < self.log_start_offset:  # the batch holding the log start was damaged
+            self.log_start_offset = cut
+            files[ckpt.LOG_START_OFFSET] = ckpt.offset_rows(cut)
+        ckpt.write_checkpoints(self._fs, self.directory, files)
+        self.synced_end_offset = cut
+
+    def _new_quarantine_dir(self, cut: Offset) -> str:
+        parent = posixpath.join(self.directory, QUARANTINE_DIR)
+        for number in range(QUARANTINE_NAMES_MAX):
+            name = segment_name(cut) + (f"-{number}" if number else "")
+            path = posixpath.join(parent, name)
+            if not self._fs.exists(path):
+                self._fs.makedirs(path)
+                self._fs.fsync_dir(parent)
+                return path
+        raise StorageError(f"{parent} holds {QUARANTINE_NAMES_MAX} repairs of offset {cut}")
+
+    def _copy_tail(self, segment: Segment, target: str) -> None:
+        """Copy the bytes of `segment` after its good prefix to `target`, durably."""
+        position, end = segment.size_bytes, self._fs.size(segment.log_path)
+        while position < end:
+            size = min(SCAN_CHUNK_BYTES, end - position)
+            chunk = self._fs.pread(segment.log_path, position, size)
+            self._fs.append(target, chunk)
+            position += len(chunk)
+        if end > segment.size_bytes:
+            self._fs.fsync(target)
+
+    def _move_segment(self, base: Offset, aside: str) -> None:
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            name = segment_name(base) + suffix
+            source = posixpath.join(self.directory, name)
+            if self._fs.exists(source):
+                self._fs.rename(source, posixpath.join(aside, name))
+
+    def _floor_of_damage(self) -> RepairFloor:
+        """The floor for the damage recovery found: the one a repair in progress recorded
+        when the damage is where it cuts (it knew more: it is finishing), else what
+        recovery can tell (`_floor_found_by_recovery`)."""
+        assert self.needs_repair is not None
+        cut, recorded = self._repair_cut, self._repair_floor
+        if cut is not None and recorded is not None and self.needs_repair.offset >= cut:
+            return recorded
+        return self._floor_found_by_recovery(self._segments[-1])
+
+    def _floor_found_by_recovery(self, damaged: Segment) -> RepairFloor:
+        """How far the log reached, as recovery can tell after finding damage in `damaged`:
+        the checkpointed HWM (with the epoch of the record before it), the last epoch the
+        leader-epoch checkpoint records, and the batches whose framing still reads, in
+        order, after the damage. The end is unknown (None) unless those batches read to the
+        end of the last file and reach past every other bound."""
+        checkpointed = ckpt.read_epochs(self._fs, self.directory)
+        proven: list[RepairFloor] = []
+        hwm = self._hwm_checkpointed
+        if hwm > 0:
+            proven.append(RepairFloor(epoch_of(checkpointed, Offset(hwm - 1)), hwm))
+        if checkpointed:
+            last = checkpointed[-1]
+            proven.append(RepairFloor(last.epoch, Offset(last.start_offset + 1)))
+        walked, complete = self._walk_past_damage(damaged)
+        best: RepairFloor | None = walked
+        for floor in proven:
+            best = later_floor(best, floor)
+        if best is None:  # nothing tells: any later epoch holds what was committed
+            return RepairFloor(self._hard_state.epoch, None)
+        return best if complete and best == walked else RepairFloor(best.epoch, None)
+
+    def _walk_past_damage(self, damaged: Segment) -> tuple[RepairFloor | None, bool]:
+        """(epoch, end) of the last batch that reads in order from the good prefix of
+        `damaged` through every later segment file (framing only: a bad CRC does not stop
+        it), and whether they read so to their end. Offsets must follow each other and
+        epochs rise no higher than the vote state's: the base offset and leader epoch of a
+        batch lie outside its CRC."""
+        files = [(damaged.log_path, damaged.size_bytes)] + [
+            (posixpath.join(self.directory, segment_name(base) + LOG_SUFFIX), 0)
+            for base in self._bases_on_disk()
+            if base > damaged.base_offset
+        ]
+        expected, epoch, walked = damaged.end_offset, NO_EPOCH, None
+        for path, start in files:
+            try:
+                for _, header in scan_batches(
+                    self._fs, path, start, self._fs.size(path), verify=False
+                ):
+                    if header.base_offset != expected or not (
+                        epoch <= header.epoch <= self._hard_state.epoch
+                    ):
+                        return walked, False
+                    expected, epoch = header.next_offset, header.epoch
+                    walked = RepairFloor(epoch, expected)
+            except CorruptBatch:
+                return walked, False
+        return walked, True
+
+
+def check_follows(header: BatchHeader, expected: Offset | None) -> None:
+    """A batch starts where the one before it ended (its base offset lies outside its CRC);
+    CorruptBatch if not."""
+    if expected is not None and header.base_offset != expected:
+        raise CorruptBatch(f"batch at offset {header.base_offset} where {expected} was due")
+
+
+def epoch_of(epochs: list[EpochEntry], offset: Offset) -> Epoch:
+    """The epoch of the record at `offset` in an epoch history (NO_EPOCH before it)."""
+    index = bisect.bisect_right(epochs, offset, key=lambda entry: entry.start_offset)
+    return epochs[index - 1].epoch if index > 0 else NO_EPOCH
 
 
 def add_once(segments: list[Segment], segment: Segment) -> None:

@@ -18,13 +18,18 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from tidelog.errors import InvalidBatch
 from tidelog.protocol.codecs import GZIP, LZ4, SNAPPY, ZSTD, CodecError, decompress
+from tidelog.protocol.record_walk import (
+    _OFFSET_COLUMNS,
+    _OFFSET_WIDTHS,
+    walk_records,
+    walk_uniform_records,
+)
 from tidelog.protocol.validate import (
     DECOMPRESSED_SIZE_MAX,
     RECORD_ERRORS_MAX,
     BatchRules,
     refuse_request,
     validate_batch,
-    walk_records,
 )
 from tidelog.records import ATTR_TIMESTAMP_TYPE, check_batch, read_header
 from tidelog.testing.batches import (
@@ -35,6 +40,7 @@ from tidelog.testing.batches import (
     batch,
     record,
     records,
+    varint,
 )
 
 RULES = BatchRules(api_version=8, max_message_bytes=1_048_588, partition_name="t-0")
@@ -268,3 +274,63 @@ def test_the_first_hostile_catalogue_entry_holds_exactly_its_one_fault() -> None
     good = batch(GOOD)
     assert struct.unpack_from(">i", hostile, 23) == (0,)
     assert hostile[:17] + hostile[21:23] + hostile[27:] == good[:17] + good[21:23] + good[27:]
+
+
+# ---------------------------------------------------------------------- the column check
+def test_the_offset_delta_columns_are_the_varints_of_the_indices() -> None:
+    for width, first, end in _OFFSET_WIDTHS:
+        encoded = [varint(i) for i in range(first, end)]
+        assert {len(e) for e in encoded} == {width}
+        for i, column in enumerate(_OFFSET_COLUMNS[width]):
+            assert column == bytes(e[i] for e in encoded)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 9000),
+    st.one_of(st.none(), st.integers(0, 70)),
+    st.one_of(st.none(), st.integers(0, 200)),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=2),
+    st.integers(-64, 200),
+)
+def test_the_column_check_agrees_with_the_walk(  # type: ignore[no-untyped-def]
+    count, key_size, value_size, damage, timestamp_step
+) -> None:
+    """On uniform records, damaged or not: the column check returns what the walk returns,
+    or None; it never accepts what the walk refuses."""
+    key = None if key_size is None else b"k" * key_size
+    value = None if value_size is None else b"v" * value_size
+    body = bytearray(
+        b"".join(
+            record(i, value, key=key, timestamp_delta=(i % 3) * timestamp_step)
+            for i in range(count)
+        )
+    )
+    for position, byte in damage:
+        body[position % len(body)] = byte
+    try:
+        walked: int | None = walk_records(bytes(body), 0, count)
+    except ValueError:
+        walked = None
+    checked = walk_uniform_records(bytes(body), 0, count)
+    assert checked is None or checked == walked
+    deltas = [(i % 3) * timestamp_step for i in range(count)]
+    if not damage and min(deltas) >= -64 and max(deltas) < 64:  # one byte each
+        assert checked == walked == max(deltas)
+
+
+@pytest.mark.parametrize(
+    ("deltas", "largest"),
+    [
+        ([0] * 30 + [5], 5),  # the latest last: the usual case
+        ([50] + [0] * 30, 50),  # the largest before the last records
+        ([-64, -3, -64], -3),
+        ([0] * 20 + [64] + [0] * 20, None),  # 64 takes two varint bytes: the walk decides
+    ],
+)
+def test_the_column_check_finds_the_largest_timestamp_delta(
+    deltas: list[int], largest: int | None
+) -> None:
+    body = b"".join(record(i, b"v", timestamp_delta=d) for i, d in enumerate(deltas))
+    assert walk_uniform_records(body, 0, len(deltas)) == largest
+    assert walk_records(body, 0, len(deltas)) == max(deltas)

@@ -23,7 +23,8 @@ reason; `refuse_request` checks what applies to a whole request. Rules, in Kafka
    core tracks every producer id but -1, so an id below -1, or a sequence without a
    producer id, is refused too (Kafka ignores both).
 5. Every record decodes as Kafka's DefaultRecord.readFrom reads it (after decompression for
-   gzip, snappy, lz4 and zstd), no bytes are left over, and the offset deltas run 0..n-1.
+   gzip, snappy, lz4 and zstd, to at most max(DECOMPRESSED_SIZE_MAX, max.message.bytes)
+   bytes), no bytes are left over, and the offset deltas run 0..n-1.
    Kafka rewrites a compressed batch whose inner offsets are wrong and does not look at
    them in an uncompressed one; tidelog refuses both, as consumers read the offsets as
    written. A negative key or value length is a null, as in Kafka. Two more rules protect
@@ -37,8 +38,9 @@ reason; `refuse_request` checks what applies to a whole request. Rules, in Kafka
    client marked LogAppendTime every record has the batch's maxTimestamp; when that is -1
    each record is refused with INVALID_TIMESTAMP (in record_errors).
 
-An uncompressed batch is neither copied nor decoded into objects: `walk_records` walks its
-records in place. Messages quote numbers and the partition's name, never a client's bytes.
+An uncompressed batch is neither copied nor decoded into objects: its records are checked in
+place (tidelog.protocol.record_walk). Messages quote numbers and the partition's name,
+never a client's bytes.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ from crc32c import crc32c
 from tidelog.errors import InvalidBatch
 from tidelog.protocol.codecs import CODEC_NAMES, ZSTD, CodecError, decompress
 from tidelog.protocol.kafka_errors import ErrorCode
+from tidelog.protocol.record_walk import (
+    RECORD_SIZE_MIN,
+    MalformedRecord,
+    walk_records,
+    walk_uniform_records,
+)
 from tidelog.records import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -75,12 +83,9 @@ ZSTD_PRODUCE_VERSION_MIN: Final = 7
 DECOMPRESSED_SIZE_MAX: Final = 8 * 1024 * 1024
 """The records of a compressed batch may decompress to max(this, max.message.bytes):
 a bound on the memory and time one batch costs (Kafka has none)."""
-RECORD_SIZE_MIN: Final = 7  # length, attributes, timestamp, offset, key, value, headers
-RECORD_BODY_MIN: Final = RECORD_SIZE_MIN - 1
 RECORD_ERRORS_MAX: Final = 100
 """The most record errors one answer lists (Kafka lists them all)."""
 TIMESTAMP_MAX: Final = 2**63 - 1
-_TIMESTAMP_DELTA_NONE: Final = -(2**64)  # below every 64-bit delta
 _BATCH_LENGTH: Final = struct.Struct(">i")
 _BATCH_LENGTH_POSITION: Final = 8
 _MAGIC_POSITION: Final = 16
@@ -93,19 +98,6 @@ class BatchRules(NamedTuple):
     api_version: int  # of the Produce request
     max_message_bytes: int  # the topic's max.message.bytes
     partition_name: str  # "topic-partition", as Kafka's messages name it
-
-
-class MalformedRecord(ValueError):
-    """A record of a batch that does not decode; `index` is its place in the batch."""
-
-    def __init__(self, index: int, reason: str) -> None:
-        super().__init__(f"record {index}: {reason}")
-        self.index = index
-        self.reason = reason
-
-
-class _Malformed(ValueError):
-    """A field of the record being walked that does not decode."""
 
 
 def _refusal(code: ErrorCode, message: str) -> InvalidBatch:
@@ -296,6 +288,9 @@ def _check_records(batch: bytes, header: BatchHeader, rules: BatchRules) -> int:
             f"{count} records cannot fit in {len(records) - start} bytes of records in "
             f"topic partition {name}",
         )
+    largest = walk_uniform_records(records, start, count)
+    if largest is not None:
+        return largest
     try:
         return walk_records(records, start, count)
     except MalformedRecord as error:
@@ -337,140 +332,3 @@ def _log_append_time_refusal(count: int) -> InvalidBatch:
         + (f" (the first {listed} of {count} listed)" if listed < count else ""),
         tuple((index, reason) for index in range(listed)),
     )
-
-
-# ---------------------------------------------------------------------- records --------
-def walk_records(buf: bytes, position: int, count: int) -> int:
-    """Check that buf[position:] holds exactly `count` records whose offset deltas run
-    0..count-1; return their largest timestamp delta. Raises MalformedRecord.
-
-    Each record is Kafka's DefaultRecord: length, attributes, timestamp delta, offset
-    delta, key, value (varint lengths, negative for null) and headers; the length must be
-    exactly what its fields take. This is the hot path of every Produce: one pass, no
-    object per record, and varints of one or two bytes (lengths below 8 KiB, offset deltas
-    below 8192) decoded inline; longer ones and headers go to the helpers.
-    """
-    end = len(buf)
-    largest = _TIMESTAMP_DELTA_NONE
-    index = 0
-    try:
-        for index in range(count):
-            b = buf[position]
-            if b < 0x80:
-                size, position = b, position + 1
-            elif buf[position + 1] < 0x80:
-                size, position = (b & 0x7F) | buf[position + 1] << 7, position + 2
-            else:
-                size, position = _uvarint(buf, position, 32)
-            body_start, body_end = position, position + (size >> 1)
-            if size & 1 or size >> 1 < RECORD_BODY_MIN or body_end > end:
-                raise _Malformed(_size_reason(size, end - position))
-            if buf[position]:
-                raise _Malformed(f"record attributes {buf[position]}, expected 0")
-            b = buf[position + 1]  # the timestamp delta
-            if b < 0x80:
-                delta, position = (b >> 1) ^ -(b & 1), position + 2
-            else:
-                z, position = _uvarint(buf, position + 1, 64)
-                delta = (z >> 1) ^ -(z & 1)
-            if delta > largest:  # noqa: PLR1730 - a comparison costs less than a call
-                largest = delta
-            b = buf[position]
-            if b < 0x80:
-                z, position = b, position + 1
-            elif buf[position + 1] < 0x80:
-                z, position = (b & 0x7F) | buf[position + 1] << 7, position + 2
-            else:
-                z, position = _uvarint(buf, position, 32)
-            if z != index << 1:
-                raise _Malformed(f"offset delta {(z >> 1) ^ -(z & 1)}, expected {index}")
-            for _field in (0, 1):  # the key, then the value
-                b = buf[position]
-                if b < 0x80:
-                    position += 1 if b & 1 else 1 + (b >> 1)
-                elif buf[position + 1] < 0x80:
-                    z = (b & 0x7F) | buf[position + 1] << 7
-                    position += 2 if z & 1 else 2 + (z >> 1)
-                else:
-                    position = _skip_bytes(buf, position)
-            position = position + 1 if buf[position] == 0 else _skip_headers(buf, position)
-            if position != body_end:
-                raise _Malformed(
-                    f"Invalid record size: expected to read {size >> 1} bytes in record "
-                    f"payload, but instead read {position - body_start}"
-                )
-    except IndexError:
-        raise MalformedRecord(
-            index, "Incorrect declared batch size, premature EOF reached"
-        ) from None
-    except _Malformed as error:
-        raise MalformedRecord(index, str(error)) from None
-    if position != end:
-        raise MalformedRecord(
-            count, "Incorrect declared batch size, records still remaining in file"
-        )
-    return largest
-
-
-def _size_reason(size: int, remaining: int) -> str:
-    value = (size >> 1) ^ -(size & 1)
-    if value < RECORD_BODY_MIN:
-        return f"Invalid record size {value}: a record takes at least {RECORD_BODY_MIN} bytes"
-    return (
-        f"Invalid record size: expected {value} bytes in record payload, but instead the "
-        f"buffer has only {remaining} remaining bytes."
-    )
-
-
-def _uvarint(buf: bytes, position: int, bits: int) -> tuple[int, int]:
-    """The raw (zigzag-encoded) varint of at most `bits` bits at `position`, and the
-    position after it."""
-    raw, shift = 0, 0
-    while True:
-        b = buf[position]
-        position += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift >= bits:
-            raise _Malformed(f"Varint is too long: more than {bits} bits")
-    if raw >> bits:
-        raise _Malformed(f"Varint does not fit in {bits} bits")
-    return raw, position
-
-
-def _varint(buf: bytes, position: int) -> tuple[int, int]:
-    """The signed 32-bit varint at `position`, and the position after it."""
-    raw, position = _uvarint(buf, position, 32)
-    return (raw >> 1) ^ -(raw & 1), position
-
-
-def _skip_bytes(buf: bytes, position: int) -> int:
-    """The position after a key or value: its varint length, then that many bytes (none
-    for a negative length: a null)."""
-    length, position = _varint(buf, position)
-    return position + max(length, 0)
-
-
-def _skip_headers(buf: bytes, position: int) -> int:
-    """The position after a record's headers: a count, then each header's key (a length
-    >= 0) and value (a negative length is a null)."""
-    count, position = _varint(buf, position)
-    if count < 0:
-        raise _Malformed(f"Found invalid number of record headers {count}")
-    if count > len(buf) - position:
-        raise _Malformed(
-            f"Found invalid number of record headers. {count} is larger than the remaining "
-            "size of the buffer"
-        )
-    for _ in range(count):
-        key_length, position = _varint(buf, position)
-        if key_length < 0:
-            raise _Malformed(f"Invalid negative header key size {key_length}")
-        try:
-            buf[position : position + key_length].decode()
-        except UnicodeDecodeError:
-            raise _Malformed("a header key that is not UTF-8") from None
-        position = _skip_bytes(buf, position + key_length)
-    return position

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import struct
 import subprocess
 import time
 from typing import Any
@@ -54,6 +55,22 @@ class RawConnection:
         self.sock.close()
 
 
+def produce_request(
+    topic: str, records: bytes, *, version: int = 8, acks: int = -1, transactional_id: str | None
+) -> Any:
+    """A Produce request of `records` to partition 0 of `topic`."""
+    cls = _APIS[ApiKey.PRODUCE].request_class
+    data = cls.TopicProduceData
+    partition = data.PartitionProduceData(index=0, records=records)
+    return cls(
+        version=version,
+        transactional_id=transactional_id,
+        acks=acks,
+        timeout_ms=30_000,
+        topic_data=[data(name=topic, partition_data=[partition])],
+    )
+
+
 class Leader:
     """A raw connection to the leader of partition 0 of a new one-partition topic. It
     follows the leadership when the partition elects another leader (a loaded machine may
@@ -90,15 +107,8 @@ class Leader:
         transactional_id: str | None = None,
     ) -> Any:
         """The partition's answer to a Produce of `records`, from its leader."""
-        cls = _APIS[ApiKey.PRODUCE].request_class
-        data = cls.TopicProduceData
-        partition = data.PartitionProduceData(index=0, records=records)
-        request = cls(
-            version=version,
-            transactional_id=transactional_id,
-            acks=acks,
-            timeout_ms=30_000,
-            topic_data=[data(name=self.topic, partition_data=[partition])],
+        request = produce_request(
+            self.topic, records, version=version, acks=acks, transactional_id=transactional_id
         )
         for _ in range(ATTEMPTS):
             answer = self.connection.ask(request).responses[0].partition_responses[0]
@@ -165,6 +175,25 @@ def test_every_hostile_batch_is_refused_with_its_reason_and_nothing_appended(
     finally:
         leader.close()
     assert_consumers_read(cluster.bootstrap, "hostile", good, partitions=1)
+
+
+def test_a_malformed_produce_request_closes_only_its_connection(cluster: LiveCluster) -> None:
+    """A Produce whose records run past the end of its frame is no request: that
+    connection is closed, the leader's other connections carry on."""
+    leader = Leader(cluster, "malformed")
+    try:
+        protocol = KafkaProtocol(client_id="validation-test")
+        protocol.send_request(
+            produce_request("malformed", good_batch("lost"), transactional_id=None)
+        )
+        cut = protocol.send_bytes()[4:-5]  # the records' last bytes are missing
+        with socket.create_connection(leader.address(), timeout=DEADLINE_S) as malformed:
+            malformed.sendall(struct.pack(">i", len(cut)) + cut)
+            assert malformed.recv(100) == b""  # closed by the broker
+        append(leader, "after-a-malformed-request")
+    finally:
+        leader.close()
+    assert_consumers_read(cluster.bootstrap, "malformed", ["after-a-malformed-request"], 1)
 
 
 def test_log_append_time_lists_each_record_in_record_errors(cluster: LiveCluster) -> None:

@@ -251,7 +251,9 @@ async def produce_partition(
     try:
         batch = validate_batch(records, rules)
     except InvalidBatch as refusal:
-        log.info("produce to %s-%d refused: %s", topic, partition, refusal)
+        log.info(
+            "produce to %s-%d refused: %s", topic, partition, str(refusal)[:LOGGED_MESSAGE_MAX]
+        )
         return refused(refusal, start)
     try:
         result = await asyncio.wait_for(

@@ -269,9 +269,11 @@ def test_the_walk_stops_at_the_end_of_the_buffer_whatever_the_count() -> None:
 
 
 def test_the_first_hostile_catalogue_entry_holds_exactly_its_one_fault() -> None:
-    """The catalogue's count mismatch differs from a good batch in lastOffsetDelta only."""
+    """The catalogue's count mismatch differs from a good batch in lastOffsetDelta only,
+    and its CRC is valid: the validation, not the CRC, has to catch it."""
     hostile = HOSTILE[1].records
     good = batch(GOOD)
+    check_batch(hostile)
     assert struct.unpack_from(">i", hostile, 23) == (0,)
     assert hostile[:17] + hostile[21:23] + hostile[27:] == good[:17] + good[21:23] + good[27:]
 

@@ -289,24 +289,27 @@ def test_the_offset_delta_columns_are_the_varints_of_the_indices() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.integers(1, 9000),
-    st.one_of(st.none(), st.integers(0, 70)),
-    st.one_of(st.none(), st.integers(0, 200)),
-    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=2),
-    st.integers(-64, 200),
+    count=st.integers(1, 9000),
+    key_size=st.one_of(st.none(), st.integers(0, 70)),
+    value_size=st.one_of(st.none(), st.integers(0, 200)),
+    damage=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=2),
+    timestamp_step=st.integers(-64, 200),
+    rising_span=st.integers(0, 9000),
 )
 def test_the_column_check_agrees_with_the_walk(  # type: ignore[no-untyped-def]
-    count, key_size, value_size, damage, timestamp_step
+    *, count, key_size, value_size, damage, timestamp_step, rising_span
 ) -> None:
     """On uniform records, damaged or not: the column check returns what the walk returns,
-    or None; it never accepts what the walk refuses."""
+    or None; it never accepts what the walk refuses. Timestamps jump about, or rise over
+    `rising_span` ms (past 63 ms their deltas take two bytes)."""
     key = None if key_size is None else b"k" * key_size
     value = None if value_size is None else b"v" * value_size
+    deltas = [
+        i * rising_span // count if timestamp_step % 2 else (i % 3) * timestamp_step
+        for i in range(count)
+    ]
     body = bytearray(
-        b"".join(
-            record(i, value, key=key, timestamp_delta=(i % 3) * timestamp_step)
-            for i in range(count)
-        )
+        b"".join(record(i, value, key=key, timestamp_delta=d) for i, d in enumerate(deltas))
     )
     for position, byte in damage:
         body[position % len(body)] = byte
@@ -316,8 +319,8 @@ def test_the_column_check_agrees_with_the_walk(  # type: ignore[no-untyped-def]
         walked = None
     checked = walk_uniform_records(bytes(body), 0, count)
     assert checked is None or checked == walked
-    deltas = [(i % 3) * timestamp_step for i in range(count)]
-    if not damage and min(deltas) >= -64 and max(deltas) < 64:  # one byte each
+    rising = deltas == sorted(deltas) and deltas[-1] < 8192  # two bytes at most
+    if not damage and (rising or max(map(abs, deltas)) < 64):
         assert checked == walked == max(deltas)
 
 
@@ -328,6 +331,10 @@ def test_the_column_check_agrees_with_the_walk(  # type: ignore[no-untyped-def]
         ([50] + [0] * 30, 50),  # the largest before the last records
         ([-64, -3, -64], -3),
         ([0] * 20 + [64] + [0] * 20, None),  # 64 takes two varint bytes: the walk decides
+        (list(range(0, 300, 3)), 297),  # rising past 63: one-byte, then two-byte deltas
+        ([0, 5, 64, 8191], 8191),
+        ([0, 5, 64, 30], None),  # one byte after two
+        ([0, 5, -65], None),  # a two-byte negative delta
     ],
 )
 def test_the_column_check_finds_the_largest_timestamp_delta(

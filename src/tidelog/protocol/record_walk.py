@@ -6,16 +6,17 @@ for null, then the bytes) and headers (a count, then each key and value), all va
 zigzag-encoded; the length must be exactly what the fields take. Rules of this file:
 - `walk_records` checks any records, one at a time, creating no object per record;
   `walk_uniform_records` checks records that all share the first one's layout (attributes
-  0, a one-byte timestamp delta, the same key and value lengths, no headers) a column of
-  bytes at a time (slices with a step, in C), and answers None for any other records,
-  which `walk_records` then checks: it never accepts records `walk_records` refuses, and
-  returns what it would.
+  0, the same key and value lengths, no headers, one-byte timestamp deltas, then perhaps
+  two-byte ones >= 0, as rising timestamps have them) a column of bytes at a time (slices
+  with a step, in C), and answers None for any other records, which `walk_records` then
+  checks: it never accepts records `walk_records` refuses, and returns what it would.
 - Both require attributes 0 (unused in magic 2: every client writes 0) and offset deltas
   0..n-1, and return the largest timestamp delta.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Final, NamedTuple
 
 RECORD_SIZE_MIN: Final = 7  # length, attributes, timestamp, offset, key, value, headers
@@ -206,6 +207,9 @@ _ABOVE: Final = tuple(
     for top in range(0x80)
 )
 _TAIL_RECORDS: Final = 8
+# Marks (0x80) each low byte of a two-byte varint that lacks the continuation bit or holds
+# an odd zigzag value (a negative delta).
+_NOT_WIDE_EVEN: Final = bytes(0 if v >= 0x80 and not v & 1 else 0x80 for v in range(256))
 
 
 class _Layout(NamedTuple):
@@ -217,44 +221,77 @@ class _Layout(NamedTuple):
     value_size: int
 
 
+class _Run(NamedTuple):
+    """Records first..end-1 of a batch, whose offset and timestamp deltas take the same
+    number of bytes, so that each record is `stride` bytes long."""
+
+    first: int
+    end: int
+    offset_width: int
+    timestamp_width: int
+    size_field: bytes  # the records' length, as written
+    stride: int
+
+
 def walk_uniform_records(buf: bytes, position: int, count: int) -> int | None:
     """The largest timestamp delta of the `count` records at buf[position:], when they all
     have the first record's layout and are valid; else None (then `walk_records` decides).
 
-    Records of one offset-delta width have one size, so each field is a column of bytes at
-    a fixed stride: a constant field is checked with one count per byte, the offset deltas
-    against precomputed columns, the timestamp deltas with one max.
+    The records of one run have one size, so each field is a column of bytes at a fixed
+    stride: a constant field is checked with one count per byte, the offset deltas against
+    precomputed columns, the timestamp deltas with a translate (one-byte deltas) or a max
+    (two-byte ones, which must then be >= 0, as rising timestamps are).
     """
     layout = _first_layout(buf, position)
     if layout is None or count > UNIFORM_COUNT_MAX:
         return None
-    # A record's body but its offset delta: attributes, timestamp, key, value, headers.
-    shared = 3 + len(layout.key_field) + layout.key_size
-    shared += len(layout.value_field) + layout.value_size
-    runs = []  # (offset delta width, records, size field, record size) of each run
-    for width, first, end in _OFFSET_WIDTHS:
-        if count > first:
-            size_field = _encode_uvarint((shared + width) << 1)
-            stride = len(size_field) + shared + width
-            runs.append((width, min(end, count) - first, size_field, stride))
-    if sum(records * stride for _, records, _, stride in runs) != len(buf) - position:
+    runs = _runs(layout, count, len(buf) - position)
+    if runs is None:
         return None
     largest = _TIMESTAMP_DELTA_NONE
-    for width, records, size_field, stride in runs:
-        delta = _check_run(
-            buf,
-            position,
-            records=records,
-            stride=stride,
-            width=width,
-            size_field=size_field,
-            layout=layout,
-        )
+    for run in runs:
+        delta = _check_run(buf, position, run, layout)
         if delta is None:
             return None
         largest = max(largest, delta)
-        position += records * stride
+        position += (run.end - run.first) * run.stride
     return largest
+
+
+def _runs(layout: _Layout, count: int, size: int) -> list[_Run] | None:
+    """The runs of `count` records of `layout` that take `size` bytes: the first records
+    with one-byte timestamp deltas, the others (if any) with two-byte ones, as a batch of
+    rising timestamps has them; None when no such runs take `size` bytes.
+
+    Each two-byte delta makes its record longer, so the size falls as the number of
+    one-byte deltas rises: a binary search finds that number."""
+    low, high = 0, count  # the number of records with one-byte timestamp deltas
+    while low <= high:
+        narrow = (low + high) // 2
+        runs = _runs_of(layout, count, narrow_count=narrow)
+        taken = sum((run.end - run.first) * run.stride for run in runs)
+        if taken == size:
+            return runs
+        if taken > size:
+            low = narrow + 1
+        else:
+            high = narrow - 1
+    return None
+
+
+def _runs_of(layout: _Layout, count: int, *, narrow_count: int) -> list[_Run]:
+    bounds = sorted({0, count, *(b for b in (64, 8192, narrow_count) if 0 < b < count)})
+    runs = []
+    for first, end in itertools.pairwise(bounds):
+        offset_width = next(w for w, low, high in _OFFSET_WIDTHS if low <= first < high)
+        timestamp_width = 1 if first < narrow_count else 2
+        body = 2 + timestamp_width + offset_width + len(layout.key_field) + layout.key_size
+        body += len(layout.value_field) + layout.value_size  # and attributes and headers
+        size_field = _encode_uvarint(body << 1)
+        runs.append(
+            _Run(first, end, offset_width, timestamp_width, size_field, len(size_field) + body)
+        )
+    return runs
 
 
 def _first_layout(buf: bytes, position: int) -> _Layout | None:
@@ -281,40 +318,46 @@ def _first_layout(buf: bytes, position: int) -> _Layout | None:
     )
 
 
-def _check_run(
-    buf: bytes,
-    position: int,
-    *,
-    records: int,
-    stride: int,
-    width: int,
-    size_field: bytes,
-    layout: _Layout,
-) -> int | None:
-    """The largest timestamp delta of the run of `records` records of `stride` bytes at
-    `position` (offset deltas of `width` bytes, from the run's first index), or None.
+def _check_run(buf: bytes, position: int, run: _Run, layout: _Layout) -> int | None:
+    """The largest timestamp delta of `run`, whose first record is at `position`, or None.
 
     Each column is a slice of `buf` with a step (a C loop over bytes, unlike a strided
     memoryview)."""
-    end = position + records * stride
-    size_end = len(size_field)
-    key_at = size_end + 2 + width
+    end = position + (run.end - run.first) * run.stride
+    stride = run.stride
+    timestamp_at = len(run.size_field) + 1
+    offset_at = timestamp_at + run.timestamp_width
+    key_at = offset_at + run.offset_width
     value_at = key_at + len(layout.key_field) + layout.key_size
     constants = [
-        *enumerate(size_field),
-        (size_end, 0),  # attributes
+        *enumerate(run.size_field),
+        (timestamp_at - 1, 0),  # attributes
         *((key_at + i, b) for i, b in enumerate(layout.key_field)),
         *((value_at + i, b) for i, b in enumerate(layout.value_field)),
         (stride - 1, 0),  # no headers
     ]
     for offset, byte in constants:
-        if buf[position + offset : end : stride].count(byte) != records:
+        if buf[position + offset : end : stride].count(byte) != run.end - run.first:
             return None
-    for i, column in enumerate(_OFFSET_COLUMNS[width]):
-        if buf[position + size_end + 2 + i : end : stride] != column[:records]:
+    width_first = next(low for w, low, _ in _OFFSET_WIDTHS if w == run.offset_width)
+    for i, column in enumerate(_OFFSET_COLUMNS[run.offset_width]):
+        expected = column[run.first - width_first : run.end - width_first]
+        if buf[position + offset_at + i : end : stride] != expected:
             return None
-    timestamps = buf[position + size_end + 1 : end : stride]
-    return _largest_timestamp_delta(timestamps)
+    low = buf[position + timestamp_at : end : stride]
+    if run.timestamp_width == 1:
+        return _largest_timestamp_delta(low)
+    return _largest_wide_timestamp_delta(low, buf[position + timestamp_at + 1 : end : stride])
+
+
+def _largest_wide_timestamp_delta(low: bytes, high: bytes) -> int | None:
+    """The largest of two-byte zigzag timestamp deltas (their low and their high bytes),
+    when each is a two-byte varint of a delta >= 0; else None."""
+    if not high.isascii() or not low.translate(_NOT_WIDE_EVEN).isascii():
+        return None
+    # The low bytes all carry the continuation bit: (high, low) orders as the varints do.
+    top_high, top_low = max(zip(high, low, strict=True))
+    return ((top_low & 0x7F) | top_high << 7) >> 1
 
 
 def _largest_timestamp_delta(timestamps: bytes) -> int | None:

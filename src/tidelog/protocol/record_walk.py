@@ -264,10 +264,10 @@ def _runs(layout: _Layout, count: int, size: int) -> list[_Run] | None:
     rising timestamps has them; None when no such runs take `size` bytes.
 
     Each two-byte delta makes its record longer, so the size falls as the number of
-    one-byte deltas rises: a binary search finds that number."""
+    one-byte deltas rises: a binary search finds that number, all of them tried first."""
     low, high = 0, count  # the number of records with one-byte timestamp deltas
+    narrow = count
     while low <= high:
-        narrow = (low + high) // 2
         runs = _runs_of(layout, count, narrow_count=narrow)
         taken = sum((run.end - run.first) * run.stride for run in runs)
         if taken == size:
@@ -276,6 +276,7 @@ def _runs(layout: _Layout, count: int, size: int) -> list[_Run] | None:
             low = narrow + 1
         else:
             high = narrow - 1
+        narrow = (low + high) // 2
     return None
 
 

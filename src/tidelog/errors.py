@@ -15,6 +15,7 @@ Expected failures are values of these types (or raised as them); bugs are assert
     ├── InvalidProducerEpoch           an idempotent producer's epoch was fenced
     ├── UnknownProducerId              an idempotent producer's state is not known here
     ├── CorruptBatch                   a record batch failed its CRC-32C or framing checks
+    ├── InvalidBatch                   a client's batch that Kafka's validation refuses
     ├── MetadataError                  a metadata command (topic, config) cannot be carried out
     └── StorageError                   the disk log cannot serve (needs repair, bad path)
 """
@@ -103,6 +104,22 @@ class UnknownProducerId(TidelogError):
 
 class CorruptBatch(TidelogError):
     """A record batch failed its CRC-32C or framing checks."""
+
+
+class InvalidBatch(TidelogError):
+    """A client's record batch that Kafka's Produce validation refuses, before any append.
+
+    `code` names the Kafka error (INVALID_RECORD, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, ...);
+    `record_errors` are (index in the batch, message) of the records at fault, where Kafka
+    lists them (its RecordValidationException).
+    """
+
+    def __init__(
+        self, code: str, message: str, record_errors: tuple[tuple[int, str], ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.record_errors = record_errors
 
 
 class MetadataError(TidelogError):

@@ -37,6 +37,7 @@ ATTR_CONTROL = 0x20
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
+NO_TIMESTAMP = -1
 
 # Control record types (Kafka: 0 abort, 1 commit, 2 KRaft leader change).
 CONTROL_TYPE_LEADER_CHANGE = 2
@@ -47,6 +48,10 @@ _EPOCH = struct.Struct(">i")
 _EPOCH_POSITION = 12
 _CRC = struct.Struct(">I")
 _CRC_POSITION = 17
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_POSITION = 21
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_POSITION = 35
 
 
 class BatchHeader(NamedTuple):
@@ -137,6 +142,17 @@ def stamp(batch: bytes | bytearray, *, base_offset: Offset, epoch: Epoch) -> byt
     out = bytearray(batch)
     _OFFSET.pack_into(out, 0, base_offset)
     _EPOCH.pack_into(out, _EPOCH_POSITION, epoch)
+    return bytes(out)
+
+
+def set_max_timestamp(batch: bytes, *, max_timestamp: int) -> bytes:
+    """A copy of `batch` with timestamp type CreateTime, `max_timestamp`, and its CRC
+    recomputed: Kafka's DefaultRecordBatch.setMaxTimestamp(CREATE_TIME, max_timestamp)."""
+    out = bytearray(batch)
+    attributes = _ATTRIBUTES.unpack_from(out, _ATTRIBUTES_POSITION)[0]
+    _ATTRIBUTES.pack_into(out, _ATTRIBUTES_POSITION, attributes & ~ATTR_TIMESTAMP_TYPE)
+    _MAX_TIMESTAMP.pack_into(out, _MAX_TIMESTAMP_POSITION, max_timestamp)
+    _CRC.pack_into(out, _CRC_POSITION, crc_of(out, 0, len(out)))
     return bytes(out)
 
 

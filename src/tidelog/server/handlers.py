@@ -4,7 +4,10 @@ Rules of this file:
 - Reads go only to a leader (or, for Fetch v11+ with a rack id, to a follower) and return
   only committed batches: what `Replica.fetch` returns.
 - Produce is answered once the core completes it: acks=all when the HWM passes the batch,
-  acks=1 when the leader's copy is durable. acks=0 gets no response at all.
+  acks=1 when the leader's copy is durable. acks=0 gets no response at all. Each
+  partition's batch is validated as Kafka validates it (tidelog.protocol.validate) before
+  it reaches the core: a refused batch is answered with Kafka's error and its reason, and
+  nothing of it is appended.
 - Topic changes go through the metadata log and are answered once applied on this node;
   only the metadata leader (the "controller") takes them.
 """
@@ -16,11 +19,11 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from tidelog.core.replica import ACKS_ALL, Role
 from tidelog.errors import (
-    CorruptBatch,
+    InvalidBatch,
     MetadataError,
     NotLeader,
     OffsetOutOfRange,
@@ -40,7 +43,7 @@ from tidelog.protocol.kafka import (
 )
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
-from tidelog.records import check_framing, iter_batches
+from tidelog.protocol.validate import BatchRules, refuse_request, validate_batch
 from tidelog.server.answers import body_of, host_of, response
 from tidelog.server.broker import Broker, monotonic_ms
 from tidelog.server.group_api import GROUP_HANDLERS
@@ -58,10 +61,10 @@ log = logging.getLogger("tidelog.kafka")
 
 Handler = Callable[[Broker, KafkaRequest], Awaitable[Any]]
 FETCH_WAIT_MS_MAX = 30_000
-VALID_ACKS = frozenset({0, 1, -1})
 FETCH_MAX_BYTES = 55 * 1024 * 1024  # Kafka's broker fetch.max.bytes: one response at most
 PRODUCE_TIMEOUT_MS_MAX = 120_000
 METADATA_APPLY_WAIT_S = 10.0
+LOGGED_MESSAGE_MAX = 300  # characters of a refusal's message in a log line
 _producer_ids = itertools.count(1)
 
 
@@ -141,45 +144,78 @@ def in_sync_nodes(broker: Broker, key: PartitionKey, replicas: tuple[int, ...]) 
 
 
 # ---------------------------------------------------------------------- Produce --------
+class PartitionAnswer(NamedTuple):
+    """One partition's part of a Produce response."""
+
+    error: ErrorCode
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()
+
+
 async def produce(broker: Broker, request: KafkaRequest) -> Any:
+    """Validate each partition's batch (tidelog.protocol.validate), then append it; every
+    partition of the request is submitted before any is awaited, in request order."""
     body = body_of(request)
     timeout_s = min(max(body.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000
+    parts = [(topic.name, data) for topic in body.topic_data for data in topic.partition_data]
+    refusal = refuse_request(
+        acks=body.acks,
+        transactional_id=body.transactional_id,
+        records=(data.records for _, data in parts),
+    )
+    if refusal is not None:
+        log.info("produce refused: %s", str(refusal)[:LOGGED_MESSAGE_MAX])
+        answers = [refused(refusal, -1)] * len(parts)
+    else:
+        answers = await asyncio.gather(
+            *(
+                produce_partition(
+                    broker,
+                    name,
+                    data.index,
+                    records=data.records,
+                    acks=body.acks,
+                    timeout_s=timeout_s,
+                    api_version=request.api_version,
+                )
+                for name, data in parts
+            )
+        )
     cls = request.response_class.TopicProduceResponse
-    topics = []
-    for topic in body.topic_data:
-        waits = [
-            produce_partition(
-                broker,
-                topic.name,
-                data.index,
-                records=data.records,
-                acks=body.acks,
-                timeout_s=timeout_s,
-            )
-            if body.acks in VALID_ACKS
-            else invalid_acks()
-            for data in topic.partition_data
-        ]
-        results = await asyncio.gather(*waits)
-        partitions = [
-            cls.PartitionProduceResponse(
-                index=data.index,
-                error_code=int(code),
-                base_offset=base,
-                log_append_time_ms=-1,
-                log_start_offset=start,
-                record_errors=[],
-                error_message=None,
-            )
-            for data, (code, base, start) in zip(topic.partition_data, results, strict=True)
-        ]
-        topics.append(cls(name=topic.name, partition_responses=partitions))
+    by_topic: dict[str, list[Any]] = {}
+    for (name, data), answer in zip(parts, answers, strict=True):
+        by_topic.setdefault(name, []).append(partition_response(cls, data.index, answer))
+    topics = [cls(name=name, partition_responses=found) for name, found in by_topic.items()]
     return response(request, responses=topics, throttle_time_ms=0)
 
 
-async def invalid_acks() -> tuple[ErrorCode, int, int]:
-    """acks other than 0, 1 or -1: Kafka's INVALID_REQUIRED_ACKS, nothing appended."""
-    return ErrorCode.INVALID_REQUIRED_ACKS, -1, -1
+def partition_response(cls: Any, index: int, answer: PartitionAnswer) -> Any:
+    partition_cls = cls.PartitionProduceResponse
+    return partition_cls(
+        index=index,
+        error_code=int(answer.error),
+        base_offset=answer.base_offset,
+        log_append_time_ms=-1,
+        log_start_offset=answer.log_start_offset,
+        record_errors=[
+            partition_cls.BatchIndexAndErrorMessage(
+                batch_index=record, batch_index_error_message=message
+            )
+            for record, message in answer.record_errors
+        ],
+        error_message=answer.message,
+    )
+
+
+def refused(refusal: InvalidBatch, log_start_offset: int) -> PartitionAnswer:
+    return PartitionAnswer(
+        ErrorCode[refusal.code],
+        log_start_offset=log_start_offset,
+        message=str(refusal),
+        record_errors=refusal.record_errors,
+    )
 
 
 async def produce_partition(
@@ -190,43 +226,42 @@ async def produce_partition(
     records: bytes | None,
     acks: int,
     timeout_s: float,
-) -> tuple[ErrorCode, int, int]:
-    """(error code, base offset, log start offset) for one partition of a Produce."""
+    api_version: int,
+) -> PartitionAnswer:
+    """One partition of a Produce: its batch is validated, then appended, and answered as
+    the core completes it."""
     if topic in INTERNAL_TOPICS:  # only the coordinator and the controller write these
-        return ErrorCode.INVALID_TOPIC_EXCEPTION, -1, -1
+        return PartitionAnswer(ErrorCode.INVALID_TOPIC_EXCEPTION)
     runner = broker.runner(topic, partition)
-    if runner is None:
-        known = topic in broker.image.topics
-        return (
-            (ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-            -1,
-            -1,
+    info = broker.image.topics.get(topic)
+    if runner is None or info is None:
+        known = info is not None
+        return PartitionAnswer(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
     start = int(runner.replica.log.log_start_offset)
     if runner.replica.role is not Role.LEADER:
-        return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, start
-    data = records or b""
+        return PartitionAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER, log_start_offset=start)
+    rules = BatchRules(api_version, info.config.max_message_bytes, f"{topic}-{partition}")
     try:
-        # One batch (the usual case): split by framing only, the core checks its CRC once.
-        # Several: check every CRC first, so a corrupt one rejects them all, none appended.
-        several = len(data) > check_framing(data).size_bytes if data else False
-        batches = [bytes(data[p : p + h.size_bytes]) for p, h in iter_batches(data, verify=several)]
-    except CorruptBatch:
-        return ErrorCode.CORRUPT_MESSAGE, -1, start
-    if not batches:
-        return ErrorCode.CORRUPT_MESSAGE, -1, start
-    futures = [runner.produce(batch, ACKS_ALL if acks == -1 else acks) for batch in batches]
+        batch = validate_batch(records, rules)
+    except InvalidBatch as refusal:
+        log.info(
+            "produce to %s-%d refused: %s", topic, partition, str(refusal)[:LOGGED_MESSAGE_MAX]
+        )
+        return refused(refusal, start)
     try:
-        results = await asyncio.wait_for(asyncio.gather(*futures), timeout_s or None)
+        result = await asyncio.wait_for(
+            runner.produce(batch, ACKS_ALL if acks == -1 else acks), timeout_s or None
+        )
     except TimeoutError:
-        return ErrorCode.REQUEST_TIMED_OUT, -1, start
+        return PartitionAnswer(ErrorCode.REQUEST_TIMED_OUT, log_start_offset=start)
     except asyncio.CancelledError:
-        return error_code_for(NotLeader(None)), -1, start
-    for result in results:
-        if result.error is not None:
-            return error_code_for(result.error), -1, start
-    base = results[0].base_offset
-    return ErrorCode.NONE, -1 if base is None else int(base), start
+        return PartitionAnswer(error_code_for(NotLeader(None)), log_start_offset=start)
+    if result.error is not None:
+        return PartitionAnswer(error_code_for(result.error), log_start_offset=start)
+    base = -1 if result.base_offset is None else int(result.base_offset)
+    return PartitionAnswer(ErrorCode.NONE, base, start)
 
 
 # ---------------------------------------------------------------------- Fetch ----------

@@ -9,6 +9,7 @@ the log is a batch prefix of what was written.
 from __future__ import annotations
 
 import contextlib
+import errno
 import random
 from dataclasses import dataclass, field
 
@@ -186,3 +187,38 @@ def test_torn_tail_on_a_real_disk_is_cut(tmp_path: object) -> None:
     with DiskStorage(directory, clock=lambda: 0, config=CONFIG) as storage:
         assert storage.load().log_end_offset == 2
         assert storage.read(Offset(0), end_offset=Offset(6), max_bytes=1 << 20) == batches[:1]
+
+
+def test_a_failed_fsync_promises_nothing() -> None:
+    """fsyncgate: after EIO the written batches are not durable, and a crash loses them."""
+    fs = FaultyFileSystem(random.Random(0))
+    storage = open_log(fs)
+    batches = build_batches([2, 3])
+    storage.append(batches[:1])
+    storage.sync()
+    storage.append(batches[1:])
+    fs.fail_next_sync()
+    with pytest.raises(OSError, match="fsync") as error:
+        storage.sync()
+    assert error.value.errno == errno.EIO
+    fs.crash()
+    storage = open_log(fs)
+    assert storage.load().log_end_offset == 2
+    assert storage.read(Offset(0), end_offset=Offset(5), max_bytes=1 << 20) == batches[:1]
+
+
+def test_a_full_disk_fails_the_write_part_way_and_the_crash_cuts_it() -> None:
+    fs = FaultyFileSystem(random.Random(3))
+    storage = open_log(fs)
+    batches = build_batches([2, 3])
+    storage.append(batches[:1])
+    storage.sync()
+    fs.fill_up()
+    with pytest.raises(OSError, match="full disk") as error:
+        storage.append(batches[1:])
+    assert error.value.errno == errno.ENOSPC
+    fs.crash()
+    storage = open_log(fs)
+    assert storage.read(Offset(0), end_offset=Offset(5), max_bytes=1 << 20) == batches[:1]
+    storage.append(batches[1:])  # Each fault fires once: the disk has room again.
+    assert storage.load().log_end_offset == 5

@@ -10,11 +10,17 @@ Rules of this file:
 - `crash_at_call` makes the k-th mutating call raise `SimulatedCrash` before it happens, so a
   test can cut the power at every write point of a workload.
 - `flip_bit` corrupts the medium: the current and the synced bytes both change.
+- `fail_next_sync` makes the next fsync, fdatasync or fsync_dir raise OSError(EIO) and sync
+  nothing (Linux may then drop the dirty pages: the caller must stop, never retry, as
+  PostgreSQL does since "fsyncgate"); `fill_up` makes the next append or pwrite write a
+  random prefix of its data (a short write) and raise OSError(ENOSPC). Each fires once;
+  `crash()` and `heal()` disarm both.
 Everything random comes from the injected `random.Random`: one seed decides a run.
 """
 
 from __future__ import annotations
 
+import errno
 import posixpath
 import random
 
@@ -41,11 +47,14 @@ class FaultyFileSystem:
         self._names: dict[str, _Inode] = {}
         self._durable_names: dict[str, _Inode] = {}
         self._dirs: set[str] = set()
+        self._sync_fails = False
+        self._full = False
 
     # --- faults ---------------------------------------------------------------------
     def crash(self, *, tear: bool = False) -> None:
         """Lose every unsynced byte and name, as a power cut would."""
         self.crash_at_call = None
+        self._sync_fails = self._full = False
         self._names = dict(self._durable_names)
         for inode in self._names.values():
             kept = bytearray(inode.synced)
@@ -65,6 +74,33 @@ class FaultyFileSystem:
             synced = bytearray(inode.synced)
             synced[position] ^= 1 << bit
             inode.synced = bytes(synced)
+
+    def fail_next_sync(self) -> None:
+        """The next fsync, fdatasync or fsync_dir raises OSError(EIO), syncing nothing."""
+        self._sync_fails = True
+
+    def fill_up(self) -> None:
+        """The next append or pwrite writes a random prefix of its data, then raises
+        OSError(ENOSPC)."""
+        self._full = True
+
+    def heal(self) -> None:
+        """The disk works again: a failure armed and not fired yet never fires."""
+        self._sync_fails = self._full = False
+
+    def _check_sync(self) -> None:
+        if self._sync_fails:
+            self._sync_fails = False
+            raise OSError(errno.EIO, "simulated fsync failure")
+
+    def _short_write(self, data: bytes) -> bytes:
+        """All of `data`, or on a full disk the prefix that fits (ENOSPC after writing it)."""
+        return data[: self.rng.randint(0, len(data))] if self._full else data
+
+    def _check_space(self) -> None:
+        if self._full:
+            self._full = False
+            raise OSError(errno.ENOSPC, "simulated full disk")
 
     def _count_call(self) -> None:
         self.calls += 1
@@ -103,14 +139,17 @@ class FaultyFileSystem:
         if inode is None:
             assert posixpath.dirname(path) in self._dirs, f"no directory for {path}"
             inode = self._names[path] = _Inode()
-        inode.data += data
+        inode.data += self._short_write(data)
+        self._check_space()
 
     def pwrite(self, path: str, position: int, data: bytes) -> None:
         self._count_call()
         inode = self._inode(path)
         if position > len(inode.data):
             inode.data += bytes(position - len(inode.data))
-        inode.data[position : position + len(data)] = data
+        written = self._short_write(data)
+        inode.data[position : position + len(written)] = written
+        self._check_space()
 
     def pread(self, path: str, position: int, size_bytes: int) -> bytes:
         return bytes(self._inode(path).data[position : position + size_bytes])
@@ -124,6 +163,7 @@ class FaultyFileSystem:
 
     def fsync(self, path: str) -> None:
         self._count_call()
+        self._check_sync()
         inode = self._inode(path)
         inode.synced = bytes(inode.data)
 
@@ -142,6 +182,7 @@ class FaultyFileSystem:
 
     def fsync_dir(self, directory: str) -> None:
         self._count_call()
+        self._check_sync()
         for name in [n for n in self._durable_names if posixpath.dirname(n) == directory]:
             del self._durable_names[name]
         for name, inode in self._names.items():

@@ -4,16 +4,27 @@ Each simulated node keeps its partition's log in a `DiskStorage` on its own
 `FaultyFileSystem`. A simulated crash is a power cut: every byte and name not yet synced is
 lost, and half the crashes also tear the last unsynced write at a random byte. The node
 then recovers its log from what survived, exactly as it would from a real disk.
+
+Disk faults on top (`fail_next_sync`, `fill_up`, `corrupt_committed_batch`): an fsync that
+fails with EIO, a write that fails with ENOSPC, and a flipped bit in a committed batch.
+A bit is flipped only below the HWM checkpointed on disk, in the bytes the CRC-32C covers
+(from the CRC field on): that batch was synced, so the log must find it corrupt when it
+reads it (or recovers it) and never serve it; a batch above that HWM may be a torn tail,
+which recovery cuts as unsynced, so flipping there would model a loss, not a corruption.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from collections.abc import Iterator
 
 from tidelog.core.messages import HardState
 from tidelog.core.storage import StoredState
+from tidelog.records import HEADER_SIZE, read_header
 from tidelog.types import NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, WalConfig
+from tidelog.wal import checkpoint as ckpt
 
 # Small segments and a dense index, so that rolling, the index and truncation across
 # segments are exercised by short runs.
@@ -24,24 +35,75 @@ SIM_WAL_CONFIG = WalConfig(
     hwm_checkpoint_interval_ms=0,
 )
 TEAR_PROBABILITY = 0.5
+CRC_POSITION = 17  # the CRC field: it and everything after it are covered by the CRC check
 
 
 class SimDiskStorage:
-    """A node's disk: LogStorage over DiskStorage, plus `crash()`."""
+    """A node's disk: LogStorage over DiskStorage, plus `crash()` and the disk faults."""
 
-    def __init__(self, node: NodeId, rng: random.Random) -> None:
+    def __init__(
+        self, node: NodeId, rng: random.Random, config: WalConfig = SIM_WAL_CONFIG
+    ) -> None:
         self.rng = rng
         self.fs = FaultyFileSystem(rng)
         self.directory = f"/data/node-{node}/topic-0"
+        self.config = config
         self.log = self.open()
 
     def open(self) -> DiskStorage:
-        return DiskStorage(self.directory, clock=lambda: 0, config=SIM_WAL_CONFIG, fs=self.fs)
+        return DiskStorage(self.directory, clock=lambda: 0, config=self.config, fs=self.fs)
 
     def crash(self) -> None:
         """Power cut, then recovery of what the disk kept."""
         self.fs.crash(tear=self.rng.random() < TEAR_PROBABILITY)
         self.log = self.open()
+
+    def retain(self) -> Offset | None:
+        """Retention by size (`retention_bytes`), never at or above the saved HWM."""
+        if not self.log.apply_retention(now_ms=0):
+            return None
+        return self.log.log_start_offset
+
+    @property
+    def corrupt(self) -> bool:
+        return self.log.needs_repair is not None
+
+    # --- disk faults ------------------------------------------------------------------
+    def fail_next_sync(self) -> None:
+        self.fs.fail_next_sync()
+
+    def fill_up(self) -> None:
+        self.fs.fill_up()
+
+    def corrupt_committed_batch(self) -> bool:
+        """Flip one bit of a random batch below the checkpointed HWM, in the bytes its CRC
+        covers (see the module's docstring). False when no such batch exists."""
+        hwm = ckpt.read_offset(self.fs, self.directory, ckpt.HWM) or Offset(0)
+        start = ckpt.read_offset(self.fs, self.directory, ckpt.LOG_START_OFFSET) or Offset(0)
+        batches = [
+            (path, position, size)
+            for path, position, base, size, next_offset in self.stored_batches()
+            if base >= start and next_offset <= hwm
+        ]
+        if not batches:
+            return False
+        path, position, size = self.rng.choice(batches)
+        self.fs.flip_bit(
+            path, position + self.rng.randrange(CRC_POSITION, size), self.rng.randrange(8)
+        )
+        return True
+
+    def stored_batches(self) -> Iterator[tuple[str, int, Offset, int, Offset]]:
+        """(segment path, position, base offset, size, next offset) of each whole batch."""
+        for path in self.log.segment_paths():
+            end = self.fs.size(path)
+            position = 0
+            while position + HEADER_SIZE <= end:
+                header = read_header(self.fs.pread(path, position, HEADER_SIZE))
+                if header.size_bytes < HEADER_SIZE or position + header.size_bytes > end:
+                    break
+                yield path, position, header.base_offset, header.size_bytes, header.next_offset
+                position += header.size_bytes
 
     # --- LogStorage -----------------------------------------------------------------
     def load(self) -> StoredState:
@@ -74,3 +136,8 @@ class SimDiskStorage:
 
 def disk_storage(node: NodeId, rng: random.Random) -> SimDiskStorage:
     return SimDiskStorage(node, rng)
+
+
+def wal_config(*, retention_bytes: int | None) -> WalConfig:
+    """The simulator's disk log settings, with retention by size when given."""
+    return dataclasses.replace(SIM_WAL_CONFIG, retention_bytes=retention_bytes)

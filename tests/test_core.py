@@ -160,8 +160,10 @@ def test_no_input_between_ready_and_advance() -> None:
         replica.tick()
 
 
-def idempotent(value: bytes, sequence: int, *, records: int = 1, epoch: int = 0) -> bytes:
-    return build_batch(value, records=records, producer=(77, epoch, sequence))
+def idempotent(
+    value: bytes, sequence: int, *, records: int = 1, epoch: int = 0, producer_id: int = 77
+) -> bytes:
+    return build_batch(value, records=records, producer=(producer_id, epoch, sequence))
 
 
 def test_a_retried_idempotent_batch_gets_its_first_offsets_and_is_not_appended() -> None:
@@ -212,24 +214,30 @@ def restarted_leader(storage: MemoryStorage) -> Replica:
     return again
 
 
-def test_a_retry_whose_first_copy_was_deleted_is_refused_never_written_twice() -> None:
-    """After a restart the producer state is rebuilt from the log start on: a retried batch
-    whose first copy lies below it cannot be recognized, so it is refused (UNKNOWN_PRODUCER_ID)."""
+def test_a_retry_whose_first_copy_was_deleted_is_never_written_twice() -> None:
+    """The producer snapshot saved with the log start outlives the deleted batches: a
+    retry of the last one is answered with its first offsets, before and after a restart,
+    whatever its sequence (0 included); a producer never seen that does not start at 0 is
+    refused (UNKNOWN_PRODUCER_ID)."""
     replica, storage = lone_leader()
     replica.propose(1, idempotent(b"a", 0), acks=ACKS_ALL)
     replica.propose(2, idempotent(b"b", 1), acks=ACKS_ALL)
+    replica.propose(3, idempotent(b"z", 0, producer_id=8), acks=ACKS_ALL)
     persist(replica, storage)
-    # Before a restart the state outlives the deletion: the retry gets its first offsets.
-    assert replica.delete_records(replica.log.log_end_offset) == 3
+    assert replica.delete_records(replica.log.log_end_offset) == 4
     persist(replica, storage)
-    replica.propose(3, idempotent(b"b", 1), acks=ACKS_ALL)
+    replica.propose(4, idempotent(b"b", 1), acks=ACKS_ALL)
     (first,) = [c for r in persist(replica, storage) for c in r.completions]
     assert (first.base_offset, first.error) == (2, None)
     again = restarted_leader(storage)
     end = again.log.log_end_offset
-    again.propose(4, idempotent(b"b", 1), acks=ACKS_ALL)
-    (refused,) = [c for r in persist(again, storage) for c in r.completions]
-    assert isinstance(refused.error, UnknownProducerId)
+    again.propose(5, idempotent(b"b", 1), acks=ACKS_ALL)
+    again.propose(6, idempotent(b"z", 0, producer_id=8), acks=ACKS_ALL)
+    again.propose(7, idempotent(b"y", 4, producer_id=9), acks=ACKS_ALL)
+    answers = {c.request_id: c for r in persist(again, storage) for c in r.completions}
+    assert (answers[5].base_offset, answers[5].error) == (2, None)
+    assert (answers[6].base_offset, answers[6].error) == (3, None)
+    assert isinstance(answers[7].error, UnknownProducerId)
     assert again.log.log_end_offset == end
 
 

@@ -102,6 +102,8 @@ EDGE_MESSAGES: list[Message] = [
     extreme(cls, side) for cls in MESSAGE_TAGS.values() for side in (0, 1)
 ] + [
     make(AppendRequest, prev_epoch=Epoch(-1), hwm=Offset(-1)),
+    # Two bytes fields, each in its own place: a reset's producer snapshot after batches.
+    make(AppendRequest, batches=(b"batch",), reset=True, producers=(b"p" * 36, b"q" * 36)),
     make(AppendResponse, success=False, match_offset=Offset(-1), hint_epoch=Epoch(-1)),
     make(VoteRequest, last_epoch=Epoch(-1), pre_vote=True),
     make(VoteResponse, epoch=Epoch(-1), granted=True),
@@ -150,7 +152,7 @@ class _WithOptional:
 
 def test_optional_fields_use_a_sentinel_distinct_from_minus_one() -> None:
     layout = _layout_of(99, _WithOptional)
-    assert layout.batches_index == 3
+    assert layout.bytes_fields == (("batches", 3),)
     assert [sentinel for _, sentinel in layout.optional] == [-(2**31), -(2**31), -(2**63)]
     assert layout.item.format == ">BHiiiiqI"
 

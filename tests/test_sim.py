@@ -19,21 +19,46 @@ DISK_SEEDS_5 = 20
 )
 def test_simulator_finds_no_violation(replicas: int, seeds: int, disk: bool) -> None:
     """With `disk`, every log is the real disk log on a file system that loses unsynced
-    bytes and tears writes in crashes."""
+    bytes, tears writes, fails fsyncs and writes, and flips bits in committed batches."""
     failures = {
-        seed: found
+        seed: result.violations
         for seed in range(1, seeds + 1)
-        if (found := sim.run_seed(seed, replicas, 400, disk))
+        if (result := sim.run_seed(seed, sim.Mode(replicas, 400, disk))).violations
     }
     assert failures == {}
 
 
-def test_a_run_is_decided_by_its_seed() -> None:
-    first = sim.Run(42, 3, 200)
-    second = sim.Run(42, 3, 200)
-    assert first.run() == second.run() == []
+@pytest.mark.parametrize("classic", [False, True], ids=["full", "classic"])
+def test_a_run_is_decided_by_its_seed(classic: bool) -> None:
+    """Every event, in order, and what was found: the same twice."""
+    first_events: list[str] = []
+    second_events: list[str] = []
+    first = sim.Run(42, 3, 200, trace=first_events.append, classic=classic)
+    second = sim.Run(42, 3, 200, trace=second_events.append, classic=classic)
+    assert first.run() == second.run()
+    assert first_events == second_events
     assert first.checker.committed_end == second.checker.committed_end > 0
     assert first.workload.acked_all == second.workload.acked_all > 0
+
+
+def test_the_classic_model_draws_the_classic_settings() -> None:
+    """No drift, no late messages, no retention: the settings of the model before."""
+    settings = sim.Run(3000308, 3, 400, classic=True).settings
+    assert (settings.pre_vote, settings.check_quorum, settings.min_insync_replicas) == (
+        True,
+        True,
+        None,
+    )
+    assert {clock.rate_ppm for clock in settings.clocks} == {1_000_000}
+    assert settings.long_delay_rate == settings.replay_rate == settings.retention_rate == 0
+
+
+def test_a_disk_run_is_decided_by_its_seed() -> None:
+    first: list[str] = []
+    second: list[str] = []
+    sim.Run(7, 5, 150, disk=True, trace=first.append).run()
+    sim.Run(7, 5, 150, disk=True, trace=second.append).run()
+    assert first == second
 
 
 def test_the_command_line_ends_with_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,20 +66,44 @@ def test_the_command_line_ends_with_the_summary(capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().out.splitlines()[-1] == "3 seeds, 0 violations"
 
 
+def test_trace_prints_the_events_of_a_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim.main(["--seeds", "1", "--first-seed", "2", "--ticks", "60", "--trace"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("t=0 settings Settings(replicas=3, ")
+    assert any(" deliver AppendRequest " in line for line in lines)
+    assert any(" leader e1 " in line for line in lines)
+    assert lines[-1] == "1 seeds, 0 violations"
+
+
 def test_a_violation_prints_the_command_that_reproduces_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sim, "run_seed", lambda seed, replicas, ticks, disk: ["made up"])
-    assert sim.main(["--seeds", "1", "--first-seed", "9", "--jobs", "1"]) == 1
+    def made_up(seed: int, mode: sim.Mode, trace: bool) -> sim.SeedResult:
+        del seed, trace
+        return sim.SeedResult(["made up"], {"EIO": 1} if mode.disk else {})
+
+    monkeypatch.setattr(sim, "run_seed", made_up)
+    argv = ["--seeds", "1", "--first-seed", "9", "--jobs", "1", "--disk", "--faults", "classic"]
+    assert sim.main(argv) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0] == (
         "seed 9: made up  (reproduce: python -m tidelog.testing.sim --seeds 1 "
-        "--first-seed 9 --replicas 3 --ticks 400)"
+        "--first-seed 9 --replicas 3 --ticks 400 --disk --faults classic)"
     )
+    assert out[1].startswith("# nodes stopped by a failed fsync (EIO): 1, ")
     assert out[-1] == "1 seeds, 1 violations"
 
 
-@pytest.mark.parametrize("argv", [["--seeds", "0"], ["--replicas", "4"], ["--ticks", "-1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--seeds", "0"],
+        ["--replicas", "4"],
+        ["--ticks", "-1"],
+        ["--seeds", "2", "--trace"],
+        ["--faults", "some"],
+    ],
+)
 def test_bad_flags_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         sim.main(argv)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tidelog.core.producers import ProducerEntry
 from tidelog.errors import TidelogError
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
@@ -31,7 +32,9 @@ class AppendRequest:
     empty there (Kafka's truncateFullyAndStartAt). `hwm` and `log_start_offset` are the
     leader's. `sent_ms` is the leader's clock when it sent this; the answer echoes it, which
     dates the leader's lease. `seq` numbers the leader's requests: the answer echoes it, so
-    a leader probing a follower takes only the answer to its probe.
+    a leader probing a follower takes only the answer to its probe. A reset carries the
+    leader's producer snapshot at `prev_offset` in `producers` (`producers.encode_entries`),
+    so that a retry whose first copy lies below it is still recognised.
     """
 
     sender: NodeId
@@ -45,6 +48,7 @@ class AppendRequest:
     log_start_offset: Offset
     reset: bool = False
     seq: int = 0
+    producers: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +129,8 @@ class Ready:
     1. Persist: save `hard_state` if set; if `reset_to` is set, drop the whole log and start
        it empty at that offset, its last record of `reset_prev_epoch`; if `truncate_to` is
        set, truncate the log there; append `batches` at the log end; save `hwm`; if
-       `log_start_offset` is set, advance the log start there (DeleteRecords); if
+       `log_start_offset` is set, advance the log start there (DeleteRecords); with a reset
+       or a new log start, save `producers`, the producer snapshot at the log start; if
        `repair_floor_cleared`, forget the repair floor; then make all of it durable (fsync).
        `hwm` may be checkpointed lazily: it is never needed for safety.
     2. Send `messages_after_persist` (acks and votes), which promise durable state.
@@ -138,6 +143,7 @@ class Ready:
     hard_state: HardState | None = None
     reset_to: Offset | None = None
     reset_prev_epoch: Epoch = NO_EPOCH
+    producers: tuple[ProducerEntry, ...] = ()
     truncate_to: Offset | None = None
     batches: tuple[bytes, ...] = ()
     hwm: Offset | None = None

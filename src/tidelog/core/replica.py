@@ -54,7 +54,13 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from tidelog.core.producers import ProducerStates, SequencedBatch
+from tidelog.core.producers import (
+    ProducerEntry,
+    ProducerStates,
+    SequencedBatch,
+    decode_entries,
+    encode_entries,
+)
 from tidelog.core.storage import LogStorage, RepairFloor
 from tidelog.errors import (
     CorruptBatch,
@@ -171,7 +177,11 @@ class Progress:
     match_offset: Offset | None = None  # verified and durable on the follower; only grows
     probing: bool = True
     probe_sent: bool = False
-    probe_seq: int = -1  # the request whose answer ends the probe
+    # The first request of the current probe: an answer to it or to a later copy ends the
+    # probe (a heartbeat resends it, each copy with its own seq, and a network slower than
+    # a heartbeat must not starve it). Anything older may predate a reset.
+    probe_seq: int = -1
+    probe_key: tuple[Offset, bool] | None = None  # (next offset, reset) of the probe sent
     resetting: bool = False  # the probe is a reset to our log start: resent as one
     inflight: deque[Offset] = field(default_factory=deque)
     recent_active: bool = False
@@ -202,7 +212,8 @@ class Replica:
         self.rng = rng
         self.log = ReplicaLog(storage, state)
         self.producers = ProducerStates()
-        self._rebuild_producer_states()
+        self.producers.restore(state.producers)  # the snapshot at the log start, then
+        self._rebuild_producer_states()  # the log above it
         self.epoch = state.hard_state.epoch
         self.voted_for = state.hard_state.voted_for
         self.persisted_hard_state = state.hard_state
@@ -404,6 +415,11 @@ class Replica:
             self.log.advance_start(offset)
             self.log.start_moved_to = None  # storage did it: nothing to carry out
 
+    def producer_snapshot(self, log_start: Offset) -> tuple[ProducerEntry, ...]:
+        """What storage saves with a log start it moves itself (retention): the idempotent
+        producers' snapshot there (core/producers.py)."""
+        return self.producers.snapshot(log_start)
+
     def has_read_lease(self, now_ms: int | None = None) -> bool:
         """A majority answered a request we sent less than `lease_ms` ago (Raft §8).
 
@@ -454,10 +470,12 @@ class Replica:
             self._send_appends()
         hard_state = self._hard_state()
         reset_to, truncate_to, batches, log_start = self.log.take_unpersisted()
+        new_start = log_start if log_start is not None else reset_to
         ready = Ready(
             hard_state=hard_state if hard_state != self.persisted_hard_state else None,
             reset_to=reset_to,
             reset_prev_epoch=self.log.reset_prev_epoch,
+            producers=() if new_start is None else self.producers.snapshot(new_start),
             truncate_to=truncate_to,
             batches=batches,
             hwm=self.hwm if self.hwm != self.hwm_in_ready else None,
@@ -737,13 +755,18 @@ class Replica:
         hold from start - 1 on is the leader's: we drop it all and start empty at `start`,
         remembering the epoch of the record before it (scenario 19, Raft's snapshot)."""
         start = msg.prev_offset
+        entries = decode_entries(msg.producers, below=start)
+        if entries is None:
+            return  # a snapshot that cannot be right: no answer (the leader resends)
         committed_here = start <= max(self.hwm, self.log.log_start_offset)
         if not committed_here and not (
             start <= self.log.log_end_offset
             and self.log.epoch_at(Offset(start - 1)) == msg.prev_epoch
         ):
             self.log.reset(start, msg.prev_epoch)
+            # What the deleted records told of the idempotent producers (scenario 24).
             self.producers = ProducerStates()
+            self.producers.restore(entries)
             self.hwm = start
         self.follower_synced = True
         self._raise_hwm(start)
@@ -870,8 +893,13 @@ class Replica:
                 progress.next_offset = progress.match_offset
                 progress.inflight.clear()
             progress.match_at_heartbeat = progress.match_offset
-            if progress.match_offset < self.log.log_start_offset:
-                # What it lacks may be gone here: `_send_appends` probes or resets it.
+            start = self.log.log_start_offset
+            if (
+                progress.match_offset < start
+                and progress.match_offset < self.log.base_of_batch_at(start)
+            ):
+                # What it lacks is gone here (not even in the batch holding the log start,
+                # which we still send): `_send_appends` resets it.
                 self._start_probe(progress, progress.match_offset)
                 continue
             self._send_append(peer, progress.match_offset, ())
@@ -880,6 +908,7 @@ class Replica:
         progress.next_offset = next_offset
         progress.probing = True
         progress.probe_sent = False
+        progress.probe_key = None
         progress.inflight.clear()
 
     def _appends_due(self) -> bool:
@@ -915,9 +944,14 @@ class Replica:
                     if progress.resetting:
                         progress.next_offset = floor
                     progress.probe_sent = True
-                    progress.probe_seq = self._send_append(
-                        peer, progress.next_offset, (), reset=progress.resetting
+                    key = (progress.next_offset, progress.resetting)
+                    producers = self.producers.snapshot(key[0]) if key[1] else ()
+                    seq = self._send_append(
+                        peer, key[0], (), reset=key[1], producers=encode_entries(producers)
                     )
+                    if progress.probe_key != key:  # a new probe, not a copy of the last
+                        progress.probe_key = key
+                        progress.probe_seq = seq
                 continue
             while (
                 progress.next_offset < end
@@ -943,6 +977,7 @@ class Replica:
         batches: tuple[bytes, ...],
         *,
         reset: bool = False,
+        producers: tuple[bytes, ...] = (),
     ) -> int:
         """Send one append (or probe, heartbeat, reset); returns its seq."""
         prev_epoch = self.log.epoch_at(Offset(prev_offset - 1)) if prev_offset > 0 else NO_EPOCH
@@ -960,6 +995,7 @@ class Replica:
                 self.log.log_start_offset,
                 reset,
                 self.append_seq,
+                producers,
             )
         )
         return self.append_seq
@@ -976,8 +1012,8 @@ class Replica:
             self._on_follower_repairing(progress, msg.match_offset)
             return
         progress.repairing = msg.repairing
-        if progress.probing and msg.seq != progress.probe_seq:
-            return  # answers the probe only: anything older may predate a reset
+        if progress.probing and msg.seq < progress.probe_seq:
+            return  # answers the probe only (any copy of it): anything older may predate a reset
         if msg.success:
             self._on_append_accepted(progress, msg.match_offset)
         else:

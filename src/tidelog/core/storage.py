@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from tidelog.core.messages import HardState
+from tidelog.core.producers import ProducerEntry
 from tidelog.errors import StorageError
 from tidelog.records import BatchHeader, read_header
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
@@ -66,6 +67,8 @@ class StoredState:
     log_end_offset: Offset
     epochs: tuple[EpochEntry, ...]
     repair_floor: RepairFloor | None = None
+    # The idempotent producers' snapshot at the log start (core/producers.py).
+    producers: tuple[ProducerEntry, ...] = ()
 
 
 class LogStorage(Protocol):
@@ -92,14 +95,25 @@ class LogStorage(Protocol):
 
     def save_hwm(self, hwm: Offset) -> None: ...
 
-    def advance_log_start(self, offset: Offset) -> None:
-        """Make `offset` (at most the saved HWM) the log start; drop what lies wholly below."""
+    def advance_log_start(
+        self, offset: Offset, *, producers: tuple[ProducerEntry, ...] | None = None
+    ) -> None:
+        """Make `offset` (at most the saved HWM) the log start; drop what lies wholly below.
+        `producers` is the producer snapshot at `offset`, saved no later than the log start
+        (None: keep the one saved last)."""
         ...
 
-    def reset(self, *, start_offset: Offset, prev_epoch: Epoch) -> None:
+    def reset(
+        self,
+        *,
+        start_offset: Offset,
+        prev_epoch: Epoch,
+        producers: tuple[ProducerEntry, ...] | None = None,
+    ) -> None:
         """Drop the whole log and start it empty at `start_offset`, which becomes the log
         start and the HWM (a follower behind its leader's log start). `prev_epoch` is the
-        epoch of the record at start_offset - 1: the epoch history keeps it (`reset_epochs`)."""
+        epoch of the record at start_offset - 1: the epoch history keeps it (`reset_epochs`);
+        `producers` is the leader's producer snapshot there."""
         ...
 
     def clear_repair_floor(self) -> None:
@@ -175,6 +189,7 @@ class _MemoryLog:
     epochs: list[EpochEntry] = field(default_factory=list)
     repair_floor: RepairFloor | None = None
     damaged: set[Offset] = field(default_factory=set)  # bases of batches that rotted
+    producers: tuple[ProducerEntry, ...] = ()
 
     def copy(self) -> _MemoryLog:
         return _MemoryLog(
@@ -186,6 +201,7 @@ class _MemoryLog:
             list(self.epochs),
             self.repair_floor,
             set(self.damaged),
+            self.producers,
         )
 
     @property
@@ -225,6 +241,7 @@ class MemoryStorage:
             log_end_offset=end,
             epochs=tuple(log.epochs),
             repair_floor=log.repair_floor,
+            producers=log.producers,
         )
 
     def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
@@ -272,20 +289,32 @@ class MemoryStorage:
     def save_hwm(self, hwm: Offset) -> None:
         self._working.hwm = hwm
 
-    def advance_log_start(self, offset: Offset) -> None:
+    def advance_log_start(
+        self, offset: Offset, *, producers: tuple[ProducerEntry, ...] | None = None
+    ) -> None:
         log = self._working
         assert offset <= log.hwm, "log start past the HWM"
         if offset <= log.log_start:
             return
         log.log_start = offset
+        if producers is not None:
+            log.producers = producers
         index = bisect.bisect_right(log.ends, offset)
         del log.batches[:index]
         del log.ends[:index]
         first = read_header(log.batches[0]).base_offset if log.batches else offset
         log.epochs = trim_epochs(log.epochs, first)
 
-    def reset(self, *, start_offset: Offset, prev_epoch: Epoch) -> None:
+    def reset(
+        self,
+        *,
+        start_offset: Offset,
+        prev_epoch: Epoch,
+        producers: tuple[ProducerEntry, ...] | None = None,
+    ) -> None:
         log = self._working
+        if producers is not None:
+            log.producers = producers
         log.batches.clear()
         log.ends.clear()
         log.log_start = start_offset

@@ -46,7 +46,11 @@ def write_ready(storage: LogStorage, ready: Ready) -> None:
     if ready.hard_state is not None:
         storage.save_hard_state(ready.hard_state)
     if ready.reset_to is not None:
-        storage.reset(start_offset=ready.reset_to, prev_epoch=ready.reset_prev_epoch)
+        storage.reset(
+            start_offset=ready.reset_to,
+            prev_epoch=ready.reset_prev_epoch,
+            producers=ready.producers,
+        )
     if ready.truncate_to is not None:
         storage.truncate_to(offset=ready.truncate_to)
     if ready.batches:
@@ -54,7 +58,7 @@ def write_ready(storage: LogStorage, ready: Ready) -> None:
     if ready.hwm is not None:
         storage.save_hwm(ready.hwm)
     if ready.log_start_offset is not None:  # after the HWM it may not pass
-        storage.advance_log_start(ready.log_start_offset)
+        storage.advance_log_start(ready.log_start_offset, producers=ready.producers)
     if ready.repair_floor_cleared:  # durable with the sync, after the data that reached it
         storage.clear_repair_floor()
 

@@ -137,10 +137,12 @@ class _Layout:
 
     tag: int
     cls: type[Any]
-    item: struct.Struct  # item key, scalar fields, then the batch count if any
+    item: struct.Struct  # item key, scalar fields, then the count of each bytes field
     get_scalars: Callable[[Any], tuple[Any, ...]]
     optional: tuple[tuple[int, int], ...]  # (index among scalars, None sentinel)
-    batches_index: int | None  # where the batches go among the constructor's arguments
+    # Each bytes field (`tuple[bytes, ...]`: batches, a reset's producer snapshot): its
+    # name and where it goes among the constructor's arguments, in field order.
+    bytes_fields: tuple[tuple[str, int], ...]
     scalars_end: int  # the scalar fields are item.unpack(...)[3:scalars_end]
     description: str
 
@@ -149,12 +151,11 @@ def _layout_of(tag: int, cls: type[Any]) -> _Layout:
     names: list[str] = []
     codes: list[str] = []
     optional: list[tuple[int, int]] = []
-    batches_index: int | None = None
+    bytes_fields: list[tuple[str, int]] = []
     for index, field in enumerate(dataclasses.fields(cls)):
         annotation = str(field.type).replace(" ", "")
         if annotation == _BATCHES_ANNOTATION.replace(" ", ""):
-            assert batches_index is None, f"{cls.__name__}: one batches field at most"
-            batches_index = index
+            bytes_fields.append((field.name, index))
             continue
         base = annotation.removesuffix("|None")
         assert base in _SCALAR_CODES, f"{cls.__name__}.{field.name}: no code for {annotation}"
@@ -164,14 +165,14 @@ def _layout_of(tag: int, cls: type[Any]) -> _Layout:
         names.append(field.name)
         codes.append(code)
     assert len(names) >= 2, "attrgetter returns a tuple only for two names or more"
-    fmt = ">" + _ITEM_KEY_FORMAT + "".join(codes) + ("I" if batches_index is not None else "")
+    fmt = ">" + _ITEM_KEY_FORMAT + "".join(codes) + "I" * len(bytes_fields)
     return _Layout(
         tag=tag,
         cls=cls,
         item=struct.Struct(fmt),
         get_scalars=attrgetter(*names),
         optional=tuple(optional),
-        batches_index=batches_index,
+        bytes_fields=tuple(bytes_fields),
         scalars_end=3 + len(names),
         description=f"{tag}:{cls.__name__}:{','.join(names)}:{fmt}",
     )
@@ -249,15 +250,17 @@ def _encode_item(parts: list[bytes], topic_index: int, partition: int, message: 
             else:
                 assert values[position] != sentinel
         scalars = tuple(values)
-    if layout.batches_index is None:
+    if not layout.bytes_fields:
         parts.append(layout.item.pack(layout.tag, topic_index, partition, *scalars))
         return
-    batches = message.batches
-    parts.append(layout.item.pack(layout.tag, topic_index, partition, *scalars, len(batches)))
+    fields = [getattr(message, name) for name, _ in layout.bytes_fields]
+    counts = [len(values) for values in fields]
+    parts.append(layout.item.pack(layout.tag, topic_index, partition, *scalars, *counts))
     pack_size = _U32.pack
-    for batch in batches:
-        parts.append(pack_size(len(batch)))
-        parts.append(batch)
+    for values in fields:
+        for value in values:
+            parts.append(pack_size(len(value)))
+            parts.append(value)
 
 
 class PeerDecoder:
@@ -345,9 +348,10 @@ def _decode_messages(payload: memoryview, sender: NodeId) -> list[PeerItem]:
         for index, sentinel in layout.optional:
             if arguments[index] == sentinel:
                 arguments[index] = None
-        if layout.batches_index is not None:
-            batches, position = _read_batches(payload, position, values[-1])
-            arguments.insert(layout.batches_index, batches)
+        counts = values[layout.scalars_end :]
+        for (_, index), count in zip(layout.bytes_fields, counts, strict=True):
+            blobs, position = _read_batches(payload, position, count)
+            arguments.insert(index, blobs)
         message = layout.cls(*arguments)
         if message.sender != sender:
             raise ProtocolError(f"message from node {message.sender} on node {sender}'s stream")

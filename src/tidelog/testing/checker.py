@@ -5,14 +5,23 @@ replica's HWM moves, the batches it newly calls committed are compared with the 
 or extend it. Everything else is checked against that history:
 - at most one leader per epoch;
 - committed-prefix agreement, and no committed batch ever lost or changed;
-- every batch a client read is at the same offset in the committed history;
+- every batch a client read passes its CRC and is at the same offset in the committed
+  history;
 - every acknowledged acks=all write is in the committed history (Jepsen's lost-write),
   and no batch is committed twice (Jepsen's duplicate: the idempotent producer retries);
 - HWM never decreases within a run of a replica, nor below what its storage made durable
   across a restart, except when that storage set damage aside (the replica starts with a
   repair floor, its HWM at most its shorter log's end: rule 8 of the replica);
-  HWM <= log end offset, log start offset <= HWM, and no replica's log ends below what it
-  called committed.
+  HWM <= log end offset, log start offset <= HWM, the log start never passes the
+  committed history, and no replica's log ends below what it called committed;
+- the HWM a leader tells clients never goes back on that node, across its restarts too,
+  and, when leaders hold read leases (check-quorum), never across leader changes either;
+- `compare_committed`: any two replicas hold the very same batches (every byte, stamp
+  included) from the higher of their log starts to the lower of their HWMs;
+- `check_matches`: what a leader counts for a follower (its match offset) the follower
+  holds durably, while it follows that leader in that epoch: an acknowledgement the
+  leader counts toward the HWM is never for records the follower has dropped since
+  (unless a bit flip made it set them aside: then it repairs, rule 8 of the replica).
 A batch is identified by its bytes from the CRC on: the leader's stamp (offset, epoch) lies
 outside them, so the producer's batch and the stored one compare equal.
 """
@@ -22,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tidelog.core.replica import Replica, Role
-from tidelog.records import iter_batches, read_header
+from tidelog.errors import CorruptBatch
+from tidelog.records import check_batch, iter_batches, read_header
 from tidelog.types import Epoch, NodeId, Offset
 
 IDENTITY_START = 17  # the CRC field; everything from here on is the producer's
@@ -53,11 +63,15 @@ class Checker:
     unverified_acks: list[tuple[int, bytes]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     reads: int = 0
-    committed_identities: set[bytes] = field(default_factory=set)
+    committed_identities: dict[bytes, int] = field(default_factory=dict)  # -> first offset
     leader_hwm_max: int = 0
+    node_hwm_max: dict[NodeId, int] = field(default_factory=dict)  # across restarts
+    # Without check-quorum a deposed leader holds no lease and may answer an old HWM.
+    leases: bool = True
 
     def fail(self, text: str) -> None:
-        if len(self.violations) < 20:
+        """Record a violation (once: the checks after every step would repeat it)."""
+        if len(self.violations) < 20 and text not in self.violations:
             self.violations.append(text)
 
     # ------------------------------------------------------------ every step --------
@@ -100,6 +114,11 @@ class Checker:
             return
         if hwm > checked:
             self.extend_history(node, replica, checked, hwm)
+        if log.log_start_offset > self.committed_end:
+            self.fail(
+                f"node {node}: log start {log.log_start_offset} past the committed "
+                f"history's end {self.committed_end}"
+            )
 
     def extend_history(self, node: NodeId, replica: Replica, start: int, hwm: int) -> None:
         """Compare the replica's newly committed batches with the history, or extend it.
@@ -143,9 +162,9 @@ class Checker:
         self.checked[node] = max(position, self.checked.get(node, 0))
 
     def check_unique(self, position: int, identity: bytes) -> None:
-        if identity in self.committed_identities:
-            self.fail(f"batch committed twice, again at offset {position} (duplicate)")
-        self.committed_identities.add(identity)
+        first = self.committed_identities.setdefault(identity, position)
+        if first != position:
+            self.fail(f"batch committed twice, at offset {first} and again at {position}")
 
     # ------------------------------------------------------------ clients -----------
     def on_acked(self, base_offset: int, batch: bytes) -> None:
@@ -155,30 +174,79 @@ class Checker:
         self.unverified_acks.append((base_offset, identity))
 
     def verify_acks(self) -> None:
-        """Each acknowledgement of the step is in the committed history, at its offset."""
+        """Each acknowledgement is in the committed history, at its offset, once the
+        history reaches that far (a leader may stop on a disk error in the very step it
+        acknowledged, before the checker saw its HWM: then the history learns of the batch
+        from the others; `check_final` asks for every acknowledged write in the end)."""
+        pending = []
         for base_offset, identity in self.unverified_acks:
             known = self.history.get(base_offset)
-            if known is None or known.identity != identity:
+            if known is None and base_offset >= self.committed_end:
+                pending.append((base_offset, identity))
+            elif known is None or known.identity != identity:
                 self.fail(f"acks=all write at offset {base_offset} acknowledged but not committed")
-        self.unverified_acks.clear()
+        self.unverified_acks = pending
 
     def on_leader_hwm(self, node: NodeId, hwm: int) -> None:
-        """A leader told a client its HWM: it never goes back across leader changes."""
-        if hwm < self.leader_hwm_max:
+        """A leader told a client its HWM: it never goes back on that node (across its
+        restarts too) nor, with leases, across leader changes."""
+        seen = self.node_hwm_max.get(node, 0)
+        if hwm < seen:
+            self.fail(f"leader {node} answered HWM {hwm} after it answered {seen}")
+        self.node_hwm_max[node] = max(seen, hwm)
+        if self.leases and hwm < self.leader_hwm_max:
             self.fail(f"leader {node} answered HWM {hwm} after clients saw {self.leader_hwm_max}")
         self.leader_hwm_max = max(self.leader_hwm_max, hwm)
 
     def on_read(self, node: NodeId, batches: tuple[bytes, ...]) -> None:
-        """A client read these batches from `node`: each must be committed, in place."""
+        """A client read these batches from `node`: each must pass its CRC and be
+        committed, in place."""
         for batch in batches:
             header = read_header(batch)
             self.reads += 1
+            try:
+                check_batch(batch)
+            except CorruptBatch as error:
+                self.fail(f"node {node} served a corrupt batch at {header.base_offset}: {error}")
+                continue
             known = self.history.get(header.base_offset)
             if known is None or known.identity != batch_identity(batch):
                 self.fail(
                     f"node {node} served offset {header.base_offset} (epoch {header.epoch}) "
                     "that is not in the committed history"
                 )
+
+    def check_matches(self, replicas: dict[NodeId, Replica]) -> None:
+        """Every leader's match offset for a follower of its epoch is within the
+        follower's durable log (see the module's docstring)."""
+        for node, leader in replicas.items():
+            if leader.role is not Role.LEADER:
+                continue
+            for peer, progress in leader.progress.items():
+                follower = replicas.get(peer)
+                match = progress.match_offset
+                if follower is None or match is None or follower.epoch != leader.epoch:
+                    continue
+                if follower.repair_floor is not None:
+                    continue  # damage set aside: it says so, and the leader forgets its match
+                if follower.leader_id == node and follower.log.durable_end_offset < match:
+                    self.fail(
+                        f"leader {node} counts node {peer}'s match {match}, but node {peer} "
+                        f"holds its log durably only up to {follower.log.durable_end_offset}"
+                    )
+
+    # ------------------------------------------------------------ any two replicas ---
+    def compare_committed(self, replicas: dict[NodeId, Replica]) -> None:
+        """Any two replicas' batches are identical, byte for byte, over [the higher log
+        start, the lower HWM)."""
+        prefixes = {node: committed_prefix(replica) for node, replica in replicas.items()}
+        nodes = sorted(prefixes)
+        for index, a in enumerate(nodes):
+            for b in nodes[index + 1 :]:
+                difference = compare_prefixes((a, prefixes[a]), (b, prefixes[b]))
+                if difference is not None:
+                    self.fail(f"nodes {a} and {b}: {difference}")
+                    return
 
     # ------------------------------------------------------------ the end -----------
     def check_converged(self, replicas: dict[NodeId, Replica]) -> str | None:
@@ -197,7 +265,9 @@ class Checker:
         return None
 
     def check_final(self, replicas: dict[NodeId, Replica]) -> None:
-        """Every acknowledged write not deleted since is in every replica's final log."""
+        """Every acknowledged write not deleted since is in every replica's final log;
+        the committed prefixes agree."""
+        self.compare_committed(replicas)
         for node, replica in replicas.items():
             start, end = replica.log.log_start_offset, replica.log.log_end_offset
             batches = replica.log.read(start, end_offset=end, max_bytes=READ_BYTES_MAX)
@@ -209,3 +279,48 @@ class Checker:
             joined = b"".join(batches)
             for _ in iter_batches(joined):  # every stored batch still passes its CRC
                 pass
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    """A replica's committed batches by base offset, over [log start, HWM)."""
+
+    start: int
+    hwm: int
+    batches: dict[int, bytes]
+
+
+def committed_prefix(replica: Replica) -> Prefix:
+    log = replica.log
+    start, hwm = log.log_start_offset, Offset(min(replica.hwm, log.log_end_offset))
+    batches = log.read(start, end_offset=hwm, max_bytes=READ_BYTES_MAX) if start < hwm else []
+    return Prefix(start, hwm, {read_header(batch).base_offset: batch for batch in batches})
+
+
+def compare_prefixes(a: tuple[NodeId, Prefix], b: tuple[NodeId, Prefix]) -> str | None:
+    """Where two nodes' committed prefixes differ over their common range, or None."""
+    (node_a, prefix_a), (node_b, prefix_b) = a, b
+    start, end = max(prefix_a.start, prefix_b.start), min(prefix_a.hwm, prefix_b.hwm)
+    if start >= end:
+        return None
+    common_a = overlapping(prefix_a.batches, start, end)
+    common_b = overlapping(prefix_b.batches, start, end)
+    for offset in sorted(common_a.keys() | common_b.keys()):
+        batch_a, batch_b = common_a.get(offset), common_b.get(offset)
+        if batch_a == batch_b:
+            continue
+        where = f"(committed on both: [{start}, {end}))"
+        if batch_a is None or batch_b is None:
+            missing = node_a if batch_a is None else node_b
+            return f"the committed batch at {offset} is missing from node {missing}'s log {where}"
+        return f"the committed batch at {offset} differs {where}"
+    return None
+
+
+def overlapping(batches: dict[int, bytes], start: int, end: int) -> dict[int, bytes]:
+    """The batches holding an offset in [start, end)."""
+    return {
+        base: batch
+        for base, batch in batches.items()
+        if base < end and read_header(batch).next_offset > start
+    }

@@ -10,6 +10,10 @@ Rules of this file:
 - A node that is persisting takes no input; inputs wait in its backlog, and are stepped
   together before the next `Ready`, which is how group commit behaves in the real driver.
 - The checker (`checker.py`) sees every step.
+- Each node reads its own clock (`NodeClock`: its own offset and rate); `now` is real time.
+- A write or fsync that fails (OSError EIO or ENOSPC from the faulty file system) stops the
+  node as the broker stops it (fail-stop): a crash that loses everything unsynced, never a
+  retry.
 - A read that finds a damaged batch (StorageError, the storage marked for repair) restarts
   that node's replica, between Readys, on what its storage keeps once it set the damage
   aside (`open_replica`), as the broker's partition runner does: a new incarnation, with a
@@ -18,35 +22,91 @@ Rules of this file:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import random
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from tidelog.core.messages import Message, ProduceResult, Ready
+from tidelog.core.producers import ProducerEntry
 from tidelog.core.replica import Replica, ReplicaConfig
 from tidelog.core.storage import MemoryStorage
 from tidelog.errors import StorageError
 from tidelog.node.driver import RepairableStorage, open_replica, write_ready
-from tidelog.types import NodeId
+from tidelog.records import read_header
+from tidelog.testing.trace import describe_message
+from tidelog.types import NodeId, Offset
 
 Input = Callable[[Replica], None]
+PPM = 1_000_000
+# The errors of a failing disk: the node stops on them (anything else is a bug).
+DISK_ERRNOS = (errno.EIO, errno.ENOSPC)
+READ_ALL_BYTES = 1 << 30
 
 
 class SimStorage(RepairableStorage, Protocol):
-    """What the cluster needs from a node's storage beyond LogStorage: losing unsynced data,
-    and setting damage aside."""
+    """What the cluster needs from a node's storage beyond LogStorage and repair."""
 
-    def crash(self) -> None: ...
+    def crash(self) -> None:
+        """Lose everything not synced, as a power cut would."""
+        ...
+
+    def retain(self, snapshot: Callable[[Offset], tuple[ProducerEntry, ...]]) -> Offset | None:
+        """Retention: delete whole batches (or segments) below the saved HWM beyond the
+        configured size; the new log start, or None when nothing was deleted. The producer
+        snapshot at a log start is `snapshot(start)` (the replica's)."""
+        ...
 
 
 StorageFactory = Callable[[NodeId, random.Random], SimStorage]
 
 
+class SimMemoryStorage(MemoryStorage):
+    """MemoryStorage with retention by size; its bytes never rot."""
+
+    def __init__(self, retention_bytes: int | None = None) -> None:
+        super().__init__()
+        self.retention_bytes = retention_bytes
+
+    def retain(self, snapshot: Callable[[Offset], tuple[ProducerEntry, ...]]) -> Offset | None:
+        if self.retention_bytes is None:
+            return None
+        state = self.load()
+        batches = self.read(state.log_start_offset, end_offset=state.hwm, max_bytes=READ_ALL_BYTES)
+        total = sum(len(batch) for batch in batches)
+        start = state.log_start_offset
+        for batch in batches:
+            if total - len(batch) < self.retention_bytes:
+                break
+            total -= len(batch)
+            start = read_header(batch).next_offset
+        if start <= state.log_start_offset:
+            return None
+        self.advance_log_start(start, producers=snapshot(start))
+        return start
+
+
 def memory_storage(node: NodeId, rng: random.Random) -> SimStorage:
     del node, rng
-    return MemoryStorage()
+    return SimMemoryStorage()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClock:
+    """A node's monotonic clock: `offset + now * rate_ppm / 10**6` at real time `now`."""
+
+    offset: int = 0
+    rate_ppm: int = PPM
+
+    def read(self, now: int) -> int:
+        return self.offset + now * self.rate_ppm // PPM
+
+    def ticks_at(self, now: int, tick: int) -> bool:
+        """True when the clock passes a multiple of `tick` between now - 1 and now."""
+        return self.read(now) // tick != self.read(now - 1) // tick
 
 
 @dataclass(slots=True)
@@ -69,7 +129,8 @@ class SimNode:
     backlog: deque[Input] = field(default_factory=deque)
     incarnation: int = 0
     manual_persist: bool = False
-    paused_until: int = 0  # a paused process takes no input and its clock stands still
+    paused_until: int = 0  # a paused process takes no input and misses its timers
+    clock: NodeClock = field(default_factory=NodeClock)
     durable_hwm: int = 0  # the HWM its storage holds durably (as far as the driver knows)
     hwm_before_start: int = 0  # durable_hwm when the replica last started
     repaired: bool = False  # its last start found a repair floor
@@ -89,6 +150,8 @@ class SimNode:
 
 
 Listener = Callable[[NodeId, ProduceResult], None]
+MessageListener = Callable[[NodeId, Replica, Message], None]
+ReadyListener = Callable[[NodeId, Ready], None]
 
 
 class Cluster:
@@ -101,6 +164,7 @@ class Cluster:
         rng: random.Random,
         config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig] | None = None,
         storage: StorageFactory = memory_storage,
+        clocks: Iterable[NodeClock] = (),
     ) -> None:
         ids = tuple(NodeId(i) for i in range(1, replicas + 1))
         make_config = config or ReplicaConfig
@@ -112,6 +176,8 @@ class Cluster:
             self.nodes[node] = SimNode(
                 node, make_config(node, ids), storage(node, node_rng), node_rng
             )
+        for sim_node, clock in zip(self.nodes.values(), clocks, strict=False):
+            sim_node.clock = clock
         self.now = 0
         self.in_flight: list[Envelope] = []
         self.seq = 0
@@ -119,10 +185,22 @@ class Cluster:
         self.drop_rate = 0.0
         self.duplicate_rate = 0.0
         self.delay_range = (1, 1)
+        # A share of the messages takes long_delay_range instead (longer than an election
+        # timeout); a share is delivered once more, that late (a stale duplicate).
+        self.long_delay_rate = 0.0
+        self.replay_rate = 0.0
+        self.long_delay_range = (1, 1)
+        self.in_order = False  # True: each link delivers in the order it was sent
+        self.link_clear: dict[tuple[NodeId, NodeId], int] = {}  # a link's last delivery
         self.persist_delay_range = (0, 0)
         self.persist_due: dict[NodeId, int] = {}
         self.listeners: list[Listener] = []
-        self.on_step: list[Callable[[], None]] = []
+        self.on_step: list[Callable[[], None]] = []  # after each input taken from a backlog
+        self.on_message: list[MessageListener] = []  # after a replica stepped a message
+        self.on_ready: list[ReadyListener] = []  # as a replica hands out a Ready
+        self.stops: Counter[str] = Counter()  # fail-stops by cause: EIO, ENOSPC, corrupt
+        self.topology_version = 0  # changes whenever a node or a link goes up or down
+        self.trace: Callable[[str], None] | None = None
         for sim_node in self.nodes.values():
             sim_node.start()
 
@@ -145,8 +223,9 @@ class Cluster:
         if sim_node.persisting is not None or self.is_paused(node):
             sim_node.backlog.append(action)
             return True
-        self.apply(sim_node, action)
-        self.drain(node)
+        with self.stopping_on_disk_errors(node):
+            self.apply(sim_node, action)
+            self.drain(node)
         return True
 
     def apply(self, sim_node: SimNode, action: Input) -> None:
@@ -163,12 +242,20 @@ class Cluster:
         """Its storage sets the damage a read found aside; the replica starts again on what
         is left (between Readys: nothing unsynced is lost)."""
         assert sim_node.persisting is None
+        self.note(f"repair {sim_node.id}: damage at {sim_node.storage.needs_repair} set aside")
+        self.stops["repair"] += 1
         sim_node.storage.quarantine()
         sim_node.start()
+        self.topology_version += 1
+
+    def clock_ms(self, node: NodeId) -> int:
+        """What the node's own clock reads now."""
+        return self.nodes[node].clock.read(self.now)
 
     def tick(self, node: NodeId) -> None:
         if not self.is_paused(node):  # a stopped process misses its timers
-            self.input(node, lambda replica: replica.tick(now_ms=self.now))
+            now_ms = self.clock_ms(node)
+            self.input(node, lambda replica: replica.tick(now_ms=now_ms))
 
     def is_paused(self, node: NodeId) -> bool:
         return self.now < self.nodes[node].paused_until
@@ -176,6 +263,8 @@ class Cluster:
     def pause(self, node: NodeId, duration: int) -> None:
         """SIGSTOP: the node does nothing until now + duration, then catches up."""
         self.nodes[node].paused_until = self.now + duration
+        self.topology_version += 1
+        self.note(f"pause {node} for {duration}")
 
     def resume_due(self) -> list[NodeId]:
         """The nodes whose pause is over; each must then be `release`d."""
@@ -184,6 +273,7 @@ class Cluster:
             if sim_node.paused_until and not self.is_paused(node):
                 sim_node.paused_until = 0
                 resumed.append(node)
+                self.topology_version += 1
         return resumed
 
     def release(self, node: NodeId) -> None:
@@ -191,13 +281,22 @@ class Cluster:
         sim_node = self.nodes[node]
         replica = sim_node.replica
         if replica is not None and sim_node.persisting is None:
-            while sim_node.backlog:
-                self.apply(sim_node, sim_node.backlog.popleft())
-            self.drain(node)
+            with self.stopping_on_disk_errors(node):
+                self.step_backlog(sim_node, replica)
+                self.drain(node)
 
     def deliver(self, envelope: Envelope) -> None:
         self.in_flight.remove(envelope)
-        self.input(envelope.msg.recipient, lambda replica: replica.step(envelope.msg))
+        msg = envelope.msg
+        if self.trace is not None:
+            self.note(f"deliver {describe_message(msg)}")
+
+        def step(replica: Replica) -> None:
+            replica.step(msg)
+            for listener in self.on_message:
+                listener(msg.recipient, replica, msg)
+
+        self.input(msg.recipient, step)
 
     # ---------------------------------------------------------------- the driver ---------
     def drain(self, node: NodeId) -> None:
@@ -208,7 +307,7 @@ class Cluster:
             if replica is None or sim_node.persisting is not None:
                 return
             if sim_node.storage.needs_repair is not None:
-                self.repair(sim_node)  # a client's read found damage
+                self.repair(sim_node)  # a client's (or the checker's) read found damage
                 continue
             if not replica.has_ready():
                 return
@@ -219,6 +318,8 @@ class Cluster:
                     raise
                 self.repair(sim_node)
                 continue
+            for listener in self.on_ready:
+                listener(node, ready)
             write_ready(sim_node.storage, ready)
             self.send(ready.messages)
             self.complete(node, ready.completions)
@@ -243,25 +344,48 @@ class Cluster:
         self.send(ready.messages_after_persist)
         sim_node.persisting = None
         replica.advance(ready)
-        while sim_node.backlog:
+        self.step_backlog(sim_node, replica)
+
+    def step_backlog(self, sim_node: SimNode, replica: Replica) -> None:
+        """Step every input that waited, each seen by the `on_step` hooks (the checker)."""
+        while sim_node.backlog and sim_node.replica is replica:
             self.apply(sim_node, sim_node.backlog.popleft())
+            for hook in self.on_step:
+                hook()
 
     def finish_persist(self, node: NodeId) -> None:
         """The node's disk finished its sync."""
-        self.settle(self.nodes[node])
-        self.drain(node)
+        with self.stopping_on_disk_errors(node):
+            self.settle(self.nodes[node])
+            self.drain(node)
 
     def send(self, messages: Iterable[Message]) -> None:
         for msg in messages:
             if (msg.sender, msg.recipient) in self.cut or self.rng.random() < self.drop_rate:
+                if self.trace is not None:
+                    self.note(f"lose {describe_message(msg)}")
                 continue
             copies = 2 if self.rng.random() < self.duplicate_rate else 1
             for _ in range(copies):
-                low, high = self.delay_range
-                self.seq += 1
-                self.in_flight.append(
-                    Envelope(self.now + self.rng.randint(low, high), self.seq, msg)
-                )
+                long = self.long_delay_rate and self.rng.random() < self.long_delay_rate
+                self.schedule(msg, self.long_delay_range if long else self.delay_range)
+            if self.replay_rate and self.rng.random() < self.replay_rate:
+                self.schedule(msg, self.long_delay_range)
+
+    def schedule(self, msg: Message, delay_range: tuple[int, int]) -> None:
+        """Deliver `msg` after a delay drawn from `delay_range`; with `in_order`, never
+        before a message sent earlier on the same link (a healthy TCP connection)."""
+        low, high = delay_range
+        delay = self.rng.randint(low, high)
+        if delay > self.delay_range[1] and self.trace is not None:
+            self.note(f"delay {delay}: {describe_message(msg)}")
+        deliver_at = self.now + delay
+        if self.in_order:
+            link = (msg.sender, msg.recipient)
+            deliver_at = max(deliver_at, self.link_clear.get(link, 0))
+            self.link_clear[link] = deliver_at
+        self.seq += 1
+        self.in_flight.append(Envelope(deliver_at, self.seq, msg))
 
     def complete(self, node: NodeId, completions: Iterable[ProduceResult]) -> None:
         for result in completions:
@@ -274,17 +398,64 @@ class Cluster:
         sim_node = self.nodes[node]
         if sim_node.replica is None:
             return
+        self.note(f"crash {node}")
         sim_node.replica = None
         sim_node.persisting = None
         sim_node.backlog.clear()
         self.persist_due.pop(node, None)
+        self.topology_version += 1
         sim_node.storage.crash()
 
     def restart(self, node: NodeId) -> None:
         sim_node = self.nodes[node]
         if sim_node.replica is None:
             sim_node.manual_persist = False  # a restarted node's disk syncs normally
-            sim_node.start()
+            self.note(f"restart {node}")
+            self.topology_version += 1
+            with self.stopping_on_disk_errors(node):
+                sim_node.start()
+
+    @contextlib.contextmanager
+    def stopping_on_disk_errors(self, node: NodeId) -> Iterator[None]:
+        """Stop the node on a failed write or fsync; a read that found damage repairs the
+        node as soon as it is between Readys (see the rules of this file); any other error
+        goes on up."""
+        try:
+            yield
+        except OSError as error:
+            if error.errno not in DISK_ERRNOS:
+                raise
+            self.fail_stop(node, errno.errorcode[error.errno])
+        except StorageError:
+            if self.nodes[node].storage.needs_repair is None:
+                raise
+            self.repair_damaged_nodes()
+
+    def fail_stop(self, node: NodeId, cause: str) -> None:
+        """The node stops on a disk error: a crash, never a retry."""
+        self.note(f"fail-stop {node}: {cause}")
+        self.stops[cause] += 1
+        self.crash(node)
+        self.topology_version += 1
+
+    def repair_damaged_nodes(self) -> bool:
+        """Repair every running node whose log a read (a client's, or the checker's) found
+        damaged; a node that is syncing or paused repairs once it is between Readys again.
+        False when no node's log was found damaged."""
+        damaged = [
+            node
+            for node, n in self.nodes.items()
+            if n.replica is not None and n.storage.needs_repair is not None
+        ]
+        for node in damaged:
+            if self.nodes[node].persisting is None and not self.is_paused(node):
+                with self.stopping_on_disk_errors(node):  # setting aside writes too
+                    self.repair(self.nodes[node])
+        return bool(damaged)
+
+    def up(self, node: NodeId) -> bool:
+        """Running and taking input: started, not paused."""
+        return self.nodes[node].replica is not None and not self.is_paused(node)
 
     def isolate(self, node: NodeId, *, inbound: bool = True, outbound: bool = True) -> None:
         for other in self.ids:
@@ -294,14 +465,27 @@ class Cluster:
                 self.cut.add((node, other))
             if inbound:
                 self.cut.add((other, node))
+        self.topology_version += 1
+        self.note(f"isolate {node} (inbound {inbound}, outbound {outbound})")
 
     def partition(self, *groups: Iterable[NodeId]) -> None:
         """Cut every link between different groups (symmetric)."""
-        group_of = {node: index for index, group in enumerate(groups) for node in group}
+        listed = [sorted(group) for group in groups]
+        group_of = {node: index for index, group in enumerate(listed) for node in group}
         for a in self.ids:
             for b in self.ids:
                 if a != b and group_of.get(a, -1) != group_of.get(b, -2):
                     self.cut.add((a, b))
+        self.topology_version += 1
+        self.note("partition " + " | ".join(",".join(map(str, group)) for group in listed))
 
     def heal(self) -> None:
+        if self.cut:
+            self.note("heal")
+            self.topology_version += 1
         self.cut.clear()
+
+    def note(self, text: str) -> None:
+        """One line of the trace (`sim --trace`), when tracing."""
+        if self.trace is not None:
+            self.trace(f"t={self.now} {text}")

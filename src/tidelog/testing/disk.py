@@ -5,17 +5,24 @@ Each simulated node keeps its partition's log in a `DiskStorage` on its own
 lost, and half the crashes also tear the last unsynced write at a random byte. The node
 then recovers its log from what survived, exactly as it would from a real disk.
 
-`corrupt_committed_batch` flips a bit of a synced, committed batch: below the HWM
-checkpointed on disk, in the bytes its CRC-32C covers (from the CRC field on), so the log
-must find the batch corrupt when it recovers or reads it, and never serve it.
+Disk faults on top (`fail_next_sync`, `fill_up`, `corrupt_committed_batch`): an fsync that
+fails with EIO, a write that fails with ENOSPC, and a flipped bit in a committed batch.
+A bit is flipped only below the HWM checkpointed on disk, in the bytes the CRC-32C covers
+(from the CRC field on): that batch was synced, so the log must find it corrupt when it
+reads it (or recovers it) and never serve it; a batch above that HWM may be a torn tail,
+which recovery cuts as unsynced, so flipping there would model a loss, not a corruption.
+A log that finds such a batch marks itself for repair (`needs_repair`); the simulator then
+sets the damage aside (`quarantine`) and restarts the node's replica, as the broker does.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tidelog.core.messages import HardState
+from tidelog.core.producers import ProducerEntry
 from tidelog.core.storage import StoredState
 from tidelog.records import HEADER_SIZE, read_header
 from tidelog.types import Epoch, NodeId, Offset
@@ -31,26 +38,36 @@ SIM_WAL_CONFIG = WalConfig(
     hwm_checkpoint_interval_ms=0,
 )
 TEAR_PROBABILITY = 0.5
-CRC_POSITION = 17  # the CRC field: it and everything after it are covered by the CRC
+Snapshot = Callable[[Offset], tuple[ProducerEntry, ...]]
+CRC_POSITION = 17  # the CRC field: it and everything after it are covered by the CRC check
 
 
 class SimDiskStorage:
-    """A node's disk: LogStorage over DiskStorage, plus `crash()`."""
+    """A node's disk: LogStorage over DiskStorage, plus `crash()` and the disk faults."""
 
-    def __init__(self, node: NodeId, rng: random.Random) -> None:
+    def __init__(
+        self, node: NodeId, rng: random.Random, config: WalConfig = SIM_WAL_CONFIG
+    ) -> None:
         self.rng = rng
         self.fs = FaultyFileSystem(rng)
         self.directory = f"/data/node-{node}/topic-0"
+        self.config = config
         self.log = self.open()
-        self.rotten = False  # a bit flipped since the node last repaired (the simulator's)
 
     def open(self) -> DiskStorage:
-        return DiskStorage(self.directory, clock=lambda: 0, config=SIM_WAL_CONFIG, fs=self.fs)
+        return DiskStorage(self.directory, clock=lambda: 0, config=self.config, fs=self.fs)
 
     def crash(self) -> None:
         """Power cut, then recovery of what the disk kept."""
         self.fs.crash(tear=self.rng.random() < TEAR_PROBABILITY)
         self.log = self.open()
+
+    def retain(self, snapshot: Snapshot) -> Offset | None:
+        """Retention by size (`retention_bytes`), never at or above the saved HWM; the
+        producer snapshot at the new log start is `snapshot(start)`."""
+        if not self.log.apply_retention(now_ms=0, snapshot=snapshot):
+            return None
+        return self.log.log_start_offset
 
     @property
     def needs_repair(self) -> RepairNeeded | None:
@@ -59,14 +76,22 @@ class SimDiskStorage:
     def quarantine(self) -> bool:
         return self.log.quarantine()
 
+    # --- disk faults ------------------------------------------------------------------
+    def fail_next_sync(self) -> None:
+        self.fs.fail_next_sync()
+
+    def fill_up(self) -> None:
+        self.fs.fill_up()
+
     def corrupt_committed_batch(self) -> bool:
-        """Flip one bit of a random committed batch (see the module's docstring), then
-        reopen the log, as a node restarting would. False when there is no such batch."""
+        """Flip one bit of a random batch below the checkpointed HWM, in the bytes its CRC
+        covers (see the module's docstring). False when no such batch exists."""
         hwm = ckpt.read_offset(self.fs, self.directory, ckpt.HWM) or Offset(0)
+        start = ckpt.read_offset(self.fs, self.directory, ckpt.LOG_START_OFFSET) or Offset(0)
         batches = [
             (path, position, size)
             for path, position, base, size, next_offset in self.stored_batches()
-            if base >= self.log.log_start_offset and next_offset <= hwm
+            if base >= start and next_offset <= hwm
         ]
         if not batches:
             return False
@@ -74,8 +99,6 @@ class SimDiskStorage:
         self.fs.flip_bit(
             path, position + self.rng.randrange(CRC_POSITION, size), self.rng.randrange(8)
         )
-        self.log.release()
-        self.log = self.open()
         return True
 
     def stored_batches(self) -> Iterator[tuple[str, int, Offset, int, Offset]]:
@@ -109,11 +132,19 @@ class SimDiskStorage:
     def save_hwm(self, hwm: Offset) -> None:
         self.log.save_hwm(hwm)
 
-    def advance_log_start(self, offset: Offset) -> None:
-        self.log.advance_log_start(offset)
+    def advance_log_start(
+        self, offset: Offset, *, producers: tuple[ProducerEntry, ...] | None = None
+    ) -> None:
+        self.log.advance_log_start(offset, producers=producers)
 
-    def reset(self, *, start_offset: Offset, prev_epoch: Epoch) -> None:
-        self.log.reset(start_offset=start_offset, prev_epoch=prev_epoch)
+    def reset(
+        self,
+        *,
+        start_offset: Offset,
+        prev_epoch: Epoch,
+        producers: tuple[ProducerEntry, ...] | None = None,
+    ) -> None:
+        self.log.reset(start_offset=start_offset, prev_epoch=prev_epoch, producers=producers)
 
     def clear_repair_floor(self) -> None:
         self.log.clear_repair_floor()
@@ -124,3 +155,8 @@ class SimDiskStorage:
 
 def disk_storage(node: NodeId, rng: random.Random) -> SimDiskStorage:
     return SimDiskStorage(node, rng)
+
+
+def wal_config(*, retention_bytes: int | None) -> WalConfig:
+    """The simulator's disk log settings, with retention by size when given."""
+    return dataclasses.replace(SIM_WAL_CONFIG, retention_bytes=retention_bytes)

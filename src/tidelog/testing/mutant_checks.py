@@ -67,11 +67,11 @@ class SeedCheck:
     def run(self) -> str | None:
         """The first violation of this seed, or None."""
         replicas, disk = MODES[self.mode]
-        found = sim.run_seed(self.seed, replicas, SIM_TICKS, disk)
+        mode = sim.Mode(replicas, SIM_TICKS, disk)
+        found = sim.run_seed(self.seed, mode).violations
         if not found:
             return None
-        command = sim.reproduce_command(self.seed, replicas, SIM_TICKS, disk)
-        return f"{found[0]}  (reproduce: {command})"
+        return f"{found[0]}  (reproduce: {sim.reproduce_command(self.seed, mode)})"
 
 
 @dataclass(frozen=True, slots=True)

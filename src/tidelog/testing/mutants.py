@@ -368,7 +368,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "probe-takes-any-answer",
         "a probing leader takes only the answer to its probe (scenario 19)",
         REPLICA,
-        "if progress.probing and msg.seq != progress.probe_seq:",
+        "if progress.probing and msg.seq < progress.probe_seq:",
         "if False:",
     ),
     Mutant(
@@ -413,6 +413,28 @@ CATALOGUE: tuple[Mutant, ...] = (
         "progress.probe_sent = False  # resent, as it was (a reset as a reset)\n"
         "                continue",
         "continue",
+    ),
+    Mutant(
+        "producer-snapshot-not-saved",
+        "storage saves the producer snapshot with a new log start (scenario 23)",
+        REPLICA,
+        "producers=() if new_start is None else self.producers.snapshot(new_start),",
+        "producers=(),",
+    ),
+    Mutant(
+        "reset-forgets-producers",
+        "a reset carries the leader's producer snapshot and the follower keeps it (scenario 24)",
+        REPLICA,
+        "            self.producers = ProducerStates()\n"
+        "            self.producers.restore(entries)",
+        "            self.producers = ProducerStates()",
+    ),
+    Mutant(
+        "probe-copies-refused",
+        "an answer to any copy of the current probe ends it (a network slower than a heartbeat)",
+        REPLICA,
+        "if progress.probe_key != key:  # a new probe, not a copy of the last",
+        "if True:",
     ),
 )
 

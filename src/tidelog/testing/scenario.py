@@ -83,7 +83,7 @@ def describe_message(msg: Message) -> str:
     head = f"{msg.sender}->{msg.recipient}"
     if isinstance(msg, AppendRequest):
         body = describe_batches(msg.batches) if msg.batches else "heartbeat"
-        body = "reset" if msg.reset else body
+        body = f"reset producers={len(msg.producers)}" if msg.reset else body
         prev = f"prev={msg.prev_offset}/e{msg.prev_epoch}"
         return f"{head} Append e{msg.epoch} {prev} hwm={msg.hwm} {body}"
     if isinstance(msg, AppendResponse):

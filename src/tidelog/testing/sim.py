@@ -1,41 +1,69 @@
-"""The randomized simulator: real replicas, fake network, clock and disk, one seed per run.
+"""The randomized simulator: real replicas, fake network, clocks and disk, one seed per run.
 
     python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|5] [--ticks T]
+                                  [--disk] [--jobs J] [--faults full|classic] [--trace]
 
-A run has a safety phase (crashes that lose unsynced writes, partitions symmetric and
-asymmetric, drops, duplicates, reordering delays, slow disks; on disk, a bit flipped in a
-crashed node's committed data while no other node is repairing) and then a liveness phase
-(heal everything; within a bounded time a leader must exist, a new acks=all write must
-commit, and all replicas must converge). The checker sees every step. A failing seed
-prints the command that reproduces it; the last line is `N seeds, V violations`.
+Each seed first draws its settings (`faults.py`): min.insync.replicas (a majority, or above
+it: 3 of 3, 4 of 5), pre-vote and check-quorum on or off, one batch per append or up to
+2 KiB, each node's clock offset and rate, drops, duplicates, delays (a share of them longer
+than an election timeout, a share of messages delivered once more that late), slow disks,
+retention, steady or bursty writes. A safety phase follows, in stormy and calm windows:
+crashes that lose unsynced writes, partitions symmetric and one-way, pauses, a minority
+kept down for a while, DeleteRecords (at the HWM, below it, and past it: refused),
+retention racing with resets and stale acknowledgements, and with `--disk` fsyncs failing
+with EIO, writes failing with ENOSPC and bits flipping in a minority's committed batches.
+Then a liveness phase: heal everything; within a bounded time a leader must exist, a new
+acks=all write must commit, and all replicas must converge. `--faults classic` runs the
+model from before scenarios 19-22 instead, so the seeds it found replay.
+
+The checker (`checker.py`) sees every step; the monitors (`monitors.py`) watch leases,
+check-quorum, probes and progress while a quorum is up and connected. A node whose log is
+found damaged (by its own read, a client's or the checker's) sets the damage aside and
+starts again with a repair floor, as the broker does, and catches up from its leader.
+A failing seed prints the command that reproduces it; `--trace` prints every event of a
+seed. The last lines count the disk faults and say `N seeds, V violations`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tidelog.core.messages import ProduceResult
 from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE, Replica, ReplicaConfig, Role
-from tidelog.errors import LogDiverged, OffsetOutOfRange, TidelogError
+from tidelog.errors import (
+    FencedEpoch,
+    LogDiverged,
+    NotLeader,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    StorageError,
+    TidelogError,
+    UnknownProducerId,
+)
 from tidelog.records import read_header
 from tidelog.testing.checker import Checker
-from tidelog.testing.cluster import Cluster, StorageFactory, memory_storage
-from tidelog.testing.disk import SimDiskStorage, disk_storage
+from tidelog.testing.cluster import Cluster, SimMemoryStorage, SimStorage
+from tidelog.testing.disk import SimDiskStorage, wal_config
+from tidelog.testing.faults import MICROS_PER_TICK, Faults, Settings, heal_disks, replica_config
+from tidelog.testing.monitors import LeaseMonitor, ProbeMonitor, ProgressMonitor, QuorumMonitor
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
-MICROS_PER_TICK = 10
-PAUSE_TICKS_MIN = 5
-PAUSE_TICKS_MAX = 40
 IDEMPOTENT_PRODUCER_ID = 1000
-LIVENESS_TICKS_MAX = 400
+LIVENESS_TICKS_MAX = 1500  # catching a far-behind follower up one batch per append is slow
+# While a quorum is up and connected, replication never stalls this many ticks, and no
+# follower of the leader goes this many without taking anything (monitors.py).
+PROGRESS_TICKS_MAX = 300
+FOLLOWER_STUCK_TICKS_MAX = 100
+PAIRS_EVERY_TICKS = 20  # how often any two replicas' committed prefixes are compared
 CONSUMERS = 3
 FETCH_BYTES_MAX = 16 * 1024
 
@@ -55,6 +83,7 @@ def build_batch(
 class Consumer:
     position: Offset = field(default_factory=lambda: Offset(0))
     last_epoch: Epoch = NO_EPOCH
+    leader_epoch: Epoch = NO_EPOCH  # the newest leader epoch it knows of (KIP-320)
 
 
 @dataclass
@@ -69,13 +98,19 @@ class Workload:
     leader_hint: NodeId | None = None
     in_flight: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     acked_all: int = 0
+    on_acked_all: list[Callable[[], None]] = field(default_factory=list)
     # The idempotent producer: one batch in flight, retried as is until acknowledged.
     idempotent_batch: bytes | None = None
     idempotent_request: int | None = None
     idempotent_sequence: int = 0
+    idempotent_epoch: int = 0
     consumers: list[Consumer] = field(
         default_factory=lambda: [Consumer() for _ in range(CONSUMERS)]
     )
+    # Without check-quorum a deposed leader holds no lease and serves: consumers then name
+    # the leader epoch they know, which fences it (KIP-320). With it, the lease alone must
+    # keep every leader's answers fresh.
+    send_leader_epoch: bool = False
 
     def __post_init__(self) -> None:
         self.cluster.listeners.append(self.on_completion)
@@ -86,9 +121,10 @@ class Workload:
             return
         if self.idempotent_batch is None:
             self.produced += 1
-            value = f"{self.seed}:idem:{self.idempotent_sequence}".encode()
+            epoch, sequence = self.idempotent_epoch, self.idempotent_sequence
+            value = f"{self.seed}:idem:{epoch}:{sequence}".encode()
             count = self.rng.choice((1, 3))
-            producer = (IDEMPOTENT_PRODUCER_ID, 0, self.idempotent_sequence)
+            producer = (IDEMPOTENT_PRODUCER_ID, epoch, sequence)
             self.idempotent_batch = build_batch(value, records=count, producer=producer)
         self.produced += 1
         request_id = self.produced
@@ -96,6 +132,7 @@ class Workload:
         self.idempotent_request = request_id
         self.in_flight[request_id] = (batch, ACKS_ALL)
         node = self.pick_node()
+        self.cluster.note(f"produce #{request_id} to {node} (idempotent)")
         if not self.cluster.input(
             node, lambda replica: replica.propose(request_id, batch, acks=ACKS_ALL)
         ):
@@ -114,6 +151,7 @@ class Workload:
         batch = build_batch(f"{self.seed}:{self.produced}".encode(), records=count)
         self.in_flight[self.produced] = (batch, acks)
         request_id = self.produced
+        self.cluster.note(f"produce #{request_id} to {node} (acks={acks}, {count} records)")
         self.cluster.input(node, lambda replica: replica.propose(request_id, batch, acks=acks))
 
     def pick_node(self) -> NodeId:
@@ -121,55 +159,96 @@ class Workload:
             return self.leader_hint
         return self.rng.choice(self.cluster.ids)
 
-    def delete_records(self) -> None:
-        """DeleteRecords on a leader, up to a random offset within its HWM."""
+    def delete_records(self, at_hwm_share: float, past_hwm_share: float) -> None:
+        """DeleteRecords on a leader: at its HWM (`at_hwm_share` of the time), past it
+        (`past_hwm_share`: it must be refused), else up to it."""
         leaders = [n for n, r in self.cluster.live_replicas() if r.role is Role.LEADER]
         if not leaders:
             return
         node = self.rng.choice(leaders)
         replica = self.cluster.replica(node)
         low, high = replica.log.log_start_offset, min(replica.hwm, replica.log.log_end_offset)
-        offset = Offset(self.rng.randint(low, high))
+        roll = self.rng.random() if at_hwm_share or past_hwm_share else 1.0
+        if roll < past_hwm_share:
+            offset = Offset(high + self.rng.randint(1, 3))
+        elif roll < past_hwm_share + at_hwm_share:
+            offset = Offset(high)
+        else:
+            offset = Offset(self.rng.randint(low, high))
+        self.cluster.note(f"DeleteRecords({offset}) on {node}")
+        self.cluster.input(node, lambda replica: self.delete_on(node, replica, offset))
 
-        def delete(replica: Replica) -> None:
-            # Deposed, or the HWM is behind: DeleteRecords fails, as it should.
-            with contextlib.suppress(TidelogError):
-                replica.delete_records(offset)
-
-        self.cluster.input(node, delete)
+    def delete_on(self, node: NodeId, replica: Replica, offset: Offset) -> None:
+        """DeleteRecords as the replica takes it (maybe later: it was busy or paused)."""
+        readable_end = min(replica.hwm, replica.log.log_end_offset)
+        try:
+            low_watermark = replica.delete_records(offset)
+        except (NotLeader, OffsetOutOfRange):
+            return  # deposed meanwhile, or past the HWM: refused, as it must be
+        if offset > readable_end:
+            self.checker.fail(
+                f"node {node}: DeleteRecords({offset}) past the HWM {readable_end} was executed"
+            )
+        self.cluster.note(f"DeleteRecords({offset}) on {node}: log start {low_watermark}")
 
     def on_completion(self, node: NodeId, result: ProduceResult) -> None:
         batch, acks = self.in_flight.pop(result.request_id, (b"", ACKS_NONE))
+        if self.cluster.trace is not None:
+            outcome = result.error or f"at {result.base_offset}"
+            self.cluster.note(f"produce #{result.request_id} answered by {node}: {outcome}")
         if result.request_id == self.idempotent_request:
             self.idempotent_request = None
             if result.error is None:
                 header = read_header(batch)
                 self.idempotent_sequence += header.last_offset_delta + 1
                 self.idempotent_batch = None
+            elif isinstance(result.error, (UnknownProducerId, OutOfOrderSequence)):
+                # Its state is gone (deleted with the records, or a batch was lost): the
+                # batch fails, and the producer goes on in a new epoch from sequence 0, as
+                # Kafka's idempotent producer does. Never a duplicate: the new batch is new.
+                self.idempotent_epoch += 1
+                self.idempotent_sequence = 0
+                self.idempotent_batch = None
         if result.error is None:
             self.leader_hint = node
             if acks == ACKS_ALL and result.base_offset is not None:
                 self.acked_all += 1
                 self.checker.on_acked(result.base_offset, batch)
+                for listener in self.on_acked_all:
+                    listener()
             return
         hint = getattr(result.error, "leader_hint", None)
         self.leader_hint = hint if hint is not None else self.rng.choice(self.cluster.ids)
 
     def consume(self, node: NodeId | None = None) -> None:
+        """One fetch by a consumer (and from a leader a ListOffsets "latest" too), checked.
+        A log found damaged by the read repairs its node (the batch is never served)."""
         consumer = self.rng.choice(self.consumers)
         node = self.rng.choice(self.cluster.ids) if node is None else node
         replica = self.cluster.nodes[node].replica
         busy = self.cluster.nodes[node].persisting is not None or self.cluster.is_paused(node)
         if replica is None or busy:
             return
+        with self.cluster.stopping_on_disk_errors(node):
+            self.fetch(node, replica, consumer)
+            self.ask_latest(node, replica)
+
+    def fetch(self, node: NodeId, replica: Replica, consumer: Consumer) -> None:
         known = consumer.position > 0 and consumer.last_epoch != NO_EPOCH
         last_epoch = consumer.last_epoch if known else None
+        named = self.send_leader_epoch and consumer.leader_epoch != NO_EPOCH
         result = replica.fetch(
             consumer.position,
             max_bytes=FETCH_BYTES_MAX,
             last_fetched_epoch=last_epoch,
-            now_ms=self.cluster.now,
+            current_leader_epoch=consumer.leader_epoch if named else None,
+            now_ms=self.cluster.clock_ms(node),
         )
+        if isinstance(result.error, FencedEpoch) or replica.role is Role.LEADER:
+            # A metadata refresh tells it the epoch of the leader it asks.
+            consumer.leader_epoch = max(consumer.leader_epoch, replica.epoch)
+        if isinstance(result.error, FencedEpoch):
+            return
         if (
             isinstance(result.error, OffsetOutOfRange)
             and consumer.position < result.log_start_offset
@@ -190,136 +269,87 @@ class Workload:
             if header.next_offset > consumer.position:
                 consumer.position = header.next_offset
                 consumer.last_epoch = header.epoch
+            consumer.leader_epoch = max(consumer.leader_epoch, header.epoch)
 
-
-@dataclass
-class Faults:
-    """The fault schedule of one seed, drawn from its rng."""
-
-    crash_rate: float
-    partition_rate: float
-    heal_rate: float
-    restart_rate: float
-    pause_rate: float
-    rot_rate: float = 0.0
-
-    @classmethod
-    def draw(cls, rng: random.Random, *, rot: bool = False) -> Faults:
-        return cls(
-            crash_rate=rng.uniform(0.0005, 0.004),
-            partition_rate=rng.uniform(0.0005, 0.004),
-            heal_rate=rng.uniform(0.002, 0.01),
-            restart_rate=rng.uniform(0.002, 0.02),
-            pause_rate=rng.uniform(0.0005, 0.003),
-            rot_rate=rng.uniform(0.0005, 0.003) if rot else 0.0,
-        )
-
-    def maybe_inject(self, cluster: Cluster, rng: random.Random) -> None:
-        roll = rng.random()
-        if roll < self.crash_rate:
-            # Half the crashes hit a node mid-sync: the moment unsynced state is lost.
-            syncing = [node for node, n in cluster.nodes.items() if n.persisting is not None]
-            pool = syncing if syncing and rng.random() < 0.5 else list(cluster.ids)
-            cluster.crash(rng.choice(pool))
+    def ask_latest(self, node: NodeId, replica: Replica) -> None:
+        """ListOffsets "latest" (the HWM) from a leader: it never goes back either."""
+        if replica.role is not Role.LEADER:
             return
-        roll -= self.crash_rate
-        if roll < self.partition_rate:
-            inject_partition(cluster, rng)
-            return
-        roll -= self.partition_rate
-        if roll < self.heal_rate:
-            cluster.heal()
-            return
-        roll -= self.heal_rate
-        if roll < self.restart_rate:
-            down = [node for node in cluster.ids if not cluster.nodes[node].alive]
-            if down:
-                cluster.restart(rng.choice(down))
-            return
-        roll -= self.restart_rate
-        if roll < self.pause_rate:
-            leaders = [n for n, replica in cluster.live_replicas() if replica.role is Role.LEADER]
-            node = (
-                rng.choice(leaders) if leaders and rng.random() < 0.7 else rng.choice(cluster.ids)
-            )
-            cluster.pause(node, rng.randint(PAUSE_TICKS_MIN, PAUSE_TICKS_MAX) * MICROS_PER_TICK)
-            return
-        roll -= self.pause_rate
-        if roll < self.rot_rate:
-            rot(cluster, rng)
+        try:
+            latest = replica.latest_offset(now_ms=self.cluster.clock_ms(node))
+        except TidelogError:
+            return  # no lease, or a new leader's HWM below its epoch: retriable
+        self.checker.on_leader_hwm(node, latest)
 
 
-def rot(cluster: Cluster, rng: random.Random) -> None:
-    """Flip a bit in the committed data of a crashed node, unless a node is damaged already
-    (rotten and not restarted, or still repairing): damage stays within one node at a time,
-    so a good copy of everything committed survives on a majority less one."""
-    storages: dict[NodeId, SimDiskStorage] = {}
-    for node in cluster.ids:
-        storage = cluster.nodes[node].storage
-        assert isinstance(storage, SimDiskStorage)
-        storages[node] = storage
-        replica = cluster.nodes[node].replica
-        if replica is not None and replica.repair_floor is None:
-            storage.rotten = False  # started since, and repaired
-    down = [node for node in cluster.ids if not cluster.nodes[node].alive]
-    if down and not any(storage.rotten for storage in storages.values()):
-        storage = storages[rng.choice(down)]
-        storage.rotten = storage.corrupt_committed_batch()
+@dataclass(frozen=True, slots=True)
+class SeedResult:
+    """What one seed found, and the fail-stops and repairs it caused (EIO, ENOSPC, repair)."""
 
-
-def inject_partition(cluster: Cluster, rng: random.Random) -> None:
-    kind = rng.randrange(3)
-    leaders = [node for node, replica in cluster.live_replicas() if replica.role is Role.LEADER]
-    node = rng.choice(leaders) if leaders and rng.random() < 0.6 else rng.choice(cluster.ids)
-    if kind == 0:
-        cluster.isolate(node)
-    elif kind == 1:
-        cluster.isolate(node, inbound=rng.random() < 0.5, outbound=rng.random() < 0.5)
-    else:
-        shuffled = list(cluster.ids)
-        rng.shuffle(shuffled)
-        cut = rng.randrange(1, len(shuffled))
-        cluster.partition(shuffled[:cut], shuffled[cut:])
-
-
-def sim_config(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
-    return ReplicaConfig(
-        node,
-        members,
-        election_ticks=10,
-        heartbeat_ticks=2,
-        inflight_appends_max=4,
-        tick_ms=MICROS_PER_TICK,
-        append_bytes_max=2048,
-        produce_timeout_ticks=40,
-    )
+    violations: list[str]
+    stops: dict[str, int]
 
 
 @dataclass
 class Run:
-    """One seed: the cluster, its workload and checker, and the simulated clock."""
+    """One seed: its settings, the cluster, its workload, checker and monitors, the clock."""
 
     seed: int
     replicas: int
     ticks: int
-    storage: StorageFactory = memory_storage
-    config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig] = sim_config
+    disk: bool = False
+    trace: Callable[[str], None] | None = None
+    classic: bool = False  # the classic fault model (faults.py), so old seeds replay
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
-        self.cluster = Cluster(
-            replicas=self.replicas, rng=self.rng, config=self.config, storage=self.storage
-        )
-        self.checker = Checker()
+        if self.classic:
+            self.retention_bytes: int | None = None
+            self.cluster = self.new_cluster(replica_config)
+            self.settings = settings = Settings.draw_classic(self.rng, self.replicas)
+            self.faults = Faults.draw_classic(self.rng)
+        else:
+            self.settings = settings = Settings.draw(self.rng, self.replicas)
+            self.retention_bytes = settings.retention_bytes
+            self.cluster = self.new_cluster(settings.replica_config)
+            self.faults = Faults.draw(self.rng, settings, disk=self.disk, ticks=self.ticks)
+        for sim_node, clock in zip(self.cluster.nodes.values(), settings.clocks, strict=True):
+            sim_node.clock = clock
+        settings.apply_network(self.cluster)
+        self.checker = Checker(leases=settings.check_quorum)
         self.workload = Workload(self.cluster, self.checker, self.rng, self.seed)
-        self.phase = {node: self.rng.randrange(MICROS_PER_TICK) for node in self.cluster.ids}
-        self.cluster.drop_rate = self.rng.choice((0.0, 0.01, 0.05, 0.1))
-        self.cluster.duplicate_rate = self.rng.choice((0.0, 0.01, 0.05))
-        self.cluster.delay_range = (1, self.rng.choice((3, 8, 20, 40)))
-        self.cluster.persist_delay_range = (1, self.rng.choice((1, 5, 15, 40)))
-        self.produce_rate = self.rng.uniform(0.02, 0.2)
-        self.consume_rate = self.rng.uniform(0.02, 0.2)
-        self.delete_rate = self.rng.choice((0.0, 0.001, 0.004))
+        self.workload.send_leader_epoch = not settings.check_quorum
+        self.progress = ProgressMonitor(
+            self.cluster,
+            self.checker,
+            quorum_size=settings.quorum_size,
+            check_quorum=settings.check_quorum,
+            bound=PROGRESS_TICKS_MAX * MICROS_PER_TICK,
+            follower_bound=FOLLOWER_STUCK_TICKS_MAX * MICROS_PER_TICK,
+        )
+        self.workload.on_acked_all.append(self.progress.on_commit)
+        self.cluster.on_step.append(self.check)
+        self.quorum = QuorumMonitor(self.cluster, self.checker) if settings.check_quorum else None
+        if settings.check_quorum:
+            LeaseMonitor(self.cluster, self.checker)
+        ProbeMonitor(self.cluster, self.checker)
+        self.states: dict[NodeId, str] = {}
+        self.produce_rate = settings.produce_rate  # none in the liveness phase
+        self.producing = True  # bursty writes (settings.burst_ticks) pause by turns
+        self.note(f"settings {settings}")
+
+    def new_cluster(self, config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig]) -> Cluster:
+        cluster = Cluster(replicas=self.replicas, rng=self.rng, config=config, storage=self.storage)
+        cluster.trace = self.trace
+        return cluster
+
+    def storage(self, node: NodeId, rng: random.Random) -> SimStorage:
+        if self.disk:
+            return SimDiskStorage(node, rng, wal_config(retention_bytes=self.retention_bytes))
+        return SimMemoryStorage(self.retention_bytes)
+
+    def note(self, text: str) -> None:
+        self.cluster.note(text)
 
     def step(self, faults: Faults | None) -> None:
         """One microtick: due deliveries, disk completions, clock ticks, clients, faults."""
@@ -345,56 +375,136 @@ class Run:
                 cluster.finish_persist(node)
                 self.check()
         for node in cluster.ids:
-            if now % MICROS_PER_TICK == self.phase[node]:
+            if cluster.nodes[node].clock.ticks_at(now, MICROS_PER_TICK):
                 cluster.tick(node)
                 self.check()
-        if self.rng.random() < self.produce_rate:
+        if self.settings.burst_ticks and self.rng.random() < 1 / (
+            self.settings.burst_ticks * MICROS_PER_TICK
+        ):
+            self.producing = not self.producing
+        if self.producing and self.rng.random() < self.produce_rate:
             self.workload.produce()
             self.check()
-        if self.rng.random() < self.consume_rate:
+        if self.rng.random() < self.settings.consume_rate:
             self.workload.consume()
-        if faults is not None and self.rng.random() < self.delete_rate:
-            self.workload.delete_records()
-            self.check()
         if faults is not None:
-            faults.maybe_inject(cluster, self.rng)
+            self.step_faults(faults)
+        self.progress.check()
+        if now % (PAIRS_EVERY_TICKS * MICROS_PER_TICK) == 0:
+            self.compare_committed()
+
+    def step_faults(self, faults: Faults) -> None:
+        """The safety phase's extras: DeleteRecords, retention, faults."""
+        settings = self.settings
+        if self.rng.random() < settings.delete_rate:
+            self.workload.delete_records(
+                settings.delete_at_hwm_share, settings.delete_past_hwm_share
+            )
             self.check()
+        if settings.retention_rate and self.rng.random() < settings.retention_rate:
+            self.retain(self.rng.choice(self.cluster.ids))
+            self.check()
+        faults.maybe_inject(self.cluster, self.rng)
+        self.check()
+
+    def retain(self, node: NodeId) -> None:
+        """Retention on one node: its storage deletes below the saved HWM, then the
+        replica learns where its log starts (as the broker's partition runner does)."""
+        storage = self.cluster.nodes[node].storage
+
+        def retain(replica: Replica) -> None:
+            start = storage.retain(replica.producer_snapshot)
+            if start is not None:
+                self.note(f"retention on {node}: log start {start}")
+                replica.note_log_start(start)
+
+        self.cluster.input(node, retain)
 
     def check(self) -> None:
+        """The checker's invariants and the check-quorum monitor, over every live node.
+        A log the checker finds damaged as it reads is repaired (see `Cluster`)."""
         for node, sim_node in self.cluster.nodes.items():
-            if sim_node.replica is not None:
+            replica = sim_node.replica
+            if replica is None:
+                continue
+            try:
                 self.checker.check_replica(
                     node,
-                    sim_node.replica,
+                    replica,
                     sim_node.incarnation,
                     durable_hwm_at_start=sim_node.hwm_before_start,
                     repaired=sim_node.repaired,
                 )
+            except StorageError as error:
+                self.repair_damaged(error)
+                continue
+            if self.quorum is not None:
+                self.quorum.check(node, replica)
+            if self.trace is not None:
+                self.trace_state(node, replica)
+        self.checker.check_matches(self.live())
         self.checker.verify_acks()
 
-    def run(self) -> list[str]:
+    def repair_damaged(self, error: StorageError) -> None:
+        """A read found a damaged log: its node repairs (a StorageError with no log
+        marked for repair is a bug)."""
+        if not self.cluster.repair_damaged_nodes():
+            raise error
+
+    def compare_committed(self) -> None:
+        try:
+            self.checker.compare_committed(self.live())
+        except StorageError as error:
+            self.repair_damaged(error)
+
+    def trace_state(self, node: NodeId, replica: Replica) -> None:
+        """Trace a node's role, epoch and offsets whenever they change."""
+        log = replica.log
+        state = (
+            f"node {node}: {replica.role.value} e{replica.epoch} hwm={replica.hwm} "
+            f"start={log.log_start_offset} end={log.log_end_offset} "
+            f"durable={log.durable_end_offset}"
+        )
+        if self.states.get(node) != state:
+            self.states[node] = state
+            self.note(state)
+
+    def run(self) -> SeedResult:
         try:
             self.run_phases()
         except AssertionError as error:
             self.checker.fail(f"assertion failed at t={self.cluster.now}: {error}")
         except TidelogError as error:  # e.g. a log that needs repair: never expected here
             self.checker.fail(f"{type(error).__name__} at t={self.cluster.now}: {error}")
-        return self.checker.violations
+        except OSError as error:  # a disk error that escaped the fail-stop: a bug
+            self.checker.fail(f"unexpected {error!r} at t={self.cluster.now}")
+        for violation in self.checker.violations:
+            self.note(f"VIOLATION {violation}")
+        stops = Counter(self.cluster.stops)
+        if self.faults.flips:
+            stops["bit flips"] = self.faults.flips
+        return SeedResult(self.checker.violations, dict(stops))
 
     def run_phases(self) -> None:
-        faults = Faults.draw(self.rng, rot=self.storage is disk_storage)
         for _ in range(self.ticks * MICROS_PER_TICK):
-            self.step(faults)
+            self.step(self.faults)
             if self.checker.violations:
                 return
         self.heal_all()
         self.run_liveness()
 
     def heal_all(self) -> None:
+        """Heal the network (no partitions, drops, duplicates, late or reordered
+        messages) and the disks (no failure armed), and restart every node."""
         cluster = self.cluster
+        self.note("heal everything")
         cluster.heal()
         cluster.drop_rate = 0.0
         cluster.duplicate_rate = 0.0
+        cluster.long_delay_rate = 0.0
+        cluster.replay_rate = 0.0
+        cluster.in_order = True
+        heal_disks(cluster)
         for node in cluster.ids:
             cluster.restart(node)
 
@@ -411,11 +521,19 @@ class Run:
             self.step(None)
             if self.checker.violations:
                 return
-            if self.workload.acked_all > acked_before and self.converged() is None:
-                self.checker.check_final(self.live())
+            # Comparing whole logs is dear: once a tick is enough.
+            ticked = self.cluster.now % MICROS_PER_TICK == 0
+            if ticked and self.workload.acked_all > acked_before and self.converged() is None:
+                self.check_final()
                 return
         reason = self.converged() or "no acks=all write committed"
         self.checker.fail(f"liveness: not converged after {LIVENESS_TICKS_MAX} ticks: {reason}")
+
+    def check_final(self) -> None:
+        try:
+            self.checker.check_final(self.live())
+        except StorageError as error:
+            self.repair_damaged(error)
 
     def live(self) -> dict[NodeId, Replica]:
         return dict(self.cluster.live_replicas())
@@ -424,17 +542,33 @@ class Run:
         replicas = self.live()
         if not any(r.role is Role.LEADER for r in replicas.values()):
             return "no leader"
-        return self.checker.check_converged(replicas)
+        try:
+            return self.checker.check_converged(replicas)
+        except StorageError as error:
+            self.repair_damaged(error)
+            return "a log was found damaged"
 
 
-def run_seed(seed: int, replicas: int, ticks: int, disk: bool = False) -> list[str]:
-    return Run(seed, replicas, ticks, storage=disk_storage if disk else memory_storage).run()
+class Mode(NamedTuple):
+    """What every seed of a sweep runs with."""
+
+    replicas: int
+    ticks: int
+    disk: bool = False
+    classic: bool = False
 
 
-def reproduce_command(seed: int, replicas: int, ticks: int, disk: bool = False) -> str:
+def run_seed(seed: int, mode: Mode, trace: bool = False) -> SeedResult:
+    run = Run(seed, mode.replicas, mode.ticks, mode.disk, print if trace else None, mode.classic)
+    return run.run()
+
+
+def reproduce_command(seed: int, mode: Mode) -> str:
     return (
         f"python -m tidelog.testing.sim --seeds 1 --first-seed {seed} "
-        f"--replicas {replicas} --ticks {ticks}" + (" --disk" if disk else "")
+        f"--replicas {mode.replicas} --ticks {mode.ticks}"
+        + (" --disk" if mode.disk else "")
+        + (" --faults classic" if mode.classic else "")
     )
 
 
@@ -452,10 +586,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="keep each log in the real disk log on a fault-injecting file system",
     )
+    parser.add_argument(
+        "--faults",
+        choices=("full", "classic"),
+        default="full",
+        help="the fault model; classic replays seeds found before scenarios 19-22",
+    )
+    parser.add_argument(
+        "--trace", action="store_true", help="print every event of the seed (with --seeds 1)"
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.ticks < 1 or args.jobs < 1:
         parser.error("--seeds, --ticks and --jobs must be positive")
+    if args.trace and args.seeds != 1:
+        parser.error("--trace prints the events of one seed: use it with --seeds 1")
     return args
+
+
+# How the summary names the fail-stops (Cluster.stops) and the bit flips.
+STOP_LABELS = {
+    "EIO": "nodes stopped by a failed fsync (EIO)",
+    "ENOSPC": "by a full disk (ENOSPC)",
+    "bit flips": "bits flipped in committed batches",
+    "repair": "repairs (a damaged batch set aside, the replica restarted)",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -463,18 +617,26 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     started = time.monotonic()
     violations = 0
-    counts = [args.replicas] * len(seeds), [args.ticks] * len(seeds), [args.disk] * len(seeds)
+    stops: Counter[str] = Counter()
+    mode = Mode(args.replicas, args.ticks, args.disk, args.faults == "classic")
+    modes, traces = [mode] * len(seeds), [args.trace] * len(seeds)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        parallel = args.jobs > 1 and not args.trace
         results = (
-            pool.map(run_seed, seeds, *counts) if args.jobs > 1 else map(run_seed, seeds, *counts)
+            pool.map(run_seed, seeds, modes, traces)
+            if parallel
+            else map(run_seed, seeds, modes, traces)
         )
-        for seed, found in zip(seeds, results, strict=True):
-            if found:
-                violations += len(found)
-                command = reproduce_command(seed, args.replicas, args.ticks, args.disk)
-                print(f"seed {seed}: {found[0]}  (reproduce: {command})")
+        for seed, result in zip(seeds, results, strict=True):
+            stops.update(result.stops)
+            if result.violations:
+                violations += len(result.violations)
+                command = reproduce_command(seed, mode)
+                print(f"seed {seed}: {result.violations[0]}  (reproduce: {command})")
     elapsed = time.monotonic() - started
     print(f"# {args.seeds / elapsed * 60:.0f} seeds per minute ({elapsed:.1f} s)", file=sys.stderr)
+    if stops:
+        print("# " + ", ".join(f"{label}: {stops[key]}" for key, label in STOP_LABELS.items()))
     print(f"{args.seeds} seeds, {violations} violations")
     return 0 if violations == 0 else 1
 

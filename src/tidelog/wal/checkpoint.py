@@ -6,6 +6,10 @@ Rules of this file:
 - Format (Kafka's leader-epoch-checkpoint and replication-offset-checkpoint): a version line
   `0`, a count line, then `count` lines of space-separated integers.
 - A missing checkpoint means "never written"; a malformed one raises StorageError.
+- `producer-snapshot-checkpoint` (tidelog's own, as Kafka's `.snapshot` files) holds the
+  idempotent producers' snapshot at the log start (`tidelog.core.producers`), one row per
+  producer: id, epoch, first and last sequence, base and next offset of its last batch
+  below the log start. It is written before the log start it belongs to.
 - `repair-floor-checkpoint` (tidelog's own) holds no row, or one: the epoch and end offset
   (-1: unknown) of the log before damage was set aside (`tidelog.core.storage.RepairFloor`),
   and the offset where a repair in progress cuts the log (-1: none in progress).
@@ -16,6 +20,7 @@ from __future__ import annotations
 import posixpath
 
 from tidelog.core.messages import HardState
+from tidelog.core.producers import ProducerEntry, SequencedBatch, entry_is_valid
 from tidelog.core.storage import EpochEntry, RepairFloor
 from tidelog.errors import StorageError
 from tidelog.types import Epoch, NodeId, Offset
@@ -32,6 +37,8 @@ LOG_START_OFFSET = "log-start-offset-checkpoint"
 RECOVERY_POINT = "recovery-point-offset-checkpoint"
 VOTE_STATE = "vote-state"
 REPAIR_FLOOR = "repair-floor-checkpoint"
+PRODUCERS = "producer-snapshot-checkpoint"
+OFFSET_MAX = Offset((1 << 63) - 1)
 UNKNOWN = -1
 
 
@@ -101,6 +108,24 @@ def read_hard_state(fs: FileSystem, directory: str) -> HardState:
 def hard_state_rows(hard_state: HardState) -> list[list[int]]:
     voted_for = NO_VOTE if hard_state.voted_for is None else hard_state.voted_for
     return [[hard_state.epoch, voted_for]]
+
+
+def read_producers(fs: FileSystem, directory: str) -> tuple[ProducerEntry, ...]:
+    """The producer snapshot at the log start; () when never written."""
+    rows = read_checkpoint(fs, posixpath.join(directory, PRODUCERS), width=6) or []
+    entries = []
+    for producer_id, epoch, first, last, base, end in rows:
+        entry = ProducerEntry(
+            producer_id, epoch, SequencedBatch(first, last, Offset(base), Offset(end))
+        )
+        if not entry_is_valid(entry, below=OFFSET_MAX):
+            raise StorageError(f"{directory}/{PRODUCERS}: impossible row {entry}")
+        entries.append(entry)
+    return tuple(entries)
+
+
+def producer_rows(entries: tuple[ProducerEntry, ...]) -> list[list[int]]:
+    return [[e.producer_id, e.epoch, *e.batch] for e in entries]
 
 
 def read_repair_floor(fs: FileSystem, directory: str) -> tuple[RepairFloor | None, Offset | None]:

@@ -15,7 +15,7 @@ Rules of this file:
   `fail_next_sync(code)` makes the next fsync, fdatasync or fsync_dir raise OSError(code)
   (EIO, ENOSPC) and sync nothing: as Linux may, it keeps showing the unsynced bytes, which
   a crash still loses (the caller must never retry as if they were durable: fsyncgate).
-  `crash()` disarms both.
+  `crash()` and `heal()` disarm both.
 Everything random comes from the injected `random.Random`: one seed decides a run.
 """
 
@@ -86,6 +86,11 @@ class FaultyFileSystem:
 
     def free_space(self) -> None:
         self._full = self._stays_full = False
+
+    def heal(self) -> None:
+        """The disk works again: a failure armed and not fired yet never fires."""
+        self.free_space()
+        self._sync_error = None
 
     def fail_next_sync(self, code: int = errno.EIO) -> None:
         """The next fsync, fdatasync or fsync_dir raises OSError(`code`), syncing nothing."""

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidelog.core.messages import HardState
+from tidelog.core.producers import ProducerEntry
 from tidelog.core.storage import (
     EpochEntry,
     RepairFloor,
@@ -147,6 +148,7 @@ class DiskStorage:
         self._repair_floor: RepairFloor | None = None
         self._repair_floor_dirty = False
         self._repair_cut: Offset | None = None  # where a repair in progress cuts the log
+        self._producers: tuple[ProducerEntry, ...] = ()  # the snapshot at the log start
         self.synced_end_offset = Offset(0)  # the log end as of the last completed sync
         try:
             self._recover()
@@ -163,6 +165,7 @@ class DiskStorage:
             log_end_offset=self.log_end_offset,
             epochs=tuple(self._epochs),
             repair_floor=self._repair_floor,
+            producers=self._producers,
         )
 
     def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
@@ -358,10 +361,16 @@ class DiskStorage:
         self.close()
 
     # --- retention --------------------------------------------------------------------
-    def apply_retention(self, now_ms: int) -> int:
+    def apply_retention(
+        self,
+        now_ms: int,
+        snapshot: Callable[[Offset], tuple[ProducerEntry, ...]] | None = None,
+    ) -> int:
         """Delete whole segments beyond retention_bytes or older than retention_ms, oldest
         first, never the active one and never one holding an offset at or above the HWM.
-        Durable on return. The number of segments deleted."""
+        `snapshot` gives the producer snapshot at a log start (the replica's
+        `producer_snapshot`); without it the one saved last is kept. Durable on return.
+        The number of segments deleted."""
         total = sum(segment.size_bytes for segment in self._segments)
         count = 0
         for segment in self._segments[:-1]:
@@ -373,18 +382,28 @@ class DiskStorage:
             total -= segment.size_bytes
             count += 1
         if count:
-            self._move_log_start(self._segments[count].base_offset)
+            start = self._segments[count].base_offset
+            self._move_log_start(start, snapshot(start) if snapshot else None)
         return count
 
-    def advance_log_start(self, offset: Offset) -> None:
+    def advance_log_start(
+        self, offset: Offset, *, producers: tuple[ProducerEntry, ...] | None = None
+    ) -> None:
         """DeleteRecords: make `offset` the log start offset, deleting the segments wholly
-        below it. Durable on return. Past the HWM raises OffsetOutOfRange."""
+        below it; `producers` is the producer snapshot there. Durable on return. Past the
+        HWM raises OffsetOutOfRange."""
         if offset > self._hwm:
             raise OffsetOutOfRange(offset, self.log_start_offset, self._hwm)
         if offset > self.log_start_offset:
-            self._move_log_start(offset)
+            self._move_log_start(offset, producers)
 
-    def reset(self, *, start_offset: Offset, prev_epoch: Epoch) -> None:
+    def reset(
+        self,
+        *,
+        start_offset: Offset,
+        prev_epoch: Epoch,
+        producers: tuple[ProducerEntry, ...] | None = None,
+    ) -> None:
         """Drop the whole log and start it empty at `start_offset`, which becomes the log
         start and the HWM: a follower behind its leader's log start (Kafka's
         truncateFullyAndStartAt). Everything below it is committed and deleted on the
@@ -393,6 +412,7 @@ class DiskStorage:
         segments below `start_offset` are hidden and any above it are an ordinary divergent
         tail. Durable on return."""
         self._check_serving()
+        self._save_producers(producers)
         self.log_start_offset = start_offset
         self._hwm = self._hwm_checkpointed = start_offset
         self._epochs = reset_epochs(start_offset, prev_epoch)
@@ -415,10 +435,24 @@ class DiskStorage:
         self._write_recovery_point(start_offset)
         self.synced_end_offset = start_offset
 
-    def _move_log_start(self, offset: Offset) -> None:
-        """Checkpoint the new log start first, then remove the segments below it: after a
-        crash in between, the checkpoint hides what was not removed yet."""
+    def _save_producers(self, producers: tuple[ProducerEntry, ...] | None) -> None:
+        """The producer snapshot of a new log start, durable before the log start itself:
+        a crash in between leaves a snapshot ahead of the log start (what the log replays
+        it knows already), never behind it (a deleted batch forgotten). None keeps the
+        snapshot saved last."""
+        if producers is not None and producers != self._producers:
+            self._producers = producers
+            rows = ckpt.producer_rows(producers)
+            ckpt.write_checkpoints(self._fs, self.directory, {ckpt.PRODUCERS: rows})
+
+    def _move_log_start(
+        self, offset: Offset, producers: tuple[ProducerEntry, ...] | None
+    ) -> None:
+        """Checkpoint the producer snapshot, then the new log start, then remove the
+        segments below it: after a crash in between, the checkpoint hides what was not
+        removed yet."""
         assert offset <= self._hwm
+        self._save_producers(producers)
         self.log_start_offset = offset
         files = {ckpt.LOG_START_OFFSET: ckpt.offset_rows(offset)}
         if self._hwm_checkpointed < offset:
@@ -637,6 +671,7 @@ class DiskStorage:
         point = ckpt.read_offset(self._fs, self.directory, ckpt.RECOVERY_POINT) or Offset(0)
         self._recovery_point = point
         self._repair_floor, self._repair_cut = ckpt.read_repair_floor(self._fs, self.directory)
+        self._producers = ckpt.read_producers(self._fs, self.directory)
         if not bases:
             self._segments = [self._new_segment(self.log_start_offset)]
             self._fs.fsync_dir(self.directory)

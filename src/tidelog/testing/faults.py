@@ -1,0 +1,373 @@
+"""What one seed draws: the replicas' settings, the clocks, the network, and the faults.
+
+Rules of this file:
+- Everything is drawn from the seed's `random.Random`, in a fixed order: one seed, one run.
+- Two fault models. `full` (the default) draws everything below. `classic` is the model
+  the simulator had before scenarios 19-22 (fixed settings, no clock drift, no long or
+  late messages, retention, outages, calm windows or disk faults), drawn in its order,
+  so a seed found with it (bug C's 3000308) replays exactly.
+- Faults are placed so that a failure means a bug (TigerBeetle): a quorum's durable copy
+  of every committed batch survives. Crashes lose only what was not synced; bits flip only
+  in committed batches of at most replicas - quorum_size nodes (each then repairs once its
+  log finds the damage); a failed fsync or a full disk stops the node, which
+  loses what it had not synced, as a crash does. Some seeds keep a minority (all but a
+  quorum) down for a long stretch (an outage): the others must make progress alone.
+- The safety phase is cut into windows of WINDOW_TICKS; a window is calm (no new crash,
+  partition, heal, restart, pause or disk fault: what is down or cut stays so; clients
+  carry on, DeleteRecords too) with the seed's `calm_share`. A calm window outlasts
+  the progress bound, so a replication that stalls for good (a stuck follower, scenario 20)
+  shows there, not only after the heal.
+- Clocks: each node's clock has its own offset and runs at its own rate, within
+  ±CLOCK_DRIFT_PPM of real time. The bound the core promises: a leader's read lease lasts
+  (E - M) ticks of its own clock from the moment it sent the request a voter answered (E =
+  election_ticks, M = LEASE_MARGIN_TICKS), while the voter refuses votes until its own E-th
+  tick after receiving it, which may come as early as (E - 1) ticks of its clock later (its
+  first tick may fall right after the receipt). The lease is sound while (E - M) /
+  rate_leader <= (E - 1) / rate_voter, i.e. rate_max / rate_min <= (E - 1) / (E - M): 9/8
+  with E = 10 and M = 2, so every rate within 1 ± 1/17 (±5.9 %). The drift drawn, ±5 %,
+  stays inside it (1.05 / 0.95 = 1.105 < 1.125).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from tidelog.core.replica import ReplicaConfig, Role
+from tidelog.testing.cluster import PPM, Cluster, NodeClock, SimStorage
+from tidelog.testing.disk import SimDiskStorage
+from tidelog.types import NodeId
+
+MICROS_PER_TICK = 10
+ELECTION_TICKS = 10
+CLOCK_DRIFT_PPM = 50_000
+CLOCK_OFFSET_MAX = 1_000_000
+PAUSE_TICKS_MIN = 5
+PAUSE_TICKS_MAX = 40
+# A long delay outlasts an election timeout: from just over one to three.
+LONG_DELAY_RANGE = ((ELECTION_TICKS + 1) * MICROS_PER_TICK, 3 * ELECTION_TICKS * MICROS_PER_TICK)
+WINDOW_TICKS = 200
+OUTAGE_SHARE = 0.3  # of the seeds, how many keep a minority down for a while
+OUTAGE_TICKS = (100, 300)
+CLASSIC_APPEND_BYTES_MAX = 2048
+# Retention keeps about this much of each log (memory: batches; disk: 2 KiB segments).
+RETENTION_BYTES_CHOICES = (None, 2048, 8192)
+
+
+def log_uniform(rng: random.Random, low: float, high: float) -> float:
+    return math.exp(rng.uniform(math.log(low), math.log(high)))
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a seed draws before it starts."""
+
+    replicas: int
+    min_insync_replicas: int | None  # None: a majority
+    pre_vote: bool
+    check_quorum: bool
+    append_bytes_max: int  # 1: one batch per append (a new leader's batch travels alone)
+    clocks: tuple[NodeClock, ...]
+    drop_rate: float
+    duplicate_rate: float
+    delay_max: int
+    long_delay_rate: float
+    replay_rate: float
+    persist_delay_max: int
+    retention_bytes: int | None
+    produce_rate: float
+    burst_ticks: int | None  # None: steady writes; else on and off by turns, this long on average
+    consume_rate: float
+    delete_rate: float
+    # DeleteRecords asks for the HWM itself this often, past it this often, else below it.
+    delete_at_hwm_share: float
+    delete_past_hwm_share: float
+    retention_rate: float
+
+    @classmethod
+    def draw(cls, rng: random.Random, replicas: int) -> Settings:
+        above_majority = replicas // 2 + 2  # 3 of 3, 4 of 5
+        return cls(
+            replicas=replicas,
+            min_insync_replicas=rng.choice((None, None, above_majority)),
+            pre_vote=rng.random() < 0.75,
+            check_quorum=rng.random() < 0.75,
+            append_bytes_max=rng.choice((2048, 2048, 1)),
+            clocks=tuple(
+                NodeClock(
+                    offset=rng.randrange(CLOCK_OFFSET_MAX),
+                    rate_ppm=rng.randint(PPM - CLOCK_DRIFT_PPM, PPM + CLOCK_DRIFT_PPM),
+                )
+                for _ in range(replicas)
+            ),
+            drop_rate=rng.choice((0.0, 0.01, 0.05, 0.1)),
+            duplicate_rate=rng.choice((0.0, 0.01, 0.05)),
+            delay_max=rng.choice((3, 8, 20, 40)),
+            long_delay_rate=rng.choice((0.0, 0.005, 0.02)),
+            replay_rate=rng.choice((0.0, 0.005, 0.02)),
+            persist_delay_max=rng.choice((1, 5, 15, 40)),
+            retention_bytes=rng.choice(RETENTION_BYTES_CHOICES),
+            produce_rate=rng.uniform(0.02, 0.2),
+            burst_ticks=rng.choice((None, 20, 60)),
+            consume_rate=rng.uniform(0.02, 0.2),
+            delete_rate=rng.choice((0.001, 0.004, 0.01, 0.02)),
+            delete_at_hwm_share=0.5,
+            delete_past_hwm_share=0.1,
+            retention_rate=rng.choice((0.001, 0.005)),
+        )
+
+    @classmethod
+    def draw_classic(cls, rng: random.Random, replicas: int) -> Settings:
+        """The classic model's settings, drawn in its order (after the cluster drew its
+        nodes' generators): each node ticks at its own phase of real time."""
+        phases = [rng.randrange(MICROS_PER_TICK) for _ in range(replicas)]
+        return cls(
+            replicas=replicas,
+            min_insync_replicas=None,
+            pre_vote=True,
+            check_quorum=True,
+            append_bytes_max=CLASSIC_APPEND_BYTES_MAX,
+            clocks=tuple(NodeClock(offset=-phase % MICROS_PER_TICK) for phase in phases),
+            drop_rate=rng.choice((0.0, 0.01, 0.05, 0.1)),
+            duplicate_rate=rng.choice((0.0, 0.01, 0.05)),
+            delay_max=rng.choice((3, 8, 20, 40)),
+            long_delay_rate=0.0,
+            replay_rate=0.0,
+            persist_delay_max=rng.choice((1, 5, 15, 40)),
+            retention_bytes=None,
+            produce_rate=rng.uniform(0.02, 0.2),
+            burst_ticks=None,
+            consume_rate=rng.uniform(0.02, 0.2),
+            delete_rate=rng.choice((0.0, 0.001, 0.004)),
+            delete_at_hwm_share=0.0,
+            delete_past_hwm_share=0.0,
+            retention_rate=0.0,
+        )
+
+    def replica_config(self, node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
+        return replica_config(
+            node,
+            members,
+            min_insync_replicas=self.min_insync_replicas,
+            pre_vote=self.pre_vote,
+            check_quorum=self.check_quorum,
+            append_bytes_max=self.append_bytes_max,
+        )
+
+    @property
+    def quorum_size(self) -> int:
+        majority = self.replicas // 2 + 1
+        return max(majority, self.min_insync_replicas or majority)
+
+    def apply_network(self, cluster: Cluster) -> None:
+        cluster.drop_rate = self.drop_rate
+        cluster.duplicate_rate = self.duplicate_rate
+        cluster.delay_range = (1, self.delay_max)
+        cluster.long_delay_rate = self.long_delay_rate
+        cluster.replay_rate = self.replay_rate
+        cluster.long_delay_range = LONG_DELAY_RANGE
+        cluster.persist_delay_range = (1, self.persist_delay_max)
+
+
+def replica_config(
+    node: NodeId,
+    members: tuple[NodeId, ...],
+    *,
+    min_insync_replicas: int | None = None,
+    pre_vote: bool = True,
+    check_quorum: bool = True,
+    append_bytes_max: int = CLASSIC_APPEND_BYTES_MAX,
+) -> ReplicaConfig:
+    """A simulated replica's settings (the defaults are the classic model's)."""
+    return ReplicaConfig(
+        node,
+        members,
+        election_ticks=ELECTION_TICKS,
+        heartbeat_ticks=2,
+        min_insync_replicas=min_insync_replicas,
+        inflight_appends_max=4,
+        tick_ms=MICROS_PER_TICK,
+        append_bytes_max=append_bytes_max,
+        produce_timeout_ticks=40,
+        pre_vote=pre_vote,
+        check_quorum=check_quorum,
+    )
+
+
+@dataclass
+class Faults:
+    """The fault schedule of one seed: a rate per microtick for each kind of fault."""
+
+    crash_rate: float
+    partition_rate: float
+    heal_rate: float
+    restart_rate: float
+    pause_rate: float
+    sync_error_rate: float  # disk only: the next fsync fails (EIO)
+    full_disk_rate: float  # disk only: the next write fails (ENOSPC)
+    corruption_rate: float  # disk only: a bit flips in a committed batch
+    corruptible: int  # how many nodes may ever hold a flipped bit
+    outage: tuple[NodeId, ...]  # a minority kept down over [outage_start, outage_end)
+    outage_start: int
+    outage_end: int
+    calm_share: float
+    calm: bool = False
+    corrupted: set[NodeId] = field(default_factory=set)
+    flips: int = 0
+
+    @classmethod
+    def draw(cls, rng: random.Random, settings: Settings, *, disk: bool, ticks: int) -> Faults:
+        disk_rate = rng.choice((0.0, 0.0002, 0.0005)) if disk else 0.0
+        minority = settings.replicas - settings.quorum_size
+        members = [NodeId(node) for node in range(1, settings.replicas + 1)]
+        outage = tuple(rng.sample(members, minority)) if rng.random() < OUTAGE_SHARE else ()
+        outage_start = rng.randrange(ticks // 2 + 1) * MICROS_PER_TICK
+        outage_end = outage_start + rng.randint(*OUTAGE_TICKS) * MICROS_PER_TICK
+        return cls(
+            crash_rate=rng.uniform(0.0005, 0.004),
+            partition_rate=rng.uniform(0.0005, 0.004),
+            heal_rate=log_uniform(rng, 0.0005, 0.01),
+            restart_rate=log_uniform(rng, 0.0003, 0.02),
+            pause_rate=rng.uniform(0.0005, 0.003),
+            sync_error_rate=disk_rate,
+            full_disk_rate=disk_rate,
+            corruption_rate=disk_rate,
+            corruptible=minority,
+            outage=outage,
+            outage_start=outage_start,
+            outage_end=outage_end,
+            calm_share=rng.choice((0.25, 0.5, 0.75)),
+        )
+
+    @classmethod
+    def draw_classic(cls, rng: random.Random) -> Faults:
+        """The classic model's schedule: crashes, partitions, heals, restarts, pauses."""
+        return cls(
+            crash_rate=rng.uniform(0.0005, 0.004),
+            partition_rate=rng.uniform(0.0005, 0.004),
+            heal_rate=rng.uniform(0.002, 0.01),
+            restart_rate=rng.uniform(0.002, 0.02),
+            pause_rate=rng.uniform(0.0005, 0.003),
+            sync_error_rate=0.0,
+            full_disk_rate=0.0,
+            corruption_rate=0.0,
+            corruptible=0,
+            outage=(),
+            outage_start=-1,
+            outage_end=-1,
+            calm_share=0.0,
+        )
+
+    def maybe_inject(self, cluster: Cluster, rng: random.Random) -> None:
+        self.step_outage(cluster)
+        if self.calm_share and cluster.now % (WINDOW_TICKS * MICROS_PER_TICK) == 1:
+            self.calm = rng.random() < self.calm_share
+            cluster.note("a calm window begins" if self.calm else "a stormy window begins")
+        if self.calm:
+            return
+        roll = rng.random()
+        for rate, inject in (
+            (self.crash_rate, inject_crash),
+            (self.partition_rate, inject_partition),
+            (self.heal_rate, inject_heal),
+            (self.restart_rate, self.inject_restart),
+            (self.pause_rate, inject_pause),
+            (self.sync_error_rate, inject_sync_error),
+            (self.full_disk_rate, inject_full_disk),
+            (self.corruption_rate, self.inject_corruption),
+        ):
+            if roll < rate:
+                inject(cluster, rng)
+                return
+            roll -= rate
+
+    def step_outage(self, cluster: Cluster) -> None:
+        """Take the outage's nodes down at its start; bring them back at its end."""
+        if cluster.now == self.outage_start and self.outage:
+            cluster.note(f"outage of {', '.join(map(str, self.outage))} begins")
+            for node in self.outage:
+                cluster.crash(node)
+        elif cluster.now == self.outage_end:
+            for node in self.outage:
+                cluster.restart(node)
+
+    def inject_restart(self, cluster: Cluster, rng: random.Random) -> None:
+        """Restart a node that is down (not one the outage keeps down)."""
+        held = self.outage if self.outage_start <= cluster.now < self.outage_end else ()
+        down = [n for n in cluster.ids if not cluster.nodes[n].alive and n not in held]
+        if down:
+            cluster.restart(rng.choice(down))
+
+    def inject_corruption(self, cluster: Cluster, rng: random.Random) -> None:
+        """Flip a bit in a committed batch of a node among at most `corruptible`."""
+        pool = sorted(self.corrupted) if len(self.corrupted) >= self.corruptible else cluster.ids
+        if not pool:
+            return
+        node = rng.choice(pool)
+        storage = disk_of(cluster.nodes[node].storage)
+        if storage.corrupt_committed_batch():
+            self.corrupted.add(node)
+            self.flips += 1
+            cluster.note(f"flip a bit in a committed batch of {node}")
+
+
+def heal_disks(cluster: Cluster) -> None:
+    """Disarm every disk failure armed and not fired yet (the liveness phase's heal)."""
+    for sim_node in cluster.nodes.values():
+        if isinstance(sim_node.storage, SimDiskStorage):
+            sim_node.storage.fs.heal()
+
+
+def disk_of(storage: SimStorage) -> SimDiskStorage:
+    assert isinstance(storage, SimDiskStorage), "disk faults need the disk log"
+    return storage
+
+
+def inject_crash(cluster: Cluster, rng: random.Random) -> None:
+    # Half the crashes hit a node mid-sync: the moment unsynced state is lost.
+    syncing = [node for node, n in cluster.nodes.items() if n.persisting is not None]
+    pool = syncing if syncing and rng.random() < 0.5 else list(cluster.ids)
+    cluster.crash(rng.choice(pool))
+
+
+def inject_partition(cluster: Cluster, rng: random.Random) -> None:
+    kind = rng.randrange(3)
+    node = pick_leader_mostly(cluster, rng, 0.6)
+    if kind == 0:
+        cluster.isolate(node)
+    elif kind == 1:
+        cluster.isolate(node, inbound=rng.random() < 0.5, outbound=rng.random() < 0.5)
+    else:
+        shuffled = list(cluster.ids)
+        rng.shuffle(shuffled)
+        cut = rng.randrange(1, len(shuffled))
+        cluster.partition(shuffled[:cut], shuffled[cut:])
+
+
+def inject_heal(cluster: Cluster, rng: random.Random) -> None:
+    del rng
+    cluster.heal()
+
+
+def inject_pause(cluster: Cluster, rng: random.Random) -> None:
+    node = pick_leader_mostly(cluster, rng, 0.7)
+    cluster.pause(node, rng.randint(PAUSE_TICKS_MIN, PAUSE_TICKS_MAX) * MICROS_PER_TICK)
+
+
+def inject_sync_error(cluster: Cluster, rng: random.Random) -> None:
+    node = rng.choice(cluster.ids)
+    if cluster.nodes[node].alive:
+        disk_of(cluster.nodes[node].storage).fail_next_sync()
+
+
+def inject_full_disk(cluster: Cluster, rng: random.Random) -> None:
+    node = rng.choice(cluster.ids)
+    if cluster.nodes[node].alive:
+        disk_of(cluster.nodes[node].storage).fill_up()
+
+
+def pick_leader_mostly(cluster: Cluster, rng: random.Random, share: float) -> NodeId:
+    """A leader with probability `share` (when there is one), else any node."""
+    leaders = [node for node, replica in cluster.live_replicas() if replica.role is Role.LEADER]
+    return rng.choice(leaders) if leaders and rng.random() < share else rng.choice(cluster.ids)

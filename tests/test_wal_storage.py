@@ -8,8 +8,9 @@ import random
 import pytest
 
 from tidelog.core.messages import HardState
+from tidelog.core.producers import ProducerEntry, SequencedBatch
 from tidelog.core.storage import EpochEntry, MemoryStorage
-from tidelog.errors import OffsetOutOfRange
+from tidelog.errors import OffsetOutOfRange, StorageError
 from tidelog.records import read_header
 from tidelog.types import Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, OsFileSystem, WalConfig
@@ -321,3 +322,61 @@ def test_memory_storage_keeps_the_last_epoch_of_an_emptied_log() -> None:
     assert storage.load().epochs == (EpochEntry(E2, Offset(5)),)
     storage.reset(start_offset=Offset(9), prev_epoch=Epoch(3))
     assert storage.load().epochs == (EpochEntry(Epoch(3), Offset(8)),)
+
+
+SNAPSHOT = (
+    ProducerEntry(77, 0, SequencedBatch(4, 4, Offset(3), Offset(6))),
+    ProducerEntry(88, 2, SequencedBatch(0, 2, Offset(6), Offset(9))),
+)
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["reopen", "crash"])
+def test_the_producer_snapshot_is_saved_with_the_log_start(crash: bool) -> None:
+    """DeleteRecords, retention and a reset save the idempotent producers' snapshot at the
+    new log start, durably on return; moving the log start without one keeps the last."""
+    fs = FaultyFileSystem(random.Random(0))
+    storage = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    storage.append(build_batches([3] * 6, epochs=[E1] * 6))
+    storage.save_hwm(Offset(18))
+    storage.sync()
+    storage.advance_log_start(Offset(9), producers=SNAPSHOT)
+    storage.advance_log_start(Offset(12))  # no snapshot given: the last one stays
+    assert storage.load().producers == SNAPSHOT
+    if crash:
+        fs.crash(tear=False)
+    else:
+        storage.close()
+    again = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    assert (again.load().log_start_offset, again.load().producers) == (12, SNAPSHOT)
+    again.reset(start_offset=Offset(40), prev_epoch=E2, producers=SNAPSHOT[1:])
+    again.close()
+    third = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    assert third.load().producers == SNAPSHOT[1:]
+
+
+def test_a_producer_snapshot_that_cannot_be_right_is_refused(tmp_path: object) -> None:
+    storage = open_disk(str(tmp_path))
+    storage.append(build_batches([3], epochs=[E1]))
+    storage.save_hwm(Offset(3))
+    storage.sync()
+    storage.advance_log_start(Offset(3), producers=SNAPSHOT[:1])
+    storage.close()
+    path = f"{tmp_path}/{ckpt.PRODUCERS}"
+    with open(path, "w") as file:
+        file.write("0\n1\n77 0 4 4 6 3\n")  # a batch that ends before it begins
+    with pytest.raises(StorageError, match="impossible row"):
+        open_disk(str(tmp_path))
+
+
+def test_memory_storage_keeps_the_producer_snapshot_until_a_crash_takes_it() -> None:
+    storage = MemoryStorage()
+    storage.append(build_batches([3, 3], epochs=[E1, E1]))
+    storage.save_hwm(Offset(6))
+    storage.sync()
+    storage.advance_log_start(Offset(6), producers=SNAPSHOT)
+    storage.crash()  # not synced: gone with the log start
+    assert (storage.load().log_start_offset, storage.load().producers) == (0, ())
+    storage.advance_log_start(Offset(6), producers=SNAPSHOT)
+    storage.sync()
+    storage.crash()
+    assert storage.load().producers == SNAPSHOT

@@ -18,7 +18,7 @@ from tidelog.errors import (
     OutOfOrderSequence,
     UnknownProducerId,
 )
-from tidelog.node.driver import write_ready
+from tidelog.node.driver import run_round
 from tidelog.records import read_header
 from tidelog.testing.sim import build_batch
 from tidelog.types import Epoch, NodeId, Offset
@@ -29,11 +29,7 @@ ONE = NodeId(1)
 def persist(replica: Replica, storage: MemoryStorage) -> list[Ready]:
     """Carry out every Ready of a lone replica, as the node driver does."""
     readies = []
-    while replica.has_ready():
-        ready = replica.ready()
-        write_ready(storage, ready)
-        storage.sync()
-        replica.advance(ready)
+    while (ready := run_round(replica, storage, lambda messages: None)) is not None:
         readies.append(ready)
     return readies
 

@@ -17,7 +17,7 @@ from tidelog.core.messages import AppendResponse, HardState, VoteRequest, VoteRe
 from tidelog.core.replica import ACKS_ALL, Replica
 from tidelog.core.storage import RepairFloor, later_floor
 from tidelog.errors import NotEnoughReplicas, StorageError
-from tidelog.node.driver import open_replica, write_ready
+from tidelog.node.driver import open_replica, run_round
 from tidelog.testing.cluster import Cluster
 from tidelog.testing.sim import build_batch
 from tidelog.types import Epoch, NodeId, Offset
@@ -54,12 +54,8 @@ def damaged_follower(count: int, rotten: int) -> tuple[Replica, MemoryStorage]:
 def drain(replica: Replica, storage: MemoryStorage) -> list[object]:
     """Carry out every Ready; the messages they sent."""
     sent: list[object] = []
-    while replica.has_ready():
-        ready = replica.ready()
-        write_ready(storage, ready)
-        storage.sync()
-        sent += [*ready.messages, *ready.messages_after_persist]
-        replica.advance(ready)
+    while run_round(replica, storage, sent.extend) is not None:
+        pass
     return sent
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from tidelog.core.log import ReplicaLog
@@ -61,7 +61,9 @@ from tidelog.core.producers import (
     decode_entries,
     encode_entries,
 )
+from tidelog.core.quorum import VoteResult, committed_offset, majority, quorum_size, vote_result
 from tidelog.core.storage import LogStorage, RepairFloor
+from tidelog.core.tracker import Progress
 from tidelog.errors import (
     CorruptBatch,
     FencedEpoch,
@@ -112,6 +114,34 @@ class Role(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """A replica as everything outside the core sees it (`Replica.status()`): a value that
+    does not change under the reader."""
+
+    node_id: NodeId
+    role: Role
+    epoch: Epoch
+    leader_id: NodeId | None
+    hwm: Offset
+    log_start_offset: Offset
+    log_end_offset: Offset
+    durable_end_offset: Offset
+    in_sync_replicas: tuple[NodeId, ...]  # as the leader sees them; () on a follower
+    epoch_start_offset: Offset  # where the leader's own epoch begins (its first offset)
+    # Set while damage set aside is not made good again (rule 8): how far the log reached.
+    repair_floor: RepairFloor | None
+
+    @property
+    def readable_end(self) -> Offset:
+        """What a consumer may read up to: the HWM, within the log."""
+        return Offset(min(self.hwm, self.log_end_offset))
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaConfig:
     """The fixed settings of one replica. Raises ValueError when they do not fit together."""
 
@@ -157,7 +187,7 @@ class ReplicaConfig:
 
     @property
     def majority(self) -> int:
-        return len(self.replicas) // 2 + 1
+        return majority(len(self.replicas))
 
     @property
     def min_insync(self) -> int:
@@ -166,30 +196,7 @@ class ReplicaConfig:
     @property
     def quorum_size(self) -> int:
         """How many durable copies commit an offset: a majority, at least min.insync."""
-        return max(self.majority, self.min_insync)
-
-
-@dataclass(slots=True)
-class Progress:
-    """The leader's view of one follower (etcd-io/raft's Progress)."""
-
-    next_offset: Offset
-    match_offset: Offset | None = None  # verified and durable on the follower; only grows
-    probing: bool = True
-    probe_sent: bool = False
-    # The first request of the current probe: an answer to it or to a later copy ends the
-    # probe (a heartbeat resends it, each copy with its own seq, and a network slower than
-    # a heartbeat must not starve it). Anything older may predate a reset.
-    probe_seq: int = -1
-    probe_key: tuple[Offset, bool] | None = None  # (next offset, reset) of the probe sent
-    resetting: bool = False  # the probe is a reset to our log start: resent as one
-    inflight: deque[Offset] = field(default_factory=deque)
-    recent_active: bool = False
-    last_ack_tick: int = -(1 << 30)
-    contact_sent_ms: int = -(1 << 62)  # when we sent the latest request it answered
-    match_at_heartbeat: Offset | None = None
-    repairing: bool = False  # it lost records it once held and has not reached them again
-    seq_min: int = 0  # answers to older requests predate its repair: ignored
+        return quorum_size(len(self.replicas), self.min_insync)
 
 
 @dataclass(slots=True)
@@ -434,17 +441,36 @@ class Replica:
         recent = sum(1 for p in self.progress.values() if p.contact_sent_ms > since)
         return 1 + recent >= self.config.majority
 
+    def status(self) -> ReplicaStatus:
+        """Role, epoch, leader, watermarks and in-sync replicas, as one frozen value."""
+        leading = self.role is Role.LEADER
+        return ReplicaStatus(
+            node_id=self.id,
+            role=self.role,
+            epoch=self.epoch,
+            leader_id=self.leader_id,
+            hwm=self.hwm,
+            log_start_offset=self.log.log_start_offset,
+            log_end_offset=self.log.log_end_offset,
+            durable_end_offset=self.log.durable_end_offset,
+            in_sync_replicas=self.in_sync_replicas() if leading else (),
+            epoch_start_offset=self.epoch_start_offset,
+            repair_floor=self.repair_floor,
+        )
+
+    def read_committed(self, start_offset: Offset, *, max_bytes: int) -> list[bytes]:
+        """Whole committed batches from the one holding `start_offset` (below the HWM), up
+        to `max_bytes` but at least one when one qualifies: a state machine's input."""
+        end = Offset(min(self.hwm, self.log.log_end_offset))
+        if start_offset >= end:
+            return []
+        return self.log.read(start_offset, end_offset=end, max_bytes=max_bytes)
+
     def in_sync_replicas(self) -> tuple[NodeId, ...]:
         """Live in-sync replicas: the leader and the followers that acked within an election
         timeout and are not repairing (rule 8)."""
         recent = self.tick_count - self.config.election_ticks
-        followers = (
-            peer
-            for peer, progress in self.progress.items()
-            if progress.match_offset is not None
-            and progress.last_ack_tick >= recent
-            and not progress.repairing
-        )
+        followers = (peer for peer, progress in self.progress.items() if progress.in_sync(recent))
         return (self.id, *followers)
 
     def in_sync_count(self) -> int:
@@ -689,15 +715,13 @@ class Replica:
             self._maybe_finish_election(pre_vote=False)
 
     def _maybe_finish_election(self, *, pre_vote: bool) -> None:
-        granted = sum(1 for vote in self.votes.values() if vote)
-        rejected = len(self.votes) - granted
-        majority = self.config.majority
-        if granted >= majority:
+        result = vote_result(self.votes, len(self.config.replicas))
+        if result is VoteResult.WON:
             if pre_vote:
                 self.become_candidate()
             else:
                 self.become_leader()
-        elif rejected >= majority:
+        elif result is VoteResult.LOST:
             self.become_follower(self.epoch, None)
 
     # ================================================================== follower ========
@@ -900,16 +924,9 @@ class Replica:
             ):
                 # What it lacks is gone here (not even in the batch holding the log start,
                 # which we still send): `_send_appends` resets it.
-                self._start_probe(progress, progress.match_offset)
+                progress.probe(progress.match_offset)
                 continue
             self._send_append(peer, progress.match_offset, ())
-
-    def _start_probe(self, progress: Progress, next_offset: Offset) -> None:
-        progress.next_offset = next_offset
-        progress.probing = True
-        progress.probe_sent = False
-        progress.probe_key = None
-        progress.inflight.clear()
 
     def _appends_due(self) -> bool:
         end = self.log.log_end_offset
@@ -935,7 +952,7 @@ class Replica:
         floor = self.log.base_of_batch_at(start) if behind else start
         for peer, progress in self.progress.items():
             if progress.next_offset < floor and not progress.probing:
-                self._start_probe(progress, progress.next_offset)  # reset it (below)
+                progress.probe(progress.next_offset)  # reset it (below)
             if progress.probing:
                 if not progress.probe_sent:
                     # What it lacks is gone here: reset it to the first batch we hold. A
@@ -943,15 +960,12 @@ class Replica:
                     progress.resetting = progress.resetting or progress.next_offset < floor
                     if progress.resetting:
                         progress.next_offset = floor
-                    progress.probe_sent = True
                     key = (progress.next_offset, progress.resetting)
                     producers = self.producers.snapshot(key[0]) if key[1] else ()
                     seq = self._send_append(
                         peer, key[0], (), reset=key[1], producers=encode_entries(producers)
                     )
-                    if progress.probe_key != key:  # a new probe, not a copy of the last
-                        progress.probe_key = key
-                        progress.probe_seq = seq
+                    progress.sent_probe(key, seq)
                 continue
             while (
                 progress.next_offset < end
@@ -1012,7 +1026,7 @@ class Replica:
             self._on_follower_repairing(progress, msg.match_offset)
             return
         progress.repairing = msg.repairing
-        if progress.probing and msg.seq < progress.probe_seq:
+        if progress.probing and not progress.answers_probe(msg.seq):
             return  # answers the probe only (any copy of it): anything older may predate a reset
         if msg.success:
             self._on_append_accepted(progress, msg.match_offset)
@@ -1023,23 +1037,11 @@ class Replica:
         """The follower lost records it acknowledged (rule 8): forget its match and every
         answer to a request sent so far, and probe it again from where it says its log
         ends (or may last agree with ours)."""
-        progress.repairing = True
-        progress.match_offset = None
-        progress.seq_min = self.append_seq + 1
-        self._start_probe(progress, Offset(min(follower_end, self.log.log_end_offset)))
+        next_offset = Offset(min(follower_end, self.log.log_end_offset))
+        progress.lost_records(next_offset, seq_min=self.append_seq + 1)
 
     def _on_append_accepted(self, progress: Progress, match: Offset) -> None:
-        progress.last_ack_tick = self.tick_count
-        if progress.match_offset is None or match > progress.match_offset:
-            # Never back: what a follower acknowledged in our epoch it keeps (a reset
-            # drops nothing it acknowledged).
-            progress.match_offset = match
-        while progress.inflight and progress.inflight[0] <= progress.match_offset:
-            progress.inflight.popleft()
-        if progress.probing:
-            progress.probing = progress.probe_sent = progress.resetting = False
-            progress.next_offset = progress.match_offset
-            progress.inflight.clear()
+        progress.accept(match, self.tick_count)
         if self._maybe_advance_hwm():
             self._complete_produces()
 
@@ -1049,18 +1051,14 @@ class Replica:
         _, epoch_end = self.log.end_offset_for_epoch(msg.hint_epoch)
         next_offset = min(msg.match_offset, epoch_end, self.log.log_end_offset)
         # Each rejection moves the probe back, down to a reset at worst: no probe loops.
-        self._start_probe(progress, Offset(max(0, min(next_offset, msg.prev_offset - 1))))
+        progress.probe(Offset(max(0, min(next_offset, msg.prev_offset - 1))))
 
     def _maybe_advance_hwm(self) -> bool:
         """Move the HWM to what quorum_size durable copies hold (rule 3)."""
         matches = [self.log.durable_end_offset]
         matches += [p.match_offset for p in self.progress.values() if p.match_offset is not None]
-        quorum = self.config.quorum_size
-        if len(matches) < quorum:
-            return False
-        matches.sort(reverse=True)
-        candidate = matches[quorum - 1]
-        if candidate <= self.hwm:
+        candidate = committed_offset(matches, self.config.quorum_size)
+        if candidate is None or candidate <= self.hwm:
             return False
         # Raft Figure 8: count replicas only for an offset of our own epoch.
         if candidate <= self.epoch_start_offset:

@@ -1,4 +1,5 @@
-"""The steps that carry out a `Ready`, shared by the broker and the simulator.
+"""The round that carries out a `Ready`: the one copy, for the broker, the simulator and
+the tests.
 
 Rules (the contract of `tidelog.core.Ready`):
 1. `write_ready` writes the hard state, a reset or truncation, the batches, the HWM, a new
@@ -7,6 +8,9 @@ Rules (the contract of `tidelog.core.Ready`):
 2. The caller sends `ready.messages` (they may go before the sync).
 3. `storage.sync()`; only then may `ready.messages_after_persist` be sent.
 4. `replica.advance(ready)`.
+A round is split where its callers differ, the sync: `begin_round` does 1 and 2,
+`finish_round` the sending after the sync and 4; the broker syncs in a worker thread in
+between, the simulator after a simulated delay, and `run_round` syncs at once (tests).
 
 A replica starts with `open_replica`: its start reads every stored batch (checking each
 CRC-32C), and a damaged one is set aside by its storage (`quarantine`) before it starts
@@ -15,9 +19,10 @@ again, as a follower with a repair floor (scenario 16).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
-from tidelog.core.messages import Ready
+from tidelog.core.messages import Message, Ready
 from tidelog.core.replica import Replica, ReplicaConfig, Rng
 from tidelog.core.storage import LogStorage
 from tidelog.errors import StorageError
@@ -39,6 +44,38 @@ class RepairableStorage(LogStorage, Protocol):
         """Set aside the damaged batch a read found and everything after it, durably, and
         record a repair floor. False when no read found damage (or it does not recur)."""
         ...
+
+
+Send = Callable[[tuple[Message, ...]], None]
+
+
+def begin_round(replica: Replica, storage: LogStorage, send: Send) -> Ready | None:
+    """Take the replica's Ready (None when it has none), write it and send what needs no
+    durability. The caller then syncs when `ready.must_sync`, and calls `finish_round`."""
+    if not replica.has_ready():
+        return None
+    ready = replica.ready()
+    write_ready(storage, ready)
+    send(ready.messages)
+    return ready
+
+
+def finish_round(replica: Replica, ready: Ready, send: Send) -> None:
+    """After the sync: send the acknowledgements and votes that promised durable state,
+    then let the replica advance."""
+    send(ready.messages_after_persist)
+    replica.advance(ready)
+
+
+def run_round(replica: Replica, storage: LogStorage, send: Send) -> Ready | None:
+    """A whole round around a sync taken at once; None when the replica had no Ready."""
+    ready = begin_round(replica, storage, send)
+    if ready is None:
+        return None
+    if ready.must_sync:
+        storage.sync()
+    finish_round(replica, ready, send)
+    return ready
 
 
 def write_ready(storage: LogStorage, ready: Ready) -> None:

@@ -36,7 +36,7 @@ from tidelog.core.messages import Message, ProduceResult
 from tidelog.core.replica import Replica
 from tidelog.core.storage import RepairFloor
 from tidelog.errors import NotLeader, StorageError, TidelogError
-from tidelog.node.driver import write_ready
+from tidelog.node.driver import begin_round, finish_round
 from tidelog.protocol.peer import PartitionKey
 from tidelog.records import read_header
 from tidelog.types import Offset
@@ -149,8 +149,9 @@ class PartitionRunner:
         self.busy = False  # a worker thread repairs the log: no one else may touch it
         self.disk_retry_s = DISK_RETRY_S_MIN
         self.hwm_moved = asyncio.Event()
-        self.hwm_announced = self.replica.hwm  # the HWM long-polling fetchers were woken for
-        self.seen_role = (self.replica.role, self.replica.epoch, self.replica.leader_id)
+        status = self.replica.status()
+        self.hwm_announced = status.hwm  # the HWM long-polling fetchers were woken for
+        self.seen_role = (status.role, status.epoch, status.leader_id)
         self.seen_floor: RepairFloor | None = None
         self._log_repair_change()
 
@@ -211,7 +212,7 @@ class PartitionRunner:
 
     async def wait_for_hwm(self, seen: Offset, timeout_s: float) -> None:
         """Return once the HWM is past `seen`, or after `timeout_s` (long-poll fetch)."""
-        if self.replica.hwm > seen or timeout_s <= 0:
+        if self.replica.status().hwm > seen or timeout_s <= 0:
             return
         event = self.hwm_moved
         try:
@@ -254,23 +255,23 @@ class PartitionRunner:
             self.inputs.popleft()(self.replica)
         # Stepping an acknowledgement may move the HWM before any Ready.
         self._maybe_wake_fetchers()
-        if not self.replica.has_ready():
+        ready = begin_round(self.replica, self.storage, self._send)
+        if ready is None:
             return False
-        ready = self.replica.ready()
-        write_ready(self.storage, ready)
-        self.send(self.key, ready.messages)
         self._complete(ready.completions)
         if ready.must_sync:
             await asyncio.get_running_loop().run_in_executor(self.executor, self.storage.sync)
             self.disk.on_sync()
-        self.send(self.key, ready.messages_after_persist)
-        self.replica.advance(ready)
+        finish_round(self.replica, ready, self._send)
         self._maybe_wake_fetchers()
         self._log_role_change()
         self._log_repair_change()
         if self.on_round is not None:
             self.on_round(self)
         return True
+
+    def _send(self, messages: tuple[Message, ...]) -> None:
+        self.send(self.key, messages)
 
     async def _repair(self) -> None:
         """Set aside the damage a read found; start the replica again on what is left."""
@@ -348,23 +349,23 @@ class PartitionRunner:
         return StorageError(f"{self.key.topic}-{self.key.partition} takes no writes{reason}")
 
     def _log_role_change(self) -> None:
-        replica = self.replica
-        role = (replica.role, replica.epoch, replica.leader_id)
+        status = self.replica.status()
+        role = (status.role, status.epoch, status.leader_id)
         if role != self.seen_role:
             self.seen_role = role
             log.info(
                 "%s-%d: %s in epoch %d (leader %s, hwm %d, log end %d)",
                 self.key.topic,
                 self.key.partition,
-                replica.role.value,
-                replica.epoch,
-                replica.leader_id,
-                replica.hwm,
-                replica.log.log_end_offset,
+                status.role.value,
+                status.epoch,
+                status.leader_id,
+                status.hwm,
+                status.log_end_offset,
             )
 
     def _log_repair_change(self) -> None:
-        floor = self.replica.repair_floor
+        floor = self.replica.status().repair_floor
         if floor == self.seen_floor:
             return
         name = f"{self.key.topic}-{self.key.partition}"
@@ -390,8 +391,9 @@ class PartitionRunner:
                 future.set_result(result)
 
     def _maybe_wake_fetchers(self) -> None:
-        if self.replica.hwm != self.hwm_announced:
-            self.hwm_announced = self.replica.hwm
+        hwm = self.replica.status().hwm
+        if hwm != self.hwm_announced:
+            self.hwm_announced = hwm
             self._wake_fetchers()
 
     def _wake_fetchers(self) -> None:
@@ -441,11 +443,8 @@ def apply_committed(replica: Replica, applied_offset: int, apply: ApplyRecord) -
     """Hand `apply` every committed data record at or above `applied_offset`, in offset
     order (commit index, then last applied); returns the new applied offset. The metadata
     log and the group coordinators' logs are state machines fed this way."""
-    end = Offset(min(replica.hwm, replica.log.log_end_offset))
-    while applied_offset < end:
-        batches = replica.log.read(
-            Offset(applied_offset), end_offset=end, max_bytes=APPLY_CHUNK_BYTES
-        )
+    while True:
+        batches = replica.read_committed(Offset(applied_offset), max_bytes=APPLY_CHUNK_BYTES)
         if not batches:
             break
         for batch in batches:

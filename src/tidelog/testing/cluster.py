@@ -35,7 +35,7 @@ from tidelog.core.producers import ProducerEntry
 from tidelog.core.replica import Replica, ReplicaConfig
 from tidelog.core.storage import MemoryStorage
 from tidelog.errors import StorageError
-from tidelog.node.driver import RepairableStorage, open_replica, write_ready
+from tidelog.node.driver import RepairableStorage, begin_round, finish_round, open_replica
 from tidelog.records import read_header
 from tidelog.testing.trace import describe_message
 from tidelog.types import NodeId, Offset
@@ -309,19 +309,18 @@ class Cluster:
             if sim_node.storage.needs_repair is not None:
                 self.repair(sim_node)  # a client's (or the checker's) read found damage
                 continue
-            if not replica.has_ready():
-                return
             try:
-                ready = replica.ready()  # a leader reads what its followers lack
+                # A leader's Ready reads what its followers lack: it may find damage.
+                ready = begin_round(replica, sim_node.storage, self.send)
             except StorageError:
                 if sim_node.storage.needs_repair is None:
                     raise
                 self.repair(sim_node)
                 continue
+            if ready is None:
+                return
             for listener in self.on_ready:
                 listener(node, ready)
-            write_ready(sim_node.storage, ready)
-            self.send(ready.messages)
             self.complete(node, ready.completions)
             sim_node.persisting = ready
             if ready.must_sync and sim_node.manual_persist:
@@ -341,9 +340,8 @@ class Cluster:
         sim_node.storage.sync()
         if ready.hwm is not None:
             sim_node.durable_hwm = ready.hwm
-        self.send(ready.messages_after_persist)
         sim_node.persisting = None
-        replica.advance(ready)
+        finish_round(replica, ready, self.send)
         self.step_backlog(sim_node, replica)
 
     def step_backlog(self, sim_node: SimNode, replica: Replica) -> None:

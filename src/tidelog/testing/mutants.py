@@ -62,6 +62,8 @@ class Mutant:
 
 
 REPLICA = "core/replica.py"
+TRACKER = "core/tracker.py"
+QUORUM = "core/quorum.py"
 STORAGE = "core/storage.py"
 PRODUCERS = "core/producers.py"
 
@@ -96,9 +98,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "quorum-ignores-min-insync",
         "an offset commits on max(majority, min.insync.replicas) durable copies",
-        REPLICA,
-        "return max(self.majority, self.min_insync)",
-        "return self.majority",
+        QUORUM,
+        "return max(majority(voters), min_insync or majority(voters))",
+        "return majority(voters)",
     ),
     Mutant(
         "produce-ignores-min-insync",
@@ -125,8 +127,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "in-sync-without-recent-ack",
         "a follower is in sync only if it acknowledged within an election timeout",
-        REPLICA,
-        "and progress.last_ack_tick >= recent",
+        TRACKER,
+        "and self.last_ack_tick >= recent_tick",
         "",
     ),
     Mutant(
@@ -353,8 +355,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "stalled-pipeline-not-restarted",
         "a follower whose match did not move for a heartbeat is sent its suffix again",
-        REPLICA,
-        "progress.next_offset = progress.match_offset\n                progress.inflight.clear()",
+        TRACKER,
+        "self.next_offset = self.match_offset\n            self.inflight.clear()",
         "pass",
     ),
     Mutant(
@@ -368,14 +370,14 @@ CATALOGUE: tuple[Mutant, ...] = (
         "probe-takes-any-answer",
         "a probing leader takes only the answer to its probe (scenario 19)",
         REPLICA,
-        "if progress.probing and msg.seq < progress.probe_seq:",
+        "if progress.probing and not progress.answers_probe(msg.seq):",
         "if False:",
     ),
     Mutant(
         "match-goes-back",
         "a follower's match never goes back: a reset drops nothing it acknowledged",
-        REPLICA,
-        "if progress.match_offset is None or match > progress.match_offset:",
+        TRACKER,
+        "if self.match_offset is None or match > self.match_offset:",
         "if True:",
     ),
     Mutant(
@@ -432,8 +434,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "probe-copies-refused",
         "an answer to any copy of the current probe ends it (a network slower than a heartbeat)",
-        REPLICA,
-        "if progress.probe_key != key:  # a new probe, not a copy of the last",
+        TRACKER,
+        "if self.probe_key != key:  # a new probe, not a copy of the last",
         "if True:",
     ),
 )

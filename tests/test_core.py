@@ -7,6 +7,7 @@ import random
 import pytest
 
 from tidelog.core import MemoryStorage, Ready, Replica, ReplicaConfig, Role
+from tidelog.core.messages import AppendRequest, VoteRequest, VoteResponse
 from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE
 from tidelog.errors import (
     CorruptBatch,
@@ -21,7 +22,7 @@ from tidelog.errors import (
 from tidelog.node.driver import run_round
 from tidelog.records import read_header
 from tidelog.testing.sim import build_batch
-from tidelog.types import Epoch, NodeId, Offset
+from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
 ONE = NodeId(1)
 
@@ -251,3 +252,28 @@ def test_an_emptied_log_keeps_the_epoch_of_its_last_record() -> None:
     assert (again.log.log_start_offset, again.log.log_end_offset) == (end, end)
     assert again.log.last_epoch == 1
     assert again.log.epoch_at(Offset(end - 1)) == 1
+
+
+def test_a_refused_pre_vote_that_moves_the_epoch_keeps_the_lease() -> None:
+    """A follower that heard from its leader moments ago refuses votes for an election
+    timeout (the leader's read lease rests on it), also in an epoch a refused pre-vote moved
+    it to (found by the simulator: seed 2431, 5 replicas)."""
+    one, two, three = NodeId(1), NodeId(2), NodeId(3)
+    config = ReplicaConfig(two, (one, two, three), election_ticks=10, heartbeat_ticks=2)
+    storage = MemoryStorage()
+    follower = Replica(config, storage, random.Random(1))
+    for _ in range(config.election_ticks):  # a restarted replica's lease first passes
+        follower.tick(now_ms=0)
+    heartbeat = AppendRequest(one, two, Epoch(1), Offset(0), NO_EPOCH, (), Offset(0), 0, Offset(0))
+    follower.step(heartbeat)
+    persist(follower, storage)
+    # Node 3, a candidate in epoch 2, refuses a pre-vote of ours: we move to epoch 2.
+    follower.step(VoteResponse(three, two, Epoch(2), False, True))
+    follower.step(VoteRequest(three, two, Epoch(2), NO_EPOCH, Offset(0), False))
+    votes = [m for r in persist(follower, storage) for m in r.messages_after_persist]
+    assert [(v.epoch, v.granted) for v in votes if isinstance(v, VoteResponse)] == [(2, False)]
+    for _ in range(config.election_ticks):  # no word from a leader for an election timeout
+        follower.tick(now_ms=0)
+    follower.step(VoteRequest(three, two, Epoch(2), NO_EPOCH, Offset(0), False))
+    votes = [m for r in persist(follower, storage) for m in r.messages_after_persist]
+    assert [(v.epoch, v.granted) for v in votes if isinstance(v, VoteResponse)] == [(2, True)]

@@ -695,7 +695,10 @@ class Replica:
             self.msgs.append(VoteResponse(self.id, msg.sender, epoch, granted, True))
             return
         free = self.voted_for in (None, msg.sender) and self.role is not Role.LEADER
-        granted = free and up_to_date
+        # The lease holds in our own epoch too: a refused pre-vote may have moved us to
+        # the candidate's epoch while a leader we heard from moments ago still serves.
+        promised = self._in_lease() and self.voted_for != msg.sender
+        granted = free and up_to_date and not promised
         if granted:
             self.voted_for = msg.sender
             self._reset_election_timer()

@@ -432,6 +432,13 @@ CATALOGUE: tuple[Mutant, ...] = (
         "            self.producers = ProducerStates()",
     ),
     Mutant(
+        "vote-in-own-epoch-ignores-lease",
+        "the lease holds in the voter's own epoch too (a refused pre-vote moved it there)",
+        REPLICA,
+        "promised = self._in_lease() and self.voted_for != msg.sender",
+        "promised = False",
+    ),
+    Mutant(
         "probe-copies-refused",
         "an answer to any copy of the current probe ends it (a network slower than a heartbeat)",
         TRACKER,

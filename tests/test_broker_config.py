@@ -121,7 +121,7 @@ BAD_FLAGS = [
 
 @pytest.fixture
 def run_calls(monkeypatch: pytest.MonkeyPatch) -> list[BrokerConfig]:
-    """Stands in for tidelog.server.broker.run: records the config, returns 0."""
+    """Stands in for tidelog.server.app.run: records the config, returns 0."""
     calls: list[BrokerConfig] = []
 
     def fake_run(config: BrokerConfig) -> int:

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tidelog.server.broker import EXIT_DISK
+from tidelog.server.app import EXIT_DISK
 from tidelog.testing.live import LiveCluster, create_topic, free_base_port, tidelog
 
 pytestmark = pytest.mark.slow

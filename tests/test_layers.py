@@ -14,7 +14,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "tidelog"
 
 # Modules in the package root that every layer may use.
-BASE_MODULES = {"tidelog", "tidelog.types", "tidelog.errors", "tidelog.records"}
+BASE_MODULES = {"tidelog", "tidelog.types", "tidelog.errors", "tidelog.records", "tidelog.clock"}
 
 # What each package may import from tidelog besides the base modules.
 ALLOWED = {
@@ -71,6 +71,8 @@ def layer_violations(package: str, source: str) -> list[str]:
         top = name.split(".")[0]
         if package == "core" and top in FORBIDDEN_IN_CORE:
             wrong.append(f"{name}: core/ does no IO")
+        if package == "core" and name.startswith("tidelog.clock"):
+            wrong.append(f"{name}: core/ is handed the time, it reads no clock")
         if top != "tidelog" or name in BASE_MODULES:
             continue
         parts = name.split(".")
@@ -123,3 +125,87 @@ def test_the_check_fails_when_core_imports_io_or_upper_layers(line: str) -> None
 def test_the_check_accepts_base_modules_in_core() -> None:
     source = "from tidelog.records import stamp\nfrom tidelog.errors import NotLeader\n"
     assert layer_violations("core", source) == []
+
+
+# ------------------------------------------------------------------ no import cycles ------
+ROOT = SRC.parents[1]
+
+
+def module_name(path: Path) -> str:
+    """`tidelog.server.broker` for src/tidelog/server/broker.py, `bench.fuzz` for bench/."""
+    base = SRC.parent if SRC in path.parents else ROOT
+    parts = path.relative_to(base).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(paths: list[Path]) -> dict[str, set[str]]:
+    """Module -> the modules of `paths` it imports, function-local imports included (an
+    import inside a function is still an arrow)."""
+    modules = {module_name(path): path for path in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names if alias.name in modules)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    # `from package import submodule` imports the submodule.
+                    full = f"{node.module}.{alias.name}"
+                    if full in modules:
+                        edges.add(full)
+                    elif node.module in modules:
+                        edges.add(node.module)
+        graph[name] = edges - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles_in_the_package_the_tools_and_the_benchmarks() -> None:
+    """One place wires the broker (server/app.py); nothing imports upwards again, not even
+    inside a function. Covers src/tidelog (core to cli.py and tools/) and bench/."""
+    paths = sorted(SRC.rglob("*.py")) + sorted((ROOT / "bench").rglob("*.py"))
+    graph = import_graph(paths)
+    assert "tidelog.server.app" in graph and "tidelog.cli" in graph
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_core_reads_no_clock() -> None:
+    assert layer_violations("core", "from tidelog.clock import wall_ms\n") != []

@@ -1,6 +1,9 @@
-"""Every named error of tidelog, in one place.
+"""The named errors of the core, the disk log and the protocol, and the tree of them all.
 
-Expected failures are values of these types (or raised as them); bugs are assertions.
+Expected failures are values of these types (or raised as them); bugs are assertions. The
+errors below are defined here, except those marked with their module: an error that only
+one upper layer raises lives with that layer (it would otherwise import upwards), and
+derives from TidelogError all the same, so `except TidelogError` catches every one.
 
     TidelogError
     ├── RetriableError                 the client should retry, maybe elsewhere
@@ -17,7 +20,24 @@ Expected failures are values of these types (or raised as them); bugs are assert
     ├── CorruptBatch                   a record batch failed its CRC-32C or framing checks
     ├── InvalidBatch                   a client's batch that Kafka's validation refuses
     ├── MetadataError                  a metadata command (topic, config) cannot be carried out
-    └── StorageError                   the disk log cannot serve (needs repair, bad path)
+    ├── StorageError                   the disk log cannot serve (needs repair, bad path)
+    ├── ProtocolError                  protocol.framing: off-protocol bytes; one connection closes
+    │   └── FrameTooLarge              protocol.peer: more than one peer frame may hold
+    ├── ConfigError                    server.config: a bad broker flag or config value
+    ├── GroupError                     server.groups: a group request refused with a Kafka code
+    ├── SparkOptionError               spark.options: a source or sink option is wrong
+    ├── SparkKafkaError                spark.kafka_io: the cluster did not answer as Spark needs
+    │   ├── DataLoss                   spark.kafka_io: planned offsets were deleted
+    │   └── ReplicaReadError           spark.replicas: one replica could not be read
+    ├── NoJava                         spark.session: PySpark found no Java 17
+    ├── ClientError                    tools.client_kafka: a client command failed
+    │   ├── NoBroker                   tools.client_kafka: nothing listens at the bootstrap
+    │   └── UnknownTopic               tools.client_kafka: no such topic or partition
+    ├── ClusterError                   tools.cluster: the cluster directory or a node refused
+    ├── DemoError                      tools.demo: a wait of the demo ran out
+    └── PipelineError                  tools.demo_pipeline: the Spark pipeline did not finish
+Codecs raise ValueError subclasses (protocol.codecs.CodecError, protocol.record_walk.
+MalformedRecord) that their callers turn into Kafka error codes at once.
 """
 
 from __future__ import annotations

@@ -13,16 +13,16 @@ import asyncio
 import json
 from typing import Any
 
-from tidelog.server.broker import Broker
 from tidelog.server.handlers import in_sync_nodes
 from tidelog.server.metadata import METADATA_TOPIC
+from tidelog.server.view import BrokerView
 
 Address = tuple[str, int]
 REQUEST_BYTES_MAX = 8192
 REQUEST_TIMEOUT_S = 5.0
 
 
-def status(broker: Broker) -> dict[str, Any]:
+def status(broker: BrokerView) -> dict[str, Any]:
     partitions = []
     for key, runner in sorted(broker.runners.items()):
         if key.topic == METADATA_TOPIC:
@@ -58,7 +58,7 @@ def status(broker: Broker) -> dict[str, Any]:
     }
 
 
-async def serve_admin(broker: Broker, listen: Address) -> asyncio.Server:
+async def serve_admin(broker: BrokerView, listen: Address) -> asyncio.Server:
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)

@@ -7,7 +7,7 @@ import contextvars
 from typing import Any
 
 from tidelog.protocol.kafka import KafkaRequest
-from tidelog.server.broker import Broker
+from tidelog.server.view import BrokerView
 
 client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 """The connection's peer host, set by the listener for the tasks of that connection."""
@@ -23,7 +23,7 @@ def body_of(request: KafkaRequest) -> Any:
     return request.body
 
 
-def host_of(broker: Broker, node: int) -> str:
+def host_of(broker: BrokerView, node: int) -> str:
     if node == broker.node_id:
         return broker.config.listen[0]
     return broker.config.peers[node][0]

@@ -8,12 +8,12 @@ Rules of this file:
 - Leaders tell the nodes that do not host their partition who leads (LeaderNotice), and
   every node tells the others its Kafka port (BrokerNotice), so any node can answer a
   Metadata request for any partition.
-- SIGTERM stops the node cleanly: listeners close, each partition finishes its round and
-  closes its log.
+- SIGTERM stops the node cleanly (`tidelog.server.app` wires and runs it): listeners
+  close, each partition finishes its round and closes its log.
 - A disk that fails (ENOSPC, EIO, ...) stops no node: a partition whose log cannot be
   written waits for it (tidelog.server.partition), one that cannot be opened is opened
-  again later. Only when the metadata log cannot be opened does the node not start: it
-  says why in one line and exits with EXIT_DISK.
+  again later. Only when the metadata log cannot be opened does the node not start
+  (`tidelog.server.app`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ import asyncio
 import logging
 import random
 import shutil
-import signal
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from tidelog.clock import monotonic_ms, wall_ms
 from tidelog.core.messages import Message
 from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Role
 from tidelog.node.driver import open_replica
@@ -50,9 +49,9 @@ from tidelog.server.partition import (
     DiskHealth,
     PartitionRunner,
     apply_committed,
-    describe_disk_error,
     is_disk_error,
 )
+from tidelog.server.peers import PeerTransport
 from tidelog.server.topic_config import TopicConfig
 from tidelog.types import Epoch, NodeId
 from tidelog.wal import DiskStorage
@@ -66,25 +65,12 @@ FLUSH_INTERVAL_MS_WEAK = 1000
 # The metadata log keeps every command: a node that restarts replays them all.
 METADATA_CONFIG = TopicConfig(retention_ms=None)
 SYNC_THREADS = 4
-EXIT_DISK = 3  # the node cannot start: its disk fails
-
-
-def now_ms() -> int:
-    """The time of day in ms: record and segment timestamps."""
-    return int(time.time() * 1000)
-
-
-def monotonic_ms() -> int:
-    """A clock that never jumps: the core's `now_ms` (read leases)."""
-    return int(time.monotonic() * 1000)
 
 
 class Broker:
     """The state of one node, shared by the Kafka handlers and the admin endpoint."""
 
     def __init__(self, config: BrokerConfig) -> None:
-        from tidelog.server.peers import PeerTransport  # noqa: PLC0415
-
         self.config = config
         self.node_id = NodeId(config.node_id)
         self.all_nodes = tuple(sorted(NodeId(node) for node in config.peers))
@@ -129,7 +115,7 @@ class Broker:
     ) -> PartitionRunner:
         flush_interval_ms = None if self.config.fsync else FLUSH_INTERVAL_MS_WEAK
         wal_config = config.wal_config(flush_interval_ms=flush_interval_ms)
-        storage = DiskStorage(str(self.partition_dir(key)), clock=now_ms, config=wal_config)
+        storage = DiskStorage(str(self.partition_dir(key)), clock=wall_ms, config=wal_config)
         replica_config = ReplicaConfig(
             self.node_id,
             replicas,
@@ -234,7 +220,7 @@ class Broker:
 
     async def propose_metadata(self, command: dict[str, Any]) -> Any:
         """Write one command to the metadata log with acks=all (the controller only)."""
-        batch = producer_batch([encode_command(command)], timestamp_ms=now_ms())
+        batch = producer_batch([encode_command(command)], timestamp_ms=wall_ms())
         return await self.metadata.produce(batch, ACKS_ALL)
 
     def maybe_create_offsets_topic(self) -> None:
@@ -325,7 +311,7 @@ class Broker:
             next_at = max(next_at + interval, time.monotonic())
             await asyncio.sleep(next_at - time.monotonic())
             self.ticks += 1
-            stamp, wall = monotonic_ms(), now_ms()
+            stamp, wall = monotonic_ms(), wall_ms()
             for runner in list(self.runners.values()):
                 runner.submit(partial(tick_replica, stamp, wall))
             for coordinator in list(self.coordinators.values()):
@@ -345,67 +331,9 @@ class Broker:
         port = self.config.listen[1]
         self.transport.send(self.metadata_key, [BrokerNotice(self.node_id, peer, Epoch(0), port)])
 
-    async def serve(self) -> int:
-        from tidelog.server.admin import serve_admin  # noqa: PLC0415
-        from tidelog.server.kafka_server import serve_kafka  # noqa: PLC0415
-
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, self.stopping.set)
-        for link in self.transport.links.values():
-            link.on_connect = self.announce_to
-        await self.transport.start(self.config.peer_listen)
-        kafka = await serve_kafka(self, self.config.listen)
-        admin = (
-            await serve_admin(self, self.config.admin_listen) if self.config.admin_listen else None
-        )
-        self.apply_metadata(self.metadata)
-        ticker = loop.create_task(self.tick_forever())
-        log.info(
-            "node %d serving Kafka on %s:%d, peers on %s:%d",
-            self.node_id,
-            *self.config.listen,
-            *self.config.peer_listen,
-        )
-        await self.stopping.wait()
-        log.info("node %d stopping", self.node_id)
-        ticker.cancel()
-        for server in (kafka, admin):
-            if server is not None:
-                server.close()
-        await self.transport.close()
-        for runner in list(self.runners.values()):
-            await runner.stop()
-        self.executor.shutdown(wait=True)
-        return self.exit_code
-
-
 def step_message(msg: Message, replica: Replica) -> None:
     replica.step(msg)
 
 
 def tick_replica(stamp: int, wall: int, replica: Replica) -> None:
     replica.tick(now_ms=stamp, wall_clock_ms=wall)
-
-
-def run(config: BrokerConfig) -> int:
-    """Run one node in the foreground until SIGTERM; returns the exit code."""
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=config.log_level.upper(),
-        format=f"%(asctime)s node-{config.node_id} %(levelname)s %(name)s: %(message)s",
-    )
-    import uvloop  # noqa: PLC0415
-
-    try:
-        code: int = uvloop.run(Broker(config).serve())
-    except OSError as error:
-        if not is_disk_error(error):
-            raise
-        log.critical(
-            "cannot start: %s; free space (or fix the disk) and start again",
-            describe_disk_error(error),
-        )
-        return EXIT_DISK
-    return code

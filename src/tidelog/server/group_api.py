@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tidelog.clock import monotonic_ms
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.answers import body_of, client_host, host_of, response
-from tidelog.server.broker import Broker, monotonic_ms
 from tidelog.server.groups import (
     GroupCoordinator,
     GroupError,
@@ -25,11 +25,12 @@ from tidelog.server.groups import (
     group_partition,
 )
 from tidelog.server.metadata import OFFSETS_TOPIC
+from tidelog.server.view import BrokerView
 
 KEY_TYPE_GROUP = 0
 
 
-def coordinator_of(broker: Broker, group_id: str) -> GroupCoordinator:
+def coordinator_of(broker: BrokerView, group_id: str) -> GroupCoordinator:
     """This node's coordinator of `group_id`; GroupError when it is not here."""
     info = broker.image.topics.get(OFFSETS_TOPIC)
     if info is None:
@@ -41,7 +42,7 @@ def coordinator_of(broker: Broker, group_id: str) -> GroupCoordinator:
 
 
 # ---------------------------------------------------------------------- FindCoordinator
-async def find_coordinator(broker: Broker, request: KafkaRequest) -> Any:
+async def find_coordinator(broker: BrokerView, request: KafkaRequest) -> Any:
     body = body_of(request)
 
     def answer(code: ErrorCode, message: str | None, node: int = -1, port: int = -1) -> Any:
@@ -71,7 +72,7 @@ async def find_coordinator(broker: Broker, request: KafkaRequest) -> Any:
 
 
 # ---------------------------------------------------------------------- JoinGroup ------
-async def join_group(broker: Broker, request: KafkaRequest) -> Any:
+async def join_group(broker: BrokerView, request: KafkaRequest) -> Any:
     body = body_of(request)
     cls = request.response_class
 
@@ -118,7 +119,7 @@ async def join_group(broker: Broker, request: KafkaRequest) -> Any:
 
 
 # ---------------------------------------------------------------------- SyncGroup ------
-async def sync_group(broker: Broker, request: KafkaRequest) -> Any:
+async def sync_group(broker: BrokerView, request: KafkaRequest) -> Any:
     body = body_of(request)
     assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
     try:
@@ -149,7 +150,7 @@ async def sync_group(broker: Broker, request: KafkaRequest) -> Any:
 
 
 # ---------------------------------------------------------------------- Heartbeat ------
-async def heartbeat(broker: Broker, request: KafkaRequest) -> Any:
+async def heartbeat(broker: BrokerView, request: KafkaRequest) -> Any:
     body = body_of(request)
     code = ErrorCode.NONE
     try:
@@ -162,7 +163,7 @@ async def heartbeat(broker: Broker, request: KafkaRequest) -> Any:
 
 
 # ---------------------------------------------------------------------- LeaveGroup -----
-async def leave_group(broker: Broker, request: KafkaRequest) -> Any:
+async def leave_group(broker: BrokerView, request: KafkaRequest) -> Any:
     body = body_of(request)
     cls = request.response_class
     batch = request.api_version >= 3
@@ -186,7 +187,7 @@ async def leave_group(broker: Broker, request: KafkaRequest) -> Any:
 
 
 # ---------------------------------------------------------------------- OffsetCommit ---
-async def offset_commit(broker: Broker, request: KafkaRequest) -> Any:
+async def offset_commit(broker: BrokerView, request: KafkaRequest) -> Any:
     body = body_of(request)
     cls = request.response_class.OffsetCommitResponseTopic
     offsets = {
@@ -224,7 +225,7 @@ async def offset_commit(broker: Broker, request: KafkaRequest) -> Any:
 
 
 # ---------------------------------------------------------------------- OffsetFetch ----
-async def offset_fetch(broker: Broker, request: KafkaRequest) -> Any:
+async def offset_fetch(broker: BrokerView, request: KafkaRequest) -> Any:
     body = body_of(request)
     cls = request.response_class.OffsetFetchResponseTopic
     asked = (
@@ -254,7 +255,7 @@ async def offset_fetch(broker: Broker, request: KafkaRequest) -> Any:
 
 
 # ---------------------------------------------------------------------- ListGroups -----
-async def list_groups(broker: Broker, request: KafkaRequest) -> Any:
+async def list_groups(broker: BrokerView, request: KafkaRequest) -> Any:
     body = body_of(request)
     cls = request.response_class.ListedGroup
     wanted = {s.lower() for s in getattr(body, "states_filter", None) or []}
@@ -277,7 +278,7 @@ async def list_groups(broker: Broker, request: KafkaRequest) -> Any:
 
 
 # ---------------------------------------------------------------------- DescribeGroups -
-async def describe_groups(broker: Broker, request: KafkaRequest) -> Any:
+async def describe_groups(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class.DescribedGroup
     described = []
     for group_id in body_of(request).groups:

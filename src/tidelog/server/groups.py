@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from tidelog.clock import wall_ms
 from tidelog.core.replica import ACKS_ALL, Role
 from tidelog.errors import NotEnoughReplicas, NotLeader, OffsetNotAvailable, TidelogError
 from tidelog.protocol.kafka_errors import ErrorCode
@@ -57,10 +58,6 @@ log = logging.getLogger("tidelog.groups")
 OFFSET_METADATA_BYTES_MAX = 4096
 JOIN_WAIT_SLACK_S = 5.0
 GROUP_ID_LENGTH_MAX = 255
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def group_partition(group_id: str, partitions: int) -> int:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
+from tidelog.clock import monotonic_ms
 from tidelog.core.replica import ACKS_ALL, Role
 from tidelog.errors import (
     InvalidBatch,
@@ -45,7 +46,6 @@ from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
 from tidelog.protocol.validate import BatchRules, refuse_request, validate_batch
 from tidelog.server.answers import body_of, host_of, response
-from tidelog.server.broker import Broker, monotonic_ms
 from tidelog.server.group_api import GROUP_HANDLERS
 from tidelog.server.metadata import (
     INTERNAL_TOPICS,
@@ -55,11 +55,12 @@ from tidelog.server.metadata import (
     validate_topic,
 )
 from tidelog.server.partition import PartitionRunner, is_disk_error
+from tidelog.server.view import BrokerView
 from tidelog.types import Epoch, Offset
 
 log = logging.getLogger("tidelog.kafka")
 
-Handler = Callable[[Broker, KafkaRequest], Awaitable[Any]]
+Handler = Callable[[BrokerView, KafkaRequest], Awaitable[Any]]
 FETCH_WAIT_MS_MAX = 30_000
 FETCH_MAX_BYTES = 55 * 1024 * 1024  # Kafka's broker fetch.max.bytes: one response at most
 PRODUCE_TIMEOUT_MS_MAX = 120_000
@@ -68,7 +69,7 @@ LOGGED_MESSAGE_MAX = 300  # characters of a refusal's message in a log line
 _producer_ids = itertools.count(1)
 
 
-async def handle(broker: Broker, request: KafkaRequest) -> Any:
+async def handle(broker: BrokerView, request: KafkaRequest) -> Any:
     if request.api_key == ApiKey.API_VERSIONS:
         return api_versions_response(request.api_version, served=HANDLERS.keys())
     handler = HANDLERS.get(request.api_key)
@@ -78,7 +79,7 @@ async def handle(broker: Broker, request: KafkaRequest) -> Any:
 
 
 # ---------------------------------------------------------------------- Metadata -------
-async def metadata(broker: Broker, request: KafkaRequest) -> Any:
+async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class
     brokers = [
         cls.MetadataResponseBroker(
@@ -102,7 +103,7 @@ async def metadata(broker: Broker, request: KafkaRequest) -> Any:
     )
 
 
-def topic_metadata(broker: Broker, cls: Any, name: str) -> Any:
+def topic_metadata(broker: BrokerView, cls: Any, name: str) -> Any:
     topic_cls = cls.MetadataResponseTopic
     info = broker.image.topics.get(name)
     if info is None:
@@ -134,7 +135,7 @@ def topic_metadata(broker: Broker, cls: Any, name: str) -> Any:
     )
 
 
-def in_sync_nodes(broker: Broker, key: PartitionKey, replicas: tuple[int, ...]) -> list[int]:
+def in_sync_nodes(broker: BrokerView, key: PartitionKey, replicas: tuple[int, ...]) -> list[int]:
     """The leader and the followers that acked within an election timeout and are not
     repairing (`Replica.in_sync_replicas`)."""
     runner = broker.runners.get(key)
@@ -154,7 +155,7 @@ class PartitionAnswer(NamedTuple):
     record_errors: tuple[tuple[int, str], ...] = ()
 
 
-async def produce(broker: Broker, request: KafkaRequest) -> Any:
+async def produce(broker: BrokerView, request: KafkaRequest) -> Any:
     """Validate each partition's batch (tidelog.protocol.validate), then append it; every
     partition of the request is submitted before any is awaited, in request order."""
     body = body_of(request)
@@ -219,7 +220,7 @@ def refused(refusal: InvalidBatch, log_start_offset: int) -> PartitionAnswer:
 
 
 async def produce_partition(
-    broker: Broker,
+    broker: BrokerView,
     topic: str,
     partition: int,
     *,
@@ -265,7 +266,7 @@ async def produce_partition(
 
 
 # ---------------------------------------------------------------------- Fetch ----------
-async def fetch(broker: Broker, request: KafkaRequest) -> RawResponse:
+async def fetch(broker: BrokerView, request: KafkaRequest) -> RawResponse:
     body = body_of(request)
     follower_reads = request.api_version >= 11 and bool(getattr(body, "rack_id", ""))
     deadline = time.monotonic() + min(max(body.max_wait_ms, 0), FETCH_WAIT_MS_MAX) / 1000
@@ -285,7 +286,7 @@ FetchedTopic = tuple[str, list[FetchedPartition]]
 
 
 def read_all(
-    broker: Broker, request: KafkaRequest, follower_reads: bool
+    broker: BrokerView, request: KafkaRequest, follower_reads: bool
 ) -> tuple[list[FetchedTopic], int, list[HwmWait]]:
     body = body_of(request)
     topics: list[FetchedTopic] = []
@@ -306,7 +307,7 @@ def read_all(
 
 
 def read_partition(
-    broker: Broker, topic: str, part: Any, *, follower_reads: bool, budget: int
+    broker: BrokerView, topic: str, part: Any, *, follower_reads: bool, budget: int
 ) -> tuple[FetchedPartition, HwmWait | None]:
     def answer(
         error: ErrorCode, hwm: int = -1, start: int = -1, records: bytes | memoryview = b""
@@ -381,7 +382,7 @@ async def wait_any(waits: list[HwmWait], timeout_s: float) -> None:
 LATEST, EARLIEST = -1, -2
 
 
-async def list_offsets(broker: Broker, request: KafkaRequest) -> Any:
+async def list_offsets(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class.ListOffsetsTopicResponse
     topics = []
     for topic in body_of(request).topics:
@@ -393,7 +394,7 @@ async def list_offsets(broker: Broker, request: KafkaRequest) -> Any:
     return response(request, throttle_time_ms=0, topics=topics)
 
 
-def list_partition(broker: Broker, cls: Any, topic: str, partition: int, timestamp: int) -> Any:
+def list_partition(broker: BrokerView, cls: Any, topic: str, partition: int, timestamp: int) -> Any:
     def answer(error: ErrorCode, offset: int = -1, found_timestamp: int = -1) -> Any:
         return cls.ListOffsetsPartitionResponse(
             partition_index=partition,
@@ -433,7 +434,7 @@ def list_partition(broker: Broker, cls: Any, topic: str, partition: int, timesta
 
 
 # ---------------------------------------------------------------------- InitProducerId -
-async def init_producer_id(broker: Broker, request: KafkaRequest) -> Any:
+async def init_producer_id(broker: BrokerView, request: KafkaRequest) -> Any:
     """A producer id unique to this node's run: node id, start time, counter."""
     started = int(time.time()) & 0xFFFFFFFF
     producer_id = (int(broker.node_id) << 52) | (started << 20) | (next(_producer_ids) & 0xFFFFF)
@@ -443,7 +444,7 @@ async def init_producer_id(broker: Broker, request: KafkaRequest) -> Any:
 
 
 # ---------------------------------------------------------------------- topics ---------
-async def create_topics(broker: Broker, request: KafkaRequest) -> Any:
+async def create_topics(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class.CreatableTopicResult
     results = []
     for topic in body_of(request).topics:
@@ -464,7 +465,7 @@ async def create_topics(broker: Broker, request: KafkaRequest) -> Any:
 
 
 async def create_topic(
-    broker: Broker, topic: Any, validate_only: bool
+    broker: BrokerView, topic: Any, validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
     if broker.metadata.replica.role is not Role.LEADER:
         return ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
@@ -502,7 +503,7 @@ async def create_topic(
     return await commit_command(broker, command)
 
 
-async def delete_topics(broker: Broker, request: KafkaRequest) -> Any:
+async def delete_topics(broker: BrokerView, request: KafkaRequest) -> Any:
     body = body_of(request)
     names = list(body.topic_names) if request.api_version < 6 else [t.name for t in body.topics]
     cls = request.response_class.DeletableTopicResult
@@ -521,7 +522,9 @@ async def delete_topics(broker: Broker, request: KafkaRequest) -> Any:
     return response(request, throttle_time_ms=0, responses=results)
 
 
-async def commit_command(broker: Broker, command: dict[str, Any]) -> tuple[ErrorCode, str | None]:
+async def commit_command(
+    broker: BrokerView, command: dict[str, Any]
+) -> tuple[ErrorCode, str | None]:
     """Write a command to the metadata log with acks=all; return once applied here."""
     result = await broker.propose_metadata(command)
     if result.error is not None or result.next_offset is None:
@@ -536,7 +539,7 @@ async def commit_command(broker: Broker, command: dict[str, Any]) -> tuple[Error
 
 
 # ---------------------------------------------------------------------- DeleteRecords --
-async def delete_records(broker: Broker, request: KafkaRequest) -> Any:
+async def delete_records(broker: BrokerView, request: KafkaRequest) -> Any:
     """Move each partition's log start (Kafka's low watermark), never past its HWM."""
     cls = request.response_class.DeleteRecordsTopicResult
     topics = []
@@ -553,7 +556,9 @@ async def delete_records(broker: Broker, request: KafkaRequest) -> Any:
     return response(request, throttle_time_ms=0, topics=topics)
 
 
-async def delete_partition_records(broker: Broker, topic: str, part: Any) -> tuple[ErrorCode, int]:
+async def delete_partition_records(
+    broker: BrokerView, topic: str, part: Any
+) -> tuple[ErrorCode, int]:
     if topic in INTERNAL_TOPICS:  # Kafka: "Cannot delete records of internal topic"
         return ErrorCode.INVALID_TOPIC_EXCEPTION, -1
     runner = broker.runner(topic, part.partition_index)

@@ -34,9 +34,9 @@ from tidelog.protocol.kafka import (
     bounded,
 )
 from tidelog.server.answers import client_host
-from tidelog.server.broker import Broker
 from tidelog.server.budget import RequestBytes
 from tidelog.server.handlers import handle
+from tidelog.server.view import BrokerView
 
 log = logging.getLogger("tidelog.kafka")
 
@@ -45,7 +45,7 @@ Address = tuple[str, int]
 Answer = tuple[KafkaRequest, "asyncio.Task[Any]"]
 
 
-async def serve_kafka(broker: Broker, listen: Address) -> asyncio.Server:
+async def serve_kafka(broker: BrokerView, listen: Address) -> asyncio.Server:
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         broker.kafka_connections += 1
         try:
@@ -63,7 +63,7 @@ class Connection:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerView,
         budget: RequestBytes,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,

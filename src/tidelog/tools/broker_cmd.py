@@ -2,7 +2,7 @@
 
 Rules of this file:
 - The command only turns flags into a `BrokerConfig` (`tidelog.server.config`) and hands
-  it to `tidelog.server.broker.run`. A bad value prints `error: ...` and exits 2, before
+  it to `tidelog.server.app.run`. A bad value prints `error: ...` and exits 2, before
   anything listens or touches the data directory.
 - The broker module is imported when the command runs, not when the CLI loads, so every
   other command works (and starts fast) without it.
@@ -23,7 +23,7 @@ from tidelog.server.config import LOG_LEVELS, BrokerConfig, ConfigError, load_co
 
 EXIT_CONFIG_ERROR = 2
 EXIT_NO_BROKER = 1
-BROKER_MODULE = "tidelog.server.broker"
+BROKER_MODULE = "tidelog.server.app"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -55,7 +55,7 @@ def broker(config_file: Path | None, **flags: object) -> None:
 
 
 def load_broker_run() -> Callable[[BrokerConfig], int]:
-    """`tidelog.server.broker.run`, imported now; exits 1 if the broker is not installed."""
+    """`tidelog.server.app.run`, imported now; exits 1 if the broker is not installed."""
     try:
         module = importlib.import_module(BROKER_MODULE)
     except ModuleNotFoundError as error:

@@ -1,0 +1,21 @@
+"""The two clocks of a node, read only at the edges (the server, the tools; never the core,
+which is handed the time).
+
+- `monotonic_ms()` never jumps: timeouts, read leases, the ticker. It is what the core's
+  `now_ms` means.
+- `wall_ms()` is the time of day: record, segment and commit timestamps, retention by age.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def monotonic_ms() -> int:
+    """Milliseconds of a clock that never goes back (its zero means nothing)."""
+    return int(time.monotonic() * 1000)
+
+
+def wall_ms() -> int:
+    """Milliseconds since the Unix epoch."""
+    return int(time.time() * 1000)

@@ -1,0 +1,52 @@
+"""What the request handlers see of a node: a narrow protocol, not the Broker itself.
+
+The handlers (`handlers`, `group_api`, `admin`, `answers`, `kafka_server`) read and ask
+through `BrokerView` only; `tidelog.server.broker.Broker` is the one implementation, wired
+by `tidelog.server.app`. So a handler's needs are written down in one place, and a test
+may hand it any object that has them.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Protocol
+
+from tidelog.protocol.peer import PartitionKey
+from tidelog.server.budget import RequestBytes
+from tidelog.server.config import BrokerConfig
+from tidelog.server.groups import GroupCoordinator
+from tidelog.server.metadata import MetadataImage
+from tidelog.server.partition import PartitionRunner
+from tidelog.types import NodeId
+
+
+class BrokerView(Protocol):
+    """A node as the Kafka and admin handlers use it."""
+
+    config: BrokerConfig
+    node_id: NodeId
+    all_nodes: tuple[NodeId, ...]
+    image: MetadataImage  # the topics as the applied metadata log says
+    metadata: PartitionRunner  # the metadata log's partition
+    runners: dict[PartitionKey, PartitionRunner]
+    coordinators: dict[int, GroupCoordinator]  # by __consumer_offsets partition
+    kafka_ports: dict[NodeId, int]
+    kafka_connections: int
+    request_bytes: RequestBytes
+    rng: random.Random
+
+    def runner(self, topic: str, partition: int) -> PartitionRunner | None:
+        """The partition's runner on this node, when it hosts it and its log is open."""
+        ...
+
+    def controller_id(self) -> int:
+        """The metadata log's leader, or -1."""
+        ...
+
+    def leader_of(self, key: PartitionKey) -> tuple[int, int]:
+        """(leader id or -1, leader epoch or -1) as this node knows it."""
+        ...
+
+    async def propose_metadata(self, command: dict[str, Any]) -> Any:
+        """Commit one command to the metadata log; its result once applied here."""
+        ...

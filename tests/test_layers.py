@@ -209,3 +209,51 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 
 def test_core_reads_no_clock() -> None:
     assert layer_violations("core", "from tidelog.clock import wall_ms\n") != []
+
+
+# ------------------------------------------------------------------ the core's face -----
+# What code outside core/ and testing/ may touch on a Replica: its inputs, its Ready
+# round, and the frozen `status()`; everything else is the core's own (the simulator's
+# checker, in testing/, reads the log itself on purpose).
+REPLICA_API = {
+    "status",
+    "read_committed",
+    "fetch",
+    "fetch_bounds",
+    "latest_offset",
+    "propose",
+    "step",
+    "tick",
+    "has_ready",
+    "ready",
+    "advance",
+    "delete_records",
+    "note_log_start",
+    "producer_snapshot",
+}
+
+
+def replica_uses(source: str) -> set[str]:
+    """The attributes read on any name or attribute called `replica`."""
+    used: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            owner = node.value
+            name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+            if name == "replica":
+                used.add(node.attr)
+    return used
+
+
+@pytest.mark.parametrize("package", ["server", "node", "spark", "tools"])
+def test_outside_the_core_a_replica_is_seen_through_its_status(package: str) -> None:
+    stray = {
+        str(path.relative_to(SRC)): sorted(replica_uses(path.read_text()) - REPLICA_API)
+        for path in sorted((SRC / package).rglob("*.py"))
+        if replica_uses(path.read_text()) - REPLICA_API
+    }
+    assert stray == {}
+
+
+def test_the_replica_face_check_sees_a_stray_read() -> None:
+    assert replica_uses("x = runner.replica.log.log_end_offset\n") == {"log"}

@@ -119,6 +119,7 @@ class ReplicaStatus:
     does not change under the reader."""
 
     node_id: NodeId
+    replicas: tuple[NodeId, ...]  # every replica of the partition, this one included
     role: Role
     epoch: Epoch
     leader_id: NodeId | None
@@ -446,6 +447,7 @@ class Replica:
         leading = self.role is Role.LEADER
         return ReplicaStatus(
             node_id=self.id,
+            replicas=self.config.replicas,
             role=self.role,
             epoch=self.epoch,
             leader_id=self.leader_id,

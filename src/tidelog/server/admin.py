@@ -27,21 +27,21 @@ def status(broker: BrokerView) -> dict[str, Any]:
     for key, runner in sorted(broker.runners.items()):
         if key.topic == METADATA_TOPIC:
             continue
-        replica = runner.replica
-        replicas = tuple(int(n) for n in replica.config.replicas)
+        state = runner.replica.status()  # one frozen value: every field of one moment
+        replicas = tuple(int(n) for n in state.replicas)
         partitions.append(
             {
                 "topic": key.topic,
                 "partition": key.partition,
                 "replicas": list(replicas),
-                "role": replica.role.value,
-                "leader": replica.leader_id,
-                "epoch": int(replica.epoch),
-                "hwm": int(replica.hwm),
-                "log_start_offset": int(replica.log.log_start_offset),
-                "log_end_offset": int(replica.log.log_end_offset),
+                "role": state.role.value,
+                "leader": state.leader_id,
+                "epoch": int(state.epoch),
+                "hwm": int(state.hwm),
+                "log_start_offset": int(state.log_start_offset),
+                "log_end_offset": int(state.log_end_offset),
                 "isr": in_sync_nodes(broker, key, replicas),
-                "repairing": replica.repair_floor is not None,
+                "repairing": state.repair_floor is not None,
                 "disk_error": None if runner.disk_error is None else str(runner.disk_error),
             }
         )

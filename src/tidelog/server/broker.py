@@ -195,7 +195,7 @@ class Broker:
                 continue
             self.unopened.pop(key, None)
             log.info("hosting %s-%d (replicas %s)", topic.name, partition, list(nodes))
-            if replicas[0] == self.node_id and runner.replica.epoch == 0:
+            if replicas[0] == self.node_id and runner.replica.status().epoch == 0:
                 runner.submit(Replica.campaign)  # the preferred leader starts at once
 
     def open_unopened(self) -> None:
@@ -229,7 +229,7 @@ class Broker:
         if (
             self.creating_offsets_topic
             or OFFSETS_TOPIC in self.image.topics
-            or self.metadata.replica.role is not Role.LEADER
+            or self.metadata.replica.status().role is not Role.LEADER
             or len(self.kafka_ports) < len(self.all_nodes)
         ):
             return
@@ -257,17 +257,17 @@ class Broker:
         asyncio.get_running_loop().create_task(create())
 
     def controller_id(self) -> int:
-        leader = self.metadata.replica.leader_id
+        leader = self.metadata.replica.status().leader_id
         return -1 if leader is None else int(leader)
 
     def leader_of(self, key: PartitionKey) -> tuple[int, int]:
         """(leader id or -1, leader epoch or -1) as this node knows it."""
         runner = self.runners.get(key)
         if runner is not None and runner.disk_error is None:
-            replica = runner.replica
-            if replica.leader_id is None:
+            status = runner.replica.status()
+            if status.leader_id is None:
                 return -1, -1
-            return int(replica.leader_id), int(replica.epoch)
+            return int(status.leader_id), int(status.epoch)
         hint = self.leader_hints.get(key)
         return (int(hint[1]), hint[0]) if hint is not None else (-1, -1)
 
@@ -294,11 +294,11 @@ class Broker:
         ]
         self.transport.send(self.metadata_key, notices)
         for key, runner in self.runners.items():
-            replica = runner.replica
-            if replica.role is not Role.LEADER:
+            status = runner.replica.status()
+            if status.role is not Role.LEADER:
                 continue
-            others = [n for n in self.all_nodes if n not in replica.config.replicas]
-            self.transport.send(key, [LeaderNotice(self.node_id, n, replica.epoch) for n in others])
+            others = [n for n in self.all_nodes if n not in status.replicas]
+            self.transport.send(key, [LeaderNotice(self.node_id, n, status.epoch) for n in others])
 
     # ---------------------------------------------------------------- time -------------
     async def tick_forever(self) -> None:

@@ -268,20 +268,20 @@ class GroupCoordinator:
     def on_round(self, runner: PartitionRunner) -> None:
         """After each round of the partition: follow its leadership, apply what committed."""
         self.runner = runner
-        replica = runner.replica
-        if replica.role is not Role.LEADER:
+        state = runner.replica.status()
+        if state.role is not Role.LEADER:
             if self.active:
                 self.deactivate("no longer the leader")
             return
-        if not self.active or replica.epoch != self.epoch:
+        if not self.active or state.epoch != self.epoch:
             self.deactivate("a new epoch")
-            self.active, self.epoch = True, int(replica.epoch)
-            self.applied_offset = int(replica.log.log_start_offset)
+            self.active, self.epoch = True, int(state.epoch)
+            self.applied_offset = int(state.log_start_offset)
             log.info(
                 "loading groups of %s-%d (epoch %d)", OFFSETS_TOPIC, self.partition, self.epoch
             )
         self.apply_committed()
-        if not self.loaded and replica.hwm > replica.epoch_start_offset:
+        if not self.loaded and state.hwm > state.epoch_start_offset:
             self.loaded = True
             now = self.clock()
             for group in self.groups.values():
@@ -361,7 +361,7 @@ class GroupCoordinator:
         """Raise unless this node coordinates these groups now."""
         if not self.active or self.runner is None:
             raise GroupError(ErrorCode.NOT_COORDINATOR)
-        if self.runner.replica.role is not Role.LEADER:
+        if self.runner.replica.status().role is not Role.LEADER:
             self.deactivate("no longer the leader")
             raise GroupError(ErrorCode.NOT_COORDINATOR)
         if not self.loaded:
@@ -406,7 +406,7 @@ class GroupCoordinator:
             remaining = deadline - time.monotonic()
             if self.applied_offset >= result.next_offset or remaining <= 0:
                 break
-            await runner.wait_for_hwm(runner.replica.hwm, remaining)
+            await runner.wait_for_hwm(runner.replica.status().hwm, remaining)
         return (
             ErrorCode.NONE
             if self.applied_offset >= result.next_offset
@@ -751,7 +751,7 @@ class GroupCoordinator:
         """Session timeouts, rebalance timeouts and, now and then, offsets retention."""
         if not self.active or self.runner is None:
             return
-        if self.runner.replica.role is not Role.LEADER:
+        if self.runner.replica.status().role is not Role.LEADER:
             self.deactivate("no longer the leader")
             return
         if not self.loaded:

@@ -139,9 +139,9 @@ def in_sync_nodes(broker: BrokerView, key: PartitionKey, replicas: tuple[int, ..
     """The leader and the followers that acked within an election timeout and are not
     repairing (`Replica.in_sync_replicas`)."""
     runner = broker.runners.get(key)
-    if runner is None or runner.replica.role is not Role.LEADER:
+    if runner is None or runner.replica.status().role is not Role.LEADER:
         return list(replicas)
-    return [int(node) for node in runner.replica.in_sync_replicas()]
+    return [int(node) for node in runner.replica.status().in_sync_replicas]
 
 
 # ---------------------------------------------------------------------- Produce --------
@@ -240,8 +240,8 @@ async def produce_partition(
         return PartitionAnswer(
             ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
-    start = int(runner.replica.log.log_start_offset)
-    if runner.replica.role is not Role.LEADER:
+    start = int(runner.replica.status().log_start_offset)
+    if runner.replica.status().role is not Role.LEADER:
         return PartitionAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER, log_start_offset=start)
     rules = BatchRules(api_version, info.config.max_message_bytes, f"{topic}-{partition}")
     try:
@@ -323,7 +323,7 @@ def read_partition(
     if runner.busy:  # its log is being repaired
         return answer(ErrorCode.KAFKA_STORAGE_ERROR), None
     replica = runner.replica
-    if replica.role is not Role.LEADER and not follower_reads:
+    if replica.status().role is not Role.LEADER and not follower_reads:
         return answer(ErrorCode.NOT_LEADER_OR_FOLLOWER), None
     leader_epoch = getattr(part, "current_leader_epoch", -1)
     offset = Offset(part.fetch_offset)
@@ -407,7 +407,7 @@ def list_partition(broker: BrokerView, cls: Any, topic: str, partition: int, tim
 
     runner = broker.runner(topic, partition)
     epoch = -1
-    if runner is None or runner.replica.role is not Role.LEADER:
+    if runner is None or runner.replica.status().role is not Role.LEADER:
         known = topic in broker.image.topics
         return answer(
             ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -415,7 +415,7 @@ def list_partition(broker: BrokerView, cls: Any, topic: str, partition: int, tim
     if runner.busy:  # its log is being repaired
         return answer(ErrorCode.KAFKA_STORAGE_ERROR)
     replica = runner.replica
-    epoch = int(replica.epoch)
+    epoch = int(replica.status().epoch)
     try:
         latest = replica.latest_offset(now_ms=monotonic_ms())
     except TidelogError as error:
@@ -423,7 +423,7 @@ def list_partition(broker: BrokerView, cls: Any, topic: str, partition: int, tim
     if timestamp == LATEST:
         return answer(ErrorCode.NONE, int(latest))
     if timestamp == EARLIEST:
-        return answer(ErrorCode.NONE, int(replica.log.log_start_offset))
+        return answer(ErrorCode.NONE, int(replica.status().log_start_offset))
     try:
         found = runner.storage.offset_for_timestamp(timestamp)
     except StorageError as error:  # a batch failed its CRC: never served; it is repaired
@@ -467,7 +467,7 @@ async def create_topics(broker: BrokerView, request: KafkaRequest) -> Any:
 async def create_topic(
     broker: BrokerView, topic: Any, validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
-    if broker.metadata.replica.role is not Role.LEADER:
+    if broker.metadata.replica.status().role is not Role.LEADER:
         return ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
     if not isinstance(topic.name, str):
         return ErrorCode.INVALID_REQUEST, "a topic name is required"
@@ -510,7 +510,7 @@ async def delete_topics(broker: BrokerView, request: KafkaRequest) -> Any:
     results = []
     for name in names:
         message: str | None
-        if broker.metadata.replica.role is not Role.LEADER:
+        if broker.metadata.replica.status().role is not Role.LEADER:
             code, message = ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
         elif name in INTERNAL_TOPICS:
             code, message = ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic"
@@ -534,7 +534,7 @@ async def commit_command(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return error_code_for(RequestTimedOut("metadata not applied in time")), None
-        await broker.metadata.wait_for_hwm(broker.metadata.replica.hwm, remaining)
+        await broker.metadata.wait_for_hwm(broker.metadata.replica.status().hwm, remaining)
     return ErrorCode.NONE, None
 
 
@@ -569,7 +569,7 @@ async def delete_partition_records(
         ), -1
 
     def delete(replica: Any) -> Offset:
-        offset = part.offset if part.offset >= 0 else min(replica.hwm, replica.log.log_end_offset)
+        offset = part.offset if part.offset >= 0 else replica.status().readable_end
         result: Offset = replica.delete_records(Offset(offset))
         return result
 

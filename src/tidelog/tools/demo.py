@@ -266,10 +266,10 @@ def is_converged(record: ClusterRecord) -> bool:
         if leader is None or leader.hwm != leader.log_end_offset:
             return False
         for node_id in p.replicas:
-            replica = view.statuses.get((TOPIC, p.partition, node_id))
-            if replica is None:
+            copy = view.statuses.get((TOPIC, p.partition, node_id))
+            if copy is None:
                 return False
-            facts = (replica.epoch, replica.hwm, replica.log_end_offset)
+            facts = (copy.epoch, copy.hwm, copy.log_end_offset)
             if facts != (leader.epoch, leader.hwm, leader.log_end_offset):
                 return False
     return True

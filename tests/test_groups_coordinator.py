@@ -20,6 +20,7 @@ from typing import TypeVar
 import pytest
 
 from tidelog.core.replica import Replica, ReplicaConfig
+from tidelog.groups.state import GroupState
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.groups import (
@@ -27,7 +28,6 @@ from tidelog.server.groups import (
     GroupConfig,
     GroupCoordinator,
     GroupError,
-    GroupState,
     group_partition,
 )
 from tidelog.server.partition import DiskHealth, PartitionRunner

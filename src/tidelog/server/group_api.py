@@ -14,16 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from tidelog.clock import monotonic_ms
+from tidelog.groups.state import GroupState
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.answers import body_of, client_host, host_of, response
-from tidelog.server.groups import (
-    GroupCoordinator,
-    GroupError,
-    GroupState,
-    group_partition,
-)
+from tidelog.server.groups import GroupCoordinator, GroupError, group_partition
 from tidelog.server.metadata import OFFSETS_TOPIC
 from tidelog.server.view import BrokerView
 

@@ -42,12 +42,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from tidelog.clock import wall_ms
 from tidelog.core.replica import ACKS_ALL, Role
 from tidelog.errors import NotEnoughReplicas, NotLeader, OffsetNotAvailable, TidelogError
+from tidelog.groups.records import encode_json, group_key, offset_key
+from tidelog.groups.state import GroupEvent, GroupState, loaded_state, next_state
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.server.metadata import OFFSETS_TOPIC
 from tidelog.server.partition import PartitionRunner, apply_committed
@@ -76,14 +77,6 @@ class GroupError(TidelogError):
     def __init__(self, code: ErrorCode, message: str = "") -> None:
         super().__init__(message or code.name)
         self.code = code
-
-
-class GroupState(Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,20 +165,6 @@ class Group:
         return all(member.join is not None for member in self.members.values())
 
 
-def encode_json(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-
-
-def offset_key(group_id: str, topic: str, partition: int) -> bytes:
-    return encode_json(
-        {"type": "offset", "group": group_id, "topic": topic, "partition": partition}
-    )
-
-
-def group_key(group_id: str) -> bytes:
-    return encode_json({"type": "group", "group": group_id})
-
-
 def group_value(group: Group) -> bytes:
     members = [
         {
@@ -250,11 +229,13 @@ class GroupCoordinator:
         *,
         topic_exists: Callable[[str], bool],
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], int] = wall_ms,
     ) -> None:
         self.partition = partition
         self.config = config
         self.topic_exists = topic_exists
-        self.clock = clock
+        self.clock = clock  # seconds, monotonic: sessions, rebalance deadlines
+        self.wall_clock = wall_clock  # ms of the day: commit times, offset expiry
         self.runner: PartitionRunner | None = None
         self.active = False
         self.loaded = False
@@ -354,7 +335,7 @@ class GroupCoordinator:
         group.protocol = content.get("protocol")
         group.leader = content.get("leader")
         group.state_ms = int(content.get("state_ms", 0))
-        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        group.state = loaded_state(bool(group.members))
 
     # ================================================================ serving =========
     def check_serving(self) -> None:
@@ -384,7 +365,7 @@ class GroupCoordinator:
         runner = self.runner
         if runner is None or not self.active:
             return ErrorCode.NOT_COORDINATOR
-        batch = producer_batch(values, keys=keys, timestamp_ms=wall_ms())
+        batch = producer_batch(values, keys=keys, timestamp_ms=self.wall_clock())
         epoch = self.epoch
         try:
             result = await asyncio.wait_for(
@@ -549,7 +530,7 @@ class GroupCoordinator:
         group.rebalance_deadline = now + timeout_ms / 1000
         if group.state is not GroupState.PREPARING_REBALANCE:
             log.info("group %s: rebalancing (%s)", group.group_id, reason)
-        group.state = GroupState.PREPARING_REBALANCE
+        group.state = next_state(group.state, GroupEvent.REBALANCE)
 
     def maybe_complete_join(self, group: Group) -> None:
         if group.state is not GroupState.PREPARING_REBALANCE:
@@ -564,15 +545,16 @@ class GroupCoordinator:
                 self.remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
         group.generation += 1
         if not group.members:
-            group.state, group.protocol, group.leader = GroupState.EMPTY, None, None
-            group.state_ms = wall_ms()
+            group.state = next_state(group.state, GroupEvent.NONE_LEFT)
+            group.protocol = group.leader = None
+            group.state_ms = self.wall_clock()
             log.info("group %s: empty (generation %d)", group.group_id, group.generation)
             self.persist_group(group)
             return
         group.protocol = group.select_protocol()
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
-        group.state = GroupState.COMPLETING_REBALANCE
+        group.state = next_state(group.state, GroupEvent.ALL_JOINED)
         now = self.clock()
         log.info(
             "group %s: generation %d with %d members (leader %s)",
@@ -636,7 +618,7 @@ class GroupCoordinator:
                 fail_waiters(member, code)
             self.prepare_rebalance(group, f"its generation could not be stored: {code.name}")
             return
-        group.state = GroupState.STABLE
+        group.state = next_state(group.state, GroupEvent.SYNCED)
         log.info("group %s: stable in generation %d", group.group_id, generation)
         for member in group.members.values():
             waiter, member.sync = member.sync, None
@@ -708,7 +690,7 @@ class GroupCoordinator:
         codes: dict[tuple[str, int], ErrorCode] = {}
         keys: list[bytes] = []
         values: list[bytes | None] = []
-        now = wall_ms()
+        now = self.wall_clock()
         for (topic, partition), (offset, epoch, metadata) in offsets.items():
             if not self.topic_exists(topic):
                 codes[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -776,7 +758,7 @@ class GroupCoordinator:
     def expire_offsets(self) -> None:
         """Tombstones for offsets of deleted topics, and of groups empty for longer than
         the retention; then for empty groups left with no offsets."""
-        now = wall_ms()
+        now = self.wall_clock()
         keys: list[bytes] = []
         retention = self.config.offsets_retention_ms
         for group in self.groups.values():
@@ -790,7 +772,7 @@ class GroupCoordinator:
             keys.extend(offset_key(group.group_id, topic, p) for topic, p in expired)
             if empty and len(expired) == len(group.offsets) and group.protocol_type:
                 keys.append(group_key(group.group_id))
-                group.state = GroupState.DEAD
+                group.state = next_state(group.state, GroupEvent.EXPIRED)
         if keys:
             log.info("%s-%d: expiring %d records", OFFSETS_TOPIC, self.partition, len(keys))
             dead = [g.group_id for g in self.groups.values() if g.state is GroupState.DEAD]
@@ -808,7 +790,7 @@ class GroupCoordinator:
             if code is ErrorCode.NONE:
                 del self.groups[group_id]
             else:
-                group.state = GroupState.EMPTY
+                group.state = next_state(group.state, GroupEvent.DELETE_FAILED)
 
     def expire_now(self) -> None:
         """Check retention at the next tick (a topic was deleted)."""

@@ -33,6 +33,11 @@ Rules of this file:
    answered before, and does not count it as in sync (KIP-966, scenarios 14 and 16). Its
    HWM is what storage recovered, min(old HWM, log end): the one case where a replica's
    HWM goes back, across the restart that found the damage.
+9. Every message is hostile until checked at the door (`step`): one addressed to another
+   node, from a node that is no replica, with impossible offsets or epochs, an append in
+   an epoch this replica leads, or from a node other than the leader it knows in that
+   epoch, cannot be right; it changes nothing and `step` returns why. No message can trip
+   an assertion: assertions are for our own bugs.
 """
 
 from __future__ import annotations
@@ -287,17 +292,18 @@ class Replica:
         else:
             self.become_candidate()
 
-    def step(self, msg: Message) -> None:
-        """Take one message from a peer."""
+    def step(self, msg: Message) -> str | None:
+        """Take one message from a peer. A message that cannot be right (rule 9) changes
+        nothing: the reason is returned, for the caller to log; None when it was taken."""
         assert not self.ready_outstanding
-        assert msg.recipient == self.id
-        if msg.sender not in self.peers:
-            return
+        refusal = self._refusal(msg)
+        if refusal is not None:
+            return refusal
         if msg.epoch > self.epoch and not self._on_higher_epoch(msg):
-            return
+            return None
         if msg.epoch < self.epoch:
             self._on_lower_epoch(msg)
-            return
+            return None
         if isinstance(msg, AppendRequest):
             self.on_append_request(msg)
         elif isinstance(msg, AppendResponse):
@@ -306,6 +312,32 @@ class Replica:
             self.on_vote_request(msg)
         else:
             self.on_vote_response(msg)
+        return None
+
+    def _refusal(self, msg: Message) -> str | None:
+        """Why `msg` cannot be right, or None (rule 9: checked at the door, never asserted)."""
+        if msg.recipient != self.id:
+            return f"addressed to node {msg.recipient}, not this node {self.id}"
+        if msg.sender not in self.peers:
+            return f"from node {msg.sender}, no replica of this partition"
+        if msg.epoch < 0:
+            return f"from node {msg.sender} in epoch {msg.epoch}"
+        if isinstance(msg, AppendRequest):
+            if min(msg.prev_offset, msg.hwm, msg.log_start_offset) < 0 or msg.prev_epoch < NO_EPOCH:
+                return f"an append from node {msg.sender} with impossible offsets or epochs"
+            if msg.epoch == self.epoch and self.role is Role.LEADER:
+                return f"an append from node {msg.sender} in epoch {msg.epoch}, which we lead"
+            if msg.epoch == self.epoch and self.leader_id not in (None, msg.sender):
+                return (
+                    f"an append from node {msg.sender} in epoch {msg.epoch}, "
+                    f"led by node {self.leader_id}"
+                )
+        elif isinstance(msg, AppendResponse):
+            if min(msg.prev_offset, msg.match_offset) < 0 or msg.hint_epoch < NO_EPOCH:
+                return f"an answer from node {msg.sender} with impossible offsets or epochs"
+        elif isinstance(msg, VoteRequest) and min(msg.log_end_offset, msg.last_epoch + 1) < 0:
+            return f"a vote request from node {msg.sender} with an impossible log"
+        return None
 
     def propose(self, request_id: int, batch: bytes, *, acks: int) -> None:
         """A producer's record batch. Its completion comes out in a later `Ready`."""
@@ -731,7 +763,6 @@ class Replica:
 
     # ================================================================== follower ========
     def on_append_request(self, msg: AppendRequest) -> None:
-        assert self.role is not Role.LEADER, "two leaders in one epoch"
         if self.role is not Role.FOLLOWER or self.leader_id != msg.sender:
             self.become_follower(msg.epoch, msg.sender)
         self.election_elapsed = 0

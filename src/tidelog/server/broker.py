@@ -332,7 +332,9 @@ class Broker:
         self.transport.send(self.metadata_key, [BrokerNotice(self.node_id, peer, Epoch(0), port)])
 
 def step_message(msg: Message, replica: Replica) -> None:
-    replica.step(msg)
+    refusal = replica.step(msg)
+    if refusal is not None:  # it cannot be right (the core's rule 9): one line, no harm
+        log.warning("dropped a peer message: %s", refusal)
 
 
 def tick_replica(stamp: int, wall: int, replica: Replica) -> None:

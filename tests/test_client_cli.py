@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,9 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from tidelog.cli import main
-from tidelog.testing.live import (
-    LiveCluster,
-)
+from tidelog.testing.live import LiveCluster, eventually, poll
 from tidelog.tools.client import LINES_MAX_BYTES, find_local_cluster, record_text
 from tidelog.tools.client_kafka import ClientError, parse_offset_time, split_bootstrap
 from tidelog.tools.client_records import ConsumedRecord
@@ -59,19 +56,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def poll(attempt: Callable[[], T | None]) -> T:
-    """The first result of `attempt` that is not None, trying until DEADLINE_S."""
-    deadline = time.monotonic() + DEADLINE_S
-    while (result := attempt()) is None:
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(POLL_S)
-    return result
-
-
-def eventually(condition: Callable[[], bool]) -> None:
-    poll(lambda: True if condition() else None)
 
 
 def run(cluster: LiveCluster | None, *args: str, stdin: str | None = None) -> Result:

@@ -15,8 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,7 @@ from click.testing import CliRunner
 
 from tidelog.cli import main
 from tidelog.server.groups import OFFSETS_TOPIC
-from tidelog.testing.live import (
-    create_topic,
-    free_base_port,
-)
+from tidelog.testing.live import create_topic, eventually, free_base_port
 from tidelog.tools.cluster import (
     is_our_broker,
     plan_cluster,
@@ -45,13 +41,6 @@ TOPIC = "events"
 def cli(*args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, ["cluster", *args])
     return result.exit_code, result.stdout, result.stderr
-
-
-def eventually(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(POLL_S)
 
 
 # cluster.json and errors: no broker needed

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +29,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tidelog.server.app import EXIT_DISK
-from tidelog.testing.live import LiveCluster, create_topic, free_base_port, tidelog
+from tidelog.testing.live import LiveCluster, create_topic, free_base_port, poll, tidelog
 
 pytestmark = pytest.mark.slow
 
@@ -42,14 +42,6 @@ FILES_MAX = 100_000
 PARTITIONS = 3
 ACKED_AFTER_FULL = 200
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def poll(attempt: Callable[[], T | None], what: str) -> T:
-    deadline = time.monotonic() + DEADLINE_S
-    while (result := attempt()) is None:
-        assert time.monotonic() < deadline, f"{what}: not within {DEADLINE_S} s"
-        time.sleep(POLL_S)
-    return result
 
 
 @contextlib.contextmanager

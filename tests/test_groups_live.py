@@ -12,28 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError
 
-from tidelog.testing.live import LiveCluster, create_topic, tidelog
+from tidelog.testing.live import LiveCluster, create_topic, eventually, tidelog
 
 DEADLINE_S = 60.0
 SESSION_MS = 6_000
 HEARTBEAT_MS = 500
-
-
-def eventually(condition: Callable[[], bool], what: str | Callable[[], str]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() >= deadline:
-            detail = what if isinstance(what, str) else what()
-            raise AssertionError(f"not reached in {DEADLINE_S} s: {detail}")
-        time.sleep(0.05)
 
 
 def produce(bootstrap: str, topic: str, values: list[str], partitions: int) -> None:

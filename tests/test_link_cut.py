@@ -13,7 +13,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from kafka import KafkaProducer
 from kafka.protocol.parser import KafkaProtocol
 
 from tidelog.protocol.kafka import _APIS, ApiKey
-from tidelog.testing.live import collect_leaked_sockets, create_topic
+from tidelog.testing.live import collect_leaked_sockets, create_topic, poll
 from tidelog.testing.proxy import CutMode, TcpProxy
 
 NODES = (1, 2, 3)
@@ -136,13 +135,8 @@ def cluster(tmp_path: Path) -> Iterator[ProxiedCluster]:
 
 
 def wait_for(condition: Any, what: str) -> Any:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(POLL_S)
-    raise AssertionError(f"not within {DEADLINE_S} s: {what}")
+    """The first true value of `condition`."""
+    return poll(lambda: condition() or None, what, deadline_s=DEADLINE_S)
 
 
 def latest_offset_error(port: int) -> int:

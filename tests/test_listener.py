@@ -22,7 +22,7 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from tidelog.testing.fuzz import fetch_request
-from tidelog.testing.live import DEADLINE_S, free_base_port
+from tidelog.testing.live import DEADLINE_S, eventually, free_base_port
 
 IDLE_MS = 1500
 BUDGET_BYTES = 8 << 20
@@ -39,13 +39,6 @@ class Broker:
         with urllib.request.urlopen(f"http://{self.admin}/status", timeout=5) as reply:
             answer: dict[str, object] = json.load(reply)
         return answer
-
-
-def wait_until(condition: object, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def answers(broker: Broker) -> bool:
@@ -78,7 +71,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         )  # fmt: skip
     running = Broker(process, ("127.0.0.1", base), f"127.0.0.1:{base + 200}", log)
     try:
-        wait_until(lambda: answers(running), "the broker did not become ready")
+        eventually(lambda: answers(running), "the broker did not become ready")
         yield running
     finally:
         os.kill(process.pid, signal.SIGTERM)
@@ -105,7 +98,7 @@ def test_a_partial_frame_times_out(broker: Broker) -> None:
     with socket.create_connection(broker.kafka) as sock:
         sock.sendall(struct.pack(">i", 1 << 20) + b"\x00" * 100)  # 1 MiB announced
         assert closed_by_broker(sock)
-    wait_until(lambda: broker.status()["request_bytes_held"] == 0, "bytes still held")
+    eventually(lambda: broker.status()["request_bytes_held"] == 0, "bytes still held")
 
 
 def test_partial_frames_beyond_the_budget_wait_and_are_given_back(broker: Broker) -> None:
@@ -115,13 +108,13 @@ def test_partial_frames_beyond_the_budget_wait_and_are_given_back(broker: Broker
     try:
         for sock in socks:
             sock.sendall(struct.pack(">i", 6 << 20) + b"\x00" * 1000)
-        wait_until(lambda: broker.status()["kafka_connections"] == 6, "not all connected")
+        eventually(lambda: broker.status()["kafka_connections"] == 6, "not all connected")
         assert 0 < int(broker.status()["request_bytes_held"]) <= BUDGET_BYTES  # type: ignore[call-overload]
     finally:
         for sock in socks:
             sock.close()
-    wait_until(lambda: broker.status()["kafka_connections"] == 0, "connections left")
-    wait_until(lambda: broker.status()["request_bytes_held"] == 0, "bytes still held")
+    eventually(lambda: broker.status()["kafka_connections"] == 0, "connections left")
+    eventually(lambda: broker.status()["request_bytes_held"] == 0, "bytes still held")
 
 
 def test_a_client_that_stops_reading_holds_nothing_once_gone(broker: Broker) -> None:
@@ -145,7 +138,7 @@ def test_a_client_that_stops_reading_holds_nothing_once_gone(broker: Broker) -> 
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         for _ in range(50):
             sock.sendall(fetch)
-        wait_until(lambda: broker.status()["kafka_connections"] >= 1, "not connected")
-    wait_until(lambda: broker.status()["kafka_connections"] == 0, "connection left open")
-    wait_until(lambda: broker.status()["request_bytes_held"] == 0, "bytes still held")
+        eventually(lambda: broker.status()["kafka_connections"] >= 1, "not connected")
+    eventually(lambda: broker.status()["kafka_connections"] == 0, "connection left open")
+    eventually(lambda: broker.status()["request_bytes_held"] == 0, "bytes still held")
     assert "Traceback" not in broker.log.read_text()

@@ -8,11 +8,11 @@ import socketserver
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
+from tidelog.testing.live import eventually
 from tidelog.testing.proxy import CutMode, TcpProxy
 
 DEADLINE_S = 10.0
@@ -46,13 +46,6 @@ def echo() -> Iterator[tuple[str, int]]:
 def proxy(echo: tuple[str, int]) -> Iterator[TcpProxy]:
     with TcpProxy(echo) as running:
         yield running
-
-
-def eventually(condition: Callable[[], bool], *, timeout_s: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(POLL_S)
 
 
 def connect(address: tuple[str, int]) -> socket.socket:

@@ -15,7 +15,6 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +24,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tidelog.records import HEADER_SIZE, iter_batches
 from tidelog.spark.replicas import BrokerConnection, ReplicaRead, ReplicaReadError, fetch_once
-from tidelog.testing.live import LiveCluster, create_topic, tidelog
+from tidelog.testing.live import LiveCluster, create_topic, poll, tidelog
 
 pytestmark = pytest.mark.slow
 
@@ -36,15 +35,6 @@ RECORDS = 3000
 BATCHES = 10
 # Admin endpoints are on 127.0.0.1: never route them through an http_proxy from the env.
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def poll(attempt: Callable[[], T | None], what: str) -> T:
-    """The first result of `attempt` that is not None, trying until DEADLINE_S."""
-    deadline = time.monotonic() + DEADLINE_S
-    while (result := attempt()) is None:
-        assert time.monotonic() < deadline, f"{what}: not within {DEADLINE_S} s"
-        time.sleep(POLL_S)
-    return result
 
 
 def produce(bootstrap: str, topic: str, count: int) -> set[bytes]:

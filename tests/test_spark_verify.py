@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +35,7 @@ from tidelog.spark.replicas import (
     compare_rows,
     verify_replicas,
 )
-from tidelog.testing.live import LiveCluster, create_topic, tidelog
+from tidelog.testing.live import LiveCluster, create_topic, poll, tidelog
 from tidelog.tools.verify_cmd import report_lines
 
 pytestmark = pytest.mark.slow
@@ -56,15 +54,6 @@ DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 Marks = dict[int, dict[int, dict[str, Any]]]
 """partition -> node -> that replica's entry of the node's admin /status."""
-
-
-def poll(attempt: Callable[[], T | None], what: str) -> T:
-    """The first result of `attempt` that is not None, trying until DEADLINE_S."""
-    deadline = time.monotonic() + DEADLINE_S
-    while (result := attempt()) is None:
-        assert time.monotonic() < deadline, f"{what}: not within {DEADLINE_S} s"
-        time.sleep(POLL_S)
-    return result
 
 
 def produce(bootstrap: str, topic: str, count: int) -> None:

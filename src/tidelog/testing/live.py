@@ -1,4 +1,6 @@
-"""Live clusters for tests: real broker processes on 127.0.0.1, started as a user would.
+"""Live clusters for tests: real broker processes on 127.0.0.1, started as a user would,
+and the one way tests wait (`poll`, `eventually`: polling with a deadline, never a bare
+sleep).
 
 `LiveCluster` runs `tidelog cluster up` on a free port range in a directory of its own and
 `tidelog cluster down` at the end; it never signals a process it did not start.
@@ -15,13 +17,50 @@ import sys
 import time
 import urllib.request
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 PORT_SPAN = 203  # base .. base+2 Kafka, +100.. peers, +200.. admin
 DEADLINE_S = 60.0
+POLL_S = 0.05
+T = TypeVar("T")
+
+
+def poll(
+    attempt: Callable[[], T | None],
+    what: str = "the condition",
+    *,
+    deadline_s: float = DEADLINE_S,
+    interval_s: float = POLL_S,
+) -> T:
+    """The first result of `attempt` that is not None, trying every `interval_s` until
+    `deadline_s` have passed (then AssertionError naming `what`)."""
+    deadline = time.monotonic() + deadline_s
+    while (result := attempt()) is None:
+        assert time.monotonic() < deadline, f"{what}: not within {deadline_s} s"
+        time.sleep(interval_s)
+    return result
+
+
+def eventually(
+    condition: Callable[[], object],
+    what: str | Callable[[], str] = "the condition",
+    *,
+    deadline_s: float = DEADLINE_S,
+    interval_s: float = POLL_S,
+) -> None:
+    """Until `condition()` is true, within `deadline_s`; `what` may be computed when it
+    is not (to say what was seen)."""
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            detail = what if isinstance(what, str) else what()
+            raise AssertionError(f"{detail}: not within {deadline_s} s")
+        time.sleep(interval_s)
 
 
 def free_base_port() -> int:
@@ -92,10 +131,7 @@ class LiveCluster:
         return True
 
     def wait_hosted_everywhere(self, topic: str, partitions: int) -> None:
-        deadline = time.monotonic() + DEADLINE_S
-        while not self.hosted_everywhere(topic, partitions):
-            assert time.monotonic() < deadline, f"{topic} is not on every node"
-            time.sleep(0.1)
+        eventually(lambda: self.hosted_everywhere(topic, partitions), f"{topic} on every node")
 
     def node_status(self, node: int) -> dict[str, object]:
         result = tidelog("cluster", "status", "--data-dir", str(self.directory), "--json")
@@ -112,15 +148,12 @@ def create_topic(
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
     try:
         admin.create_topics([NewTopic(name, partitions, 3, topic_configs=configs or {})])
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:  # until every partition has a leader
-            described = admin.describe_topics([name])[0]
-            if described["partitions"] and all(
-                p["leader_id"] >= 0 for p in described["partitions"]
-            ):
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"topic {name} has no leaders after {DEADLINE_S} s")
+
+        def led() -> bool:
+            partitions = admin.describe_topics([name])[0]["partitions"]
+            return bool(partitions) and all(p["leader_id"] >= 0 for p in partitions)
+
+        eventually(led, f"a leader for every partition of {name}")
     finally:
         admin.close()
 

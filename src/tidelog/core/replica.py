@@ -1058,7 +1058,7 @@ class Replica:
         progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)
         if msg.seq < progress.seq_min:
             return  # sent before the follower said it lost records: nothing it says counts
-        if msg.repairing and not progress.repairing:
+        if msg.repairing and (not progress.repairing or self._lost_again(progress, msg)):
             self._on_follower_repairing(progress, msg.match_offset)
             return
         progress.repairing = msg.repairing
@@ -1068,6 +1068,17 @@ class Replica:
             self._on_append_accepted(progress, msg.match_offset)
         else:
             self._on_append_rejected(progress, msg)
+
+    @staticmethod
+    def _lost_again(progress: Progress, msg: AppendResponse) -> bool:
+        """A repairing follower's answer to our probe says its log is shorter than what it
+        acknowledged: it set damaged records aside again (rule 8)."""
+        return (
+            progress.probing
+            and progress.answers_probe(msg.seq)
+            and progress.match_offset is not None
+            and msg.match_offset < progress.match_offset
+        )
 
     def _on_follower_repairing(self, progress: Progress, follower_end: Offset) -> None:
         """The follower lost records it acknowledged (rule 8): forget its match and every

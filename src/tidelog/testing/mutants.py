@@ -439,6 +439,13 @@ CATALOGUE: tuple[Mutant, ...] = (
         "promised = False",
     ),
     Mutant(
+        "repairing-twice-keeps-match",
+        "a follower that sets damage aside again while repairing is forgotten again (16)",
+        REPLICA,
+        "if msg.repairing and (not progress.repairing or self._lost_again(progress, msg)):",
+        "if msg.repairing and not progress.repairing:",
+    ),
+    Mutant(
         "probe-copies-refused",
         "an answer to any copy of the current probe ends it (a network slower than a heartbeat)",
         TRACKER,

@@ -187,13 +187,13 @@ class PartitionRunner:
         self.submit(action)
         return future
 
-    def apply_retention(self, now_ms: int) -> None:
+    def apply_retention(self, wall_ms: int) -> None:
         """Delete segments past retention.ms / retention.bytes (never at or above the HWM
         the log saved), saving the idempotent producers' snapshot at the new log start with
         it, then tell the replica where its log starts now."""
 
         def retain(replica: Replica) -> None:
-            if self.storage.apply_retention(now_ms, replica.producer_snapshot):
+            if self.storage.apply_retention(wall_ms, replica.producer_snapshot):
                 replica.note_log_start(self.storage.log_start_offset)
 
         self.submit(retain)

@@ -65,7 +65,7 @@ class SimDiskStorage:
     def retain(self, snapshot: Snapshot) -> Offset | None:
         """Retention by size (`retention_bytes`), never at or above the saved HWM; the
         producer snapshot at the new log start is `snapshot(start)`."""
-        if not self.log.apply_retention(now_ms=0, snapshot=snapshot):
+        if not self.log.apply_retention(wall_ms=0, snapshot=snapshot):
             return None
         return self.log.log_start_offset
 

@@ -363,11 +363,12 @@ class DiskStorage:
     # --- retention --------------------------------------------------------------------
     def apply_retention(
         self,
-        now_ms: int,
+        wall_ms: int,
         snapshot: Callable[[Offset], tuple[ProducerEntry, ...]] | None = None,
     ) -> int:
-        """Delete whole segments beyond retention_bytes or older than retention_ms, oldest
-        first, never the active one and never one holding an offset at or above the HWM.
+        """Delete whole segments beyond retention_bytes or older than retention_ms (by the
+        time of day `wall_ms`, as record timestamps are), oldest first, never the active one
+        and never one holding an offset at or above the HWM.
         `snapshot` gives the producer snapshot at a log start (the replica's
         `producer_snapshot`); without it the one saved last is kept. Durable on return.
         The number of segments deleted."""
@@ -376,7 +377,7 @@ class DiskStorage:
         for segment in self._segments[:-1]:
             retention_bytes, retention_ms = self.config.retention_bytes, self.config.retention_ms
             by_size = retention_bytes is not None and total - segment.size_bytes >= retention_bytes
-            by_age = retention_ms is not None and now_ms - segment.max_timestamp > retention_ms
+            by_age = retention_ms is not None and wall_ms - segment.max_timestamp > retention_ms
             if segment.end_offset > self._hwm or not (by_size or by_age):
                 break
             total -= segment.size_bytes

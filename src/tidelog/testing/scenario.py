@@ -53,6 +53,7 @@ from tidelog.records import read_header
 from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster, Envelope
 from tidelog.testing.sim import build_batch
+from tidelog.testing.trace import describe_batches
 from tidelog.types import Epoch, NodeId, Offset
 
 SEPARATOR = "----"
@@ -71,14 +72,6 @@ class ScriptError(Exception):
 
 
 # ------------------------------------------------------------------ descriptions --------
-def describe_batches(batches: tuple[bytes, ...] | list[bytes]) -> str:
-    parts = []
-    for batch in batches:
-        header = read_header(batch)
-        parts.append(f"{header.base_offset}..{header.last_offset} e{header.epoch}")
-    return "[" + ", ".join(parts) + "]"
-
-
 def describe_message(msg: Message) -> str:
     head = f"{msg.sender}->{msg.recipient}"
     if isinstance(msg, AppendRequest):

@@ -35,6 +35,8 @@ def describe_message(msg: Message) -> str:
         value = getattr(msg, item.name)
         if item.name == "batches":
             rest.append(f"batches={describe_batches(value)}")
+        elif item.name == "producers":  # a reset's producer snapshot: how many entries
+            rest.append(f"producers={len(value)}")
         else:
             rest.append(f"{item.name}={value}")
     return " ".join([head, *rest])

@@ -88,6 +88,8 @@ CASES = [
     ("follower", append(ONE, TWO, 1, hwm=Offset(-5)), "impossible offsets"),
     ("follower", append(ONE, TWO, 1, prev_epoch=Epoch(-7)), "impossible offsets"),
     ("follower", append(ONE, TWO, -3), "in epoch -3"),
+    ("follower", append(ONE, TWO, 1, producers=(bytes(36),)), "that is no reset"),
+    ("follower", append(ONE, TWO, 1, reset=True, batches=(), producers=(b"x",)), "cannot be"),
     ("follower", VoteRequest(THREE, TWO, Epoch(2), NO_EPOCH, Offset(-1), False), "impossible log"),
     ("leader", append(TWO, ONE, 1), "which we lead"),
     ("leader", append(TWO, ONE, 1, reset=True, batches=()), "which we lead"),

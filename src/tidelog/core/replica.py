@@ -325,6 +325,10 @@ class Replica:
         if isinstance(msg, AppendRequest):
             if min(msg.prev_offset, msg.hwm, msg.log_start_offset) < 0 or msg.prev_epoch < NO_EPOCH:
                 return f"an append from node {msg.sender} with impossible offsets or epochs"
+            if msg.producers and not msg.reset:
+                return f"a producer snapshot from node {msg.sender} on an append that is no reset"
+            if msg.reset and decode_entries(msg.producers, below=msg.prev_offset) is None:
+                return f"a reset from node {msg.sender} with a producer snapshot that cannot be"
             if msg.epoch == self.epoch and self.role is Role.LEADER:
                 return f"an append from node {msg.sender} in epoch {msg.epoch}, which we lead"
             if msg.epoch == self.epoch and self.leader_id not in (None, msg.sender):
@@ -815,9 +819,7 @@ class Replica:
         hold from start - 1 on is the leader's: we drop it all and start empty at `start`,
         remembering the epoch of the record before it (scenario 19, Raft's snapshot)."""
         start = msg.prev_offset
-        entries = decode_entries(msg.producers, below=start)
-        if entries is None:
-            return  # a snapshot that cannot be right: no answer (the leader resends)
+        entries = decode_entries(msg.producers, below=start) or ()  # checked at the door
         committed_here = start <= max(self.hwm, self.log.log_start_offset)
         if not committed_here and not (
             start <= self.log.log_end_offset

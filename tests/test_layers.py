@@ -24,7 +24,7 @@ ALLOWED = {
     "node": {"core", "wal", "protocol", "node"},
     "server": {"core", "wal", "protocol", "node", "groups", "server"},
     "testing": {"core", "wal", "protocol", "node", "groups", "testing"},
-    "groups": {"groups"},
+    "groups": {"groups", "protocol"},  # protocol: the Kafka error codes it answers with
     "spark": {"core", "protocol", "spark"},
 }
 

@@ -63,9 +63,7 @@ class ProducerEntry(NamedTuple):
 
 def encode_entries(entries: Iterable[ProducerEntry]) -> tuple[bytes, ...]:
     """Each entry as ENTRY_WIRE bytes (a reset's `producers`)."""
-    return tuple(
-        ENTRY_WIRE.pack(e.producer_id, e.epoch, *e.batch) for e in entries
-    )
+    return tuple(ENTRY_WIRE.pack(e.producer_id, e.epoch, *e.batch) for e in entries)
 
 
 def decode_entries(blobs: Sequence[bytes], *, below: Offset) -> tuple[ProducerEntry, ...] | None:

@@ -956,9 +956,8 @@ class Replica:
                 progress.inflight.clear()
             progress.match_at_heartbeat = progress.match_offset
             start = self.log.log_start_offset
-            if (
-                progress.match_offset < start
-                and progress.match_offset < self.log.base_of_batch_at(start)
+            if progress.match_offset < start and progress.match_offset < self.log.base_of_batch_at(
+                start
             ):
                 # What it lacks is gone here (not even in the batch holding the log start,
                 # which we still send): `_send_appends` resets it.

@@ -26,6 +26,12 @@ from tidelog.core.messages import Message, Ready
 from tidelog.core.replica import Replica, ReplicaConfig, Rng
 from tidelog.core.storage import LogStorage
 from tidelog.errors import StorageError
+from tidelog.records import read_header
+from tidelog.types import Offset
+from tidelog.wal.kafka_records import DefaultRecordBatch
+
+APPLY_CHUNK_BYTES = 1 << 20
+ApplyRecord = Callable[[int, "bytes | None", "bytes | None"], None]
 
 # Each quarantine cuts the log before its first damaged batch, and the start reads the log
 # in offset order: the second start finds no damage below the cut. A bound all the same.
@@ -109,3 +115,26 @@ def open_replica(config: ReplicaConfig, storage: RepairableStorage, rng: Rng) ->
             if not storage.quarantine():
                 raise
     raise StorageError(f"still damaged after {OPEN_ATTEMPTS_MAX} repairs")
+
+
+def apply_committed(replica: Replica, applied_offset: int, apply: ApplyRecord) -> int:
+    """Hand `apply` every committed data record at or above `applied_offset`, in offset
+    order (commit index, then last applied); returns the new applied offset. The metadata
+    log and the group coordinators' logs are state machines fed this way."""
+    while True:
+        batches = replica.read_committed(Offset(applied_offset), max_bytes=APPLY_CHUNK_BYTES)
+        if not batches:
+            break
+        for batch in batches:
+            header = read_header(batch)
+            if not header.is_control:
+                for offset, key, value in decode_records(batch):
+                    if offset >= applied_offset:
+                        apply(offset, key, value)
+            applied_offset = header.next_offset
+    return applied_offset
+
+
+def decode_records(batch: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of each record of a data batch."""
+    return [(record.offset, record.key, record.value) for record in DefaultRecordBatch(batch)]

@@ -98,6 +98,7 @@ def bounded(text: str, limit: int = QUOTED_MAX) -> str:
     """`text` cut to `limit` characters: what a log line or an error may quote of input."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
+
 KafkaMessage = Any
 """A kafka-python request or response object (kafka-python is untyped)."""
 

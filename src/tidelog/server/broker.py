@@ -31,7 +31,7 @@ from typing import Any
 from tidelog.clock import monotonic_ms, wall_ms
 from tidelog.core.messages import Message
 from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Role
-from tidelog.node.driver import open_replica
+from tidelog.node.driver import apply_committed, open_replica
 from tidelog.protocol.peer import BrokerNotice, LeaderNotice, PartitionKey
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
@@ -48,7 +48,6 @@ from tidelog.server.metadata import (
 from tidelog.server.partition import (
     DiskHealth,
     PartitionRunner,
-    apply_committed,
     is_disk_error,
 )
 from tidelog.server.peers import PeerTransport
@@ -330,6 +329,7 @@ class Broker:
         """A link to `peer` just came up: tell it our Kafka port at once."""
         port = self.config.listen[1]
         self.transport.send(self.metadata_key, [BrokerNotice(self.node_id, peer, Epoch(0), port)])
+
 
 def step_message(msg: Message, replica: Replica) -> None:
     refusal = replica.step(msg)

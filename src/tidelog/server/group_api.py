@@ -5,8 +5,9 @@ Rules of this file:
 - A group's coordinator is the leader of its `__consumer_offsets` partition
   (`group_partition`); FindCoordinator names it, and every other node answers that group's
   requests with NOT_COORDINATOR, so clients look it up again after a failover.
-- Handlers only translate between kafka-python's request objects and `GroupCoordinator`;
-  the rules of groups live in `tidelog.server.groups`.
+- Handlers only translate between kafka-python's request objects and `GroupCoordinator`
+  (the asyncio adapter of `tidelog.server.groups`); the rules of groups live in the
+  sans-IO `tidelog.groups.coordinator`.
 """
 
 from __future__ import annotations

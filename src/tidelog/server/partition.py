@@ -38,14 +38,11 @@ from tidelog.core.storage import RepairFloor
 from tidelog.errors import NotLeader, StorageError, TidelogError
 from tidelog.node.driver import begin_round, finish_round
 from tidelog.protocol.peer import PartitionKey
-from tidelog.records import read_header
 from tidelog.types import Offset
 from tidelog.wal import DiskStorage
 
 log = logging.getLogger(__name__)
 
-APPLY_CHUNK_BYTES = 1 << 20
-ApplyRecord = Callable[[int, "bytes | None", "bytes | None"], None]
 
 Action = Callable[[Replica], None]
 T = TypeVar("T")
@@ -430,28 +427,3 @@ class PartitionRunner:
                 describe_disk_error(error),
             )
             self.storage.release()
-
-
-def decode_records(batch: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of each record of a data batch."""
-    from kafka.record.default_records import DefaultRecordBatch  # noqa: PLC0415
-
-    return [(record.offset, record.key, record.value) for record in DefaultRecordBatch(batch)]
-
-
-def apply_committed(replica: Replica, applied_offset: int, apply: ApplyRecord) -> int:
-    """Hand `apply` every committed data record at or above `applied_offset`, in offset
-    order (commit index, then last applied); returns the new applied offset. The metadata
-    log and the group coordinators' logs are state machines fed this way."""
-    while True:
-        batches = replica.read_committed(Offset(applied_offset), max_bytes=APPLY_CHUNK_BYTES)
-        if not batches:
-            break
-        for batch in batches:
-            header = read_header(batch)
-            if not header.is_control:
-                for offset, key, value in decode_records(batch):
-                    if offset >= applied_offset:
-                        apply(offset, key, value)
-            applied_offset = header.next_offset
-    return applied_offset

@@ -40,13 +40,13 @@ def _number(name: str, text: str, *, kind: str, low: int, high: int) -> int:
     value = int(stripped)
     if value < low:
         raise MetadataError(
-            "INVALID_CONFIG", f"Invalid value {text} for configuration {name}: "
-            f"Value must be at least {low}"
+            "INVALID_CONFIG",
+            f"Invalid value {text} for configuration {name}: Value must be at least {low}",
         )
     if value > high:
         raise MetadataError(
-            "INVALID_CONFIG", f"Invalid value {text} for configuration {name}: "
-            f"Value must be no more than {high}"
+            "INVALID_CONFIG",
+            f"Invalid value {text} for configuration {name}: Value must be no more than {high}",
         )
     return value
 

@@ -282,9 +282,7 @@ class ProgressMonitor:
         if not leaders:
             return False
         end = max(leaders, key=lambda leader: leader.epoch).log.log_end_offset
-        return all(
-            r is not None and r.log.log_end_offset == end and r.hwm == end for r in members
-        )
+        return all(r is not None and r.log.log_end_offset == end and r.hwm == end for r in members)
 
     def healthy_group(self) -> frozenset[NodeId] | None:
         """The largest group of up replicas connected both ways, at least a quorum, that

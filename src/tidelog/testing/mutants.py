@@ -85,8 +85,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "follower-acks-before-fsync",
         "a follower's acknowledgement leaves only after its fsync (messages_after_persist)",
         REPLICA,
-        "echoing its time and seq.\"\"\"\n        self.msgs_after_persist.append(",
-        "echoing its time and seq.\"\"\"\n        self.msgs.append(",
+        'echoing its time and seq."""\n        self.msgs_after_persist.append(',
+        'echoing its time and seq."""\n        self.msgs.append(',
     ),
     Mutant(
         "acks-1-before-fsync",

@@ -446,9 +446,7 @@ class DiskStorage:
             rows = ckpt.producer_rows(producers)
             ckpt.write_checkpoints(self._fs, self.directory, {ckpt.PRODUCERS: rows})
 
-    def _move_log_start(
-        self, offset: Offset, producers: tuple[ProducerEntry, ...] | None
-    ) -> None:
+    def _move_log_start(self, offset: Offset, producers: tuple[ProducerEntry, ...] | None) -> None:
         """Checkpoint the producer snapshot, then the new log start, then remove the
         segments below it: after a crash in between, the checkpoint hides what was not
         removed yet."""

@@ -1,0 +1,841 @@
+"""The group coordinator of one `__consumer_offsets` partition, as a state machine with no
+IO (Kafka's classic group protocol), in the manner of the replication core.
+
+Inputs go in: a request with its id (`handle`), the outcome of a write (`written`), the
+committed records of the partition (`apply`, then `applied`), leadership (`lead`,
+`resign`) and time (`tick`). Effects come out (`take`): `Reply` answers one request, once;
+`Write` asks for records appended with acks=all. Time is handed in (`Now`: a monotonic
+clock for sessions and deadlines, the time of day for commit times and expiry), and so
+are member ids and whether a topic exists. The asyncio adapter (`tidelog.server.groups`)
+does the IO; the group scenarios and the group simulator (`tidelog.testing.groups`) run
+this same machine over the replicated partition of the simulator.
+
+Rules of this file:
+- The partition's log is the only durable state. Committed offsets and each group's last
+  generation (members and assignments) are records in it; an OffsetCommit is answered
+  only once its record is committed *and applied here*.
+- Offsets are applied from the committed log, in offset order: what OffsetFetch answers
+  is a function of the committed prefix, never of a write that could still be lost.
+- A new leader serves no request until it has applied everything below an HWM that has
+  reached its own epoch (`applied(..., caught_up=True)`); until then
+  COORDINATOR_LOAD_IN_PROGRESS. `lead` in a new epoch and `resign` drop all in-memory
+  state and answer NOT_COORDINATOR to every request still waiting; a write's outcome that
+  arrives after that is ignored.
+- A group moves only by `next_state` (groups/state.py); membership lives in memory, and a
+  generation is written when its assignment is complete and when the group empties, so a
+  new coordinator carries on with the same generation and members: stale members stay
+  fenced (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID).
+- Every request gets exactly one Reply: at once, when its rebalance or write completes,
+  when it times out (a join after its rebalance timeout and JOIN_WAIT_SLACK_MS, a write
+  after `commit_timeout_ms`), or when this node stops coordinating.
+- Offsets of deleted topics and of groups empty for `offsets_retention_ms` expire: the
+  coordinator writes tombstones (null values), applied like any record.
+- Records it cannot read are skipped with one log line: the log is input like any other.
+"""
+
+from __future__ import annotations
+
+import binascii
+import collections
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidelog.errors import TidelogError
+from tidelog.groups.records import (
+    group_key,
+    group_value,
+    member_of,
+    offset_key,
+    offset_value,
+)
+from tidelog.groups.state import GroupEvent, GroupState, loaded_state, next_state
+from tidelog.protocol.kafka_errors import ErrorCode
+
+log = logging.getLogger("tidelog.groups")
+
+OFFSET_METADATA_BYTES_MAX = 4096
+JOIN_WAIT_SLACK_MS = 5_000
+GROUP_ID_LENGTH_MAX = 255
+
+
+class GroupError(TidelogError):
+    """A group request refused with a Kafka error code."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    session_timeout_ms_min: int = 6_000
+    session_timeout_ms_max: int = 1_800_000
+    initial_rebalance_delay_ms: int = 0
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    commit_timeout_ms: int = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """The time handed in with every input: `mono_ms` for sessions and deadlines,
+    `wall_ms` (the time of day) for commit times and offsets expiry."""
+
+    mono_ms: int
+    wall_ms: int
+
+
+# ---------------------------------------------------------------------- requests -------
+@dataclass(frozen=True, slots=True)
+class Join:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    group_id: str
+    generation: int
+    member_id: str
+    assignments: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    group_id: str
+    generation: int
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    group_id: str
+    member_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """OffsetCommit: ((topic, partition), (offset, leader epoch, metadata)) pairs."""
+
+    group_id: str
+    generation: int
+    member_id: str
+    offsets: tuple[tuple[tuple[str, int], tuple[int, int, str]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOffsets:
+    """OffsetFetch: these partitions, or every partition with an offset when None."""
+
+    group_id: str
+    partitions: tuple[tuple[str, int], ...] | None
+
+
+Request = Join | Sync | Heartbeat | Leave | Commit | FetchOffsets
+
+
+# ---------------------------------------------------------------------- answers --------
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    generation: int
+    protocol: str | None
+    leader: str
+    member_id: str
+    members: list[tuple[str, str | None, bytes]]  # for the leader only
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    protocol_type: str | None
+    protocol: str | None
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_ms: int
+
+
+# ---------------------------------------------------------------------- effects --------
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The one answer to request `request`: `result`, or the error `error` when not NONE."""
+
+    request: int
+    result: object = None
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Append these records with acks=all, stamped `wall_ms`; report with `written`."""
+
+    write: int
+    keys: tuple[bytes, ...]
+    values: tuple[bytes | None, ...]
+    wall_ms: int
+
+
+Effect = Reply | Write
+
+
+# ---------------------------------------------------------------------- groups ---------
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes = b""
+    join: int | None = None  # the request waiting for the join phase to end
+    sync: int | None = None  # the request waiting for the leader's assignment
+    heartbeat_deadline_ms: int = 0
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        return next((data for name, data in self.protocols if name == protocol), b"")
+
+    def heard(self, now: Now) -> None:
+        self.heartbeat_deadline_ms = now.mono_ms + self.session_timeout_ms
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    state_ms: int = 0  # wall time of the last move to Empty (offsets expire from there)
+    rebalance_deadline_ms: int = 0
+    join_not_before_ms: int = 0
+
+    def candidate_protocols(self) -> set[str]:
+        names = [set(member.protocol_names()) for member in self.members.values()]
+        return set.intersection(*names) if names else set()
+
+    def supports(self, protocol_type: str, names: list[str]) -> bool:
+        if self.state is GroupState.EMPTY or not self.members:
+            return bool(protocol_type) and bool(names)
+        return protocol_type == self.protocol_type and bool(self.candidate_protocols() & set(names))
+
+    def select_protocol(self) -> str | None:
+        candidates = self.candidate_protocols()
+        votes = collections.Counter(
+            next(name for name in member.protocol_names() if name in candidates)
+            for member in self.members.values()
+        )
+        return votes.most_common(1)[0][0] if votes else None
+
+    def all_joined(self) -> bool:
+        return all(member.join is not None for member in self.members.values())
+
+    def stored(self) -> bytes:
+        """The group's record value: its generation, members and assignments."""
+        members = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "session_timeout_ms": m.session_timeout_ms,
+                "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                "subscription": m.metadata_for(self.protocol),
+                "assignment": m.assignment,
+            }
+            for m in self.members.values()
+        ]
+        return group_value(
+            protocol_type=self.protocol_type,
+            protocol=self.protocol,
+            generation=self.generation,
+            leader=self.leader,
+            state_ms=self.state_ms,
+            members=members,
+        )
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A write in flight and what its outcome completes."""
+
+    kind: str  # "commit" | "sync" | "persist" | "expire"
+    group_id: str = ""
+    request: int | None = None  # the commit it answers
+    codes: dict[tuple[str, int], ErrorCode] = field(default_factory=dict)
+    generation: int = 0  # the generation a sync write stores
+    dead: tuple[str, ...] = ()  # the groups an expiry deletes
+    next_offset: int | None = None  # once written: applied up to here means done
+    deadline_ms: int = 0
+
+
+class Coordinator:
+    """The groups of one `__consumer_offsets` partition while this node leads it."""
+
+    def __init__(
+        self,
+        partition: int,
+        config: GroupConfig,
+        *,
+        topic_exists: Callable[[str], bool],
+        new_member_id: Callable[[str], str],
+    ) -> None:
+        self.partition = partition
+        self.config = config
+        self.topic_exists = topic_exists
+        self.new_member_id = new_member_id  # client id -> a new, unique member id
+        self.active = False
+        self.loaded = False
+        self.epoch = -1
+        self.applied_offset = 0
+        self.groups: dict[str, Group] = {}
+        self._effects: list[Effect] = []
+        self._waiting: dict[int, int] = {}  # request -> deadline (mono ms), 0: none
+        self._writes: dict[int, _Pending] = {}
+        self._write_ids = 0
+        self._next_expiry_check_ms = 0
+
+    # ================================================================ leadership ======
+    def lead(self, epoch: int, log_start: int) -> None:
+        """This node leads the partition in `epoch`: load the groups from `log_start`."""
+        if self.active and epoch == self.epoch:
+            return
+        self.resign("a new epoch")
+        self.active, self.epoch = True, epoch
+        self.applied_offset = log_start
+        log.info("loading groups of partition %d (epoch %d)", self.partition, epoch)
+
+    def resign(self, why: str) -> None:
+        """Not the leader (or a new epoch): forget everything, fail whatever waits."""
+        if self.active:
+            log.info("partition %d: not coordinating (%s)", self.partition, why)
+        for request in list(self._waiting):
+            self._reply(request, error=ErrorCode.NOT_COORDINATOR)
+        self._writes.clear()
+        self.groups.clear()
+        self.active = self.loaded = False
+        self.epoch = -1
+
+    def apply(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """One committed record of the partition, in offset order."""
+        self.applied_offset = max(self.applied_offset, offset + 1)
+        try:
+            fields = json.loads(key or b"")
+            kind, group_id = fields["type"], str(fields["group"])
+            content = None if value is None else json.loads(value)
+            if kind == "offset":
+                self._apply_offset(
+                    group_id, str(fields["topic"]), int(fields["partition"]), content
+                )
+            elif kind == "group" and not self.loaded:  # once loaded, these are our own
+                self._apply_group(group_id, content)
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as error:
+            log.warning("partition %d: skipping a record it cannot read: %r", self.partition, error)
+
+    def applied(self, next_offset: int, now: Now, *, caught_up: bool) -> None:
+        """Everything committed below `next_offset` is applied; `caught_up` once the HWM
+        has reached this leader's epoch (everything an earlier leader committed is in)."""
+        if not self.active:
+            return
+        self.applied_offset = max(self.applied_offset, next_offset)
+        if not self.loaded and caught_up:
+            self.loaded = True
+            for group in self.groups.values():
+                for member in group.members.values():
+                    member.heard(now)
+            log.info(
+                "coordinator of %d groups in partition %d (epoch %d, loaded to offset %d)",
+                len(self.groups),
+                self.partition,
+                self.epoch,
+                self.applied_offset,
+            )
+        for write, pending in list(self._writes.items()):
+            if pending.next_offset is not None and pending.next_offset <= self.applied_offset:
+                del self._writes[write]
+                self._finish_write(pending, ErrorCode.NONE, now)
+
+    def _apply_offset(
+        self, group_id: str, topic: str, partition: int, content: dict[str, Any] | None
+    ) -> None:
+        group = self.groups.setdefault(group_id, Group(group_id))
+        if content is None:
+            group.offsets.pop((topic, partition), None)
+            if not group.offsets and group.state is GroupState.EMPTY and not group.protocol_type:
+                del self.groups[group_id]
+            return
+        group.offsets[(topic, partition)] = CommittedOffset(
+            offset=int(content["offset"]),
+            leader_epoch=int(content.get("leader_epoch", -1)),
+            metadata=str(content.get("metadata") or ""),
+            commit_ms=int(content.get("commit_ms", 0)),
+        )
+
+    def _apply_group(self, group_id: str, content: dict[str, Any] | None) -> None:
+        if content is None:
+            self.groups.pop(group_id, None)
+            return
+        members = [member_of(entry) for entry in content.get("members", [])]
+        group = self.groups.setdefault(group_id, Group(group_id))
+        group.members = {
+            m["member_id"]: Member(
+                member_id=m["member_id"],
+                group_instance_id=m["group_instance_id"],
+                client_id=m["client_id"],
+                client_host=m["client_host"],
+                session_timeout_ms=m["session_timeout_ms"],
+                rebalance_timeout_ms=m["rebalance_timeout_ms"],
+                protocols=((content["protocol"], m["subscription"]),)
+                if content.get("protocol")
+                else (),
+                assignment=m["assignment"],
+            )
+            for m in members
+        }
+        group.generation = int(content["generation"])
+        group.protocol_type = content.get("protocol_type")
+        group.protocol = content.get("protocol")
+        group.leader = content.get("leader")
+        group.state_ms = int(content.get("state_ms", 0))
+        group.state = loaded_state(bool(group.members))
+
+    # ================================================================ effects =========
+    def take(self) -> list[Effect]:
+        """The effects so far, oldest first (and forget them)."""
+        effects, self._effects = self._effects, []
+        return effects
+
+    def _reply(
+        self, request: int, result: object = None, error: ErrorCode = ErrorCode.NONE
+    ) -> None:
+        """Answer `request` unless it was answered already (timed out, say)."""
+        if self._waiting.pop(request, None) is not None:
+            self._effects.append(Reply(request, result, error))
+
+    def _write(
+        self, keys: list[bytes], values: list[bytes | None], pending: _Pending, now: Now
+    ) -> None:
+        self._write_ids += 1
+        pending.deadline_ms = now.mono_ms + self.config.commit_timeout_ms
+        self._writes[self._write_ids] = pending
+        self._effects.append(Write(self._write_ids, tuple(keys), tuple(values), now.wall_ms))
+
+    def written(self, write: int, error: ErrorCode, next_offset: int | None, now: Now) -> None:
+        """The outcome of `Write` `write`: NONE with the offset after its records once
+        committed (done when applied here too), or the error that failed it."""
+        pending = self._writes.get(write)
+        if pending is None:
+            return  # from before a new epoch: its requests were answered then
+        if error is ErrorCode.NONE and next_offset is None:
+            error = ErrorCode.REQUEST_TIMED_OUT  # committed where? not known: not done
+        if error is ErrorCode.NONE and next_offset is not None:
+            pending.next_offset = next_offset
+            pending.deadline_ms = now.mono_ms + self.config.commit_timeout_ms
+            if next_offset > self.applied_offset:
+                return  # done once applied (`applied`)
+        del self._writes[write]
+        self._finish_write(pending, error, now)
+
+    def _finish_write(self, pending: _Pending, code: ErrorCode, now: Now) -> None:
+        if code is not ErrorCode.NONE and pending.kind in ("persist", "expire"):
+            log.warning(
+                "partition %d: a group record was not written: %s", self.partition, code.name
+            )
+        if pending.kind == "commit":
+            assert pending.request is not None
+            codes = {key: code if c is ErrorCode.NONE else c for key, c in pending.codes.items()}
+            self._reply(pending.request, codes)
+        elif pending.kind == "sync":
+            self._synced(pending.group_id, pending.generation, code, now)
+        elif pending.kind == "expire":
+            self._forget(pending.dead, code)
+
+    # ================================================================ requests ========
+    def handle(self, request: int, body: Request, now: Now) -> None:
+        """Take request `request`; its Reply comes out now or later."""
+        self._waiting[request] = 0
+        try:
+            if not self.active:
+                raise GroupError(ErrorCode.NOT_COORDINATOR)
+            if not self.loaded:
+                raise GroupError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            if isinstance(body, Join):
+                self._join(request, body, now)
+            elif isinstance(body, Sync):
+                self._sync(request, body, now)
+            elif isinstance(body, Heartbeat):
+                self._heartbeat(body, now)
+                self._reply(request)
+            elif isinstance(body, Leave):
+                self._reply(request, self._leave(body, now))
+            elif isinstance(body, Commit):
+                self._commit(request, body, now)
+            else:
+                self._reply(request, self._fetch(body))
+        except GroupError as error:
+            self._reply(request, error=error.code)
+
+    def _group(self, group_id: str) -> Group:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        return group
+
+    # ---------------------------------------------------------------- join -----------
+    def _join(self, request: int, body: Join, now: Now) -> None:
+        """JoinGroup: answered when the rebalance completes (or at once, when nothing
+        changed for a known member)."""
+        config = self.config
+        if not body.group_id or len(body.group_id) > GROUP_ID_LENGTH_MAX:
+            raise GroupError(ErrorCode.INVALID_GROUP_ID)
+        if (
+            not config.session_timeout_ms_min
+            <= body.session_timeout_ms
+            <= config.session_timeout_ms_max
+        ):
+            raise GroupError(ErrorCode.INVALID_SESSION_TIMEOUT)
+        group = self.groups.get(body.group_id)
+        if group is None:
+            if body.member_id:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+            group = self.groups[body.group_id] = Group(body.group_id)
+        if not group.supports(body.protocol_type, [name for name, _ in body.protocols]):
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if not body.member_id:
+            member = Member(
+                member_id=self.new_member_id(body.client_id or "member"),
+                group_instance_id=body.group_instance_id,
+                client_id=body.client_id,
+                client_host=body.client_host,
+                session_timeout_ms=body.session_timeout_ms,
+                rebalance_timeout_ms=body.rebalance_timeout_ms,
+                protocols=body.protocols,
+            )
+            group.members[member.member_id] = member
+            group.protocol_type = body.protocol_type
+            member.heard(now)
+            member.join = request
+            self._prepare_rebalance(group, f"{member.member_id} joined", now)
+        else:
+            known = group.members.get(body.member_id)
+            if known is None:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+            member = known
+            changed = member.protocols != body.protocols
+            member.protocols = body.protocols
+            member.session_timeout_ms = body.session_timeout_ms
+            member.rebalance_timeout_ms = body.rebalance_timeout_ms
+            member.heard(now)
+            steady = group.state is GroupState.COMPLETING_REBALANCE or (
+                group.state is GroupState.STABLE and body.member_id != group.leader
+            )
+            if steady and not changed:
+                self._reply(request, self._join_result(group, member))
+                return
+            if member.join is not None:
+                self._reply(member.join, error=ErrorCode.UNKNOWN_MEMBER_ID)
+            member.join = request
+            if group.state is not GroupState.PREPARING_REBALANCE:
+                self._prepare_rebalance(group, f"{body.member_id} rejoined", now)
+        self._waiting[request] = now.mono_ms + body.rebalance_timeout_ms + JOIN_WAIT_SLACK_MS
+        self._maybe_complete_join(group, now)
+
+    def _join_result(self, group: Group, member: Member) -> JoinResult:
+        members = (
+            [
+                (m.member_id, m.group_instance_id, m.metadata_for(group.protocol))
+                for m in group.members.values()
+            ]
+            if member.member_id == group.leader
+            else []
+        )
+        return JoinResult(
+            generation=group.generation,
+            protocol=group.protocol,
+            leader=group.leader or "",
+            member_id=member.member_id,
+            members=members,
+        )
+
+    def _prepare_rebalance(self, group: Group, reason: str, now: Now) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            for member in group.members.values():
+                if member.sync is not None:
+                    self._reply(member.sync, error=ErrorCode.REBALANCE_IN_PROGRESS)
+                member.sync = None
+        if group.state is GroupState.EMPTY and self.config.initial_rebalance_delay_ms > 0:
+            group.join_not_before_ms = now.mono_ms + self.config.initial_rebalance_delay_ms
+        timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        group.rebalance_deadline_ms = now.mono_ms + timeout_ms
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            log.info("group %s: rebalancing (%s)", group.group_id, reason)
+        group.state = next_state(group.state, GroupEvent.REBALANCE)
+
+    def _maybe_complete_join(self, group: Group, now: Now) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if group.all_joined() and now.mono_ms >= group.join_not_before_ms:
+            self._complete_join(group, now)
+
+    def _complete_join(self, group: Group, now: Now) -> None:
+        """End the join phase: members that did not rejoin are out; a new generation."""
+        for member in list(group.members.values()):
+            if member.join is None:
+                self._remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
+        group.generation += 1
+        if not group.members:
+            group.state = next_state(group.state, GroupEvent.NONE_LEFT)
+            group.protocol = group.leader = None
+            group.state_ms = now.wall_ms
+            log.info("group %s: empty (generation %d)", group.group_id, group.generation)
+            self._persist(group, now)
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = next_state(group.state, GroupEvent.ALL_JOINED)
+        log.info(
+            "group %s: generation %d with %d members (leader %s)",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            group.leader,
+        )
+        for member in group.members.values():
+            waiting, member.join = member.join, None
+            member.heard(now)
+            if waiting is not None:
+                self._reply(waiting, self._join_result(group, member))
+
+    def _remove_member(self, group: Group, member: Member, code: ErrorCode) -> None:
+        self._fail_member(member, code)
+        group.members.pop(member.member_id, None)
+        if group.leader == member.member_id:
+            group.leader = None
+
+    def _fail_member(self, member: Member, code: ErrorCode) -> None:
+        for waiting in (member.join, member.sync):
+            if waiting is not None:
+                self._reply(waiting, error=code)
+        member.join = member.sync = None
+
+    def _persist(self, group: Group, now: Now) -> None:
+        self._write([group_key(group.group_id)], [group.stored()], _Pending("persist"), now)
+
+    # ---------------------------------------------------------------- sync -----------
+    def _sync(self, request: int, body: Sync, now: Now) -> None:
+        """SyncGroup: the member's assignment, once the leader's is stored."""
+        group = self._group(body.group_id)
+        member = group.members.get(body.member_id)
+        if member is None:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if body.generation != group.generation:
+            raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+        member.heard(now)
+        if group.state is GroupState.STABLE:
+            self._reply(request, SyncResult(group.protocol_type, group.protocol, member.assignment))
+            return
+        if group.state is not GroupState.COMPLETING_REBALANCE:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if member.sync is not None:
+            self._reply(member.sync, error=ErrorCode.REBALANCE_IN_PROGRESS)
+        member.sync = request
+        if body.member_id == group.leader:
+            assignments = dict(body.assignments)
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            pending = _Pending("sync", group_id=group.group_id, generation=group.generation)
+            self._write([group_key(group.group_id)], [group.stored()], pending, now)
+
+    def _synced(self, group_id: str, generation: int, code: ErrorCode, now: Now) -> None:
+        """The leader's assignment is stored (or not): answer every member."""
+        group = self.groups.get(group_id)
+        if group is None or group.generation != generation:
+            return  # a rebalance started meanwhile and answered the waiters
+        if group.state is not GroupState.COMPLETING_REBALANCE:
+            return
+        if code is not ErrorCode.NONE:
+            for member in group.members.values():
+                member.assignment = b""
+                self._fail_member(member, code)
+            self._prepare_rebalance(group, f"its generation could not be stored: {code.name}", now)
+            return
+        group.state = next_state(group.state, GroupEvent.SYNCED)
+        log.info("group %s: stable in generation %d", group.group_id, generation)
+        protocol_type, protocol = group.protocol_type, group.protocol
+        for member in group.members.values():
+            waiting, member.sync = member.sync, None
+            if waiting is not None:
+                self._reply(waiting, SyncResult(protocol_type, protocol, member.assignment))
+
+    # ---------------------------------------------------------------- membership -----
+    def _heartbeat(self, body: Heartbeat, now: Now) -> None:
+        group = self._group(body.group_id)
+        member = group.members.get(body.member_id)
+        if member is None or group.state is GroupState.EMPTY:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if body.generation != group.generation:
+            raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+        member.heard(now)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+
+    def _leave(self, body: Leave, now: Now) -> list[ErrorCode]:
+        """LeaveGroup: one code per member id; the group rebalances without them."""
+        group = self._group(body.group_id)
+        codes = []
+        for member_id in body.member_ids:
+            member = group.members.get(member_id)
+            if member is None:
+                codes.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                continue
+            self._remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
+            self._member_gone(group, f"{member_id} left", now)
+            codes.append(ErrorCode.NONE)
+        return codes
+
+    def _member_gone(self, group: Group, reason: str, now: Now) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason, now)
+        self._maybe_complete_join(group, now)
+
+    # ---------------------------------------------------------------- offsets --------
+    def _commit(self, request: int, body: Commit, now: Now) -> None:
+        """OffsetCommit: one code per partition, NONE only once the record is committed
+        and applied."""
+        if not body.group_id:
+            raise GroupError(ErrorCode.INVALID_GROUP_ID)
+        group = self.groups.get(body.group_id)
+        standalone = body.generation < 0 and not body.member_id
+        if standalone and group is not None and group.state is not GroupState.EMPTY:
+            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+        if not standalone:
+            if group is None or group.state is GroupState.EMPTY:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+            if group.state is GroupState.COMPLETING_REBALANCE:
+                raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
+            member = group.members.get(body.member_id)
+            if member is None:
+                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+            if body.generation != group.generation:
+                raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+            member.heard(now)
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
+        for (topic, partition), (offset, epoch, metadata) in body.offsets:
+            if not self.topic_exists(topic):
+                codes[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif len(metadata.encode()) > OFFSET_METADATA_BYTES_MAX:
+                codes[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                keys.append(offset_key(body.group_id, topic, partition))
+                values.append(offset_value(offset, epoch, metadata, now.wall_ms))
+                codes[(topic, partition)] = ErrorCode.NONE
+        if not keys:
+            self._reply(request, codes)
+            return
+        self._write(keys, values, _Pending("commit", request=request, codes=codes), now)
+
+    def _fetch(self, body: FetchOffsets) -> dict[tuple[str, int], CommittedOffset | None]:
+        """OffsetFetch: the committed offset of each partition (None: none committed).
+        The caller holds the leader's read lease (a deposed leader must not answer)."""
+        group = self.groups.get(body.group_id)
+        offsets = group.offsets if group is not None else {}
+        if body.partitions is None:
+            return dict(sorted(offsets.items()))
+        return {key: offsets.get(key) for key in body.partitions}
+
+    # ================================================================ time ============
+    def tick(self, now: Now) -> None:
+        """Session timeouts, rebalance timeouts, requests and writes past their deadline
+        and, now and then, offsets retention."""
+        if not self.active:
+            return
+        for request, deadline in list(self._waiting.items()):
+            if deadline and now.mono_ms >= deadline:
+                self._reply(request, error=ErrorCode.REBALANCE_IN_PROGRESS)
+        for write, pending in list(self._writes.items()):
+            if now.mono_ms >= pending.deadline_ms:
+                del self._writes[write]
+                self._finish_write(pending, ErrorCode.REQUEST_TIMED_OUT, now)
+        if not self.loaded:
+            return
+        for group in list(self.groups.values()):
+            for member in list(group.members.values()):
+                if member.join is None and now.mono_ms > member.heartbeat_deadline_ms:
+                    log.info("group %s: %s timed out", group.group_id, member.member_id)
+                    self._remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
+                    self._member_gone(group, f"{member.member_id} timed out", now)
+            if group.state is GroupState.PREPARING_REBALANCE:
+                due = now.mono_ms >= group.rebalance_deadline_ms
+                if due and now.mono_ms >= group.join_not_before_ms:
+                    self._complete_join(group, now)
+                else:
+                    self._maybe_complete_join(group, now)
+        if now.mono_ms >= self._next_expiry_check_ms:
+            self._next_expiry_check_ms = (
+                now.mono_ms + self.config.offsets_retention_check_interval_ms
+            )
+            self._expire_offsets(now)
+
+    def expire_now(self) -> None:
+        """Check retention at the next tick (a topic was deleted)."""
+        self._next_expiry_check_ms = 0
+
+    def _expire_offsets(self, now: Now) -> None:
+        """Tombstones for offsets of deleted topics, and of groups empty for longer than
+        the retention; then for empty groups left with no offsets."""
+        keys: list[bytes] = []
+        retention = self.config.offsets_retention_ms
+        for group in self.groups.values():
+            empty = group.state is GroupState.EMPTY
+            expired = [
+                key
+                for key, committed in group.offsets.items()
+                if not self.topic_exists(key[0])
+                or (empty and max(committed.commit_ms, group.state_ms) + retention < now.wall_ms)
+            ]
+            keys.extend(offset_key(group.group_id, topic, p) for topic, p in expired)
+            if empty and len(expired) == len(group.offsets) and group.protocol_type:
+                keys.append(group_key(group.group_id))
+                group.state = next_state(group.state, GroupEvent.EXPIRED)
+        if keys:
+            log.info("partition %d: expiring %d records", self.partition, len(keys))
+            dead = tuple(g.group_id for g in self.groups.values() if g.state is GroupState.DEAD)
+            self._write(keys, [None] * len(keys), _Pending("expire", dead=dead), now)
+
+    def _forget(self, group_ids: tuple[str, ...], code: ErrorCode) -> None:
+        """Drop expired groups once their tombstones are committed (a restart must not bring
+        them back); when the write failed, they stay empty and the next check tries again."""
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None or group.state is not GroupState.DEAD:
+                continue  # gone with a new coordinator's state, or joined again meanwhile
+            if code is ErrorCode.NONE:
+                del self.groups[group_id]
+            else:
+                group.state = next_state(group.state, GroupEvent.DELETE_FAILED)

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidelog.errors import TidelogError
+from tidelog.errors import NotEnoughReplicas, NotLeader, TidelogError
 from tidelog.groups.records import (
     group_key,
     group_value,
@@ -290,6 +290,18 @@ class _Pending:
     deadline_ms: int = 0
 
 
+def error_of_write(error: BaseException | None) -> ErrorCode:
+    """The group error code that answers a failed write to `__consumer_offsets` (Kafka's
+    mapping: the client looks the coordinator up again, or retries)."""
+    if error is None:
+        return ErrorCode.NONE
+    if isinstance(error, NotLeader):
+        return ErrorCode.NOT_COORDINATOR
+    if isinstance(error, NotEnoughReplicas):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return ErrorCode.REQUEST_TIMED_OUT
+
+
 class Coordinator:
     """The groups of one `__consumer_offsets` partition while this node leads it."""
 
@@ -480,6 +492,11 @@ class Coordinator:
                 raise GroupError(ErrorCode.NOT_COORDINATOR)
             if not self.loaded:
                 raise GroupError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            group = self.groups.get(body.group_id)
+            dead = group is not None and group.state is GroupState.DEAD
+            if dead and not isinstance(body, FetchOffsets):
+                # Its tombstone is being written: as Kafka, the client retries shortly.
+                raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             if isinstance(body, Join):
                 self._join(request, body, now)
             elif isinstance(body, Sync):

@@ -21,7 +21,7 @@ from typing import Any
 
 from tidelog.clock import monotonic_ms, wall_ms
 from tidelog.core.replica import ACKS_ALL, Role
-from tidelog.errors import NotEnoughReplicas, NotLeader, OffsetNotAvailable
+from tidelog.errors import NotLeader, OffsetNotAvailable
 from tidelog.groups.coordinator import (
     Commit,
     CommittedOffset,
@@ -41,6 +41,7 @@ from tidelog.groups.coordinator import (
     Sync,
     SyncResult,
     Write,
+    error_of_write,
 )
 from tidelog.node.driver import apply_committed
 from tidelog.protocol.kafka_errors import ErrorCode
@@ -67,18 +68,6 @@ def group_partition(group_id: str, partitions: int) -> int:
     for index in range(0, len(data), 2):
         code = (31 * code + int.from_bytes(data[index : index + 2], "big")) & 0xFFFFFFFF
     return (code & 0x7FFFFFFF) % partitions
-
-
-def error_of_write(error: BaseException | None) -> ErrorCode:
-    """The group error code that answers a failed write to `__consumer_offsets` (Kafka's
-    mapping: the client looks the coordinator up again, or retries)."""
-    if error is None:
-        return ErrorCode.NONE
-    if isinstance(error, NotLeader):
-        return ErrorCode.NOT_COORDINATOR
-    if isinstance(error, NotEnoughReplicas):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    return ErrorCode.REQUEST_TIMED_OUT
 
 
 def now() -> Now:

@@ -30,6 +30,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
@@ -84,6 +85,20 @@ class Settings:
     delete_at_hwm_share: float
     delete_past_hwm_share: float
     retention_rate: float
+
+    def for_offsets_log(self) -> Settings:
+        """The same seed for a `__consumer_offsets` partition: only its coordinators write
+        it, nothing deletes from it (no retention, no DeleteRecords), and check-quorum is on,
+        as on every broker: OffsetFetch names no leader epoch, so only the read lease keeps
+        a deposed coordinator from answering offsets a newer one has moved."""
+        return dataclasses.replace(
+            self,
+            check_quorum=True,
+            retention_bytes=None,
+            produce_rate=0.0,
+            delete_rate=0.0,
+            retention_rate=0.0,
+        )
 
     @classmethod
     def draw(cls, rng: random.Random, replicas: int) -> Settings:

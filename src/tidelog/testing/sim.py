@@ -300,6 +300,7 @@ class Run:
     disk: bool = False
     trace: Callable[[str], None] | None = None
     classic: bool = False  # the classic fault model (faults.py), so old seeds replay
+    offsets_log: bool = False  # a log of group coordinators (group_sim.py): they write it
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -309,7 +310,10 @@ class Run:
             self.settings = settings = Settings.draw_classic(self.rng, self.replicas)
             self.faults = Faults.draw_classic(self.rng)
         else:
-            self.settings = settings = Settings.draw(self.rng, self.replicas)
+            settings = Settings.draw(self.rng, self.replicas)
+            if self.offsets_log:
+                settings = settings.for_offsets_log()
+            self.settings = settings
             self.retention_bytes = settings.retention_bytes
             self.cluster = self.new_cluster(settings.replica_config)
             self.faults = Faults.draw(self.rng, settings, disk=self.disk, ticks=self.ticks)

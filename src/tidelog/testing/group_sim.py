@@ -1,0 +1,465 @@
+"""The group simulator: consumers in one group, against the real coordinator on every node
+of a replicated `__consumer_offsets` partition, under the replication simulator's faults.
+
+    python -m tidelog.testing.group_sim --seeds 200 [--replicas 5] [--disk] [--jobs 2]
+
+Each seed runs the replication simulator's cluster and faults (`sim.Run`, its settings for
+an offsets log: no retention, no DeleteRecords) with a coordinator beside every replica
+(`groups.GroupNodes`), and consumers that find the coordinator, join, sync (the leader
+assigns the topic's partitions), heartbeat, commit rising offsets for their partitions,
+fetch them, leave and come back. Besides every check of the replication simulator:
+- no committed offset goes back: an OffsetFetch answered by any coordinator is at least
+  every commit acknowledged before it was sent (a failover keeps every acknowledged
+  commit);
+- generations fence stale members: no partition is assigned to two members in one
+  generation (two coordinators never answer SyncGroup for one generation differently);
+- liveness: once everything heals, a consumer commits and reads its commit back within a
+  bound.
+A failing seed prints the command that reproduces it; `--trace` prints its events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import random
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from tidelog.core.replica import Role
+from tidelog.errors import TidelogError
+from tidelog.groups.coordinator import (
+    Commit,
+    FetchOffsets,
+    GroupConfig,
+    Heartbeat,
+    Join,
+    JoinResult,
+    Leave,
+    Reply,
+    Request,
+    Sync,
+    SyncResult,
+)
+from tidelog.protocol.kafka_errors import ErrorCode
+from tidelog.testing.faults import MICROS_PER_TICK
+from tidelog.testing.groups import GroupNodes
+from tidelog.testing.sim import Run, SeedResult
+from tidelog.types import NodeId
+
+GROUP = "g"
+TOPIC = "t"
+PARTITIONS = 4
+CONSUMERS = 3
+SESSION_MS = 40 * MICROS_PER_TICK
+REBALANCE_MS = 30 * MICROS_PER_TICK
+CLIENT_TIMEOUT = 60 * MICROS_PER_TICK  # a request unanswered this long is given up
+ACT_RATE = 0.02  # per microtick, per consumer with nothing in flight
+LIVENESS_TICKS_MAX = 1500
+CONFIG = GroupConfig(
+    session_timeout_ms_min=1,
+    commit_timeout_ms=20 * MICROS_PER_TICK,
+    offsets_retention_ms=1 << 40,
+    offsets_retention_check_interval_ms=1 << 40,
+)
+# Errors after which a member joins again (with its member id, or without).
+REJOIN = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION}
+FORGET = {ErrorCode.UNKNOWN_MEMBER_ID}
+
+
+def assign(members: list[str]) -> dict[str, bytes]:
+    """The leader's assignment: the partitions round robin over the sorted member ids."""
+    ordered = sorted(members)
+    owned: dict[str, list[str]] = {member: [] for member in ordered}
+    for partition in range(PARTITIONS):
+        owned[ordered[partition % len(ordered)]].append(str(partition))
+    return {member: ",".join(parts).encode() for member, parts in owned.items()}
+
+
+def partitions_of(assignment: bytes) -> tuple[int, ...]:
+    return tuple(int(part) for part in assignment.decode().split(",") if part)
+
+
+@dataclass
+class GroupChecker:
+    """What consumers were told and what the coordinators stored, checked as it happens."""
+
+    violations: list[str]
+    events: int = 0  # a clock of client events: acknowledgements and sends
+    acked: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # p: (event, offset)
+    commits_acked: int = 0
+    fetches_checked: int = 0
+    # The committed group records, in log order: an era ends with the group's tombstone.
+    next_offset: int = 0
+    era: int = 0
+    stored: dict[tuple[int, int], dict[str, tuple[int, ...]]] = field(default_factory=dict)
+    last_generation: int = 0
+    syncs_checked: int = 0
+
+    def tick(self) -> int:
+        self.events += 1
+        return self.events
+
+    def on_commit_acked(self, partition: int, offset: int) -> None:
+        self.commits_acked += 1
+        self.acked.setdefault(partition, []).append((self.tick(), offset))
+
+    def on_fetch(self, sent: int, offsets: dict[tuple[str, int], object], node: NodeId) -> None:
+        self.fetches_checked += 1
+        for partition, acks in self.acked.items():
+            floor = max((offset for at, offset in acks if at < sent), default=None)
+            if floor is None:
+                continue
+            committed = offsets.get((TOPIC, partition))
+            got = getattr(committed, "offset", None)
+            if got is None or got < floor:
+                self.violations.append(
+                    f"offset went back: coordinator {node} answered {got} for partition "
+                    f"{partition}, but {floor} was acknowledged before the fetch was sent"
+                )
+
+    def on_record(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """A committed record (each offset once): a group's generation, checked."""
+        if offset < self.next_offset:
+            return
+        self.next_offset = offset + 1
+        if key is None or json.loads(key).get("type") != "group":
+            return
+        if value is None:
+            self.era += 1
+            self.last_generation = 0
+            return
+        content = json.loads(value)
+        generation = int(content["generation"])
+        if generation < self.last_generation:
+            self.violations.append(
+                f"generation went back in the log at offset {offset}: {generation} after "
+                f"{self.last_generation}"
+            )
+        self.last_generation = generation
+        owned: dict[str, tuple[int, ...]] = {}
+        claimed: dict[int, str] = {}
+        for member in content["members"]:
+            parts = partitions_of(base64.b64decode(member["assignment"]))
+            owned[member["member_id"]] = parts
+            for partition in parts:
+                if partition in claimed:
+                    self.violations.append(
+                        f"generation {generation} at offset {offset} gives partition "
+                        f"{partition} to {claimed[partition]} and {member['member_id']}"
+                    )
+                claimed[partition] = member["member_id"]
+        if owned:
+            self.stored[(self.era, generation)] = owned
+
+    def on_assignment(self, generation: int, member: str, partitions: tuple[int, ...]) -> None:
+        """A SyncGroup answer must be what the committed record of its generation says:
+        a stale member is never handed a generation the log does not hold."""
+        self.syncs_checked += 1
+        stored = self.stored.get((self.era, generation), {})
+        if stored.get(member) != partitions:
+            self.violations.append(
+                f"{member} was given partitions {partitions} in generation {generation}, "
+                f"but the committed generation says {stored.get(member)}"
+            )
+
+
+@dataclass
+class Consumer:
+    """One consumer of the group, as a Kafka client: one request in flight at a time."""
+
+    name: str
+    member_id: str = ""
+    generation: int = -1
+    leader: bool = False
+    members: list[str] = field(default_factory=list)
+    phase: str = "join"  # join -> sync -> fetch -> stable; "gone" after a leave
+    partitions: tuple[int, ...] = ()
+    positions: dict[int, int] = field(default_factory=dict)
+    in_flight: tuple[int, Request, int, int] | None = None  # request, body, sent, event
+    target: NodeId | None = None
+
+    def rejoin(self, forget: bool = False) -> None:
+        self.phase = "join"
+        self.partitions = ()
+        if forget:
+            self.member_id, self.generation = "", -1
+
+
+@dataclass
+class GroupRun:
+    """One seed: the replication `Run`, coordinators on its nodes, consumers, checks."""
+
+    seed: int
+    replicas: int
+    ticks: int
+    disk: bool = False
+    trace: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.run = Run(
+            self.seed, self.replicas, self.ticks, disk=self.disk, trace=self.trace, offsets_log=True
+        )
+        self.cluster = self.run.cluster
+        self.rng = random.Random(self.seed * 7919 + 1)
+        self.nodes = GroupNodes(self.cluster, CONFIG, {TOPIC})
+        self.nodes.listeners.append(self.on_reply)
+        self.checker = GroupChecker(self.run.checker.violations)
+        self.nodes.record_listeners.append(self.checker.on_record)
+        self.consumers = [Consumer(f"c{i}") for i in range(1, CONSUMERS + 1)]
+        self.requests = 0
+        self.waiting: dict[int, Consumer] = {}
+        self.healed = False
+        self.committed_after_heal = False  # a commit acknowledged after healing
+        self.read_back_after_heal = False  # and a fetch sent after it, answered and checked
+
+    def note(self, text: str) -> None:
+        self.cluster.note(text)
+
+    # ---------------------------------------------------------------- clients ---------
+    def find_coordinator(self, consumer: Consumer) -> NodeId:
+        """FindCoordinator: a random node names the leader it knows (or itself)."""
+        if consumer.target is not None and self.rng.random() < 0.9:
+            return consumer.target
+        asked = self.rng.choice(self.cluster.ids)
+        replica = self.cluster.nodes[asked].replica
+        if replica is not None:
+            state = replica.status()
+            if state.role is Role.LEADER:
+                return asked
+            if state.leader_id is not None and self.rng.random() < 0.8:
+                return NodeId(state.leader_id)
+        return self.rng.choice(self.cluster.ids)
+
+    def send(self, consumer: Consumer, body: Request) -> None:
+        self.requests += 1
+        request = self.requests
+        node = self.find_coordinator(consumer)
+        consumer.target = node
+        consumer.in_flight = (request, body, self.cluster.now, self.checker.tick())
+        self.waiting[request] = consumer
+        self.note(f"{consumer.name} -> {node}: #{request} {type(body).__name__}")
+        self.nodes.request(node, request, body)
+
+    def act(self, consumer: Consumer) -> None:
+        if consumer.in_flight is not None:
+            request, _, sent, _ = consumer.in_flight
+            if self.cluster.now - sent < CLIENT_TIMEOUT:
+                return
+            self.waiting.pop(request, None)  # given up: find the coordinator again
+            consumer.in_flight, consumer.target = None, None
+            self.note(f"{consumer.name}: #{request} timed out")
+        if self.rng.random() >= ACT_RATE:
+            return
+        if consumer.phase == "gone":
+            consumer.phase = "join" if self.rng.random() < 0.2 else "gone"
+            return
+        if consumer.phase == "join":
+            self.send(consumer, self.join_body(consumer))
+        elif consumer.phase == "sync":
+            assignments = assign(consumer.members) if consumer.leader else {}
+            body = Sync(GROUP, consumer.generation, consumer.member_id, tuple(assignments.items()))
+            self.send(consumer, body)
+        elif consumer.phase == "fetch":
+            partitions = tuple((TOPIC, p) for p in range(PARTITIONS))
+            self.send(consumer, FetchOffsets(GROUP, partitions))
+        else:
+            self.act_stable(consumer)
+
+    def join_body(self, consumer: Consumer) -> Join:
+        return Join(
+            GROUP,
+            consumer.member_id,
+            None,
+            consumer.name,
+            "sim",
+            SESSION_MS,
+            REBALANCE_MS,
+            "consumer",
+            (("range", TOPIC.encode()),),
+        )
+
+    def act_stable(self, consumer: Consumer) -> None:
+        roll = self.rng.random()
+        if roll < 0.4:
+            self.send(consumer, Heartbeat(GROUP, consumer.generation, consumer.member_id))
+        elif roll < 0.8 and consumer.partitions:
+            offsets = []
+            for partition in consumer.partitions:
+                position = consumer.positions.get(partition, 0) + self.rng.randint(1, 3)
+                consumer.positions[partition] = position
+                offsets.append(((TOPIC, partition), (position, -1, "")))
+            self.send(
+                consumer, Commit(GROUP, consumer.generation, consumer.member_id, tuple(offsets))
+            )
+        elif roll < 0.98:
+            self.send(consumer, FetchOffsets(GROUP, None))
+        else:
+            self.send(consumer, Leave(GROUP, (consumer.member_id,)))
+
+    def on_reply(self, node: NodeId, reply: Reply) -> None:
+        consumer = self.waiting.pop(reply.request, None)
+        if consumer is None or consumer.in_flight is None or consumer.in_flight[0] != reply.request:
+            return  # given up before the answer came
+        _, body, _, sent = consumer.in_flight
+        consumer.in_flight = None
+        outcome = reply.error.name if reply.error is not ErrorCode.NONE else "ok"
+        self.note(f"{consumer.name} <- {node}: #{reply.request} {outcome}")
+        if reply.error is not ErrorCode.NONE:
+            self.on_error(consumer, reply.error)
+            return
+        if isinstance(body, Join):
+            assert isinstance(reply.result, JoinResult)
+            result = reply.result
+            consumer.member_id, consumer.generation = result.member_id, result.generation
+            consumer.leader = result.leader == result.member_id
+            consumer.members = [member for member, _, _ in result.members]
+            consumer.phase = "sync"
+            self.note(f"{consumer.name}: {result.member_id} in generation {result.generation}")
+        elif isinstance(body, Sync):
+            assert isinstance(reply.result, SyncResult)
+            consumer.partitions = partitions_of(reply.result.assignment)
+            self.checker.on_assignment(consumer.generation, consumer.member_id, consumer.partitions)
+            consumer.phase = "fetch"
+            self.note(f"{consumer.name}: partitions {consumer.partitions}")
+        elif isinstance(body, FetchOffsets):
+            assert isinstance(reply.result, dict)
+            self.checker.on_fetch(sent, reply.result, node)
+            if self.healed:
+                self.read_back_after_heal = self.read_back_after_heal or self.committed_after_heal
+            if consumer.phase == "fetch":
+                for (_, partition), committed in reply.result.items():
+                    consumer.positions[partition] = getattr(committed, "offset", 0)
+                consumer.phase = "stable"
+        elif isinstance(body, Commit):
+            assert isinstance(reply.result, dict)
+            for ((_, partition), code), (_, (offset, _, _)) in zip(
+                reply.result.items(), body.offsets, strict=True
+            ):
+                if code is ErrorCode.NONE:
+                    self.checker.on_commit_acked(partition, offset)
+                    self.committed_after_heal = self.committed_after_heal or self.healed
+        elif isinstance(body, Leave):
+            consumer.rejoin(forget=True)
+            consumer.phase = "gone"
+
+    def on_error(self, consumer: Consumer, error: ErrorCode) -> None:
+        if error in FORGET:
+            consumer.rejoin(forget=True)
+        elif error in REJOIN:
+            consumer.rejoin()
+        elif error in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            consumer.target = None
+            if consumer.phase == "sync":
+                consumer.rejoin()
+
+    # ---------------------------------------------------------------- the run ---------
+    def step(self, faults: bool) -> None:
+        self.run.step(self.run.faults if faults else None)
+        self.nodes.step()
+        for consumer in self.consumers:
+            self.act(consumer)
+
+    def execute(self) -> SeedResult:
+        run = self.run
+        try:
+            for _ in range(self.ticks * MICROS_PER_TICK):
+                self.step(faults=True)
+                if run.checker.violations:
+                    break
+            else:
+                self.liveness()
+        except AssertionError as error:
+            run.checker.fail(f"assertion failed at t={self.cluster.now}: {error!r}")
+        except TidelogError as error:  # IllegalTransition, say: never expected here
+            run.checker.fail(f"{type(error).__name__} at t={self.cluster.now}: {error}")
+        for violation in run.checker.violations:
+            self.note(f"VIOLATION {violation}")
+        stops = dict(self.cluster.stops)
+        stops["commits acknowledged"] = self.checker.commits_acked
+        stops["fetches checked"] = self.checker.fetches_checked
+        stops["assignments checked"] = self.checker.syncs_checked
+        return SeedResult(run.checker.violations, stops)
+
+    def liveness(self) -> None:
+        """Heal everything; then a commit acknowledged and read back within a bound."""
+        self.run.heal_all()
+        self.healed = True
+        for consumer in self.consumers:
+            if consumer.phase == "gone":
+                consumer.phase = "join"
+        deadline = self.cluster.now + LIVENESS_TICKS_MAX * MICROS_PER_TICK
+        while self.cluster.now < deadline:
+            self.step(faults=False)
+            if self.run.checker.violations or self.read_back_after_heal:
+                return
+        self.run.checker.fail(
+            f"liveness: after healing, no commit acknowledged and read back in "
+            f"{LIVENESS_TICKS_MAX} ticks (committed: {self.committed_after_heal})"
+        )
+
+
+def run_seed(seed: int, replicas: int, ticks: int, disk: bool, trace: bool = False) -> SeedResult:
+    printer = print if trace else None
+    return GroupRun(seed, replicas, ticks, disk=disk, trace=printer).execute()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tidelog.testing.group_sim", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--replicas", type=int, choices=(3, 5), default=3)
+    parser.add_argument("--ticks", type=int, default=400, help="ticks of the safety phase")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--disk", action="store_true")
+    parser.add_argument("--trace", action="store_true")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.ticks < 1 or args.jobs < 1:
+        parser.error("--seeds, --ticks and --jobs must be positive")
+    if args.trace and args.seeds != 1:
+        parser.error("--trace prints the events of one seed: use it with --seeds 1")
+    if not args.trace:
+        logging.getLogger("tidelog").setLevel(logging.ERROR)
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    started = time.monotonic()
+    violations = 0
+    totals: dict[str, int] = {}
+    n = len(seeds)
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        parallel = args.jobs > 1 and not args.trace
+        mapper = pool.map if parallel else map
+        results = mapper(
+            run_seed,
+            seeds,
+            [args.replicas] * n,
+            [args.ticks] * n,
+            [args.disk] * n,
+            [args.trace] * n,
+        )
+        for seed, result in zip(seeds, results, strict=True):
+            for key, value in result.stops.items():
+                totals[key] = totals.get(key, 0) + value
+            if result.violations:
+                violations += len(result.violations)
+                disk = " --disk" if args.disk else ""
+                command = (
+                    f"python -m tidelog.testing.group_sim --seeds 1 --first-seed {seed} "
+                    f"--replicas {args.replicas} --ticks {args.ticks}{disk} --trace"
+                )
+                print(f"seed {seed}: {result.violations[0]}  (reproduce: {command})")
+    elapsed = time.monotonic() - started
+    print(f"# {args.seeds / elapsed * 60:.0f} seeds per minute ({elapsed:.1f} s)", file=sys.stderr)
+    print("# " + ", ".join(f"{key}: {value}" for key, value in sorted(totals.items())))
+    print(f"{args.seeds} seeds, {violations} violations")
+    return 0 if violations == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -183,6 +183,10 @@ class Consumer:
     positions: dict[int, int] = field(default_factory=dict)
     in_flight: tuple[int, Request, int, int] | None = None  # request, body, sent, event
     target: NodeId | None = None
+    # A commit of its old partitions in its old generation, made as it learns of a
+    # rebalance and delivered once it is stable in the next one (a commit that was long on
+    # its way): the generation must fence it.
+    zombie: Commit | None = None
 
     def rejoin(self, forget: bool = False) -> None:
         self.phase = "join"
@@ -256,6 +260,11 @@ class GroupRun:
             self.note(f"{consumer.name}: #{request} timed out")
         if self.rng.random() >= ACT_RATE:
             return
+        if consumer.zombie is not None and consumer.phase == "stable":
+            zombie, consumer.zombie = consumer.zombie, None
+            if zombie.generation != consumer.generation:  # else it is no zombie: drop it
+                self.send(consumer, zombie)
+                return
         if consumer.phase == "gone":
             consumer.phase = "join" if self.rng.random() < 0.2 else "gone"
             return
@@ -289,18 +298,22 @@ class GroupRun:
         if roll < 0.4:
             self.send(consumer, Heartbeat(GROUP, consumer.generation, consumer.member_id))
         elif roll < 0.8 and consumer.partitions:
-            offsets = []
-            for partition in consumer.partitions:
-                position = consumer.positions.get(partition, 0) + self.rng.randint(1, 3)
-                consumer.positions[partition] = position
-                offsets.append(((TOPIC, partition), (position, -1, "")))
-            self.send(
-                consumer, Commit(GROUP, consumer.generation, consumer.member_id, tuple(offsets))
-            )
+            body = self.commit_body(consumer, consumer.generation, consumer.partitions)
+            self.send(consumer, body)
         elif roll < 0.98:
             self.send(consumer, FetchOffsets(GROUP, None))
         else:
             self.send(consumer, Leave(GROUP, (consumer.member_id,)))
+
+    def commit_body(
+        self, consumer: Consumer, generation: int, partitions: tuple[int, ...]
+    ) -> Commit:
+        offsets = []
+        for partition in partitions:
+            position = consumer.positions.get(partition, 0) + self.rng.randint(1, 3)
+            consumer.positions[partition] = position
+            offsets.append(((TOPIC, partition), (position, -1, "")))
+        return Commit(GROUP, generation, consumer.member_id, tuple(offsets))
 
     def on_reply(self, node: NodeId, reply: Reply) -> None:
         consumer = self.waiting.pop(reply.request, None)
@@ -310,8 +323,10 @@ class GroupRun:
         consumer.in_flight = None
         outcome = reply.error.name if reply.error is not ErrorCode.NONE else "ok"
         self.note(f"{consumer.name} <- {node}: #{reply.request} {outcome}")
+        zombie = isinstance(body, Commit) and body.generation != consumer.generation
         if reply.error is not ErrorCode.NONE:
-            self.on_error(consumer, reply.error)
+            if not zombie:  # the zombie's refusal is expected, and changes nothing
+                self.on_error(consumer, reply.error)
             return
         if isinstance(body, Join):
             assert isinstance(reply.result, JoinResult)
@@ -352,6 +367,9 @@ class GroupRun:
         if error in FORGET:
             consumer.rejoin(forget=True)
         elif error in REJOIN:
+            if consumer.partitions and self.rng.random() < 0.5:
+                old = consumer.generation, consumer.partitions
+                consumer.zombie = self.commit_body(consumer, *old)
             consumer.rejoin()
         elif error in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
             consumer.target = None

@@ -6,6 +6,8 @@ SEEDS_3 ?= 4000
 SEEDS_5 ?= 3000
 DISK_SEEDS_3 ?= 2000
 DISK_SEEDS_5 ?= 1000
+# The group simulator (coordinators over the replicated __consumer_offsets): about 5 minutes.
+GROUP_SEEDS ?= 2000
 
 .PHONY: install java kcat test lint sim mutants demo bench-peers bench-spark clean
 
@@ -46,6 +48,9 @@ sim: install
 	$(PY) -m tidelog.testing.sim --seeds $(SEEDS_5) --replicas 5 --jobs 2 || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(DISK_SEEDS_3) --replicas 3 --jobs 2 --disk || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(DISK_SEEDS_5) --replicas 5 --jobs 2 --disk || status=1; \
+	$(PY) -m tidelog.testing.group_sim --seeds $(GROUP_SEEDS) --replicas 3 --jobs 2 || status=1; \
+	$(PY) -m tidelog.testing.group_sim --seeds $$(($(GROUP_SEEDS) / 2)) --replicas 5 --jobs 2 || status=1; \
+	$(PY) -m tidelog.testing.group_sim --seeds $$(($(GROUP_SEEDS) / 2)) --replicas 3 --jobs 2 --disk || status=1; \
 	exit $$status
 
 # The mutation gate: each named weakening of the core's rules (tidelog/testing/mutants.py)

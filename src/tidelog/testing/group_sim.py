@@ -427,6 +427,13 @@ def run_seed(seed: int, replicas: int, ticks: int, disk: bool, trace: bool = Fal
     return GroupRun(seed, replicas, ticks, disk=disk, trace=printer).execute()
 
 
+def reproduce_command(seed: int, replicas: int, ticks: int, disk: bool) -> str:
+    return (
+        f"python -m tidelog.testing.group_sim --seeds 1 --first-seed {seed} "
+        f"--replicas {replicas} --ticks {ticks}{' --disk' if disk else ''} --trace"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tidelog.testing.group_sim", description=__doc__.split("\n")[0]
@@ -466,11 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                 totals[key] = totals.get(key, 0) + value
             if result.violations:
                 violations += len(result.violations)
-                disk = " --disk" if args.disk else ""
-                command = (
-                    f"python -m tidelog.testing.group_sim --seeds 1 --first-seed {seed} "
-                    f"--replicas {args.replicas} --ticks {args.ticks}{disk} --trace"
-                )
+                command = reproduce_command(seed, args.replicas, args.ticks, args.disk)
                 print(f"seed {seed}: {result.violations[0]}  (reproduce: {command})")
     elapsed = time.monotonic() - started
     print(f"# {args.seeds / elapsed * 60:.0f} seeds per minute ({elapsed:.1f} s)", file=sys.stderr)

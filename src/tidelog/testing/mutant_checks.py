@@ -31,7 +31,7 @@ from types import FrameType
 from typing import NamedTuple
 
 import tidelog
-from tidelog.testing import sim
+from tidelog.testing import group_sim, sim
 from tidelog.testing.scenario import run_file
 
 CHECK_SECONDS_MAX = 60
@@ -40,6 +40,8 @@ DETAIL_CHARS_MAX = 300
 VIOLATION = "VIOLATION"  # how a transcript's `check` reports a broken invariant
 HANG = f"raised CheckTimedOut: still running after {CHECK_SECONDS_MAX} s (a hang)"
 MODES = {"memory-3": (3, False), "memory-5": (5, False), "disk-3": (3, True), "disk-5": (5, True)}
+# The group simulator's modes (group_sim.py): coordinators over the replicated log.
+GROUP_MODES = {"groups-3": (3, False)}
 
 
 class CheckTimedOut(BaseException):
@@ -66,6 +68,13 @@ class SeedCheck:
 
     def run(self) -> str | None:
         """The first violation of this seed, or None."""
+        if self.mode in GROUP_MODES:
+            replicas, disk = GROUP_MODES[self.mode]
+            violations = group_sim.run_seed(self.seed, replicas, SIM_TICKS, disk).violations
+            if not violations:
+                return None
+            command = group_sim.reproduce_command(self.seed, replicas, SIM_TICKS, disk)
+            return f"{violations[0]}  (reproduce: {command})"
         replicas, disk = MODES[self.mode]
         mode = sim.Mode(replicas, SIM_TICKS, disk)
         found = sim.run_seed(self.seed, mode).violations
@@ -122,8 +131,9 @@ Check = ScenarioCheck | SeedCheck
 def parse_sim(text: str) -> tuple[str, int]:
     """`MODE:SEEDS` (seeds 1..SEEDS) into (mode, seeds)."""
     mode, _, seeds = text.partition(":")
-    if mode not in MODES or not seeds.isdigit() or int(seeds) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected MODE:SEEDS, MODE in {list(MODES)}")
+    modes = [*MODES, *GROUP_MODES]
+    if mode not in modes or not seeds.isdigit() or int(seeds) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MODE:SEEDS, MODE in {modes}")
     return mode, int(seeds)
 
 

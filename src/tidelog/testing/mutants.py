@@ -13,7 +13,7 @@ Rules of this file:
   exactly once in its file; otherwise the gate stops before running anything and names
   the mutant and the file (the core changed under it: refit the anchor here). A
   replacement must still compile.
-- Mutants edit only `core/` and `node/`: the checks that judge them stay intact.
+- Mutants edit only `core/`, `node/` and `groups/`: the checks that judge them stay intact.
 - Before the mutants, the unmutated copy must pass every check (the baseline): a check
   that fails without a mutant proves nothing about one.
 - The gate passes (exit 0) only when the baseline passes and every mutant is caught;
@@ -41,9 +41,15 @@ import tidelog
 
 PACKAGE = Path(tidelog.__file__).resolve().parent
 DEFAULT_SCENARIOS = PACKAGE.parents[1] / "tests" / "scenarios"
-EDITABLE_LAYERS = ("core/", "node/")
+EDITABLE_LAYERS = ("core/", "node/", "groups/")
 # Seeds per simulator mode for each mutant, tried interleaved after the transcripts.
-SEED_PLAN = (("memory-3", 200), ("memory-5", 100), ("disk-3", 60), ("disk-5", 40))
+SEED_PLAN = (
+    ("memory-3", 200),
+    ("memory-5", 100),
+    ("disk-3", 60),
+    ("disk-5", 40),
+    ("groups-3", 150),
+)
 JOB_SECONDS_MAX = 900
 GATE_SECONDS_MAX = 1800
 STDERR_TAIL_CHARS = 400
@@ -66,6 +72,7 @@ TRACKER = "core/tracker.py"
 QUORUM = "core/quorum.py"
 STORAGE = "core/storage.py"
 PRODUCERS = "core/producers.py"
+COORDINATOR = "groups/coordinator.py"
 
 # Not here, because no check can catch them: counting the leader's own unsynced copy toward
 # the HWM, or a candidate's own unsynced vote. The Ready contract steps nothing between
@@ -451,6 +458,30 @@ CATALOGUE: tuple[Mutant, ...] = (
         TRACKER,
         "if self.probe_key != key:  # a new probe, not a copy of the last",
         "if True:",
+    ),
+    # ---------------------------------------------------------------- group coordinator -
+    Mutant(
+        "coordinator-serves-before-loaded",
+        "a new coordinator serves only once its HWM reached its epoch (all earlier commits)",
+        COORDINATOR,
+        "if not self.loaded and caught_up:",
+        "if not self.loaded:",
+    ),
+    Mutant(
+        "coordinator-forgets-generations",
+        "a new coordinator loads each group's last stored generation from the log",
+        COORDINATOR,
+        'elif kind == "group" and not self.loaded:',
+        "elif False:",
+    ),
+    Mutant(
+        "commit-generation-unfenced",
+        "an OffsetCommit names the group's current generation (stale members are fenced)",
+        COORDINATOR,
+        "            if body.generation != group.generation:\n"
+        "                raise GroupError(ErrorCode.ILLEGAL_GENERATION)\n"
+        "            member.heard(now)\n        codes",
+        "            member.heard(now)\n        codes",
     ),
 )
 

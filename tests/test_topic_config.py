@@ -47,12 +47,18 @@ def test_good_values_parse() -> None:
 @pytest.mark.parametrize(
     ("configs", "message"),
     [
-        ({"retention.ms": "abc"}, "Invalid value abc for configuration retention.ms: "
-         "Not a number of type LONG"),
-        ({"retention.bytes": "1.5"}, "Invalid value 1.5 for configuration retention.bytes: "
-         "Not a number of type LONG"),
-        ({"segment.bytes": "0"}, "Invalid value 0 for configuration segment.bytes: "
-         "Value must be at least 14"),
+        (
+            {"retention.ms": "abc"},
+            "Invalid value abc for configuration retention.ms: Not a number of type LONG",
+        ),
+        (
+            {"retention.bytes": "1.5"},
+            "Invalid value 1.5 for configuration retention.bytes: Not a number of type LONG",
+        ),
+        (
+            {"segment.bytes": "0"},
+            "Invalid value 0 for configuration segment.bytes: Value must be at least 14",
+        ),
         ({"segment.bytes": "-5"}, "Value must be at least 14"),
         ({"segment.bytes": "2147483648"}, "Value must be no more than 2147483647"),
         ({"retention.ms": "-2"}, "Value must be at least -1"),

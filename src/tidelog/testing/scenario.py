@@ -451,9 +451,12 @@ def execute(scenario: Scenario, command: str) -> str:
     return scenario.run(words[0], args, kv)
 
 
-def run_text(text: str) -> tuple[str, list[tuple[Case, str]]]:
-    """Run a script. Returns the rewritten text and the cases whose output differed."""
-    scenario = Scenario()
+def run_text(
+    text: str, make: Callable[[], Scenario] = Scenario
+) -> tuple[str, list[tuple[Case, str]]]:
+    """Run a script (in a new `make()`). Returns the rewritten text and the cases whose
+    output differed."""
+    scenario = make()
     out: list[str] = []
     mismatches: list[tuple[Case, str]] = []
     comments = leading_comments(text)

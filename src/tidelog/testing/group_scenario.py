@@ -1,0 +1,264 @@
+"""Scripted group scenarios: the scenario language (`scenario.py`) with consumers, run
+against the real coordinator on every node of a replicated `__consumer_offsets` partition
+(`groups.GroupNodes`). Transcripts live in tests/group_scenarios/.
+
+    python -m tidelog.testing.group_scenario FILE...   (prints each transcript)
+
+Commands besides the replication ones (crash, isolate, partition, heal, hold-persist,
+persist, status, check, ...):
+    cluster replicas=N [session-ms=S] [retention-ms=R]   nodes tick every 10 ms
+    run ms=K              K ms pass: messages are delivered, syncs finish, nodes tick,
+                          coordinators follow their replicas; answers print as they come
+    join C [node=N]       consumer C joins (with the member id it has, if any)
+    sync C [node=N]       C syncs its generation (its leader assigns partitions round robin)
+    heartbeat C / leave C / fetch-offsets C [node=N]
+    commit C P=O[,P=O] [generation=G] [node=N]   commit offsets of topic t's partitions
+    delete-topic T        the topic is gone: its offsets expire at the next check
+    groups N              what N's coordinator holds: loaded, state, generation, members,
+                          offsets
+A request goes to the node that leads the partition unless `node=` names one.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidelog.core.replica import ReplicaConfig, Role
+from tidelog.groups.coordinator import (
+    Commit,
+    CommittedOffset,
+    FetchOffsets,
+    GroupConfig,
+    Heartbeat,
+    Join,
+    JoinResult,
+    Leave,
+    Reply,
+    Request,
+    Sync,
+    SyncResult,
+)
+from tidelog.protocol.kafka_errors import ErrorCode
+from tidelog.testing.cluster import Cluster
+from tidelog.testing.group_sim import assign
+from tidelog.testing.groups import GroupNodes
+from tidelog.testing.scenario import Scenario, ScriptError, nodes_of, run_text
+from tidelog.types import NodeId
+
+TICK_MS = 10
+TOPIC = "t"
+GROUP = "g"
+
+
+@dataclass
+class Client:
+    name: str
+    member_id: str = ""
+    generation: int = -1
+    members: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GroupScenario(Scenario):
+    """A scenario with coordinators and consumers."""
+
+    nodes: GroupNodes | None = None
+    clients: dict[str, Client] = field(default_factory=dict)
+    asked: dict[int, tuple[Client, Request]] = field(default_factory=dict)
+
+    @property
+    def g(self) -> GroupNodes:
+        if self.nodes is None:
+            raise ScriptError("no cluster: start the script with `cluster replicas=N`")
+        return self.nodes
+
+    def cmd_cluster(self, args: list[str], kv: dict[str, str]) -> None:
+        del args
+
+        def config(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
+            return ReplicaConfig(node, members, tick_ms=TICK_MS)
+
+        self.cluster = Cluster(
+            replicas=int(kv.get("replicas", "3")), rng=random.Random(0), config=config
+        )
+        group_config = GroupConfig(
+            session_timeout_ms_min=1,
+            commit_timeout_ms=200,
+            offsets_retention_ms=int(kv.get("retention-ms", str(1 << 40))),
+            offsets_retention_check_interval_ms=100,
+        )
+        self.nodes = GroupNodes(self.cluster, group_config, {TOPIC})
+        self.nodes.listeners.append(self.on_reply)
+        self.session_ms = int(kv.get("session-ms", "300"))
+
+    # ---------------------------------------------------------------- time -------------
+    def cmd_run(self, args: list[str], kv: dict[str, str]) -> None:
+        del args
+        cluster = self.c
+        for _ in range(int(kv.get("ms", "100"))):
+            cluster.now += 1
+            for envelope in sorted(cluster.in_flight, key=lambda e: (e.deliver_at, e.seq)):
+                if envelope.deliver_at <= cluster.now:
+                    cluster.deliver(envelope)
+            for node in cluster.ids:
+                if cluster.nodes[node].clock.ticks_at(cluster.now, TICK_MS):
+                    cluster.tick(node)
+            self.g.step()
+
+    # ---------------------------------------------------------------- clients ----------
+    def client(self, name: str) -> Client:
+        return self.clients.setdefault(name, Client(name))
+
+    def leader(self) -> NodeId:
+        for node, replica in self.c.live_replicas():
+            if replica.role is Role.LEADER:
+                return node
+        raise ScriptError("no leader to send to: name one with node=N")
+
+    def ask(self, client: Client, body: Request, kv: dict[str, str]) -> None:
+        node = nodes_of(kv["node"])[0] if "node" in kv else self.leader()
+        self.next_request += 1
+        self.asked[self.next_request] = (client, body)
+        if not self.g.request(node, self.next_request, body):
+            self.asked.pop(self.next_request)
+            self.say(f"{client.name} -> {node}: no answer (down, paused or syncing)")
+        elif self.next_request in self.asked:
+            self.say(f"{client.name} -> {node}: {type(body).__name__} waits")
+
+    def cmd_join(self, args: list[str], kv: dict[str, str]) -> None:
+        client = self.client(args[0])
+        body = Join(
+            GROUP,
+            client.member_id,
+            None,
+            client.name,
+            "script",
+            self.session_ms,
+            self.session_ms,
+            "consumer",
+            (("range", TOPIC.encode()),),
+        )
+        self.ask(client, body, kv)
+
+    def cmd_sync(self, args: list[str], kv: dict[str, str]) -> None:
+        client = self.client(args[0])
+        plan = assign(client.members) if client.members else {}
+        self.ask(client, Sync(GROUP, client.generation, client.member_id, tuple(plan.items())), kv)
+
+    def cmd_heartbeat(self, args: list[str], kv: dict[str, str]) -> None:
+        client = self.client(args[0])
+        self.ask(client, Heartbeat(GROUP, client.generation, client.member_id), kv)
+
+    def cmd_leave(self, args: list[str], kv: dict[str, str]) -> None:
+        client = self.client(args[0])
+        self.ask(client, Leave(GROUP, (client.member_id,)), kv)
+
+    def cmd_commit(self, args: list[str], kv: dict[str, str]) -> None:
+        client = self.client(args[0])
+        offsets = tuple(
+            ((TOPIC, int(partition)), (int(offset), -1, ""))
+            for partition, offset in kv.items()
+            if partition.isdigit()
+        )
+        generation = int(kv.get("generation", str(client.generation)))
+        self.ask(client, Commit(GROUP, generation, client.member_id, offsets), kv)
+
+    def cmd_fetch_offsets(self, args: list[str], kv: dict[str, str]) -> None:
+        self.ask(self.client(args[0]), FetchOffsets(GROUP, None), kv)
+
+    def cmd_delete_topic(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        self.g.topics.discard(args[0])
+        for hosted in self.g.hosted.values():
+            hosted.coordinator.expire_now()
+
+    def on_reply(self, node: NodeId, reply: Reply) -> None:
+        entry = self.asked.pop(reply.request, None)
+        if entry is None:
+            return
+        client, body = entry
+        head = f"{client.name} <- {node}: {type(body).__name__}"
+        if reply.error is not ErrorCode.NONE:
+            self.say(f"{head} {reply.error.name}")
+            return
+        self.say(f"{head} {self.describe(client, reply.result)}")
+
+    def describe(self, client: Client, result: object) -> str:
+        if isinstance(result, JoinResult):
+            client.member_id, client.generation = result.member_id, result.generation
+            client.members = [member for member, _, _ in result.members]
+            members = f" members={','.join(client.members)}" if client.members else ""
+            return (
+                f"generation={result.generation} member={result.member_id} "
+                f"leader={result.leader}{members}"
+            )
+        if isinstance(result, SyncResult):
+            return f"assignment={result.assignment.decode() or '-'}"
+        if isinstance(result, dict):
+            return " ".join(f"{t}-{p}={describe_value(v)}" for (t, p), v in result.items()) or "-"
+        if isinstance(result, list):
+            return " ".join(code.name for code in result)
+        return "ok"
+
+    # ---------------------------------------------------------------- state ------------
+    def cmd_groups(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        node = nodes_of(args[0])[0]
+        coordinator = self.g.coordinator(node)
+        if coordinator is None:
+            self.say(f"node {node}: down")
+            return
+        if not coordinator.active:
+            self.say(f"node {node}: not coordinating")
+            return
+        loaded = "loaded" if coordinator.loaded else "loading"
+        self.say(f"node {node}: {loaded} epoch={coordinator.epoch}")
+        for group in coordinator.groups.values():
+            members = ",".join(group.members) or "-"
+            self.say(
+                f"  {group.group_id}: {group.state.value} generation={group.generation} "
+                f"leader={group.leader or '-'} members={members}"
+            )
+            for (topic, partition), committed in sorted(group.offsets.items()):
+                self.say(f"    {topic}-{partition}={committed.offset}")
+
+
+def describe_value(value: object) -> str:
+    if isinstance(value, CommittedOffset):
+        return str(value.offset)
+    if isinstance(value, ErrorCode):
+        return value.name
+    return "none"
+
+
+def run_group_file(path: Path, *, rewrite: bool = False) -> list[str]:
+    """Run a group scenario file; with rewrite, store the actual output. Returns differences."""
+    rewritten, mismatches = run_text(path.read_text(), GroupScenario)
+    if rewrite:
+        path.write_text(rewritten)
+        return []
+    return [
+        f"{path.name}:{case.line}: {case.command}\n"
+        f"--- expected\n{case.expected}\n--- actual\n{actual}"
+        for case, actual in mismatches
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse  # noqa: PLC0415 - only the command line needs it
+
+    parser = argparse.ArgumentParser(prog="python -m tidelog.testing.group_scenario")
+    parser.add_argument("files", nargs="+", type=Path, help="group scenario scripts to run")
+    args = parser.parse_args(argv)
+    for path in args.files:
+        if not path.is_file():
+            parser.error(f"{path}: no such scenario file")
+        rewritten, _ = run_text(path.read_text(), GroupScenario)
+        print(rewritten)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

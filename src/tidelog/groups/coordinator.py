@@ -28,30 +28,43 @@ Rules of this file:
 - Every request gets exactly one Reply: at once, when its rebalance or write completes,
   when it times out (a join after its rebalance timeout and JOIN_WAIT_SLACK_MS, a write
   after `commit_timeout_ms`), or when this node stops coordinating.
-- Offsets of deleted topics and of groups empty for `offsets_retention_ms` expire: the
-  coordinator writes tombstones (null values), applied like any record.
-- Records it cannot read are skipped with one log line: the log is input like any other.
+- Offsets of deleted topics and of groups empty for `offsets_retention_ms` expire by
+  tombstones. Records it cannot read are skipped with one log line (the log is input).
 """
 
 from __future__ import annotations
 
 import binascii
-import collections
 import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from tidelog.errors import NotEnoughReplicas, NotLeader, TidelogError
+from tidelog.groups.group import Group, Member, apply_group, apply_offset
+from tidelog.groups.messages import (
+    Commit,
+    CommittedOffset,
+    Effect,
+    FetchOffsets,
+    GroupConfig,
+    GroupError,
+    Heartbeat,
+    Join,
+    JoinResult,
+    Leave,
+    Now,
+    Reply,
+    Request,
+    Sync,
+    SyncResult,
+    Write,
+)
 from tidelog.groups.records import (
     group_key,
-    group_value,
-    member_of,
     offset_key,
     offset_value,
 )
-from tidelog.groups.state import GroupEvent, GroupState, loaded_state, next_state
+from tidelog.groups.state import GroupEvent, GroupState, next_state
 from tidelog.protocol.kafka_errors import ErrorCode
 
 log = logging.getLogger("tidelog.groups")
@@ -59,221 +72,6 @@ log = logging.getLogger("tidelog.groups")
 OFFSET_METADATA_BYTES_MAX = 4096
 JOIN_WAIT_SLACK_MS = 5_000
 GROUP_ID_LENGTH_MAX = 255
-
-
-class GroupError(TidelogError):
-    """A group request refused with a Kafka error code."""
-
-    def __init__(self, code: ErrorCode, message: str = "") -> None:
-        super().__init__(message or code.name)
-        self.code = code
-
-
-@dataclass(frozen=True, slots=True)
-class GroupConfig:
-    session_timeout_ms_min: int = 6_000
-    session_timeout_ms_max: int = 1_800_000
-    initial_rebalance_delay_ms: int = 0
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
-    offsets_retention_check_interval_ms: int = 600_000
-    commit_timeout_ms: int = 5_000
-
-
-@dataclass(frozen=True, slots=True)
-class Now:
-    """The time handed in with every input: `mono_ms` for sessions and deadlines,
-    `wall_ms` (the time of day) for commit times and offsets expiry."""
-
-    mono_ms: int
-    wall_ms: int
-
-
-# ---------------------------------------------------------------------- requests -------
-@dataclass(frozen=True, slots=True)
-class Join:
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Sync:
-    group_id: str
-    generation: int
-    member_id: str
-    assignments: tuple[tuple[str, bytes], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    group_id: str
-    generation: int
-    member_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Leave:
-    group_id: str
-    member_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """OffsetCommit: ((topic, partition), (offset, leader epoch, metadata)) pairs."""
-
-    group_id: str
-    generation: int
-    member_id: str
-    offsets: tuple[tuple[tuple[str, int], tuple[int, int, str]], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class FetchOffsets:
-    """OffsetFetch: these partitions, or every partition with an offset when None."""
-
-    group_id: str
-    partitions: tuple[tuple[str, int], ...] | None
-
-
-Request = Join | Sync | Heartbeat | Leave | Commit | FetchOffsets
-
-
-# ---------------------------------------------------------------------- answers --------
-@dataclass(frozen=True, slots=True)
-class JoinResult:
-    generation: int
-    protocol: str | None
-    leader: str
-    member_id: str
-    members: list[tuple[str, str | None, bytes]]  # for the leader only
-
-
-@dataclass(frozen=True, slots=True)
-class SyncResult:
-    protocol_type: str | None
-    protocol: str | None
-    assignment: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_ms: int
-
-
-# ---------------------------------------------------------------------- effects --------
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """The one answer to request `request`: `result`, or the error `error` when not NONE."""
-
-    request: int
-    result: object = None
-    error: ErrorCode = ErrorCode.NONE
-
-
-@dataclass(frozen=True, slots=True)
-class Write:
-    """Append these records with acks=all, stamped `wall_ms`; report with `written`."""
-
-    write: int
-    keys: tuple[bytes, ...]
-    values: tuple[bytes | None, ...]
-    wall_ms: int
-
-
-Effect = Reply | Write
-
-
-# ---------------------------------------------------------------------- groups ---------
-@dataclass(slots=True)
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-    assignment: bytes = b""
-    join: int | None = None  # the request waiting for the join phase to end
-    sync: int | None = None  # the request waiting for the leader's assignment
-    heartbeat_deadline_ms: int = 0
-
-    def protocol_names(self) -> list[str]:
-        return [name for name, _ in self.protocols]
-
-    def metadata_for(self, protocol: str | None) -> bytes:
-        return next((data for name, data in self.protocols if name == protocol), b"")
-
-    def heard(self, now: Now) -> None:
-        self.heartbeat_deadline_ms = now.mono_ms + self.session_timeout_ms
-
-
-@dataclass(slots=True)
-class Group:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
-    state_ms: int = 0  # wall time of the last move to Empty (offsets expire from there)
-    rebalance_deadline_ms: int = 0
-    join_not_before_ms: int = 0
-
-    def candidate_protocols(self) -> set[str]:
-        names = [set(member.protocol_names()) for member in self.members.values()]
-        return set.intersection(*names) if names else set()
-
-    def supports(self, protocol_type: str, names: list[str]) -> bool:
-        if self.state is GroupState.EMPTY or not self.members:
-            return bool(protocol_type) and bool(names)
-        return protocol_type == self.protocol_type and bool(self.candidate_protocols() & set(names))
-
-    def select_protocol(self) -> str | None:
-        candidates = self.candidate_protocols()
-        votes = collections.Counter(
-            next(name for name in member.protocol_names() if name in candidates)
-            for member in self.members.values()
-        )
-        return votes.most_common(1)[0][0] if votes else None
-
-    def all_joined(self) -> bool:
-        return all(member.join is not None for member in self.members.values())
-
-    def stored(self) -> bytes:
-        """The group's record value: its generation, members and assignments."""
-        members = [
-            {
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "client_id": m.client_id,
-                "client_host": m.client_host,
-                "session_timeout_ms": m.session_timeout_ms,
-                "rebalance_timeout_ms": m.rebalance_timeout_ms,
-                "subscription": m.metadata_for(self.protocol),
-                "assignment": m.assignment,
-            }
-            for m in self.members.values()
-        ]
-        return group_value(
-            protocol_type=self.protocol_type,
-            protocol=self.protocol,
-            generation=self.generation,
-            leader=self.leader,
-            state_ms=self.state_ms,
-            members=members,
-        )
 
 
 @dataclass(slots=True)
@@ -288,18 +86,6 @@ class _Pending:
     dead: tuple[str, ...] = ()  # the groups an expiry deletes
     next_offset: int | None = None  # once written: applied up to here means done
     deadline_ms: int = 0
-
-
-def error_of_write(error: BaseException | None) -> ErrorCode:
-    """The group error code that answers a failed write to `__consumer_offsets` (Kafka's
-    mapping: the client looks the coordinator up again, or retries)."""
-    if error is None:
-        return ErrorCode.NONE
-    if isinstance(error, NotLeader):
-        return ErrorCode.NOT_COORDINATOR
-    if isinstance(error, NotEnoughReplicas):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    return ErrorCode.REQUEST_TIMED_OUT
 
 
 class Coordinator:
@@ -357,11 +143,11 @@ class Coordinator:
             kind, group_id = fields["type"], str(fields["group"])
             content = None if value is None else json.loads(value)
             if kind == "offset":
-                self._apply_offset(
-                    group_id, str(fields["topic"]), int(fields["partition"]), content
+                apply_offset(
+                    self.groups, group_id, str(fields["topic"]), int(fields["partition"]), content
                 )
             elif kind == "group" and not self.loaded:  # once loaded, these are our own
-                self._apply_group(group_id, content)
+                apply_group(self.groups, group_id, content)
         except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as error:
             log.warning("partition %d: skipping a record it cannot read: %r", self.partition, error)
 
@@ -387,50 +173,6 @@ class Coordinator:
             if pending.next_offset is not None and pending.next_offset <= self.applied_offset:
                 del self._writes[write]
                 self._finish_write(pending, ErrorCode.NONE, now)
-
-    def _apply_offset(
-        self, group_id: str, topic: str, partition: int, content: dict[str, Any] | None
-    ) -> None:
-        group = self.groups.setdefault(group_id, Group(group_id))
-        if content is None:
-            group.offsets.pop((topic, partition), None)
-            if not group.offsets and group.state is GroupState.EMPTY and not group.protocol_type:
-                del self.groups[group_id]
-            return
-        group.offsets[(topic, partition)] = CommittedOffset(
-            offset=int(content["offset"]),
-            leader_epoch=int(content.get("leader_epoch", -1)),
-            metadata=str(content.get("metadata") or ""),
-            commit_ms=int(content.get("commit_ms", 0)),
-        )
-
-    def _apply_group(self, group_id: str, content: dict[str, Any] | None) -> None:
-        if content is None:
-            self.groups.pop(group_id, None)
-            return
-        members = [member_of(entry) for entry in content.get("members", [])]
-        group = self.groups.setdefault(group_id, Group(group_id))
-        group.members = {
-            m["member_id"]: Member(
-                member_id=m["member_id"],
-                group_instance_id=m["group_instance_id"],
-                client_id=m["client_id"],
-                client_host=m["client_host"],
-                session_timeout_ms=m["session_timeout_ms"],
-                rebalance_timeout_ms=m["rebalance_timeout_ms"],
-                protocols=((content["protocol"], m["subscription"]),)
-                if content.get("protocol")
-                else (),
-                assignment=m["assignment"],
-            )
-            for m in members
-        }
-        group.generation = int(content["generation"])
-        group.protocol_type = content.get("protocol_type")
-        group.protocol = content.get("protocol")
-        group.leader = content.get("leader")
-        group.state_ms = int(content.get("state_ms", 0))
-        group.state = loaded_state(bool(group.members))
 
     # ================================================================ effects =========
     def take(self) -> list[Effect]:

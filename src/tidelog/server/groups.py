@@ -22,13 +22,15 @@ from typing import Any
 from tidelog.clock import monotonic_ms, wall_ms
 from tidelog.core.replica import ACKS_ALL, Role
 from tidelog.errors import NotLeader, OffsetNotAvailable
-from tidelog.groups.coordinator import (
+from tidelog.groups.coordinator import Coordinator
+from tidelog.groups.group import (
+    Group,
+)
+from tidelog.groups.messages import (
     Commit,
     CommittedOffset,
-    Coordinator,
     Effect,
     FetchOffsets,
-    Group,
     GroupConfig,
     GroupError,
     Heartbeat,

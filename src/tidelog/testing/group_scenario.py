@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelog.core.replica import ReplicaConfig, Role
-from tidelog.groups.coordinator import (
+from tidelog.groups.messages import (
     Commit,
     CommittedOffset,
     FetchOffsets,

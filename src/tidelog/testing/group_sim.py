@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from tidelog.core.replica import Role
 from tidelog.errors import TidelogError
-from tidelog.groups.coordinator import (
+from tidelog.groups.messages import (
     Commit,
     FetchOffsets,
     GroupConfig,

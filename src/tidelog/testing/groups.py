@@ -25,8 +25,8 @@ from functools import partial
 from tidelog.core.messages import ProduceResult
 from tidelog.core.replica import ACKS_ALL, Replica, Role
 from tidelog.errors import NotLeader, OffsetNotAvailable, StorageError
-from tidelog.groups.coordinator import (
-    Coordinator,
+from tidelog.groups.coordinator import Coordinator
+from tidelog.groups.messages import (
     FetchOffsets,
     GroupConfig,
     Now,

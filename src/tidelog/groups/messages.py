@@ -1,0 +1,153 @@
+"""What goes into the group coordinator and what comes out of it: its requests, their
+answers, its effects, the time it is handed, and its settings (as core/messages.py is to
+the replication core)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidelog.errors import NotEnoughReplicas, NotLeader, TidelogError
+from tidelog.protocol.kafka_errors import ErrorCode
+
+
+class GroupError(TidelogError):
+    """A group request refused with a Kafka error code."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    session_timeout_ms_min: int = 6_000
+    session_timeout_ms_max: int = 1_800_000
+    initial_rebalance_delay_ms: int = 0
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    commit_timeout_ms: int = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """The time handed in with every input: `mono_ms` for sessions and deadlines,
+    `wall_ms` (the time of day) for commit times and offsets expiry."""
+
+    mono_ms: int
+    wall_ms: int
+
+
+# ---------------------------------------------------------------------- requests -------
+@dataclass(frozen=True, slots=True)
+class Join:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    group_id: str
+    generation: int
+    member_id: str
+    assignments: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    group_id: str
+    generation: int
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    group_id: str
+    member_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """OffsetCommit: ((topic, partition), (offset, leader epoch, metadata)) pairs."""
+
+    group_id: str
+    generation: int
+    member_id: str
+    offsets: tuple[tuple[tuple[str, int], tuple[int, int, str]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOffsets:
+    """OffsetFetch: these partitions, or every partition with an offset when None."""
+
+    group_id: str
+    partitions: tuple[tuple[str, int], ...] | None
+
+
+Request = Join | Sync | Heartbeat | Leave | Commit | FetchOffsets
+
+
+# ---------------------------------------------------------------------- answers --------
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    generation: int
+    protocol: str | None
+    leader: str
+    member_id: str
+    members: list[tuple[str, str | None, bytes]]  # for the leader only
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    protocol_type: str | None
+    protocol: str | None
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_ms: int
+
+
+# ---------------------------------------------------------------------- effects --------
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The one answer to request `request`: `result`, or the error `error` when not NONE."""
+
+    request: int
+    result: object = None
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """Append these records with acks=all, stamped `wall_ms`; report with `written`."""
+
+    write: int
+    keys: tuple[bytes, ...]
+    values: tuple[bytes | None, ...]
+    wall_ms: int
+
+
+Effect = Reply | Write
+
+
+def error_of_write(error: BaseException | None) -> ErrorCode:
+    """The group error code that answers a failed write to `__consumer_offsets` (Kafka's
+    mapping: the client looks the coordinator up again, or retries)."""
+    if error is None:
+        return ErrorCode.NONE
+    if isinstance(error, NotLeader):
+        return ErrorCode.NOT_COORDINATOR
+    if isinstance(error, NotEnoughReplicas):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return ErrorCode.REQUEST_TIMED_OUT

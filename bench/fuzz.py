@@ -29,6 +29,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tidelog.address import parse_address
 from tidelog.testing.fuzz import FuzzReport, fuzz_broker
 from tidelog.testing.live import LiveCluster, create_topic
 
@@ -57,9 +58,7 @@ def fuzz_chunk(address: tuple[str, int], first: int) -> dict[str, object]:
 
 def produce_forever(bootstrap: str, stop: threading.Event, acked: list[bytes]) -> None:
     """A real producer, acks=all and idempotent, writing while the fuzzing goes on."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
-    )
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
 
     def delivered(error: object, message: object) -> None:
         if error is None:
@@ -123,7 +122,7 @@ def main() -> int:
         writer = threading.Thread(target=produce_forever, args=(cluster.bootstrap, stop, acked))
         writer.start()
         total = FuzzReport()
-        addresses = [(host, int(port)) for host, port in (n["kafka"].rsplit(":", 1) for n in nodes)]
+        addresses = [parse_address(n["kafka"]) for n in nodes]
         with ProcessPoolExecutor(args.jobs) as pool:
             chunks = range(0, args.inputs, CHUNK)
             results = pool.map(

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from tidelog.address import parse_address
 from tidelog.testing.fuzz import fetch_request
 from tidelog.testing.live import LiveCluster, create_topic
 
@@ -77,7 +78,7 @@ def main() -> int:
         fill(cluster.bootstrap, "slow", args.mib)
         leader = leader_of(cluster, "slow")
         pid = int(leader["pid"])
-        host, port = leader["kafka"].rsplit(":", 1)
+        host, port = parse_address(leader["kafka"])
         before = rss_mib(pid)
         socks = []
         for client in range(args.clients):

@@ -14,7 +14,14 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "tidelog"
 
 # Modules in the package root that every layer may use.
-BASE_MODULES = {"tidelog", "tidelog.types", "tidelog.errors", "tidelog.records", "tidelog.clock"}
+BASE_MODULES = {
+    "tidelog",
+    "tidelog.types",
+    "tidelog.errors",
+    "tidelog.records",
+    "tidelog.clock",
+    "tidelog.address",
+}
 
 # What each package may import from tidelog besides the base modules.
 ALLOWED = {

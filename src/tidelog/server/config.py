@@ -26,10 +26,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TypeVar
 
+from tidelog.address import format_address
+from tidelog.address import parse_address as parse_host_port
 from tidelog.errors import TidelogError
 
-PORT_MIN = 1
-PORT_MAX = 65535
 NODE_ID_MAX = 2**31 - 1
 TICK_MS_MAX = 10_000
 ELECTION_TICKS_MAX = 10_000
@@ -58,28 +58,12 @@ def flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
-def format_address(address: Address) -> str:
-    """`host:port`, with brackets around an IPv6 host."""
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def parse_address(text: str, *, name: str) -> Address:
     """`HOST:PORT` (or `[V6HOST]:PORT`) as a (host, port) pair; ConfigError names `name`."""
-    text = text.strip()
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not host:
-        raise ConfigError(f"{name}: {text!r} is not HOST:PORT")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host or any(char in host for char in " /[]@,"):
-        raise ConfigError(f"{name}: {text!r} has no valid host")
-    if not port_text.isdigit():
-        raise ConfigError(f"{name}: port {port_text!r} is not a number")
-    port = int(port_text)
-    if not PORT_MIN <= port <= PORT_MAX:
-        raise ConfigError(f"{name}: port {port} is out of range ({PORT_MIN}-{PORT_MAX})")
-    return host, port
+    try:
+        return parse_host_port(text)
+    except ValueError as error:
+        raise ConfigError(f"{name}: {error}") from None
 
 
 def parse_node_id(text: str, *, name: str) -> int:

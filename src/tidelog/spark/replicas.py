@@ -43,6 +43,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from tidelog.address import parse_address
 from tidelog.errors import CorruptBatch
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.records import HEADER_SIZE, check_framing, crc_of, read_header
@@ -119,12 +120,10 @@ class ReplicaReadError(SparkKafkaError):
 
 def split_address(address: str) -> tuple[str, int]:
     """("host", port) of `host:port`; SparkKafkaError when it is not one."""
-    host, _, port = address.strip().rpartition(":")
-    if not host:
-        host, port = port, str(DEFAULT_PORT)
-    if not host or not port.isdigit():
-        raise SparkKafkaError(f"bad broker address {address.strip()!r} (want host:port)")
-    return host.strip("[]"), int(port)
+    try:
+        return parse_address(address, default_port=DEFAULT_PORT)
+    except ValueError as error:
+        raise SparkKafkaError(f"bad broker address: {error} (want host:port)") from None
 
 
 class BrokerConnection:

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
+from tidelog.address import parse_address as parse_host_port
+
 HOST = "127.0.0.1"
 CHUNK_BYTES_MAX = 64 * 1024
 CONNECTIONS_MAX = 1024
@@ -228,10 +230,13 @@ class TcpProxy:
 
 def parse_address(text: str) -> tuple[str, int]:
     """`127.0.0.1:PORT` (or a bare PORT) as (host, port); other hosts are refused."""
-    host, _, port = text.rpartition(":")
-    if host not in ("", HOST) or not port.isdigit():
+    try:
+        host, port = parse_host_port(text if ":" in text else f"{HOST}:{text}")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if host != HOST:
         raise argparse.ArgumentTypeError(f"{text!r} is not {HOST}:PORT")
-    return HOST, int(port)
+    return host, port
 
 
 def main(argv: list[str] | None = None) -> int:

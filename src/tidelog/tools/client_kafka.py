@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
+from tidelog.address import parse_address
 from tidelog.errors import TidelogError
 
 # kafka-python 3.0.12 loads its JSON schemas with a deprecated importlib call at import time.
@@ -92,12 +93,10 @@ def split_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     """("host", port) pairs of a comma-separated bootstrap list. Raises ClientError."""
     addresses: list[tuple[str, int]] = []
     for item in bootstrap.split(","):
-        host, _, port = item.strip().rpartition(":")
-        if not host:
-            host, port = port, str(DEFAULT_PORT)
-        if not host or not port.isdigit():
-            raise ClientError(f"bad bootstrap address {item.strip()!r} (want host:port)")
-        addresses.append((host.strip("[]"), int(port)))
+        try:
+            addresses.append(parse_address(item, default_port=DEFAULT_PORT))
+        except ValueError as error:
+            raise ClientError(f"bad bootstrap address: {error} (want host:port)") from None
     return addresses
 
 

@@ -36,6 +36,7 @@ from typing import Any, NoReturn
 
 import click
 
+from tidelog.address import parse_address
 from tidelog.errors import TidelogError
 
 CLUSTER_FILE = "cluster.json"
@@ -334,11 +335,10 @@ def ports_in_use(nodes: list[NodeRecord]) -> list[str]:
     busy: list[str] = []
     for node in nodes:
         for address in (node.kafka, node.peer, node.admin):
-            host, _, port = address.rpartition(":")
             with socket.socket() as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
-                    probe.bind((host, int(port)))
+                    probe.bind(parse_address(address))
                 except OSError:
                     busy.append(address)
     return busy

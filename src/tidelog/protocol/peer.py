@@ -70,12 +70,26 @@ class LeaderNotice:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BrokerNotice:
-    """`sender` serves Kafka clients on `kafka_port` (of its peer host), for Metadata."""
+    """`sender` serves Kafka clients on these ports of its peer host, one per security
+    protocol (0: no such listener), for Metadata on each listener."""
 
     sender: NodeId
     recipient: NodeId
     epoch: Epoch
-    kafka_port: int
+    kafka_port: int  # PLAINTEXT
+    ssl_port: int = 0
+    sasl_plaintext_port: int = 0
+    sasl_ssl_port: int = 0
+
+    def ports(self) -> dict[str, int]:
+        """The listeners it names: {protocol: port}."""
+        ports = {
+            "PLAINTEXT": self.kafka_port,
+            "SSL": self.ssl_port,
+            "SASL_PLAINTEXT": self.sasl_plaintext_port,
+            "SASL_SSL": self.sasl_ssl_port,
+        }
+        return {protocol: port for protocol, port in ports.items() if 0 < port <= 65535}
 
 
 # Tags are the wire identity of a message type: append new types, never renumber.

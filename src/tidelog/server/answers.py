@@ -25,5 +25,5 @@ def body_of(request: KafkaRequest) -> Any:
 
 def host_of(broker: BrokerView, node: int) -> str:
     if node == broker.node_id:
-        return broker.config.listen[0]
+        return broker.listener_host
     return broker.config.peers[node][0]

@@ -13,15 +13,18 @@ Rules of this file:
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import signal
 import sys
 
+from tidelog.address import format_address
 from tidelog.server.admin import serve_admin
 from tidelog.server.broker import Broker
 from tidelog.server.config import BrokerConfig
 from tidelog.server.kafka_server import serve_kafka
 from tidelog.server.partition import describe_disk_error, is_disk_error
+from tidelog.server.tls import listener_context
 
 log = logging.getLogger("tidelog.broker")
 
@@ -37,7 +40,20 @@ async def serve(broker: Broker) -> int:
     for link in broker.transport.links.values():
         link.on_connect = broker.announce_to
     await broker.transport.start(broker.config.peer_listen)
-    kafka = await serve_kafka(broker, broker.config.listen)
+    config = broker.config
+    tls = config.tls
+    listeners = [
+        await serve_kafka(
+            broker,
+            listener,
+            listener_context(tls, config.ssl_client_auth)
+            if listener.tls and tls is not None
+            else None,
+        )
+        for listener in config.listeners
+    ]
+    for warning in exposure_warnings(config):
+        log.warning("%s", warning)
     admin = (
         await serve_admin(broker, broker.config.admin_listen)
         if broker.config.admin_listen
@@ -46,15 +62,16 @@ async def serve(broker: Broker) -> int:
     broker.apply_metadata(broker.metadata)
     ticker = loop.create_task(broker.tick_forever())
     log.info(
-        "node %d serving Kafka on %s:%d, peers on %s:%d",
+        "node %d serving Kafka on %s, peers on %s%s",
         broker.node_id,
-        *broker.config.listen,
-        *broker.config.peer_listen,
+        ", ".join(str(listener) for listener in config.listeners),
+        format_address(config.peer_listen),
+        " (mutual TLS)" if tls is not None else "",
     )
     await broker.stopping.wait()
     log.info("node %d stopping", broker.node_id)
     ticker.cancel()
-    for server in (kafka, admin):
+    for server in (*listeners, admin):
         if server is not None:
             server.close()
     await broker.transport.close()
@@ -62,6 +79,31 @@ async def serve(broker: Broker) -> int:
         await runner.stop()
     broker.executor.shutdown(wait=True)
     return broker.exit_code
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may reach beyond this machine
+
+
+def exposure_warnings(config: BrokerConfig) -> list[str]:
+    """What this node exposes beyond the machine without TLS, one line each."""
+    warnings = [
+        f"Kafka listener {listener} is not loopback and has no TLS: whoever reaches it "
+        "reads and writes every topic"
+        for listener in config.listeners
+        if not listener.tls and not is_loopback(listener.address[0])
+    ]
+    if config.tls is None and not is_loopback(config.peer_listen[0]):
+        warnings.append(
+            f"peer listener {format_address(config.peer_listen)} is not loopback and has no "
+            "TLS (--ssl-ca/--ssl-cert/--ssl-key): whoever reaches it can forge replication"
+        )
+    return warnings
 
 
 def run(config: BrokerConfig) -> int:

@@ -51,7 +51,9 @@ from tidelog.server.partition import (
     is_disk_error,
 )
 from tidelog.server.peers import PeerTransport
+from tidelog.server.tls import peer_contexts
 from tidelog.server.topic_config import TopicConfig
+from tidelog.server.view import client_listener
 from tidelog.types import Epoch, NodeId
 from tidelog.wal import DiskStorage
 from tidelog.wal.batches import producer_batch
@@ -74,13 +76,17 @@ class Broker:
         self.node_id = NodeId(config.node_id)
         self.all_nodes = tuple(sorted(NodeId(node) for node in config.peers))
         self.executor = ThreadPoolExecutor(max_workers=SYNC_THREADS, thread_name_prefix="fsync")
+        tls = None if config.tls is None else peer_contexts(config.tls)
         self.transport = PeerTransport(
-            self.node_id, config.cluster_id, config.peers, self.on_peer_items
+            self.node_id, config.cluster_id, config.peers, self.on_peer_items, tls
         )
         self.runners: dict[PartitionKey, PartitionRunner] = {}
         self.image = MetadataImage()
         self.leader_hints: dict[PartitionKey, tuple[int, NodeId]] = {}
-        self.kafka_ports: dict[NodeId, int] = {self.node_id: config.listen[1]}
+        # Each node's Kafka port per listener protocol, from its BrokerNotices.
+        self.listener_ports: dict[str, dict[NodeId, int]] = {
+            listener.protocol: {self.node_id: listener.address[1]} for listener in config.listeners
+        }
         self.metadata_key = PartitionKey(METADATA_TOPIC, 0)
         self.rng = random.Random()
         self.ticks = 0
@@ -274,7 +280,8 @@ class Broker:
     def on_peer_items(self, peer: NodeId, items: list[tuple[PartitionKey, Any]]) -> None:
         for key, msg in items:
             if isinstance(msg, BrokerNotice):
-                self.kafka_ports[peer] = msg.kafka_port
+                for protocol, port in msg.ports().items():
+                    self.listener_ports.setdefault(protocol, {})[peer] = port
             elif isinstance(msg, LeaderNotice):
                 known = self.leader_hints.get(key)
                 if known is None or msg.epoch >= known[0]:
@@ -284,13 +291,34 @@ class Broker:
                 if runner is not None:
                     runner.submit(partial(step_message, msg))
 
+    @property
+    def kafka_ports(self) -> dict[NodeId, int]:
+        protocol = client_listener.get() or self.config.listeners[0].protocol
+        return self.listener_ports.get(protocol, {})
+
+    @property
+    def listener_host(self) -> str:
+        protocol = client_listener.get()
+        for listener in self.config.listeners:
+            if listener.protocol == protocol:
+                return listener.address[0]
+        return self.config.listen[0]
+
+    def notice_to(self, peer: NodeId) -> BrokerNotice:
+        """Our Kafka ports, one per listener protocol."""
+        ports = {listener.protocol: listener.address[1] for listener in self.config.listeners}
+        return BrokerNotice(
+            self.node_id,
+            peer,
+            Epoch(0),
+            kafka_port=ports.get("PLAINTEXT", 0),
+            ssl_port=ports.get("SSL", 0),
+            sasl_plaintext_port=ports.get("SASL_PLAINTEXT", 0),
+            sasl_ssl_port=ports.get("SASL_SSL", 0),
+        )
+
     def send_notices(self) -> None:
-        port = self.config.listen[1]
-        notices = [
-            BrokerNotice(self.node_id, peer, Epoch(0), port)
-            for peer in self.all_nodes
-            if peer != self.node_id
-        ]
+        notices = [self.notice_to(peer) for peer in self.all_nodes if peer != self.node_id]
         self.transport.send(self.metadata_key, notices)
         for key, runner in self.runners.items():
             status = runner.replica.status()
@@ -326,9 +354,8 @@ class Broker:
 
     # ---------------------------------------------------------------- lifecycle --------
     def announce_to(self, peer: NodeId) -> None:
-        """A link to `peer` just came up: tell it our Kafka port at once."""
-        port = self.config.listen[1]
-        self.transport.send(self.metadata_key, [BrokerNotice(self.node_id, peer, Epoch(0), port)])
+        """A link to `peer` just came up: tell it our Kafka ports at once."""
+        self.transport.send(self.metadata_key, [self.notice_to(peer)])
 
 
 def step_message(msg: Message, replica: Replica) -> None:

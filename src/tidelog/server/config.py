@@ -9,6 +9,10 @@ Rules of this file:
   value from the file is named after its key and file in messages (`listen in c.toml: ...`).
 - Addresses are `HOST:PORT` (`[::1]:9092` for IPv6); the peer list is
   `1@host:port,2@host:port` or, in TOML only, a table `[peers]` of `"1" = "host:port"`.
+- `listen` is Kafka's `listeners`: `HOST:PORT` (PLAINTEXT), or a comma-separated list of
+  `PROTOCOL://HOST:PORT` with PROTOCOL one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, each
+  at most once. SSL and SASL_SSL need the node's certificate (`ssl_ca`, `ssl_cert`,
+  `ssl_key`); `config.listen` is the first listener's address.
 - No IO here beyond reading the config file, and no defaults that depend on the machine.
 
 Durability: `fsync = true` (the default) fsyncs before a write is acknowledged, so an
@@ -24,11 +28,12 @@ import re
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from tidelog.address import format_address
 from tidelog.address import parse_address as parse_host_port
 from tidelog.errors import TidelogError
+from tidelog.server.tls import TlsError, TlsFiles, peer_contexts
 
 NODE_ID_MAX = 2**31 - 1
 TICK_MS_MAX = 10_000
@@ -47,6 +52,22 @@ _CLUSTER_ID = re.compile(r"[A-Za-z0-9._-]+")
 
 Address = tuple[str, int]
 T = TypeVar("T")
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+CLIENT_AUTH = ("none", "requested", "required")
+
+
+class Listener(NamedTuple):
+    """A Kafka listener: its security protocol (Kafka's names) and address."""
+
+    protocol: str
+    address: Address
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    def __str__(self) -> str:
+        return f"{self.protocol}://{format_address(self.address)}"
 
 
 class ConfigError(TidelogError):
@@ -56,6 +77,18 @@ class ConfigError(TidelogError):
 def flag(key: str) -> str:
     """The command-line spelling of a config key: `peer_listen` -> `--peer-listen`."""
     return "--" + key.replace("_", "-")
+
+
+def parse_listeners(text: str, *, name: str) -> tuple[Listener, ...]:
+    """`HOST:PORT` (PLAINTEXT) or `PROTOCOL://HOST:PORT,...` (Kafka's `listeners`)."""
+    listeners = []
+    for part in text.split(","):
+        protocol, sep, address = part.strip().rpartition("://")
+        protocol = protocol.upper() if sep else "PLAINTEXT"
+        if protocol not in PROTOCOLS:
+            raise ConfigError(f"{name}: {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+        listeners.append(Listener(protocol, parse_address(address, name=name)))
+    return tuple(listeners)
 
 
 def parse_address(text: str, *, name: str) -> Address:
@@ -124,8 +157,23 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     connections_max_idle_ms: int = 600_000
     queued_max_request_bytes: int = 256 * 1024 * 1024
+    # A secured cluster: its CA, and this node's certificate (naming its node id) and key.
+    # With them, peer links are mutual TLS; without, plaintext.
+    ssl_ca: Path | None = None
+    ssl_cert: Path | None = None
+    ssl_key: Path | None = None
+    ssl_client_auth: str = "none"  # client certificates on SSL listeners (Kafka's setting)
+    listeners: tuple[Listener, ...] = ()  # from `listen`; () means PLAINTEXT on `listen`
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        if self.ssl_ca is None or self.ssl_cert is None or self.ssl_key is None:
+            return None
+        return TlsFiles(self.ssl_ca, self.ssl_cert, self.ssl_key)
 
     def __post_init__(self) -> None:
+        if not self.listeners:
+            object.__setattr__(self, "listeners", (Listener("PLAINTEXT", self.listen),))
         if self.default_replication_factor == DERIVE_REPLICATION_FACTOR:
             derived = min(REPLICATION_FACTOR_MAX, len(self.peers))
             object.__setattr__(self, "default_replication_factor", derived)
@@ -207,16 +255,21 @@ def check_relations(config: BrokerConfig) -> None:
                 f"--peers: nodes {owners[address]} and {node} share {format_address(address)}"
             )
         owners[address] = node
-    sockets = {"listen": config.listen, "peer_listen": config.peer_listen}
+    sockets = [
+        (f"{flag('listen')} {listener.protocol}", listener.address) for listener in config.listeners
+    ]
+    sockets.append((flag("peer_listen"), config.peer_listen))
     if config.admin_listen is not None:
-        sockets["admin_listen"] = config.admin_listen
+        sockets.append((flag("admin_listen"), config.admin_listen))
     seen: dict[Address, str] = {}
-    for key, address in sockets.items():
+    for name, address in sockets:
         if address in seen:
-            raise ConfigError(
-                f"{flag(key)} {format_address(address)} is also {flag(seen[address])}"
-            )
-        seen[address] = key
+            raise ConfigError(f"{name} {format_address(address)} is also {seen[address]}")
+        seen[address] = name
+    protocols = [listener.protocol for listener in config.listeners]
+    for protocol in protocols:
+        if protocols.count(protocol) > 1:
+            raise ConfigError(f"--listen: {protocol} is listed twice (one listener each)")
     if config.heartbeat_ticks >= config.election_ticks:
         raise ConfigError(
             f"--heartbeat-ticks {config.heartbeat_ticks} must be less than "
@@ -227,9 +280,29 @@ def check_relations(config: BrokerConfig) -> None:
     )
     if config.fsync and config.flush_interval_ms is not None:
         raise ConfigError("--flush-interval-ms applies only with fsync = false")
+    given = [key for key in SSL_KEYS if getattr(config, key) is not None]
+    if given and len(given) != len(SSL_KEYS):
+        missing = ", ".join(flag(key) for key in SSL_KEYS if key not in given)
+        raise ConfigError(f"{flag(given[0])} needs {missing} too")
+    if config.ssl_client_auth not in CLIENT_AUTH:
+        raise ConfigError(
+            f"--ssl-client-auth: {config.ssl_client_auth!r} is not one of {CLIENT_AUTH}"
+        )
+    secured = [str(listener) for listener in config.listeners if listener.tls]
+    if secured and config.tls is None:
+        raise ConfigError(f"--listen {secured[0]} needs --ssl-ca, --ssl-cert and --ssl-key")
+    if config.tls is not None:
+        try:
+            peer_contexts(config.tls)
+        except TlsError as error:
+            raise ConfigError(f"--ssl-*: {error}") from None
 
 
-CONFIG_KEYS = tuple(field.name for field in fields(BrokerConfig))
+SSL_KEYS = ("ssl_ca", "ssl_cert", "ssl_key")
+
+
+# `listeners` is derived from `listen`: not a key of its own.
+CONFIG_KEYS = tuple(field.name for field in fields(BrokerConfig) if field.name != "listeners")
 REQUIRED_KEYS = ("node_id", "data_dir", "listen", "peers")
 
 
@@ -252,6 +325,9 @@ def load_config(cli_values: dict[str, object], config_file: Path | None) -> Brok
         if key not in raw:
             raise ConfigError(f"{flag(key)} is required (a flag, or `{key}` in --config)")
     values = {key: convert(key, value, name=name) for key, (value, name) in raw.items()}
+    listeners = values.pop("listen")
+    assert isinstance(listeners, tuple)
+    values["listen"], values["listeners"] = listeners[0].address, listeners
     peers = values["peers"]
     assert isinstance(peers, dict)
     if "peer_listen" not in values and values["node_id"] in peers:
@@ -280,7 +356,9 @@ def read_config_file(path: Path) -> dict[str, object]:
 
 def convert(key: str, value: object, *, name: str) -> object:
     """One raw value (a flag's string or int, a TOML value) as the field's type."""
-    if key in ("listen", "peer_listen", "admin_listen"):
+    if key == "listen":
+        return parse_listeners(expect(str, value, name=name), name=name)
+    if key in ("peer_listen", "admin_listen"):
         return parse_address(expect(str, value, name=name), name=name)
     if key == "peers":
         if isinstance(value, dict):
@@ -291,9 +369,9 @@ def convert(key: str, value: object, *, name: str) -> object:
                 for node, address in value.items()
             }
         return parse_peers(expect(str, value, name=name), name=name)
-    if key == "data_dir":
+    if key in ("data_dir", *SSL_KEYS):
         return Path(expect(str, value, name=name))
-    if key in ("cluster_id", "log_level"):
+    if key in ("cluster_id", "log_level", "ssl_client_auth"):
         text = expect(str, value, name=name)
         return text.lower() if key == "log_level" else text
     if key == "fsync":

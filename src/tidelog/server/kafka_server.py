@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 from typing import Any
 
 from tidelog.protocol.framing import FRAME_HEADER_SIZE, FRAME_SIZE, ProtocolError
@@ -35,19 +36,26 @@ from tidelog.protocol.kafka import (
 )
 from tidelog.server.answers import client_host
 from tidelog.server.budget import RequestBytes
+from tidelog.server.config import Listener
 from tidelog.server.handlers import handle
-from tidelog.server.view import BrokerView
+from tidelog.server.view import BrokerView, client_listener
 
 log = logging.getLogger("tidelog.kafka")
 
 INFLIGHT_REQUESTS_MAX = 64
+TLS_HANDSHAKE_S = 10.0
 Address = tuple[str, int]
 Answer = tuple[KafkaRequest, "asyncio.Task[Any]"]
 
 
-async def serve_kafka(broker: BrokerView, listen: Address) -> asyncio.Server:
+async def serve_kafka(
+    broker: BrokerView, listener: Listener, tls: ssl.SSLContext | None = None
+) -> asyncio.Server:
+    """Serve Kafka clients on one listener (TLS with `tls`: SSL and SASL_SSL)."""
+
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         broker.kafka_connections += 1
+        client_listener.set(listener.protocol)
         try:
             await Connection(broker, broker.request_bytes, reader, writer).serve()
         except asyncio.CancelledError:
@@ -55,7 +63,11 @@ async def serve_kafka(broker: BrokerView, listen: Address) -> asyncio.Server:
         finally:
             broker.kafka_connections -= 1
 
-    return await asyncio.start_server(on_connection, *listen)
+    if tls is None:
+        return await asyncio.start_server(on_connection, *listener.address)
+    return await asyncio.start_server(
+        on_connection, *listener.address, ssl=tls, ssl_handshake_timeout=TLS_HANDSHAKE_S
+    )
 
 
 class Connection:

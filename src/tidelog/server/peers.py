@@ -9,6 +9,10 @@ Rules of this file:
 - Messages for an unreachable peer, or beyond a peer's write buffer limit, are dropped:
   the core retransmits (heartbeats, probes), so dropping is safe; blocking is not.
 - A malformed frame closes that stream only.
+- In a secured cluster (`PeerContexts`) every stream is mutual TLS against the cluster's
+  CA, and a stream is taken only from the node its certificate names: an inbound stream
+  whose handshake claims another node id, or a dialled peer whose certificate names
+  another node, is closed with one log line (`tidelog.server.tls`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from tidelog.protocol.peer import (
     PeerDecoder,
     PeerEncoder,
 )
+from tidelog.server.tls import PeerContexts, node_id_of
 from tidelog.types import NodeId
 
 log = logging.getLogger(__name__)
@@ -48,8 +53,16 @@ CLOSE_WAIT_S = 2.0
 class PeerLink:
     """The stream this node dialled to one peer."""
 
-    def __init__(self, node_id: NodeId, peer: NodeId, address: Address, cluster_id: str) -> None:
+    def __init__(
+        self,
+        node_id: NodeId,
+        peer: NodeId,
+        address: Address,
+        cluster_id: str,
+        tls: PeerContexts | None = None,
+    ) -> None:
         self.peer = peer
+        self.tls = tls
         self.address = address
         self.encoder = PeerEncoder(node_id=node_id, cluster_id=cluster_id)
         self.writer: asyncio.StreamWriter | None = None
@@ -92,9 +105,21 @@ class PeerLink:
             await asyncio.sleep(delay)
 
     async def hold_stream(self) -> None:
+        ssl = None if self.tls is None else self.tls.client
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(*self.address), CONNECT_TIMEOUT_S
+            asyncio.open_connection(*self.address, ssl=ssl), CONNECT_TIMEOUT_S
         )
+        if ssl is not None:
+            named = node_id_of(writer.get_extra_info("peercert"))
+            if named != self.peer:
+                log.warning(
+                    "refusing the stream to node %d at %s:%d: its certificate names node %s",
+                    self.peer,
+                    *self.address,
+                    named,
+                )
+                writer.close()
+                return
         writer.write(self.encoder.encode_handshake())
         self.writer = writer
         log.info("connected to node %d at %s:%d", self.peer, *self.address)
@@ -135,13 +160,19 @@ class PeerTransport:
     """Every link of this node, and the server the other nodes dial."""
 
     def __init__(
-        self, node_id: NodeId, cluster_id: str, peers: dict[int, Address], deliver: Deliver
+        self,
+        node_id: NodeId,
+        cluster_id: str,
+        peers: dict[int, Address],
+        deliver: Deliver,
+        tls: PeerContexts | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.deliver = deliver
+        self.tls = tls
         self.links = {
-            NodeId(peer): PeerLink(node_id, NodeId(peer), address, cluster_id)
+            NodeId(peer): PeerLink(node_id, NodeId(peer), address, cluster_id, tls)
             for peer, address in peers.items()
             if peer != node_id
         }
@@ -180,22 +211,54 @@ class PeerTransport:
         self.inbound[task] = writer
         decoder = PeerDecoder(cluster_id=self.cluster_id)
         peer: NodeId | None = None
+        named: int | None = None
         try:
+            if self.tls is not None:
+                named = await self.secure(writer)
+                if named is None:
+                    return
             while data := await reader.read(READ_CHUNK_BYTES):
                 decoder.receive_data(data)
                 while (frame := decoder.next_frame()) is not NEED_DATA:
                     if isinstance(frame, Handshake):
+                        if self.tls is not None and frame.node_id != named:
+                            log.warning(
+                                "refusing a peer stream that claims node %d: its "
+                                "certificate names node %s",
+                                frame.node_id,
+                                named,
+                            )
+                            return
                         peer = NodeId(frame.node_id)
                         continue
-                    assert peer is not None
+                    if peer is None:  # the decoder yields a handshake first: our bug
+                        raise ProtocolError("a frame before the handshake")
                     self.deliver(peer, frame)
         except ProtocolError as error:
             log.warning("closing a peer stream (node %s): %s", peer, error)
-        except OSError:
+        except OSError:  # ssl.SSLError too
             pass
         finally:
             writer.close()
             self.inbound.pop(task, None)
+
+    async def secure(self, writer: asyncio.StreamWriter) -> int | None:
+        """The TLS handshake of an inbound stream: the node id its certificate names, or
+        None (one log line) when it fails or names no node."""
+        assert self.tls is not None
+        address = writer.get_extra_info("peername")
+        try:
+            await asyncio.wait_for(writer.start_tls(self.tls.server), CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as error:
+            reason = str(error) or type(error).__name__
+            log.warning(
+                "refused a peer connection from %s: TLS handshake failed (%s)", address, reason
+            )
+            return None
+        named = node_id_of(writer.get_extra_info("peercert"))
+        if named is None:
+            log.warning("refused a peer connection from %s: its certificate names no node", address)
+        return named
 
     async def close(self) -> None:
         for link in self.links.values():

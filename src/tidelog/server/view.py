@@ -8,6 +8,7 @@ may hand it any object that has them.
 
 from __future__ import annotations
 
+import contextvars
 import random
 from typing import Any, Protocol
 
@@ -18,6 +19,13 @@ from tidelog.server.groups import GroupCoordinator
 from tidelog.server.metadata import MetadataImage
 from tidelog.server.partition import PartitionRunner
 from tidelog.types import NodeId
+
+client_listener: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "client_listener", default=None
+)
+"""The security protocol of the listener a connection came in on (PLAINTEXT, SSL, ...),
+set by the listener for the tasks of that connection: Metadata and FindCoordinator name
+the brokers' ports of that same listener, as Kafka answers on each listener."""
 
 
 class BrokerView(Protocol):
@@ -30,10 +38,19 @@ class BrokerView(Protocol):
     metadata: PartitionRunner  # the metadata log's partition
     runners: dict[PartitionKey, PartitionRunner]
     coordinators: dict[int, GroupCoordinator]  # by __consumer_offsets partition
-    kafka_ports: dict[NodeId, int]
     kafka_connections: int
     request_bytes: RequestBytes
     rng: random.Random
+
+    @property
+    def kafka_ports(self) -> dict[NodeId, int]:
+        """Each broker's port of the listener this request came in on (`client_listener`)."""
+        ...
+
+    @property
+    def listener_host(self) -> str:
+        """This node's host on the listener this request came in on."""
+        ...
 
     def runner(self, topic: str, partition: int) -> PartitionRunner | None:
         """The partition's runner on this node, when it hosts it and its log is open."""

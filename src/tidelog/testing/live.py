@@ -24,7 +24,7 @@ from typing import TypeVar
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
-PORT_SPAN = 203  # base .. base+2 Kafka, +100.. peers, +200.. admin
+PORT_SPAN = 303  # base .. base+2 Kafka, +100.. peers, +200.. admin, +300.. SSL
 DEADLINE_S = 60.0
 POLL_S = 0.05
 T = TypeVar("T")
@@ -67,7 +67,8 @@ def free_base_port() -> int:
     rng = random.Random()
     for _ in range(50):
         base = rng.randrange(20_000, 40_000)
-        if all(port_free(base + offset + i) for offset in (0, 100, 200) for i in range(3)):
+        offsets = (0, 100, 200, 300)
+        if all(port_free(base + offset + i) for offset in offsets for i in range(3)):
             return base
     raise RuntimeError("no free port range on 127.0.0.1")
 
@@ -92,7 +93,7 @@ def tidelog(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]
 
 
 class LiveCluster:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, secure: bool = False) -> None:
         self.directory = directory
         up = tidelog(
             "cluster",
@@ -103,10 +104,15 @@ class LiveCluster:
             str(directory),
             "--base-port",
             str(free_base_port()),
+            *(["--secure"] if secure else []),
         )
         assert up.returncode == 0, up.stdout + up.stderr
         self.record = json.loads((directory / "cluster.json").read_text())
         self.bootstrap: str = self.record["bootstrap"]
+
+    def log_of(self, node: int) -> str:
+        """What node `node`'s broker has logged so far."""
+        return (self.directory / f"node-{node}" / "broker.log").read_text(errors="replace")
 
     def down(self) -> None:
         result = tidelog("cluster", "down", "--data-dir", str(self.directory))

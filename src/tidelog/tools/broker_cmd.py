@@ -30,7 +30,11 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 @click.command("broker")
 @click.option("--node-id", type=int, help="This node's id; must appear in --peers.")
 @click.option("--data-dir", help="Directory of this node's logs and state.")
-@click.option("--listen", help="HOST:PORT for Kafka clients.")
+@click.option(
+    "--listen",
+    help="Kafka listeners: HOST:PORT, or PROTOCOL://HOST:PORT,... with PROTOCOL one of "
+    "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL.",
+)
 @click.option("--peer-listen", help="HOST:PORT for other nodes (default: its --peers entry).")
 @click.option("--peers", help="Every node's peer address: 1@host:port,2@host:port,...")
 @click.option("--admin-listen", help="HOST:PORT of the HTTP status endpoint (GET /status).")
@@ -43,6 +47,14 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 @click.option("--tick-ms", type=int, help="Milliseconds per tick (default 50).")
 @click.option("--election-ticks", type=int, help="Ticks without a leader before an election.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False))
+@click.option("--ssl-ca", help="The cluster's CA certificate (PEM): peer links become mutual TLS.")
+@click.option("--ssl-cert", help="This node's certificate (PEM), naming its node id.")
+@click.option("--ssl-key", help="This node's private key (PEM).")
+@click.option(
+    "--ssl-client-auth",
+    type=click.Choice(("none", "requested", "required")),
+    help="Client certificates on SSL listeners (default none).",
+)
 def broker(config_file: Path | None, **flags: object) -> None:
     """Run one broker in the foreground until SIGTERM; logs go to stderr."""
     try:

@@ -39,12 +39,15 @@ import click
 from tidelog.address import parse_address
 from tidelog.errors import TidelogError
 
+CERTS_DIR = "certs"
+CLIENT_PROPERTIES = "client-ssl.properties"
 CLUSTER_FILE = "cluster.json"
 LOG_NAME = "broker.log"
 HOST = "127.0.0.1"
 BASE_PORT_DEFAULT = 9092
 PEER_PORT_OFFSET = 100
 ADMIN_PORT_OFFSET = 200
+SSL_PORT_OFFSET = 300  # a secure cluster's SSL listeners
 NODES_MAX = PEER_PORT_OFFSET  # more nodes would make the Kafka and peer ports overlap
 READY_TIMEOUT_S_DEFAULT = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -72,6 +75,7 @@ class NodeRecord:
     peer: str
     admin: str
     data_dir: str
+    ssl: str = ""  # its SSL listener (a secure cluster), else ""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,11 @@ class ClusterRecord:
 
     bootstrap: str
     nodes: tuple[NodeRecord, ...]
+    secure: bool = False  # peer links are mutual TLS; the certificates are in certs/
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        return ",".join(node.ssl for node in self.nodes if node.ssl)
 
     def node(self, node_id: int) -> NodeRecord:
         """The node with this id; ClusterError lists the valid ids otherwise."""
@@ -94,11 +103,13 @@ class ClusterRecord:
         return replace(self, nodes=nodes)
 
 
-def plan_cluster(directory: Path, *, nodes: int, base_port: int) -> ClusterRecord:
+def plan_cluster(
+    directory: Path, *, nodes: int, base_port: int, secure: bool = False
+) -> ClusterRecord:
     """The record of a new cluster (pids 0: nothing started yet)."""
     if not 1 <= nodes <= NODES_MAX:
         raise ClusterError(f"--nodes: {nodes} is out of range (1-{NODES_MAX})")
-    if not 1 <= base_port <= 65535 - ADMIN_PORT_OFFSET - nodes + 1:
+    if not 1 <= base_port <= 65535 - SSL_PORT_OFFSET - nodes + 1:
         raise ClusterError(f"--base-port: {base_port} leaves no room for {nodes} nodes")
     records = tuple(
         NodeRecord(
@@ -108,11 +119,42 @@ def plan_cluster(directory: Path, *, nodes: int, base_port: int) -> ClusterRecor
             peer=f"{HOST}:{base_port + PEER_PORT_OFFSET + i - 1}",
             admin=f"{HOST}:{base_port + ADMIN_PORT_OFFSET + i - 1}",
             data_dir=str((directory / f"node-{i}").resolve()),
+            ssl=f"{HOST}:{base_port + SSL_PORT_OFFSET + i - 1}" if secure else "",
         )
         for i in range(1, nodes + 1)
     )
     bootstrap = ",".join(node.kafka for node in records)
-    return ClusterRecord(bootstrap=bootstrap, nodes=records)
+    return ClusterRecord(bootstrap=bootstrap, nodes=records, secure=secure)
+
+
+def make_certificates(directory: Path, record: ClusterRecord) -> Path:
+    """The cluster's CA and every node's certificate in directory/certs (keys mode 0600)."""
+    from tidelog.tools.certs import issue_node, make_ca  # noqa: PLC0415 - secure clusters only
+
+    certs = directory / CERTS_DIR
+    if not (certs / "ca.crt").exists():
+        make_ca(certs, directory.resolve().name or "tidelog")
+    for node in record.nodes:
+        if not (certs / f"node-{node.id}.crt").exists():
+            issue_node(certs, node.id)
+    return certs
+
+
+def write_client_properties(directory: Path, record: ClusterRecord) -> Path:
+    """DIR/client-ssl.properties: what a Kafka client (librdkafka's names) needs to reach
+    the SSL listeners; written once, mode 0600."""
+    path = directory / CLIENT_PROPERTIES
+    if not path.exists():
+        ca = (directory / CERTS_DIR / "ca.crt").resolve()
+        text = (
+            f"bootstrap.servers={record.ssl_bootstrap}\n"
+            "security.protocol=SSL\n"
+            f"ssl.ca.location={ca}\n"
+        )
+        from tidelog.tools.certs import write_private  # noqa: PLC0415 - secure clusters only
+
+        write_private(path, text.encode())
+    return path
 
 
 def read_cluster(directory: Path) -> ClusterRecord:
@@ -123,7 +165,9 @@ def read_cluster(directory: Path) -> ClusterRecord:
     try:
         data = json.loads(path.read_text())
         nodes = tuple(NodeRecord(**node) for node in data["nodes"])
-        record = ClusterRecord(bootstrap=data["bootstrap"], nodes=nodes)
+        record = ClusterRecord(
+            bootstrap=data["bootstrap"], nodes=nodes, secure=bool(data.get("secure", False))
+        )
     except (ValueError, KeyError, TypeError) as error:
         raise ClusterError(f"{path} is not a cluster file: {error!r}") from None
     if not record.nodes:
@@ -135,6 +179,7 @@ def write_cluster(directory: Path, record: ClusterRecord) -> None:
     """Replace `cluster.json` atomically (write a temporary file, then rename)."""
     data = {
         "bootstrap": record.bootstrap,
+        "secure": record.secure,
         "nodes": [asdict(node) for node in record.nodes],
     }
     temporary = directory / f".{CLUSTER_FILE}.tmp"
@@ -148,18 +193,26 @@ def write_cluster(directory: Path, record: ClusterRecord) -> None:
 def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
     """The command line that starts `node` (the same on every restart)."""
     peers = ",".join(f"{n.id}@{n.peer}" for n in record.nodes)
-    return [
+    argv = [
         sys.executable,
         "-m",
         "tidelog",
         "broker",
         f"--node-id={node.id}",
         f"--data-dir={node.data_dir}",
-        f"--listen={node.kafka}",
+        f"--listen={node.kafka}" if not node.ssl else f"--listen={node.kafka},SSL://{node.ssl}",
         f"--peer-listen={node.peer}",
         f"--peers={peers}",
         f"--admin-listen={node.admin}",
     ]
+    if record.secure:
+        certs = Path(node.data_dir).parent / CERTS_DIR
+        argv += [
+            f"--ssl-ca={certs / 'ca.crt'}",
+            f"--ssl-cert={certs / f'node-{node.id}.crt'}",
+            f"--ssl-key={certs / f'node-{node.id}.key'}",
+        ]
+    return argv
 
 
 def is_our_broker(node: NodeRecord) -> bool:
@@ -334,7 +387,7 @@ def ports_in_use(nodes: list[NodeRecord]) -> list[str]:
     """The addresses of `nodes` that something already listens on (checked by binding)."""
     busy: list[str] = []
     for node in nodes:
-        for address in (node.kafka, node.peer, node.admin):
+        for address in (node.kafka, node.peer, node.admin, *([node.ssl] if node.ssl else [])):
             with socket.socket() as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
@@ -393,8 +446,14 @@ def cluster() -> None:
 @click.option("--nodes", type=int, help="How many brokers (a new cluster only).")
 @directory_option
 @click.option("--base-port", type=int, default=BASE_PORT_DEFAULT, show_default=True)
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="A new cluster with mutual TLS between its nodes: a CA and node certificates in "
+    "DIR/certs.",
+)
 @timeout_option
-def up(nodes: int | None, directory: Path, base_port: int, timeout_s: float) -> None:
+def up(nodes: int | None, directory: Path, base_port: int, secure: bool, timeout_s: float) -> None:
     """Start a cluster, or restart the stopped nodes of an existing one; print bootstrap."""
     try:
         if (directory / CLUSTER_FILE).exists():
@@ -403,15 +462,24 @@ def up(nodes: int | None, directory: Path, base_port: int, timeout_s: float) -> 
                 raise ClusterError(
                     f"--nodes {nodes}, but {directory} holds a cluster of {len(record.nodes)}"
                 )
+            if secure and not record.secure:
+                raise ClusterError(f"--secure, but {directory} holds a plaintext cluster")
         elif nodes is None:
             raise ClusterError(f"--nodes is required: {directory} holds no cluster yet")
         else:
-            record = plan_cluster(directory, nodes=nodes, base_port=base_port)
+            record = plan_cluster(directory, nodes=nodes, base_port=base_port, secure=secure)
             directory.mkdir(parents=True, exist_ok=True)
+        if record.secure:
+            make_certificates(directory, record)
         record = start_stopped(directory, record, timeout_s=timeout_s)
-    except ClusterError as error:
+    except TidelogError as error:  # ClusterError, or a certificate not made
         fail(error)
     click.echo(f"cluster of {len(record.nodes)} nodes ready in {directory}", err=True)
+    if record.secure:
+        properties = write_client_properties(directory, record)
+        click.echo(
+            f"TLS clients: bootstrap {record.ssl_bootstrap}, settings in {properties}", err=True
+        )
     click.echo(record.bootstrap)
 
 

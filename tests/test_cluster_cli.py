@@ -67,8 +67,18 @@ def test_plan_write_and_read_cluster_json(tmp_path: Path) -> None:
         "peer": "127.0.0.1:9193",
         "admin": "127.0.0.1:9293",
         "data_dir": str(tmp_path.resolve() / "node-2"),
+        "ssl": "",
+        "sasl": "",
     }
+    assert data["secure"] is False
     assert read_cluster(tmp_path) == record.with_pid(2, 1234)
+    secure = plan_cluster(tmp_path, nodes=3, base_port=9092, secure=True).node(3)
+    assert (secure.ssl, secure.sasl) == ("127.0.0.1:9394", "127.0.0.1:9494")
+    assert secure.listeners() == [
+        "127.0.0.1:9094",
+        "SSL://127.0.0.1:9394",
+        "SASL_SSL://127.0.0.1:9494",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from tidelog.tools.cluster import cluster
 from tidelog.tools.demo import demo
 from tidelog.tools.groups_cmd import groups
 from tidelog.tools.perf import perf
+from tidelog.tools.users_cmd import users
 from tidelog.tools.verify_cmd import verify_replicas_command
 from tidelog.wal.dump import dump
 
@@ -44,4 +45,5 @@ main.add_command(cluster)
 main.add_command(demo)
 main.add_command(groups)
 main.add_command(perf)
+main.add_command(users)
 main.add_command(verify_replicas_command)

@@ -38,6 +38,8 @@ from typing import Any, Final, NamedTuple
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.protocol.admin import (
+        AlterUserScramCredentialsRequest,
+        AlterUserScramCredentialsResponse,
         CreateTopicsRequest,
         CreateTopicsResponse,
         DeleteRecordsRequest,
@@ -48,6 +50,8 @@ with warnings.catch_warnings():
         DescribeConfigsResponse,
         DescribeGroupsRequest,
         DescribeGroupsResponse,
+        DescribeUserScramCredentialsRequest,
+        DescribeUserScramCredentialsResponse,
         ListGroupsRequest,
         ListGroupsResponse,
     )
@@ -84,6 +88,12 @@ with warnings.catch_warnings():
         ProduceRequest,
         ProduceResponse,
     )
+    from kafka.protocol.sasl import (
+        SaslAuthenticateRequest,
+        SaslAuthenticateResponse,
+        SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    )
 
 from tidelog.protocol.framing import NEED_DATA, FrameBuffer, NeedData, ProtocolError
 from tidelog.protocol.kafka_errors import ErrorCode
@@ -119,12 +129,16 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
+    SASL_AUTHENTICATE = 36
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
 class _Api(NamedTuple):
@@ -156,6 +170,17 @@ _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.DELETE_RECORDS: _Api(DeleteRecordsRequest, DeleteRecordsResponse, (0, 1)),
     ApiKey.INIT_PRODUCER_ID: _Api(InitProducerIdRequest, InitProducerIdResponse, (0, 2)),
     ApiKey.DESCRIBE_CONFIGS: _Api(DescribeConfigsRequest, DescribeConfigsResponse, (0, 2)),
+    # librdkafka looks for v0 before it uses v1 with SaslAuthenticate (as every client
+    # does). A v0 client sends raw tokens after the handshake: they are no Kafka request,
+    # so its connection closes (sasl.py answers a v0 handshake that way too).
+    ApiKey.SASL_HANDSHAKE: _Api(SaslHandshakeRequest, SaslHandshakeResponse, (0, 1)),
+    ApiKey.SASL_AUTHENTICATE: _Api(SaslAuthenticateRequest, SaslAuthenticateResponse, (0, 2)),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _Api(
+        DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, (0, 0)
+    ),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _Api(
+        AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, (0, 0)
+    ),
 }
 
 

@@ -28,7 +28,6 @@ from tidelog.errors import (
     MetadataError,
     NotLeader,
     OffsetOutOfRange,
-    RequestTimedOut,
     StorageError,
     TidelogError,
 )
@@ -45,7 +44,7 @@ from tidelog.protocol.kafka import (
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
 from tidelog.protocol.validate import BatchRules, refuse_request, validate_batch
-from tidelog.server.answers import body_of, host_of, response
+from tidelog.server.answers import body_of, commit_command, host_of, response
 from tidelog.server.group_api import GROUP_HANDLERS
 from tidelog.server.metadata import (
     INTERNAL_TOPICS,
@@ -55,6 +54,7 @@ from tidelog.server.metadata import (
     validate_topic,
 )
 from tidelog.server.partition import PartitionRunner, is_disk_error
+from tidelog.server.sasl import SASL_HANDLERS
 from tidelog.server.view import BrokerView
 from tidelog.types import Epoch, Offset
 
@@ -64,7 +64,6 @@ Handler = Callable[[BrokerView, KafkaRequest], Awaitable[Any]]
 FETCH_WAIT_MS_MAX = 30_000
 FETCH_MAX_BYTES = 55 * 1024 * 1024  # Kafka's broker fetch.max.bytes: one response at most
 PRODUCE_TIMEOUT_MS_MAX = 120_000
-METADATA_APPLY_WAIT_S = 10.0
 LOGGED_MESSAGE_MAX = 300  # characters of a refusal's message in a log line
 _producer_ids = itertools.count(1)
 
@@ -522,22 +521,6 @@ async def delete_topics(broker: BrokerView, request: KafkaRequest) -> Any:
     return response(request, throttle_time_ms=0, responses=results)
 
 
-async def commit_command(
-    broker: BrokerView, command: dict[str, Any]
-) -> tuple[ErrorCode, str | None]:
-    """Write a command to the metadata log with acks=all; return once applied here."""
-    result = await broker.propose_metadata(command)
-    if result.error is not None or result.next_offset is None:
-        return error_code_for(result.error), str(result.error)
-    deadline = time.monotonic() + METADATA_APPLY_WAIT_S
-    while broker.image.applied_offset < result.next_offset:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return error_code_for(RequestTimedOut("metadata not applied in time")), None
-        await broker.metadata.wait_for_hwm(broker.metadata.replica.status().hwm, remaining)
-    return ErrorCode.NONE, None
-
-
 # ---------------------------------------------------------------------- DeleteRecords --
 async def delete_records(broker: BrokerView, request: KafkaRequest) -> Any:
     """Move each partition's log start (Kafka's low watermark), never past its HWM."""
@@ -590,4 +573,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DELETE_TOPICS: delete_topics,
     ApiKey.DELETE_RECORDS: delete_records,
     **GROUP_HANDLERS,
+    **SASL_HANDLERS,
 }

@@ -38,6 +38,13 @@ from tidelog.server.answers import client_host
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import Listener
 from tidelog.server.handlers import handle
+from tidelog.server.sasl import (
+    BEFORE_AUTHENTICATION,
+    Session,
+    client_session,
+    principal_of,
+    session,
+)
 from tidelog.server.view import BrokerView, client_listener
 
 log = logging.getLogger("tidelog.kafka")
@@ -56,6 +63,12 @@ async def serve_kafka(
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         broker.kafka_connections += 1
         client_listener.set(listener.protocol)
+        peer = writer.get_extra_info("peername")
+        state = Session(listener.protocol, peer=str(peer))
+        certificate = writer.get_extra_info("peercert") if tls is not None else None
+        if certificate and listener.protocol == "SSL":
+            state.principal, state.authenticated = principal_of(certificate), True
+        client_session.set(state)
         try:
             await Connection(broker, broker.request_bytes, reader, writer).serve()
         except asyncio.CancelledError:
@@ -108,6 +121,15 @@ class Connection:
         try:
             while (received := await self.next_request()) is not None:
                 request, size = received
+                state = session()
+                if state.needs_sasl and request.api_key not in BEFORE_AUTHENTICATION:
+                    self.budget.release(size)
+                    log.warning(
+                        "closing the connection from %s: %s before authenticating",
+                        self.peer,
+                        request.api_key.name,
+                    )
+                    return
                 try:
                     if request.api_key is ApiKey.FETCH:
                         await self.answers.join()  # one Fetch response held at a time
@@ -181,6 +203,8 @@ class Connection:
             except (ConnectionError, OSError):
                 return
             self.answers.task_done()
+            if session().close_after_reply:
+                return  # a failed authentication: answered, then closed
 
     async def frames_of(
         self, request: KafkaRequest, task: asyncio.Task[Any]

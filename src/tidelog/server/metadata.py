@@ -1,4 +1,5 @@
-"""The cluster's metadata: topics, their partitions' replicas, and their configs.
+"""The cluster's metadata: topics, their partitions' replicas, and their configs; the
+users' salted SCRAM credentials.
 
 Rules of this file:
 - The metadata is a replicated partition (`METADATA_TOPIC`) over every node, run by the same
@@ -17,6 +18,8 @@ Rules of this file:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import string
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidelog.errors import MetadataError
+from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, ScramCredential
 from tidelog.server.topic_config import TopicConfig
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -134,6 +138,8 @@ class MetadataImage:
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicInfo] = {}
+        # (user, mechanism) -> the salted SCRAM credential (upsert_scram, delete_scram).
+        self.scram: dict[tuple[str, str], ScramCredential] = {}
         self.applied_offset = 0  # every command below this offset is applied
 
     def apply(self, offset: int, value: bytes) -> Change:
@@ -151,6 +157,11 @@ class MetadataImage:
                 return self._create(command)
             if kind == "delete_topic":
                 return self._delete(command)
+            if kind == "upsert_scram":
+                return self._upsert_scram(command)
+            if kind == "delete_scram":
+                self.scram.pop((_string(command, "user"), _mechanism(command)), None)
+                return Change()
             raise MetadataError("INVALID_REQUEST", f"unknown command type {kind!r}")
         except (MetadataError, ValueError) as error:
             log.error(
@@ -178,6 +189,26 @@ class MetadataImage:
         self.topics[name] = info
         return Change(created=(info,))
 
+    def _upsert_scram(self, command: dict[str, Any]) -> Change:
+        """A user's salted SCRAM credential (never a password), as validated at the door."""
+        user, mechanism = _string(command, "user"), _mechanism(command)
+        iterations = command.get("iterations")
+        if not isinstance(iterations, int) or not ITERATIONS_MIN <= iterations <= ITERATIONS_MAX:
+            raise MetadataError("INVALID_REQUEST", f"iterations {iterations!r} out of range")
+        try:
+            salt, stored_key, server_key = (
+                base64.b64decode(_string(command, key), validate=True)
+                for key in ("salt", "stored_key", "server_key")
+            )
+        except binascii.Error:
+            raise MetadataError("INVALID_REQUEST", "a credential that is not base64") from None
+        if not user or not salt or not stored_key or len(stored_key) != len(server_key):
+            raise MetadataError("INVALID_REQUEST", "an incomplete credential")
+        self.scram[(user, mechanism)] = ScramCredential(
+            mechanism, salt, iterations, stored_key, server_key
+        )
+        return Change()
+
     def _delete(self, command: dict[str, Any]) -> Change:
         info = self.topics.pop(_string(command, "name"), None)
         return Change(deleted=(info,)) if info is not None else Change()
@@ -188,6 +219,13 @@ def _string(command: dict[str, Any], key: str) -> str:
     if not isinstance(value, str):
         raise MetadataError("INVALID_REQUEST", f"{key} is not a string")
     return value
+
+
+def _mechanism(command: dict[str, Any]) -> str:
+    mechanism = _string(command, "mechanism")
+    if mechanism not in MECHANISMS:
+        raise MetadataError("INVALID_REQUEST", f"unknown SCRAM mechanism {mechanism!r}")
+    return mechanism
 
 
 def _replicas(value: object) -> tuple[tuple[int, ...], ...]:

@@ -24,7 +24,7 @@ from typing import TypeVar
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
-PORT_SPAN = 303  # base .. base+2 Kafka, +100.. peers, +200.. admin, +300.. SSL
+PORT_SPAN = 403  # base .. base+2 Kafka, +100.. peers, +200.. admin, +300.. SSL, +400.. SASL
 DEADLINE_S = 60.0
 POLL_S = 0.05
 T = TypeVar("T")
@@ -67,7 +67,7 @@ def free_base_port() -> int:
     rng = random.Random()
     for _ in range(50):
         base = rng.randrange(20_000, 40_000)
-        offsets = (0, 100, 200, 300)
+        offsets = (0, 100, 200, 300, 400)
         if all(port_free(base + offset + i) for offset in offsets for i in range(3)):
             return base
     raise RuntimeError("no free port range on 127.0.0.1")

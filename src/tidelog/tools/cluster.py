@@ -23,6 +23,7 @@ import contextlib
 import http.client
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -41,6 +42,7 @@ from tidelog.errors import TidelogError
 
 CERTS_DIR = "certs"
 CLIENT_PROPERTIES = "client-ssl.properties"
+CLIENT_SASL_PROPERTIES = "client-sasl.properties"
 CLUSTER_FILE = "cluster.json"
 LOG_NAME = "broker.log"
 HOST = "127.0.0.1"
@@ -48,6 +50,8 @@ BASE_PORT_DEFAULT = 9092
 PEER_PORT_OFFSET = 100
 ADMIN_PORT_OFFSET = 200
 SSL_PORT_OFFSET = 300  # a secure cluster's SSL listeners
+SASL_PORT_OFFSET = 400  # and its SASL_SSL listeners
+ADMIN_USER = "admin"
 NODES_MAX = PEER_PORT_OFFSET  # more nodes would make the Kafka and peer ports overlap
 READY_TIMEOUT_S_DEFAULT = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -76,6 +80,13 @@ class NodeRecord:
     admin: str
     data_dir: str
     ssl: str = ""  # its SSL listener (a secure cluster), else ""
+    sasl: str = ""  # its SASL_SSL listener (a secure cluster), else ""
+
+    def listeners(self) -> list[str]:
+        """Its Kafka listeners, as `--listen` takes them."""
+        extra = [f"SSL://{self.ssl}"] if self.ssl else []
+        extra += [f"SASL_SSL://{self.sasl}"] if self.sasl else []
+        return [self.kafka, *extra]
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,10 @@ class ClusterRecord:
     @property
     def ssl_bootstrap(self) -> str:
         return ",".join(node.ssl for node in self.nodes if node.ssl)
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return ",".join(node.sasl for node in self.nodes if node.sasl)
 
     def node(self, node_id: int) -> NodeRecord:
         """The node with this id; ClusterError lists the valid ids otherwise."""
@@ -109,7 +124,7 @@ def plan_cluster(
     """The record of a new cluster (pids 0: nothing started yet)."""
     if not 1 <= nodes <= NODES_MAX:
         raise ClusterError(f"--nodes: {nodes} is out of range (1-{NODES_MAX})")
-    if not 1 <= base_port <= 65535 - SSL_PORT_OFFSET - nodes + 1:
+    if not 1 <= base_port <= 65535 - SASL_PORT_OFFSET - nodes + 1:
         raise ClusterError(f"--base-port: {base_port} leaves no room for {nodes} nodes")
     records = tuple(
         NodeRecord(
@@ -120,6 +135,7 @@ def plan_cluster(
             admin=f"{HOST}:{base_port + ADMIN_PORT_OFFSET + i - 1}",
             data_dir=str((directory / f"node-{i}").resolve()),
             ssl=f"{HOST}:{base_port + SSL_PORT_OFFSET + i - 1}" if secure else "",
+            sasl=f"{HOST}:{base_port + SASL_PORT_OFFSET + i - 1}" if secure else "",
         )
         for i in range(1, nodes + 1)
     )
@@ -154,6 +170,41 @@ def write_client_properties(directory: Path, record: ClusterRecord) -> Path:
         from tidelog.tools.certs import write_private  # noqa: PLC0415 - secure clusters only
 
         write_private(path, text.encode())
+    return path
+
+
+def write_admin_user(directory: Path, record: ClusterRecord) -> Path:
+    """The first SCRAM user (`admin`, a generated password) and DIR/client-sasl.properties
+    (mode 0600) with what a client needs to use it; once per cluster."""
+    path = directory / CLIENT_SASL_PROPERTIES
+    if path.exists():
+        return path
+    from kafka.admin._users import (  # noqa: PLC0415 - secure clusters only
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    from tidelog.tools.certs import write_private  # noqa: PLC0415
+    from tidelog.tools.users_cmd import alter  # noqa: PLC0415
+
+    password = secrets.token_urlsafe(18)
+    alterations = [
+        UserScramCredentialUpsertion(ADMIN_USER, mechanism, password, salt=secrets.token_bytes(16))
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
+    ]
+    error = alter(record.bootstrap, alterations).get(ADMIN_USER)
+    if error:
+        raise ClusterError(f"the admin user was not created: {error}")
+    ca = (directory / CERTS_DIR / "ca.crt").resolve()
+    text = (
+        f"bootstrap.servers={record.sasl_bootstrap}\n"
+        "security.protocol=SASL_SSL\n"
+        f"ssl.ca.location={ca}\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        f"sasl.username={ADMIN_USER}\n"
+        f"sasl.password={password}\n"
+    )
+    write_private(path, text.encode())
     return path
 
 
@@ -200,7 +251,7 @@ def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
         "broker",
         f"--node-id={node.id}",
         f"--data-dir={node.data_dir}",
-        f"--listen={node.kafka}" if not node.ssl else f"--listen={node.kafka},SSL://{node.ssl}",
+        "--listen=" + ",".join(node.listeners()),
         f"--peer-listen={node.peer}",
         f"--peers={peers}",
         f"--admin-listen={node.admin}",
@@ -387,7 +438,7 @@ def ports_in_use(nodes: list[NodeRecord]) -> list[str]:
     """The addresses of `nodes` that something already listens on (checked by binding)."""
     busy: list[str] = []
     for node in nodes:
-        for address in (node.kafka, node.peer, node.admin, *([node.ssl] if node.ssl else [])):
+        for address in (node.peer, node.admin, *(a.split("//")[-1] for a in node.listeners())):
             with socket.socket() as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
@@ -476,9 +527,18 @@ def up(nodes: int | None, directory: Path, base_port: int, secure: bool, timeout
         fail(error)
     click.echo(f"cluster of {len(record.nodes)} nodes ready in {directory}", err=True)
     if record.secure:
-        properties = write_client_properties(directory, record)
+        try:
+            properties = write_client_properties(directory, record)
+            users = write_admin_user(directory, record)
+        except TidelogError as error:
+            fail(error)
         click.echo(
             f"TLS clients: bootstrap {record.ssl_bootstrap}, settings in {properties}", err=True
+        )
+        click.echo(
+            f"SASL_SSL clients (user {ADMIN_USER}, SCRAM-SHA-512): bootstrap "
+            f"{record.sasl_bootstrap}, settings in {users}",
+            err=True,
         )
     click.echo(record.bootstrap)
 

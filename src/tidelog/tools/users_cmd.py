@@ -1,0 +1,143 @@
+"""`tidelog users add|list|remove`: SCRAM users of the cluster (Kafka's
+`kafka-configs --alter --add-config 'SCRAM-SHA-512=[password=...]'`), through
+kafka-python's admin client (Alter- and DescribeUserScramCredentials).
+
+Rules of this file:
+- A password is never a command-line argument (it would show in `ps`): it comes from
+  stdin (`--password-stdin`) or is generated and printed once (`--generate`).
+- The brokers store a salted credential (4096 iterations, 16 random bytes of salt), never
+  the password. Only the metadata leader takes an alteration: the command asks it
+  (NOT_CONTROLLER from another node sends it on to the one the cluster names).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+from typing import Any, Final
+
+import click
+
+from tidelog.tools.client import bootstrap_option, json_option, reports_errors, resolve
+from tidelog.tools.client_kafka import ClientError, admin_client, kafka_errors
+
+MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+ATTEMPTS: Final = 5
+PASSWORD_BYTES: Final = 18
+
+
+def controller_bootstrap(bootstrap: str) -> str:
+    """The address of the metadata leader (Kafka's controller), as the cluster names it."""
+    with admin_client(bootstrap) as admin, kafka_errors(bootstrap):
+        cluster = admin.describe_cluster()
+    for broker in cluster["brokers"]:
+        if broker["broker_id"] == cluster["controller_id"]:
+            return f"{broker['host']}:{broker['port']}"
+    raise ClientError("the cluster names no controller yet: try again")
+
+
+def alter(bootstrap: str, alterations: list[Any]) -> dict[str, str | None]:
+    """Send alterations to the controller; {user: error message or None}."""
+    errors: dict[str, str | None] = {}
+    for _ in range(ATTEMPTS):
+        controller = controller_bootstrap(bootstrap)
+        with admin_client(controller) as admin, kafka_errors(controller):
+            errors = admin.alter_user_scram_credentials(alterations)
+        if not any(error and "metadata leader" in error for error in errors.values()):
+            return errors
+    return errors
+
+
+@click.group()
+def users() -> None:
+    """SCRAM users: add (or change a password), list, remove."""
+
+
+@users.command("add")
+@click.argument("name")
+@click.option(
+    "--mechanism",
+    type=click.Choice(MECHANISMS),
+    multiple=True,
+    help="Default: both SCRAM-SHA-256 and SCRAM-SHA-512.",
+)
+@click.option("--password-stdin", is_flag=True, help="Read the password from stdin.")
+@click.option("--generate", is_flag=True, help="Generate a password and print it once.")
+@bootstrap_option
+@reports_errors
+def add(
+    name: str,
+    mechanism: tuple[str, ...],
+    password_stdin: bool,
+    generate: bool,
+    bootstrap: str | None,
+) -> None:
+    """Add user NAME, or set a new password for it."""
+    from kafka.admin._users import ScramMechanism, UserScramCredentialUpsertion  # noqa: PLC0415
+
+    if password_stdin == generate:
+        raise ClientError("give exactly one of --password-stdin and --generate")
+    password = secrets.token_urlsafe(PASSWORD_BYTES) if generate else sys.stdin.readline()
+    password = password.rstrip("\n")
+    if not password:
+        raise ClientError("an empty password")
+    mechanisms = mechanism or MECHANISMS
+    alterations = [
+        UserScramCredentialUpsertion(
+            name, ScramMechanism[m.replace("-", "_")], password, salt=secrets.token_bytes(16)
+        )
+        for m in mechanisms
+    ]
+    errors = alter(resolve(bootstrap), alterations)
+    if errors.get(name):
+        raise ClientError(f"user {name}: {errors[name]}")
+    click.echo(f"user {name}: {', '.join(mechanisms)}", err=True)
+    if generate:
+        click.echo(password)
+
+
+@users.command("remove")
+@click.argument("name")
+@bootstrap_option
+@reports_errors
+def remove(name: str, bootstrap: str | None) -> None:
+    """Remove every SCRAM credential of user NAME."""
+    from kafka.admin._users import ScramMechanism, UserScramCredentialDeletion  # noqa: PLC0415
+
+    address = resolve(bootstrap)
+    known = describe(address).get(name)
+    if not known:
+        raise ClientError(f"no user {name}")
+    deletions = [
+        UserScramCredentialDeletion(name, ScramMechanism[m.replace("-", "_")]) for m in known
+    ]
+    errors = alter(address, deletions)
+    if errors.get(name):
+        raise ClientError(f"user {name}: {errors[name]}")
+    click.echo(f"user {name} removed", err=True)
+
+
+def describe(bootstrap: str) -> dict[str, list[str]]:
+    """{user: [mechanism, ...]} of every SCRAM user."""
+    with admin_client(bootstrap) as admin, kafka_errors(bootstrap):
+        described = admin.describe_user_scram_credentials()
+    return {
+        user: sorted(info["mechanism"].name.replace("_", "-") for info in entry["credential_infos"])
+        for user, entry in sorted(described.items())
+        if entry["error"] is None
+    }
+
+
+@users.command("list")
+@bootstrap_option
+@json_option
+@reports_errors
+def list_users(bootstrap: str | None, as_json: bool) -> None:
+    """The SCRAM users and their mechanisms (never a credential)."""
+    known = describe(resolve(bootstrap))
+    if as_json:
+        click.echo(json.dumps(known))
+        return
+    for user, mechanisms in known.items():
+        click.echo(f"{user}\t{','.join(mechanisms)}")

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 from tidelog.testing.live import LiveCluster, create_topic, tidelog
+from tidelog.tools.perf import with_command_config
 
 RECORDS = 3000
 LATENCY_RECORDS = 50
@@ -105,3 +109,40 @@ def test_missing_topic_is_a_clean_error(cluster: LiveCluster) -> None:
     assert consumed.returncode == 1
     assert consumed.stderr.startswith("error: ")
     assert "Traceback" not in consumed.stderr
+
+
+def test_a_command_config_file_gives_the_bootstrap_and_client_properties(tmp_path: Path) -> None:
+    properties = tmp_path / "client.properties"
+    properties.write_text(
+        "# a secure cluster's\nbootstrap.servers=127.0.0.1:9500\nsecurity.protocol=SASL_SSL\n"
+        "sasl.password=a=b\n"
+    )
+    address, props = with_command_config(None, properties, {"acks": "1"})
+    assert address == "127.0.0.1:9500"
+    assert props == {"security.protocol": "SASL_SSL", "sasl.password": "a=b", "acks": "1"}
+    address, props = with_command_config("127.0.0.1:9092", properties, {"security.protocol": "SSL"})
+    assert address == "127.0.0.1:9092"
+    assert props["security.protocol"] == "SSL"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tidelog",
+            "perf",
+            "produce",
+            "--topic",
+            "t",
+            "--num-records",
+            "1",
+            "--record-size",
+            "8",
+            "--command-config",
+            str(tmp_path / "missing.properties"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "missing.properties" in result.stderr

@@ -28,6 +28,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final, ParamSpec
 
 import click
@@ -105,6 +106,30 @@ class LatencySummary:
             p99_ms=percentile_ms(ordered, 0.99),
             p999_ms=percentile_ms(ordered, 0.999),
         )
+
+
+def read_command_config(path: Path | None) -> dict[str, str]:
+    """A client properties file (`name=value` lines, `#` comments), as Kafka's tools take
+    with --command-config; `{}` without one. Raises ClientError."""
+    if path is None:
+        return {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as error:
+        raise ClientError(f"--command-config {path}: {error.strerror}") from None
+    props = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    return parse_props(props, f"line of {path}")
+
+
+def with_command_config(
+    bootstrap: str | None, path: Path | None, props: dict[str, str]
+) -> tuple[str, dict[str, str]]:
+    """The bootstrap and client properties: --command-config's, under --bootstrap-server
+    and the command's own properties."""
+    config = read_command_config(path)
+    file_bootstrap = config.pop("bootstrap.servers", None)
+    config.update(props)
+    return resolve(bootstrap or file_bootstrap), config
 
 
 def parse_props(items: Sequence[str], option: str) -> dict[str, str]:
@@ -377,7 +402,13 @@ class EndToEnd:
 
 
 def run_latency(
-    bootstrap: str, topic: str, *, num_records: int, record_size: int, timeout_s: float
+    bootstrap: str,
+    topic: str,
+    *,
+    num_records: int,
+    record_size: int,
+    timeout_s: float,
+    props: dict[str, str] | None = None,
 ) -> LatencyReport:
     """One acks=all record in flight, to partition 0; each also read back by a consumer."""
     producer = Producer(
@@ -386,6 +417,7 @@ def run_latency(
             "acks": "all",
             "linger.ms": 0,
             "socket.nagle.disable": True,
+            **(props or {}),
         }
     )
     consumer = Consumer(
@@ -395,6 +427,7 @@ def run_latency(
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 100,
             "socket.nagle.disable": True,
+            **(props or {}),
         }
     )
     topic_partitions(consumer, topic)
@@ -489,6 +522,12 @@ def kafka_errors(command: Callable[P, None]) -> Callable[P, None]:
     return wrapper
 
 
+command_config_option = click.option(
+    "--command-config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Client properties file (bootstrap.servers, security.protocol, sasl.*, ssl.*), "
+    "as Kafka's tools take it; e.g. a secure cluster's client-sasl.properties.",
+)
 timeout_option = click.option(
     "--timeout",
     "timeout_ms",
@@ -540,6 +579,7 @@ def perf() -> None:
     help="ms between lines.",
 )
 @timeout_option
+@command_config_option
 @bootstrap_option
 @json_option
 @reports_errors
@@ -554,6 +594,7 @@ def produce_command(
     producer_props: tuple[str, ...],
     interval_ms: int,
     timeout_ms: int,
+    command_config: Path | None,
     bootstrap: str | None,
     as_json: bool,
 ) -> None:
@@ -562,10 +603,10 @@ def produce_command(
     --json: {"records", "failed", "records_per_s", "mb_per_s", "elapsed_s", "latency":
     {"count", "avg_ms", "max_ms", "p50_ms", "p95_ms", "p99_ms", "p999_ms"}}
     """
-    props = {"acks": acks}
-    props.update(parse_props(producer_props, "--producer-props"))
+    own = {"acks": acks, **parse_props(producer_props, "--producer-props")}
+    address, props = with_command_config(bootstrap, command_config, own)
     result = run_produce(
-        resolve(bootstrap),
+        address,
         topic,
         num_records=num_records,
         record_size=record_size,
@@ -592,6 +633,7 @@ def produce_command(
     "--consumer-props", multiple=True, metavar="K=V", help="librdkafka consumer properties; repeat."
 )
 @timeout_option
+@command_config_option
 @bootstrap_option
 @json_option
 @reports_errors
@@ -602,6 +644,7 @@ def consume_command(
     messages: int,
     consumer_props: tuple[str, ...],
     timeout_ms: int,
+    command_config: Path | None,
     bootstrap: str | None,
     as_json: bool,
 ) -> None:
@@ -610,11 +653,14 @@ def consume_command(
     --json: {"start", "end", "mb", "mb_per_s", "records", "records_per_s", "rebalance_ms",
     "fetch_ms"}
     """
+    address, props = with_command_config(
+        bootstrap, command_config, parse_props(consumer_props, "--consumer-props")
+    )
     result = run_consume(
-        resolve(bootstrap),
+        address,
         topic,
         messages=messages,
-        props=parse_props(consumer_props, "--consumer-props"),
+        props=props,
         timeout_s=timeout_ms / 1000,
     )
     if as_json:
@@ -629,6 +675,7 @@ def consume_command(
 @records_option
 @size_option
 @timeout_option
+@command_config_option
 @bootstrap_option
 @json_option
 @reports_errors
@@ -639,6 +686,7 @@ def latency_command(
     num_records: int,
     record_size: int,
     timeout_ms: int,
+    command_config: Path | None,
     bootstrap: str | None,
     as_json: bool,
 ) -> None:
@@ -647,12 +695,14 @@ def latency_command(
 
     --json: {"records", "acknowledge": {...}, "consume": {...}} (as produce's "latency")
     """
+    address, props = with_command_config(bootstrap, command_config, {})
     result = run_latency(
-        resolve(bootstrap),
+        address,
         topic,
         num_records=num_records,
         record_size=record_size,
         timeout_s=timeout_ms / 1000,
+        props=props,
     )
     if as_json:
         click.echo(json.dumps(asdict(result)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from tidelog.errors import StorageError
+from tidelog.tools.acls_cmd import acls
 from tidelog.tools.broker_cmd import broker
 from tidelog.tools.cluster import cluster
 from tidelog.tools.demo import demo
@@ -40,6 +41,7 @@ from tidelog.tools.client import register_client_commands  # noqa: E402
 register_client_commands(main)
 
 
+main.add_command(acls)
 main.add_command(broker)
 main.add_command(cluster)
 main.add_command(demo)

@@ -40,12 +40,18 @@ with warnings.catch_warnings():
     from kafka.protocol.admin import (
         AlterUserScramCredentialsRequest,
         AlterUserScramCredentialsResponse,
+        CreateAclsRequest,
+        CreateAclsResponse,
         CreateTopicsRequest,
         CreateTopicsResponse,
+        DeleteAclsRequest,
+        DeleteAclsResponse,
         DeleteRecordsRequest,
         DeleteRecordsResponse,
         DeleteTopicsRequest,
         DeleteTopicsResponse,
+        DescribeAclsRequest,
+        DescribeAclsResponse,
         DescribeConfigsRequest,
         DescribeConfigsResponse,
         DescribeGroupsRequest,
@@ -135,6 +141,9 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
@@ -175,6 +184,9 @@ _APIS: Final[dict[ApiKey, _Api]] = {
     # so its connection closes (sasl.py answers a v0 handshake that way too).
     ApiKey.SASL_HANDSHAKE: _Api(SaslHandshakeRequest, SaslHandshakeResponse, (0, 1)),
     ApiKey.SASL_AUTHENTICATE: _Api(SaslAuthenticateRequest, SaslAuthenticateResponse, (0, 2)),
+    ApiKey.DESCRIBE_ACLS: _Api(DescribeAclsRequest, DescribeAclsResponse, (1, 3)),
+    ApiKey.CREATE_ACLS: _Api(CreateAclsRequest, CreateAclsResponse, (1, 3)),
+    ApiKey.DELETE_ACLS: _Api(DeleteAclsRequest, DeleteAclsResponse, (1, 3)),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _Api(
         DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, (0, 0)
     ),

@@ -33,6 +33,7 @@ from tidelog.core.messages import Message
 from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Role
 from tidelog.node.driver import apply_committed, open_replica
 from tidelog.protocol.peer import BrokerNotice, LeaderNotice, PartitionKey
+from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
 from tidelog.server.groups import GroupConfig, GroupCoordinator
@@ -82,6 +83,8 @@ class Broker:
         )
         self.runners: dict[PartitionKey, PartitionRunner] = {}
         self.image = MetadataImage()
+        super_users = (p.strip() for p in config.super_users.split(";"))
+        self.authorizer = Authorizer(config.authorizer, frozenset(filter(None, super_users)))
         self.leader_hints: dict[PartitionKey, tuple[int, NodeId]] = {}
         # Each node's Kafka port per listener protocol, from its BrokerNotices.
         self.listener_ports: dict[str, dict[NodeId, int]] = {

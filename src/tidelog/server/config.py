@@ -163,6 +163,10 @@ class BrokerConfig:
     ssl_cert: Path | None = None
     ssl_key: Path | None = None
     ssl_client_auth: str = "none"  # client certificates on SSL listeners (Kafka's setting)
+    # Authorization by ACLs (server/acl.py); super users may do anything. Kafka's
+    # authorizer.class.name and super.users (principals separated by ';').
+    authorizer: bool = False
+    super_users: str = ""
     listeners: tuple[Listener, ...] = ()  # from `listen`; () means PLAINTEXT on `listen`
 
     @property
@@ -374,8 +378,14 @@ def convert(key: str, value: object, *, name: str) -> object:
     if key in ("cluster_id", "log_level", "ssl_client_auth"):
         text = expect(str, value, name=name)
         return text.lower() if key == "log_level" else text
-    if key == "fsync":
+    if key in ("fsync", "authorizer"):
         return expect(bool, value, name=name)
+    if key == "super_users":
+        text = expect(str, value, name=name)
+        for principal in filter(None, (p.strip() for p in text.split(";"))):
+            if not principal.startswith("User:") or principal == "User:":
+                raise ConfigError(f"{name}: {principal!r} is not User:NAME")
+        return text
     return expect(int, value, name=name)
 
 

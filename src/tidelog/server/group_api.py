@@ -19,7 +19,9 @@ from tidelog.groups.state import GroupState
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
+from tidelog.server.acl import DESCRIBE, GROUP, READ, TOPIC
 from tidelog.server.answers import body_of, client_host, host_of, response
+from tidelog.server.authorize import allowed
 from tidelog.server.groups import GroupCoordinator, GroupError, group_partition
 from tidelog.server.metadata import OFFSETS_TOPIC
 from tidelog.server.view import BrokerView
@@ -27,8 +29,11 @@ from tidelog.server.view import BrokerView
 KEY_TYPE_GROUP = 0
 
 
-def coordinator_of(broker: BrokerView, group_id: str) -> GroupCoordinator:
-    """This node's coordinator of `group_id`; GroupError when it is not here."""
+def coordinator_of(broker: BrokerView, group_id: str, operation: int = READ) -> GroupCoordinator:
+    """This node's coordinator of `group_id`, when the client may do `operation` to the
+    group; GroupError when it may not, or the coordinator is not here."""
+    if not allowed(broker, operation, GROUP, group_id):
+        raise GroupError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     info = broker.image.topics.get(OFFSETS_TOPIC)
     if info is None:
         raise GroupError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -56,6 +61,8 @@ async def find_coordinator(broker: BrokerView, request: KafkaRequest) -> Any:
 
     if getattr(body, "key_type", KEY_TYPE_GROUP) != KEY_TYPE_GROUP:
         return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "tidelog has no transactions")
+    if not allowed(broker, DESCRIBE, GROUP, body.key):
+        return answer(ErrorCode.GROUP_AUTHORIZATION_FAILED, "not authorized")
     info = broker.image.topics.get(OFFSETS_TOPIC)
     if info is None:
         return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is not created yet")
@@ -196,15 +203,17 @@ async def offset_commit(broker: BrokerView, request: KafkaRequest) -> Any:
         for topic in body.topics
         for part in topic.partitions
     }
+    refused = {key for key in offsets if not allowed(broker, READ, TOPIC, key[0])}
     try:
         codes = await coordinator_of(broker, body.group_id).commit(
             body.group_id,
             generation=body.generation_id_or_member_epoch,
             member_id=body.member_id,
-            offsets=offsets,
+            offsets={key: value for key, value in offsets.items() if key not in refused},
         )
     except GroupError as error:
         codes = dict.fromkeys(offsets, error.code)
+    codes.update(dict.fromkeys(refused, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
     topics = [
         cls(
             name=topic.name,
@@ -231,7 +240,7 @@ async def offset_fetch(broker: BrokerView, request: KafkaRequest) -> Any:
         else [(t.name, p) for t in body.topics for p in t.partition_indexes]
     )
     try:
-        coordinator = coordinator_of(broker, body.group_id)
+        coordinator = coordinator_of(broker, body.group_id, DESCRIBE)
         offsets = coordinator.fetch_offsets(body.group_id, asked, now_ms=monotonic_ms())
         code = ErrorCode.NONE
     except GroupError as error:
@@ -263,6 +272,8 @@ async def list_groups(broker: BrokerView, request: KafkaRequest) -> Any:
         for group in coordinator.groups.values():
             if wanted and group.state.value.lower() not in wanted:
                 continue
+            if not allowed(broker, DESCRIBE, GROUP, group.group_id):
+                continue
             groups.append(
                 cls(
                     group_id=group.group_id,
@@ -280,7 +291,7 @@ async def describe_groups(broker: BrokerView, request: KafkaRequest) -> Any:
     described = []
     for group_id in body_of(request).groups:
         try:
-            coordinator = coordinator_of(broker, group_id)
+            coordinator = coordinator_of(broker, group_id, DESCRIBE)
             coordinator.check_serving()
         except GroupError as error:
             described.append(dead_group(cls, group_id, error.code))

@@ -44,7 +44,10 @@ from tidelog.protocol.kafka import (
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
 from tidelog.protocol.validate import BatchRules, refuse_request, validate_batch
+from tidelog.server.acl import CREATE, DELETE, DESCRIBE, IDEMPOTENT_WRITE, READ, TOPIC, WRITE
+from tidelog.server.acl_api import ACL_HANDLERS
 from tidelog.server.answers import body_of, commit_command, host_of, response
+from tidelog.server.authorize import allowed, cluster_allowed
 from tidelog.server.group_api import GROUP_HANDLERS
 from tidelog.server.metadata import (
     INTERNAL_TOPICS,
@@ -87,7 +90,12 @@ async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
         for node, port in sorted(broker.kafka_ports.items())
     ]
     asked = body_of(request).topics
-    names = sorted(broker.image.topics) if asked is None else [t.name for t in asked]
+    if asked is None:  # every topic this principal may describe
+        names = [
+            name for name in sorted(broker.image.topics) if allowed(broker, DESCRIBE, TOPIC, name)
+        ]
+    else:
+        names = [t.name for t in asked]
     topics = [topic_metadata(broker, cls, name) for name in names if name != METADATA_TOPIC]
     controller = broker.controller_id()
     # Never name a node the broker list lacks: clients would fail on the unknown id.
@@ -105,6 +113,13 @@ async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
 def topic_metadata(broker: BrokerView, cls: Any, name: str) -> Any:
     topic_cls = cls.MetadataResponseTopic
     info = broker.image.topics.get(name)
+    if not allowed(broker, DESCRIBE, TOPIC, name):
+        return topic_cls(
+            error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+            name=name,
+            is_internal=False,
+            partitions=[],
+        )
     if info is None:
         return topic_cls(
             error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
@@ -232,6 +247,8 @@ async def produce_partition(
     the core completes it."""
     if topic in INTERNAL_TOPICS:  # only the coordinator and the controller write these
         return PartitionAnswer(ErrorCode.INVALID_TOPIC_EXCEPTION)
+    if not allowed(broker, WRITE, TOPIC, topic):
+        return PartitionAnswer(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     runner = broker.runner(topic, partition)
     info = broker.image.topics.get(topic)
     if runner is None or info is None:
@@ -313,6 +330,8 @@ def read_partition(
     ) -> FetchedPartition:
         return FetchedPartition(part.partition, int(error), hwm, start, records)
 
+    if not allowed(broker, READ, TOPIC, topic):
+        return answer(ErrorCode.TOPIC_AUTHORIZATION_FAILED), None
     runner = broker.runner(topic, part.partition)
     if runner is None:
         known = topic in broker.image.topics
@@ -404,8 +423,10 @@ def list_partition(broker: BrokerView, cls: Any, topic: str, partition: int, tim
             leader_epoch=epoch,
         )
 
-    runner = broker.runner(topic, partition)
     epoch = -1
+    if not allowed(broker, DESCRIBE, TOPIC, topic):
+        return answer(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    runner = broker.runner(topic, partition)
     if runner is None or runner.replica.status().role is not Role.LEADER:
         known = topic in broker.image.topics
         return answer(
@@ -434,7 +455,19 @@ def list_partition(broker: BrokerView, cls: Any, topic: str, partition: int, tim
 
 # ---------------------------------------------------------------------- InitProducerId -
 async def init_producer_id(broker: BrokerView, request: KafkaRequest) -> Any:
-    """A producer id unique to this node's run: node id, start time, counter."""
+    """A producer id unique to this node's run: node id, start time, counter. With an
+    authorizer: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (as Kafka)."""
+    may = cluster_allowed(broker, IDEMPOTENT_WRITE) or any(
+        allowed(broker, WRITE, TOPIC, name) for name in broker.image.topics
+    )
+    if not may:
+        return response(
+            request,
+            throttle_time_ms=0,
+            error_code=int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     started = int(time.time()) & 0xFFFFFFFF
     producer_id = (int(broker.node_id) << 52) | (started << 20) | (next(_producer_ids) & 0xFFFFF)
     return response(
@@ -470,6 +503,8 @@ async def create_topic(
         return ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
     if not isinstance(topic.name, str):
         return ErrorCode.INVALID_REQUEST, "a topic name is required"
+    if not (cluster_allowed(broker, CREATE) or allowed(broker, CREATE, TOPIC, topic.name)):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to create this topic"
     if topic.name in INTERNAL_TOPICS:
         return ErrorCode.INVALID_REQUEST, f"Creation of internal topic {topic.name} is prohibited."
     if topic.name in broker.image.topics:
@@ -513,6 +548,8 @@ async def delete_topics(broker: BrokerView, request: KafkaRequest) -> Any:
             code, message = ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
         elif name in INTERNAL_TOPICS:
             code, message = ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic"
+        elif not allowed(broker, DELETE, TOPIC, str(name)):
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized"
         elif name not in broker.image.topics:
             code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {quoted(str(name))}"
         else:
@@ -544,6 +581,8 @@ async def delete_partition_records(
 ) -> tuple[ErrorCode, int]:
     if topic in INTERNAL_TOPICS:  # Kafka: "Cannot delete records of internal topic"
         return ErrorCode.INVALID_TOPIC_EXCEPTION, -1
+    if not allowed(broker, DELETE, TOPIC, topic):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1
     runner = broker.runner(topic, part.partition_index)
     if runner is None:
         known = topic in broker.image.topics
@@ -574,4 +613,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DELETE_RECORDS: delete_records,
     **GROUP_HANDLERS,
     **SASL_HANDLERS,
+    **ACL_HANDLERS,
 }

@@ -38,7 +38,7 @@ from tidelog.server.answers import client_host
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import Listener
 from tidelog.server.handlers import handle
-from tidelog.server.sasl import (
+from tidelog.server.session import (
     BEFORE_AUTHENTICATION,
     Session,
     client_session,
@@ -64,7 +64,8 @@ async def serve_kafka(
         broker.kafka_connections += 1
         client_listener.set(listener.protocol)
         peer = writer.get_extra_info("peername")
-        state = Session(listener.protocol, peer=str(peer))
+        host = peer[0] if isinstance(peer, tuple) else ""
+        state = Session(listener.protocol, peer=str(peer), host=str(host))
         certificate = writer.get_extra_info("peercert") if tls is not None else None
         if certificate and listener.protocol == "SSL":
             state.principal, state.authenticated = principal_of(certificate), True

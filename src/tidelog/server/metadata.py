@@ -28,6 +28,7 @@ from typing import Any
 
 from tidelog.errors import MetadataError
 from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, ScramCredential
+from tidelog.server.acl import Acl, acl_of
 from tidelog.server.topic_config import TopicConfig
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -140,6 +141,7 @@ class MetadataImage:
         self.topics: dict[str, TopicInfo] = {}
         # (user, mechanism) -> the salted SCRAM credential (upsert_scram, delete_scram).
         self.scram: dict[tuple[str, str], ScramCredential] = {}
+        self.acls: set[Acl] = set()  # create_acls, delete_acls
         self.applied_offset = 0  # every command below this offset is applied
 
     def apply(self, offset: int, value: bytes) -> Change:
@@ -157,6 +159,13 @@ class MetadataImage:
                 return self._create(command)
             if kind == "delete_topic":
                 return self._delete(command)
+            if kind in ("create_acls", "delete_acls"):
+                acls = [acl_of(fields) for fields in _list(command, "acls")]  # all or none
+                if kind == "create_acls":
+                    self.acls.update(acls)
+                else:
+                    self.acls.difference_update(acls)
+                return Change()
             if kind == "upsert_scram":
                 return self._upsert_scram(command)
             if kind == "delete_scram":
@@ -218,6 +227,13 @@ def _string(command: dict[str, Any], key: str) -> str:
     value = command.get(key)
     if not isinstance(value, str):
         raise MetadataError("INVALID_REQUEST", f"{key} is not a string")
+    return value
+
+
+def _list(command: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = command.get(key)
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise MetadataError("INVALID_REQUEST", f"{key} is not a list of objects")
     return value
 
 

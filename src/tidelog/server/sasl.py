@@ -19,10 +19,8 @@ Rules of this file:
 from __future__ import annotations
 
 import base64
-import contextvars
 import logging
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
 from tidelog.core.replica import Role
@@ -39,62 +37,16 @@ from tidelog.protocol.scram import (
     check_plain,
     credential_from_salted,
 )
+from tidelog.server.acl import ALTER, DESCRIBE
 from tidelog.server.answers import body_of, commit_command, response
+from tidelog.server.authorize import cluster_allowed
+from tidelog.server.session import session
 from tidelog.server.view import BrokerView
 
 log = logging.getLogger("tidelog.sasl")
 
-ANONYMOUS = "User:ANONYMOUS"
-SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
-BEFORE_AUTHENTICATION = frozenset(
-    {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
-)
 USER_NAME_MAX = 256
-SHORT_NAMES = {
-    "commonName": "CN",
-    "organizationName": "O",
-    "organizationalUnitName": "OU",
-    "countryName": "C",
-    "localityName": "L",
-    "stateOrProvinceName": "ST",
-}
 MECHANISM_NUMBERS = {name: number for number, name in MECHANISM_IDS.items()}
-
-
-@dataclass
-class Session:
-    """One client connection: who it is, and where its SASL exchange stands."""
-
-    listener: str
-    peer: str = ""
-    principal: str = ANONYMOUS
-    mechanism: str | None = None  # chosen by SaslHandshake
-    scram: ScramServer | None = None
-    authenticated: bool = False
-    close_after_reply: bool = False  # a failed exchange: answer, then close
-
-    @property
-    def needs_sasl(self) -> bool:
-        return self.listener in SASL_PROTOCOLS and not self.authenticated
-
-
-client_session: contextvars.ContextVar[Session] = contextvars.ContextVar("client_session")
-
-
-def principal_of(certificate: dict[str, Any]) -> str:
-    """A client certificate's principal, as Kafka's default builder names it: `User:` and
-    the subject's distinguished name, most specific first (`User:CN=alice,O=...`)."""
-    names = [
-        f"{SHORT_NAMES.get(key, key)}={value}"
-        for entry in reversed(certificate.get("subject", ()))
-        for key, value in entry
-    ]
-    return "User:" + ",".join(names) if names else ANONYMOUS
-
-
-def session() -> Session:
-    """The connection's session (a request handled outside a connection: anonymous)."""
-    return client_session.get(Session("PLAINTEXT"))
 
 
 def lookup_in(broker: BrokerView) -> Any:
@@ -168,6 +120,11 @@ async def sasl_authenticate(broker: BrokerView, request: KafkaRequest) -> Any:
 async def describe_user_scram_credentials(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class.DescribeUserScramCredentialsResult
     info_cls = cls.CredentialInfo
+    if not cluster_allowed(broker, DESCRIBE):
+        code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return response(
+            request, throttle_time_ms=0, error_code=code, error_message="not authorized", results=[]
+        )
     asked = body_of(request).users
     known = sorted({user for user, _ in broker.image.scram})
     names = known if asked is None else [user.name for user in asked]
@@ -248,6 +205,8 @@ async def alter_user_scram_credentials(broker: BrokerView, request: KafkaRequest
     for (name, command, code, message), key in zip(commands, keys, strict=True):
         if command is not None and keys.count(key) > 1:
             code, message = ErrorCode.DUPLICATE_RESOURCE, "two alterations of one credential"
+        elif command is not None and not cluster_allowed(broker, ALTER):
+            code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized"
         elif command is not None:
             if broker.metadata.replica.status().role is not Role.LEADER:
                 code, message = ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"

@@ -13,6 +13,7 @@ import random
 from typing import Any, Protocol
 
 from tidelog.protocol.peer import PartitionKey
+from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
 from tidelog.server.groups import GroupCoordinator
@@ -35,6 +36,7 @@ class BrokerView(Protocol):
     node_id: NodeId
     all_nodes: tuple[NodeId, ...]
     image: MetadataImage  # the topics as the applied metadata log says
+    authorizer: Authorizer  # with the ACLs of `image`
     metadata: PartitionRunner  # the metadata log's partition
     runners: dict[PartitionKey, PartitionRunner]
     coordinators: dict[int, GroupCoordinator]  # by __consumer_offsets partition

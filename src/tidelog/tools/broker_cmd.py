@@ -51,6 +51,16 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 @click.option("--ssl-cert", help="This node's certificate (PEM), naming its node id.")
 @click.option("--ssl-key", help="This node's private key (PEM).")
 @click.option(
+    "--authorizer/--no-authorizer",
+    default=None,
+    help="Authorize every request by the ACLs (default: off, everything allowed).",
+)
+@click.option(
+    "--super-users",
+    metavar="User:A;User:B",
+    help="Principals allowed everything when the authorizer is on.",
+)
+@click.option(
     "--ssl-client-auth",
     type=click.Choice(("none", "requested", "required")),
     help="Client certificates on SSL listeners (default none).",

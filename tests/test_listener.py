@@ -41,10 +41,8 @@ class Broker:
 
 
 def answers(broker: Broker) -> bool:
-    try:
-        return bool(broker.status()["ready"])
-    except OSError:
-        return False
+    status = read_status(broker.admin)
+    return status is not None and bool(status["ready"])
 
 
 @pytest.fixture(scope="module")

@@ -40,6 +40,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from tidelog.status import read_status
 from tidelog.testing.live import LiveCluster
 from tidelog.tools.client_kafka import create_topic
 from tidelog.tools.cluster import (
@@ -47,7 +48,6 @@ from tidelog.tools.cluster import (
     has_exited,
     ports_in_use,
     read_cluster,
-    read_status,
     signal_node,
     start_node,
     stop_nodes,

@@ -23,13 +23,13 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tidelog.address import parse_address
+from tidelog.status import read_status
 from tidelog.testing.fuzz import FuzzReport, fuzz_broker
 from tidelog.testing.live import LiveCluster, create_topic
 
@@ -39,8 +39,9 @@ CHUNK = 10_000
 
 
 def status(node: dict[str, str]) -> dict[str, object]:
-    with urllib.request.urlopen(f"http://{node['admin']}/status", timeout=10) as reply:
-        answer: dict[str, object] = json.load(reply)
+    answer = read_status(node["admin"], timeout_s=10)
+    if answer is None:
+        raise SystemExit(f"no /status from {node['admin']}")
     return answer
 
 

@@ -26,8 +26,9 @@ from typing import Any
 from confluent_kafka import Producer
 
 from tidelog.records import HEADER_SIZE
+from tidelog.status import read_status
 from tidelog.testing.live import LiveCluster, create_topic, tidelog
-from tidelog.tools.cluster import read_status, wait_until
+from tidelog.tools.cluster import wait_until
 
 TOPIC = "repair"
 POLL_S = 0.05

@@ -20,12 +20,12 @@ import struct
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Producer
 
 from tidelog.address import parse_address
+from tidelog.status import read_status
 from tidelog.testing.fuzz import fetch_request
 from tidelog.testing.live import LiveCluster, create_topic
 
@@ -46,8 +46,7 @@ def rss_mib(pid: int) -> float:
 
 def leader_of(cluster: LiveCluster, topic: str) -> dict[str, str]:
     for node in cluster.record["nodes"]:
-        with urllib.request.urlopen(f"http://{node['admin']}/status", timeout=5) as reply:
-            state = json.load(reply)
+        state = read_status(node["admin"], timeout_s=5) or {"partitions": []}
         if any(p["topic"] == topic and p["role"] == "leader" for p in state["partitions"]):
             return dict(node)
     raise SystemExit(f"no leader of {topic}")

@@ -4,12 +4,10 @@ nothing a client sends may stop a broker or trip it into a traceback (scenario 2
 from __future__ import annotations
 
 import io
-import json
 import random
 import socket
 import struct
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from hypothesis import strategies as st
 
 from tidelog.protocol.framing import ProtocolError
 from tidelog.protocol.kafka import ApiKey, ProduceResponse, decode_request, request_class
+from tidelog.status import read_status
 from tidelog.testing.fuzz import fuzz_broker, plain_request, raw_frame, request_frame, served
 from tidelog.testing.live import DEADLINE_S, LiveCluster, create_topic
 
@@ -71,8 +70,8 @@ def test_a_null_where_the_schema_allows_none_is_refused(api_key: ApiKey, version
 
 
 def status(node: dict[str, str]) -> dict[str, object]:
-    with urllib.request.urlopen(f"http://{node['admin']}/status", timeout=5) as reply:
-        answer: dict[str, object] = json.load(reply)
+    answer = read_status(node["admin"], timeout_s=5)
+    assert answer is not None, f"no /status from {node['admin']}"
     return answer
 
 

@@ -15,6 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tidelog"
 
 # Modules in the package root that every layer may use.
 BASE_MODULES = {
+    "tidelog.status",
     "tidelog",
     "tidelog.types",
     "tidelog.errors",

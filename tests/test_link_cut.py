@@ -9,11 +9,9 @@ three converge.
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from kafka import KafkaProducer
 from kafka.protocol.parser import KafkaProtocol
 
 from tidelog.protocol.kafka import _APIS, ApiKey
+from tidelog.status import read_status
 from tidelog.testing.live import collect_leaked_sockets, create_topic, poll
 from tidelog.testing.proxy import CutMode, TcpProxy
 
@@ -89,13 +88,7 @@ class ProxiedCluster:
         return ",".join(f"127.0.0.1:{self.kafka[n]}" for n in NODES)
 
     def status(self, node: int) -> dict[str, Any] | None:
-        try:
-            url = f"http://127.0.0.1:{self.admin[node]}/status"
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                result: dict[str, Any] = json.load(answer)
-                return result
-        except OSError:
-            return None
+        return read_status(f"127.0.0.1:{self.admin[node]}")
 
     def partition(self, node: int) -> dict[str, Any] | None:
         state = self.status(node)

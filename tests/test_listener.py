@@ -4,7 +4,6 @@ a client that stops reading holds nothing once it is gone."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -12,7 +11,6 @@ import struct
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ import pytest
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from tidelog.status import read_status
 from tidelog.testing.fuzz import fetch_request
 from tidelog.testing.live import DEADLINE_S, eventually, free_base_port
 
@@ -36,16 +35,14 @@ class Broker:
     log: Path
 
     def status(self) -> dict[str, object]:
-        with urllib.request.urlopen(f"http://{self.admin}/status", timeout=5) as reply:
-            answer: dict[str, object] = json.load(reply)
+        answer = read_status(self.admin, timeout_s=5)
+        assert answer is not None, f"no /status from {self.admin}"
         return answer
 
 
 def answers(broker: Broker) -> bool:
-    try:
-        return bool(broker.status()["ready"])
-    except OSError:
-        return False
+    status = read_status(broker.admin)
+    return status is not None and bool(status["ready"])
 
 
 @pytest.fixture(scope="module")

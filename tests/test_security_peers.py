@@ -22,6 +22,7 @@ from tidelog.core.messages import AppendRequest
 from tidelog.protocol.peer import PartitionKey, PeerEncoder
 from tidelog.server.config import ConfigError, load_config
 from tidelog.server.tls import TlsError, TlsFiles, node_id_of, peer_contexts
+from tidelog.status import AdminAccess, access_for, read_status
 from tidelog.testing.live import LiveCluster, create_topic, eventually, tidelog
 from tidelog.tools.certs import CertError, issue, issue_node, make_ca
 from tidelog.types import Epoch, NodeId, Offset
@@ -90,6 +91,10 @@ def test_a_bad_certificate_file_is_a_config_error_naming_it(tmp_path: Path) -> N
     }
     with pytest.raises(ConfigError, match="--ssl-ca needs --ssl-cert, --ssl-key too"):
         load_config({**base, "ssl_ca": str(ca.cert)}, None)
+    short = tmp_path / "token"
+    short.write_text("too-short\n")
+    with pytest.raises(ConfigError, match="--admin-token-file: a token of 16"):
+        load_config({**base, "admin_token_file": str(short)}, None)
     with pytest.raises(ConfigError, match="no such file"):
         load_config(
             {
@@ -212,5 +217,15 @@ def test_forged_peer_streams_are_refused_and_nothing_is_lost(tmp_path: Path) -> 
         values = read_all(cluster.bootstrap)
         assert values == [f"r{i}".encode() for i in range(RECORDS)] * 2
         assert b"FORGED" not in b"".join(values)
+        # The admin endpoint: HTTPS with the cluster's CA, and only with its token.
+        admin = cluster.record["nodes"][0]["admin"]
+        access = access_for(tmp_path / "cluster")
+        assert access.ca is not None and access.token is not None
+        assert read_status(admin, access=access) is not None
+        assert read_status(admin) is None  # plain HTTP
+        assert read_status(admin, access=AdminAccess(ca=access.ca)) is None  # no token
+        assert read_status(admin, access=AdminAccess(ca=access.ca, token="x" * 32)) is None
+        status = tidelog("cluster", "status", "--data-dir", str(tmp_path / "cluster"), "--json")
+        assert status.returncode == 0 and '"ready": true' in status.stdout, status.stdout
     finally:
         cluster.down()

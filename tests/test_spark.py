@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from tidelog.spark.source import offsets_behind_latest
+from tidelog.status import read_status
 from tidelog.testing.live import LiveCluster, create_topic, tidelog
 from tidelog.tools.client_kafka import describe_topics
 
@@ -119,10 +119,8 @@ def hwm_of(bootstrap: str, topic: str) -> int:
 def leader_caught_up(cluster: LiveCluster, topic: str) -> bool:
     """Whether partition 0's leader has committed its whole log (HWM = log end offset)."""
     for node in cluster.record["nodes"]:
-        try:
-            with urllib.request.urlopen(f"http://{node['admin']}/status", timeout=2) as reply:
-                status = json.load(reply)
-        except (OSError, ValueError):
+        status = read_status(node["admin"])
+        if status is None:
             continue
         for p in status["partitions"]:
             if (p["topic"], p["partition"], p["role"]) == (topic, 0, "leader"):

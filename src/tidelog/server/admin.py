@@ -1,4 +1,5 @@
-"""The admin endpoint: `GET /status` (JSON) for tools and tests, over plain HTTP/1.0.
+"""The admin endpoint: `GET /status` (JSON) for tools and tests, over HTTP/1.0 (HTTPS with
+the node's certificate, and a bearer token, in a secured cluster). Read-only.
 
 `/status` is this node's view: whether it is ready (the metadata log has a leader), who
 that is, its open Kafka connections and the bytes of requests it holds, and each partition
@@ -10,7 +11,9 @@ aside and it has not fetched them again yet) or waits for its disk.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
+import ssl
 from typing import Any
 
 from tidelog.server.handlers import in_sync_nodes
@@ -58,7 +61,27 @@ def status(broker: BrokerView) -> dict[str, Any]:
     }
 
 
-async def serve_admin(broker: BrokerView, listen: Address) -> asyncio.Server:
+async def serve_admin(
+    broker: BrokerView,
+    listen: Address,
+    *,
+    tls: ssl.SSLContext | None = None,
+    token: str | None = None,
+) -> asyncio.Server:
+    """Serve `GET /status`; over HTTPS with `tls`, and only to a request that bears
+    `token` (`Authorization: Bearer TOKEN`) when there is one (401 otherwise)."""
+    wanted = None if token is None else f"bearer {token}".encode()
+
+    def authorized(head: bytes) -> bool:
+        if wanted is None:
+            return True
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"authorization":
+                given = value.strip()
+                return hmac.compare_digest(given[:7].lower() + given[7:], wanted)
+        return False
+
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
@@ -66,7 +89,9 @@ async def serve_admin(broker: BrokerView, listen: Address) -> asyncio.Server:
             writer.close()
             return
         line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
-        if len(line) >= 2 and line[0] == "GET" and line[1] == "/status":
+        if not authorized(head):
+            code, body = "401 Unauthorized", b'{"error": "a bearer token is required"}'
+        elif len(line) >= 2 and line[0] == "GET" and line[1] == "/status":
             code, body = "200 OK", json.dumps(status(broker)).encode()
         else:
             code, body = "404 Not Found", b'{"error": "not found"}'
@@ -80,4 +105,8 @@ async def serve_admin(broker: BrokerView, listen: Address) -> asyncio.Server:
         finally:
             writer.close()
 
-    return await asyncio.start_server(on_connection, *listen, limit=REQUEST_BYTES_MAX)
+    if tls is None:
+        return await asyncio.start_server(on_connection, *listen, limit=REQUEST_BYTES_MAX)
+    return await asyncio.start_server(
+        on_connection, *listen, limit=REQUEST_BYTES_MAX, ssl=tls, ssl_handshake_timeout=5.0
+    )

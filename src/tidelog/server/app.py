@@ -24,7 +24,7 @@ from tidelog.server.broker import Broker
 from tidelog.server.config import BrokerConfig
 from tidelog.server.kafka_server import serve_kafka
 from tidelog.server.partition import describe_disk_error, is_disk_error
-from tidelog.server.tls import listener_context
+from tidelog.server.tls import admin_context, listener_context
 
 log = logging.getLogger("tidelog.broker")
 
@@ -55,8 +55,13 @@ async def serve(broker: Broker) -> int:
     for warning in exposure_warnings(config):
         log.warning("%s", warning)
     admin = (
-        await serve_admin(broker, broker.config.admin_listen)
-        if broker.config.admin_listen
+        await serve_admin(
+            broker,
+            config.admin_listen,
+            tls=None if tls is None else admin_context(tls),
+            token=config.admin_token,
+        )
+        if config.admin_listen
         else None
     )
     broker.apply_metadata(broker.metadata)
@@ -98,6 +103,12 @@ def exposure_warnings(config: BrokerConfig) -> list[str]:
         for listener in config.listeners
         if not listener.tls and not is_loopback(listener.address[0])
     ]
+    admin = config.admin_listen
+    if admin is not None and not is_loopback(admin[0]) and config.admin_token_file is None:
+        warnings.append(
+            f"admin endpoint {format_address(admin)} is not loopback and wants no token "
+            "(--admin-token-file): whoever reaches it reads the cluster's state"
+        )
     if config.tls is None and not is_loopback(config.peer_listen[0]):
         warnings.append(
             f"peer listener {format_address(config.peer_listen)} is not loopback and has no "

@@ -167,6 +167,16 @@ class BrokerConfig:
     # authorizer.class.name and super.users (principals separated by ';').
     authorizer: bool = False
     super_users: str = ""
+    # The admin endpoint's bearer token (a file holding it); with the node's certificate
+    # (ssl_*) the endpoint is HTTPS.
+    admin_token_file: Path | None = None
+
+    @property
+    def admin_token(self) -> str | None:
+        if self.admin_token_file is None:
+            return None
+        return self.admin_token_file.read_text().strip()
+
     listeners: tuple[Listener, ...] = ()  # from `listen`; () means PLAINTEXT on `listen`
 
     @property
@@ -288,6 +298,15 @@ def check_relations(config: BrokerConfig) -> None:
     if given and len(given) != len(SSL_KEYS):
         missing = ", ".join(flag(key) for key in SSL_KEYS if key not in given)
         raise ConfigError(f"{flag(given[0])} needs {missing} too")
+    if config.admin_token_file is not None:
+        try:
+            token = config.admin_token_file.read_text().strip()
+        except OSError as error:
+            raise ConfigError(f"--admin-token-file: {error.strerror}") from None
+        if len(token) < ADMIN_TOKEN_LENGTH_MIN:
+            raise ConfigError(
+                f"--admin-token-file: a token of {ADMIN_TOKEN_LENGTH_MIN}+ characters"
+            )
     if config.ssl_client_auth not in CLIENT_AUTH:
         raise ConfigError(
             f"--ssl-client-auth: {config.ssl_client_auth!r} is not one of {CLIENT_AUTH}"
@@ -303,6 +322,7 @@ def check_relations(config: BrokerConfig) -> None:
 
 
 SSL_KEYS = ("ssl_ca", "ssl_cert", "ssl_key")
+ADMIN_TOKEN_LENGTH_MIN = 16
 
 
 # `listeners` is derived from `listen`: not a key of its own.
@@ -373,7 +393,7 @@ def convert(key: str, value: object, *, name: str) -> object:
                 for node, address in value.items()
             }
         return parse_peers(expect(str, value, name=name), name=name)
-    if key in ("data_dir", *SSL_KEYS):
+    if key in ("data_dir", "admin_token_file", *SSL_KEYS):
         return Path(expect(str, value, name=name))
     if key in ("cluster_id", "log_level", "ssl_client_auth"):
         text = expect(str, value, name=name)

@@ -84,6 +84,11 @@ def listener_context(files: TlsFiles, client_auth: str) -> ssl.SSLContext:
     return context
 
 
+def admin_context(files: TlsFiles) -> ssl.SSLContext:
+    """The admin endpoint's HTTPS: the node's certificate, no client certificate."""
+    return listener_context(files, "none")
+
+
 def node_id_of(certificate: dict[str, Any] | None) -> int | None:
     """The node id a verified peer certificate names (`getpeercert()`), or None."""
     if not certificate:

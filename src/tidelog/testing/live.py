@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import TypeVar
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
+
+from tidelog.status import access_for, read_status
 
 PORT_SPAN = 403  # base .. base+2 Kafka, +100.. peers, +200.. admin, +300.. SSL, +400.. SASL
 DEADLINE_S = 60.0
@@ -123,10 +124,8 @@ class LiveCluster:
         leader, and each leader counts all its replicas in sync: every node has applied
         the topic, so a client may bootstrap from any of them."""
         for node in self.record["nodes"]:
-            try:
-                with urllib.request.urlopen(f"http://{node['admin']}/status", timeout=2) as reply:
-                    status = json.load(reply)
-            except (OSError, ValueError):
+            status = read_status(node["admin"], access=access_for(self.directory))
+            if status is None:
                 return False
             hosted = [p for p in status["partitions"] if p["topic"] == topic]
             if len(hosted) != partitions or any(p["leader"] is None for p in hosted):

@@ -39,6 +39,10 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 @click.option("--peers", help="Every node's peer address: 1@host:port,2@host:port,...")
 @click.option("--admin-listen", help="HOST:PORT of the HTTP status endpoint (GET /status).")
 @click.option(
+    "--admin-token-file",
+    help="A file holding the bearer token GET /status wants (HTTPS too with --ssl-*).",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False, path_type=Path),

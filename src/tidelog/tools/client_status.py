@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from tidelog.status import AdminAccess, read_status
 
 CLUSTER_FILE: Final = "cluster.json"
 DATA_DIR_ENV: Final = "TIDELOG_DATA_DIR"
@@ -94,15 +94,9 @@ def admin_addresses(cluster: dict[str, Any]) -> list[str]:
     return [str(n["admin"]) for n in nodes if isinstance(n, dict) and n.get("admin")]
 
 
-def fetch_status(admin: str) -> dict[str, Any] | None:
+def fetch_status(admin: str, access: AdminAccess | None = None) -> dict[str, Any] | None:
     """One broker's `GET /status`, or None when it does not answer in time or sensibly."""
-    url = f"http://{admin}/status"
-    try:
-        with urllib.request.urlopen(url, timeout=STATUS_TIMEOUT_MS / 1000) as response:
-            status = json.loads(response.read(STATUS_SIZE_MAX))
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
-    return status if isinstance(status, dict) else None
+    return read_status(admin, timeout_s=STATUS_TIMEOUT_MS / 1000, access=access)
 
 
 def _replica_of(node_id: int, entry: dict[str, Any]) -> ReplicaStatus:
@@ -116,11 +110,13 @@ def _replica_of(node_id: int, entry: dict[str, Any]) -> ReplicaStatus:
     )
 
 
-def replica_statuses(admins: list[str]) -> dict[tuple[str, int, int], ReplicaStatus]:
+def replica_statuses(
+    admins: list[str], access: AdminAccess | None = None
+) -> dict[tuple[str, int, int], ReplicaStatus]:
     """(topic, partition, node id) -> that replica's status, from every answering broker."""
     found: dict[tuple[str, int, int], ReplicaStatus] = {}
     for admin in admins:
-        status = fetch_status(admin)
+        status = fetch_status(admin, access)
         if status is None or not isinstance(status.get("node_id"), int):
             continue
         node_id = int(status["node_id"])

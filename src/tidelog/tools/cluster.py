@@ -20,7 +20,6 @@ Rules of this file:
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import secrets
@@ -29,7 +28,6 @@ import signal
 import socket
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -39,6 +37,7 @@ import click
 
 from tidelog.address import parse_address
 from tidelog.errors import TidelogError
+from tidelog.status import TOKEN_FILE, access_for, read_status
 
 CERTS_DIR = "certs"
 CLIENT_PROPERTIES = "client-ssl.properties"
@@ -59,10 +58,7 @@ POLL_INTERVAL_S = 0.2
 LOG_TAIL_LINES = 20
 EXIT_ERROR = 1
 STATUS_TIMEOUT_S = 1.0
-STATUS_BYTES_MAX = 4 * 1024 * 1024
 DISK_FREE_BYTES_MIN = 1024 * 1024  # below this a node could not even write its log
-# Admin endpoints are on 127.0.0.1: never route them through an http_proxy from the env.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class ClusterError(TidelogError):
@@ -145,7 +141,11 @@ def plan_cluster(
 
 def make_certificates(directory: Path, record: ClusterRecord) -> Path:
     """The cluster's CA and every node's certificate in directory/certs (keys mode 0600)."""
-    from tidelog.tools.certs import issue_node, make_ca  # noqa: PLC0415 - secure clusters only
+    from tidelog.tools.certs import (  # noqa: PLC0415 - secure clusters only
+        issue_node,
+        make_ca,
+        write_private,
+    )
 
     certs = directory / CERTS_DIR
     if not (certs / "ca.crt").exists():
@@ -153,6 +153,8 @@ def make_certificates(directory: Path, record: ClusterRecord) -> Path:
     for node in record.nodes:
         if not (certs / f"node-{node.id}.crt").exists():
             issue_node(certs, node.id)
+    if not (certs / TOKEN_FILE).exists():  # the admin endpoints' bearer token
+        write_private(certs / TOKEN_FILE, secrets.token_urlsafe(24).encode())
     return certs
 
 
@@ -262,6 +264,7 @@ def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
             f"--ssl-ca={certs / 'ca.crt'}",
             f"--ssl-cert={certs / f'node-{node.id}.crt'}",
             f"--ssl-key={certs / f'node-{node.id}.key'}",
+            f"--admin-token-file={certs / TOKEN_FILE}",
         ]
     return argv
 
@@ -399,14 +402,10 @@ def log_tail(node: NodeRecord) -> str:
     return "\n".join(f"  | {line}" for line in lines)
 
 
-def read_status(admin: str, *, timeout_s: float = STATUS_TIMEOUT_S) -> dict[str, Any] | None:
-    """A node's `GET /status` JSON object, or None if it does not answer one in time."""
-    try:
-        with _DIRECT.open(f"http://{admin}/status", timeout=timeout_s) as response:
-            data = json.loads(response.read(STATUS_BYTES_MAX))
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def node_status(node: NodeRecord, *, timeout_s: float = STATUS_TIMEOUT_S) -> dict[str, Any] | None:
+    """A node's `GET /status` (HTTPS and its token in a secure cluster), or None."""
+    access = access_for(Path(node.data_dir).parent)
+    return read_status(node.admin, timeout_s=timeout_s, access=access)
 
 
 def wait_ready(nodes: list[NodeRecord], *, timeout_s: float) -> None:
@@ -420,7 +419,7 @@ def wait_ready(nodes: list[NodeRecord], *, timeout_s: float) -> None:
                     f"node {node.id} exited during startup; "
                     f"{Path(node.data_dir) / LOG_NAME} ends:\n{log_tail(node)}"
                 )
-            status = read_status(node.admin)
+            status = node_status(node)
             if status is not None and status.get("ready") is True:
                 del waiting[node.id]
         return not waiting
@@ -577,7 +576,7 @@ def observe(node: NodeRecord) -> dict[str, Any]:
     alive = is_our_broker(node)
     paused = alive and is_paused(node.pid)
     # A paused broker cannot answer; do not wait on it.
-    report = read_status(node.admin) if alive and not paused else None
+    report = node_status(node) if alive and not paused else None
     if not alive:
         state = "down"
     elif paused:

@@ -41,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidelog.errors import TidelogError
+from tidelog.status import read_status
 from tidelog.tools.client import render_table
 from tidelog.tools.client_kafka import (
     ClientError,
@@ -67,7 +68,6 @@ from tidelog.tools.cluster import (
     plan_cluster,
     ports_in_use,
     read_cluster,
-    read_status,
     signal_node,
     start_node,
     start_stopped,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 import sys
+import time
 from typing import Any, Final
 
 import click
@@ -24,17 +25,24 @@ from tidelog.tools.client_kafka import ClientError, admin_client, kafka_errors
 
 MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ATTEMPTS: Final = 5
+CONTROLLER_WAIT_S: Final = 15.0
+CONTROLLER_RETRY_S: Final = 0.2
 PASSWORD_BYTES: Final = 18
 
 
 def controller_bootstrap(bootstrap: str) -> str:
-    """The address of the metadata leader (Kafka's controller), as the cluster names it."""
-    with admin_client(bootstrap) as admin, kafka_errors(bootstrap):
-        cluster = admin.describe_cluster()
-    for broker in cluster["brokers"]:
-        if broker["broker_id"] == cluster["controller_id"]:
-            return f"{broker['host']}:{broker['port']}"
-    raise ClientError("the cluster names no controller yet: try again")
+    """The address of the metadata leader (Kafka's controller), as the cluster names it;
+    while it names none yet (an election), asked again for up to CONTROLLER_WAIT_S."""
+    deadline = time.monotonic() + CONTROLLER_WAIT_S
+    while True:
+        with admin_client(bootstrap) as admin, kafka_errors(bootstrap):
+            cluster = admin.describe_cluster()
+        for broker in cluster["brokers"]:
+            if broker["broker_id"] == cluster["controller_id"]:
+                return f"{broker['host']}:{broker['port']}"
+        if time.monotonic() >= deadline:
+            raise ClientError("the cluster names no controller yet: try again")
+        time.sleep(CONTROLLER_RETRY_S)
 
 
 def alter(bootstrap: str, alterations: list[Any]) -> dict[str, str | None]:

@@ -17,7 +17,7 @@ from tidelog.core.replica import Role
 from tidelog.errors import MetadataError
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
-from tidelog.server.acl import ALTER, DESCRIBE, Acl, acl_of, filter_of
+from tidelog.server.acl import ALTER, DESCRIBE, Acl, AclFilter, acl_of, filter_of
 from tidelog.server.answers import body_of, commit_command, response
 from tidelog.server.authorize import cluster_allowed
 from tidelog.server.view import BrokerView
@@ -32,6 +32,20 @@ def refusal(broker: BrokerView, operation: int) -> tuple[ErrorCode, str] | None:
     if not cluster_allowed(broker, operation):
         return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized"
     return None
+
+
+def filter_from(request_filter: Any) -> AclFilter:
+    """The filter of a DescribeAcls request, or of one filter of a DeleteAcls request (the
+    two spell it the same way)."""
+    return filter_of(
+        resource_type=request_filter.resource_type_filter,
+        name=request_filter.resource_name_filter,
+        pattern=getattr(request_filter, "pattern_type_filter", 3),
+        principal=request_filter.principal_filter,
+        host=request_filter.host_filter,
+        operation=request_filter.operation,
+        permission=request_filter.permission_type,
+    )
 
 
 def leads_metadata(broker: BrokerView) -> bool:
@@ -85,15 +99,7 @@ async def describe_acls(broker: BrokerView, request: KafkaRequest) -> Any:
             error_message=refused[1],
             resources=[],
         )
-    wanted = filter_of(
-        resource_type=body.resource_type_filter,
-        name=body.resource_name_filter,
-        pattern=getattr(body, "pattern_type_filter", 3),
-        principal=body.principal_filter,
-        host=body.host_filter,
-        operation=body.operation,
-        permission=body.permission_type,
-    )
+    wanted = filter_from(body)
     found = [acl for acl in broker.image.acls if wanted.matches(acl)]
     resources = [
         cls(
@@ -125,15 +131,7 @@ async def delete_acls(broker: BrokerView, request: KafkaRequest) -> Any:
         matched: list[Acl] = []
         code, message = refused or (ErrorCode.NONE, None)
         if refused is None:
-            wanted = filter_of(
-                resource_type=rule.resource_type_filter,
-                name=rule.resource_name_filter,
-                pattern=getattr(rule, "pattern_type_filter", 3),
-                principal=rule.principal_filter,
-                host=rule.host_filter,
-                operation=rule.operation,
-                permission=rule.permission_type,
-            )
+            wanted = filter_from(rule)
             matched = [acl for acl in broker.image.acls if wanted.matches(acl)]
             if matched:
                 command = {"type": "delete_acls", "acls": [acl.to_json() for acl in matched]}

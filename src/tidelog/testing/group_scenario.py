@@ -44,7 +44,7 @@ from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.testing.cluster import Cluster
 from tidelog.testing.group_sim import assign
 from tidelog.testing.groups import GroupNodes
-from tidelog.testing.scenario import Scenario, ScriptError, nodes_of, run_text
+from tidelog.testing.scenario import Scenario, ScriptError, nodes_of, run_file, run_text
 from tidelog.types import NodeId
 
 TICK_MS = 10
@@ -235,15 +235,7 @@ def describe_value(value: object) -> str:
 
 def run_group_file(path: Path, *, rewrite: bool = False) -> list[str]:
     """Run a group scenario file; with rewrite, store the actual output. Returns differences."""
-    rewritten, mismatches = run_text(path.read_text(), GroupScenario)
-    if rewrite:
-        path.write_text(rewritten)
-        return []
-    return [
-        f"{path.name}:{case.line}: {case.command}\n"
-        f"--- expected\n{case.expected}\n--- actual\n{actual}"
-        for case, actual in mismatches
-    ]
+    return run_file(path, rewrite=rewrite, make=GroupScenario)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -488,10 +488,13 @@ def leading_comments(text: str) -> dict[int, list[str]]:
     return found
 
 
-def run_file(path: Path, *, rewrite: bool = False) -> list[str]:
-    """Run a scenario file; with rewrite, store the actual output. Returns differences."""
+def run_file(
+    path: Path, *, rewrite: bool = False, make: Callable[[], Scenario] = Scenario
+) -> list[str]:
+    """Run a scenario file (in a new `make()`); with rewrite, store the actual output.
+    Returns the differences."""
     text = path.read_text()
-    rewritten, mismatches = run_text(text)
+    rewritten, mismatches = run_text(text, make)
     if rewrite:
         path.write_text(rewritten)
         return []

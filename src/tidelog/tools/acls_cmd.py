@@ -10,6 +10,7 @@ kafka-python's admin client (CreateAcls, DescribeAcls, DeleteAcls), sent to the 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Final
 
 import click
@@ -84,6 +85,13 @@ def rule_options(command: Any) -> Any:
     return command
 
 
+def at_controller(bootstrap: str | None, ask: Callable[[Any], Any]) -> Any:
+    """`ask(admin)` of an admin client connected to the controller."""
+    controller = controller_bootstrap(resolve(bootstrap))
+    with admin_client(controller) as admin, kafka_errors(controller):
+        return ask(admin)
+
+
 @click.group()
 def acls() -> None:
     """ACLs (the broker's authorizer must be on): add, list, remove."""
@@ -108,9 +116,7 @@ def add(
 ) -> None:
     """Add one ACL."""
     rule = acl_of(allow, deny, operation, host, resource_of(topic, group, cluster, prefixed))
-    controller = controller_bootstrap(resolve(bootstrap))
-    with admin_client(controller) as admin, kafka_errors(controller):
-        result = admin.create_acls([rule])
+    result = at_controller(bootstrap, lambda admin: admin.create_acls([rule]))
     if result["failed"]:
         raise ClientError(f"not added: {result['failed'][0]}")
     click.echo("added", err=True)
@@ -135,9 +141,7 @@ def remove(
 ) -> None:
     """Remove the ACL that matches exactly."""
     rule = acl_of(allow, deny, operation, host, resource_of(topic, group, cluster, prefixed))
-    controller = controller_bootstrap(resolve(bootstrap))
-    with admin_client(controller) as admin, kafka_errors(controller):
-        results = admin.delete_acls([rule])
+    results = at_controller(bootstrap, lambda admin: admin.delete_acls([rule]))
     _, matched, error = results[0]
     if error.errno != 0:
         raise ClientError(f"not removed: {error.__name__}")

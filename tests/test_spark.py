@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -109,11 +109,18 @@ def cluster_command(cluster: LiveCluster, *args: str) -> None:
 def hwm_of(bootstrap: str, topic: str) -> int:
     """Partition 0's HWM, asked of its leader (ListOffsets latest)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "hwm", "log_level": 0})
+    deadline = time.monotonic() + DEADLINE_S
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=DEADLINE_S)
+        while True:
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+                return int(high)
+            except KafkaException as error:  # a leader that just changed: ask again
+                if not error.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
     finally:
         consumer.close()
-    return int(high)
 
 
 def leader_caught_up(cluster: LiveCluster, topic: str) -> bool:

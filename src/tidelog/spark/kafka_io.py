@@ -44,6 +44,8 @@ from tidelog.spark.options import PartitionOffsets, Subscription, TopicPartition
 log = logging.getLogger("tidelog.spark")
 
 REQUEST_TIMEOUT_S: Final = 15.0
+CALL_ATTEMPTS: Final = 10
+CALL_RETRY_S: Final = 0.2
 POLL_BATCH_MAX: Final = 10_000
 """Records one consume call may return."""
 POLL_WAIT_S: Final = 0.5
@@ -115,11 +117,19 @@ def consumer(bootstrap: str, config: dict[str, str], *, group: str = READER_GROU
 
 
 def kafka_call(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
-    """`call(*args)`, with librdkafka's exception turned into SparkKafkaError."""
-    try:
-        return call(*args, **kwargs)
-    except KafkaException as error:
-        raise SparkKafkaError(f"{what}: {error.args[0]}") from None
+    """`call(*args)`, asked again on a retriable error (a leader that just changed: the
+    client's metadata catches up), as Spark's Kafka source retries (fetchOffset.numRetries);
+    librdkafka's exception turned into SparkKafkaError."""
+    attempts = 1
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except KafkaException as error:
+            retriable = getattr(error.args[0], "retriable", lambda: False)()
+            if not retriable or attempts >= CALL_ATTEMPTS:
+                raise SparkKafkaError(f"{what}: {error.args[0]}") from None
+        attempts += 1
+        time.sleep(CALL_RETRY_S)
 
 
 @dataclass

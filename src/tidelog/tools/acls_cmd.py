@@ -17,7 +17,7 @@ import click
 
 from tidelog.tools.client import bootstrap_option, json_option, reports_errors, resolve
 from tidelog.tools.client_kafka import ClientError, admin_client, kafka_errors
-from tidelog.tools.users_cmd import controller_bootstrap
+from tidelog.tools.users_cmd import ATTEMPTS, controller_bootstrap
 
 OPERATIONS: Final = (
     "ALL",
@@ -86,10 +86,33 @@ def rule_options(command: Any) -> Any:
 
 
 def at_controller(bootstrap: str | None, ask: Callable[[Any], Any]) -> Any:
-    """`ask(admin)` of an admin client connected to the controller."""
-    controller = controller_bootstrap(resolve(bootstrap))
-    with admin_client(controller) as admin, kafka_errors(controller):
-        return ask(admin)
+    """`ask(admin)` of an admin client bootstrapped at the controller, asked again (a fresh
+    client) while the node it chose answers NOT_CONTROLLER."""
+    from kafka.errors import NotControllerError  # noqa: PLC0415
+
+    answer: Any = None
+    for _ in range(ATTEMPTS):
+        controller = controller_bootstrap(resolve(bootstrap))
+        with admin_client(controller) as admin, kafka_errors(controller):
+            answer = ask(admin)
+        if NotControllerError not in errors_of(answer):
+            return answer
+    return answer
+
+
+def described(error: Any) -> str:
+    """A Kafka error class as the user reads it."""
+    name = getattr(error, "__name__", str(error))
+    if name == "SecurityDisabledError":
+        return f"{name} (the brokers run without --authorizer)"
+    return str(name)
+
+
+def errors_of(answer: Any) -> list[Any]:
+    """The error classes in a create_acls or delete_acls answer."""
+    if isinstance(answer, dict):  # create_acls: {"succeeded": [...], "failed": [errors]}
+        return list(answer.get("failed", []))
+    return [error for _, _, error in answer]  # delete_acls: [(filter, matched, error)]
 
 
 @click.group()
@@ -118,7 +141,7 @@ def add(
     rule = acl_of(allow, deny, operation, host, resource_of(topic, group, cluster, prefixed))
     result = at_controller(bootstrap, lambda admin: admin.create_acls([rule]))
     if result["failed"]:
-        raise ClientError(f"not added: {result['failed'][0]}")
+        raise ClientError(f"not added: {described(result['failed'][0])}")
     click.echo("added", err=True)
 
 
@@ -144,7 +167,7 @@ def remove(
     results = at_controller(bootstrap, lambda admin: admin.delete_acls([rule]))
     _, matched, error = results[0]
     if error.errno != 0:
-        raise ClientError(f"not removed: {error.__name__}")
+        raise ClientError(f"not removed: {described(error)}")
     if not matched:
         raise ClientError("no such ACL")
     click.echo(f"removed {len(matched)}", err=True)

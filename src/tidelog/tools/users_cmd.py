@@ -24,7 +24,9 @@ from tidelog.tools.client import bootstrap_option, json_option, reports_errors, 
 from tidelog.tools.client_kafka import ClientError, admin_client, kafka_errors
 
 MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-ATTEMPTS: Final = 5
+# kafka-python's admin client sends an alteration to a node of its choosing; one that does
+# not lead the metadata log answers NOT_CONTROLLER, and a fresh client is asked again.
+ATTEMPTS: Final = 20
 CONTROLLER_WAIT_S: Final = 15.0
 CONTROLLER_RETRY_S: Final = 0.2
 PASSWORD_BYTES: Final = 18

@@ -422,3 +422,29 @@ def test_the_sink_refuses_what_it_cannot_write(cluster: LiveCluster, spark: Spar
         writer("value string").mode("append").save()
     with pytest.raises(PySparkException, match=r"not acknowledged.*Unknown topic"):
         writer("value string", topic="no-such-topic").mode("append").save()
+
+
+def test_the_source_and_sink_over_sasl_ssl(spark: SparkSession, tmp_path: Path) -> None:
+    """Security options pass through as `kafka.*` (librdkafka's names, as the source and
+    sink pass every other one): a secured cluster's SASL_SSL listener, user `admin`; with a
+    wrong password the query fails."""
+    secure = LiveCluster(tmp_path / "secure", secure=True)
+    try:
+        lines = (tmp_path / "secure" / "client-sasl.properties").read_text().splitlines()
+        settings = dict(line.split("=", 1) for line in lines if "=" in line)
+        bootstrap = settings.pop("bootstrap.servers")
+        settings["sasl.mechanisms"] = settings.pop("sasl.mechanism")
+        options = {f"kafka.{name}": value for name, value in settings.items()}
+        create_topic(secure.bootstrap, "spark-secure", partitions=2)
+        rows = [(f"k{i}", f"secret {i}".encode()) for i in range(50)]
+        frame = spark.createDataFrame(rows, "key string, value binary")
+        sink = frame.write.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
+        sink.option("topic", "spark-secure").options(**options).mode("append").save()
+        back = source(spark, bootstrap, "spark-secure", **options).collect()
+        assert sorted((r.key.decode(), r.value) for r in back) == sorted(rows)
+        wrong = {**options, "kafka.sasl.password": "not-the-password"}
+        # librdkafka reports a failed authentication as a broker transport failure.
+        with pytest.raises(PySparkException, match=r"metadata from .*Broker transport failure"):
+            source(spark, bootstrap, "spark-secure", **wrong).collect()
+    finally:
+        secure.down()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -108,19 +108,22 @@ def cluster_command(cluster: LiveCluster, *args: str) -> None:
 
 def hwm_of(bootstrap: str, topic: str) -> int:
     """Partition 0's HWM, asked of its leader (ListOffsets latest)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "hwm", "log_level": 0})
     deadline = time.monotonic() + DEADLINE_S
-    try:
-        while True:
-            try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
-                return int(high)
-            except KafkaException as error:  # a leader that just changed: ask again
-                if not error.args[0].retriable() or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-    finally:
-        consumer.close()
+    while True:  # a leader that just changed: ask again, with fresh metadata
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "hwm", "log_level": 0})
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+            return int(high)
+        except KafkaException as error:
+            moved = error.args[0].code() in (
+                KafkaError.NOT_LEADER_FOR_PARTITION,
+                KafkaError.LEADER_NOT_AVAILABLE,
+            )
+            if not (moved or error.args[0].retriable()) or time.monotonic() > deadline:
+                raise
+        finally:
+            consumer.close()
+        time.sleep(0.2)
 
 
 def leader_caught_up(cluster: LiveCluster, topic: str) -> bool:

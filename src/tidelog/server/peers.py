@@ -46,6 +46,7 @@ FRAME_BYTES_SOFT_MAX = 8 << 20
 RECONNECT_DELAY_MIN_S = 0.05
 RECONNECT_DELAY_MAX_S = 1.0
 CONNECT_TIMEOUT_S = 2.0
+TLS_HANDSHAKE_S = 10.0  # an inbound peer's TLS handshake (a loaded machine is slow)
 STREAM_STABLE_S = 1.0
 CLOSE_WAIT_S = 2.0
 
@@ -248,7 +249,7 @@ class PeerTransport:
         assert self.tls is not None
         address = writer.get_extra_info("peername")
         try:
-            await asyncio.wait_for(writer.start_tls(self.tls.server), CONNECT_TIMEOUT_S)
+            await asyncio.wait_for(writer.start_tls(self.tls.server), TLS_HANDSHAKE_S)
         except (OSError, TimeoutError) as error:
             reason = str(error) or type(error).__name__
             log.warning(

@@ -45,6 +45,8 @@ log = logging.getLogger("tidelog.spark")
 
 REQUEST_TIMEOUT_S: Final = 15.0
 CALL_ATTEMPTS: Final = 10
+# A leader that just changed: librdkafka does not always call these retriable.
+RETRIABLE: Final = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 CALL_RETRY_S: Final = 0.2
 POLL_BATCH_MAX: Final = 10_000
 """Records one consume call may return."""
@@ -125,7 +127,8 @@ def kafka_call(what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return call(*args, **kwargs)
         except KafkaException as error:
-            retriable = getattr(error.args[0], "retriable", lambda: False)()
+            kafka_error = error.args[0]
+            retriable = kafka_error.code() in RETRIABLE or kafka_error.retriable()
             if not retriable or attempts >= CALL_ATTEMPTS:
                 raise SparkKafkaError(f"{what}: {error.args[0]}") from None
         attempts += 1

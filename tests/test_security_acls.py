@@ -42,7 +42,7 @@ from tidelog.server.acl import (
     Authorizer,
     acl_of,
 )
-from tidelog.testing.live import eventually, free_base_port, poll, tidelog
+from tidelog.testing.live import eventually, free_base_port, one_broker, poll, tidelog
 
 ON = Authorizer(enabled=True, super_users=frozenset({"User:root"}))
 
@@ -218,27 +218,15 @@ def produced(settings: dict[str, Any], value: bytes) -> int | None:
 def test_only_what_is_allowed_happens(tmp_path: Path) -> None:
     base = free_base_port()
     plain, secured = f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"
-    command = [
-        sys.executable,
-        "-m",
-        "tidelog",
-        "broker",
-        "--node-id",
-        "1",
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--listen",
+    with one_broker(
+        tmp_path,
+        base,
         f"{plain},SASL_PLAINTEXT://{secured}",
-        "--peers",
-        f"1@127.0.0.1:{base + 100}",
         "--authorizer",
         # The loopback PLAINTEXT listener is this test's administrator.
         "--super-users",
         "User:ANONYMOUS",
-    ]
-    log = (tmp_path / "broker.log").open("w")
-    broker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    try:
+    ) as broker:
         poll(
             lambda: tidelog("topics", "list", "--bootstrap-server", plain).returncode == 0 or None,
             "the broker answers",
@@ -355,7 +343,3 @@ def test_only_what_is_allowed_happens(tmp_path: Path) -> None:
         acls(plain, "remove", "--deny", "User:alice", "--operation", "WRITE", "--topic", "orders")
         assert poll(lambda: produced(alice, b"a3"), "alice writes again") >= 0
         assert broker.poll() is None
-    finally:
-        broker.terminate()
-        broker.wait(timeout=30)
-        log.close()

@@ -13,7 +13,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from kafka.errors import KafkaError
 
 from tidelog.server.app import exposure_warnings
 from tidelog.server.config import ConfigError, load_config
-from tidelog.testing.live import LiveCluster, eventually, free_base_port, poll
+from tidelog.testing.live import LiveCluster, eventually, free_base_port, one_broker, poll
 from tidelog.tools.certs import issue, issue_node, make_ca
 
 TOPIC = "tls"
@@ -160,19 +159,10 @@ def test_client_certificates_when_required(tmp_path: Path) -> None:
     make_ca(tmp_path / "other", "other")
     stranger = issue(tmp_path / "other", "mallory", common_name="mallory")
     base = free_base_port()
-    command = [
-        sys.executable,
-        "-m",
-        "tidelog",
-        "broker",
-        "--node-id",
-        "1",
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--listen",
+    with one_broker(
+        tmp_path,
+        base,
         f"SSL://127.0.0.1:{base}",
-        "--peers",
-        f"1@127.0.0.1:{base + 100}",
         "--ssl-ca",
         str(certs / "ca.crt"),
         "--ssl-cert",
@@ -181,10 +171,7 @@ def test_client_certificates_when_required(tmp_path: Path) -> None:
         str(node.key),
         "--ssl-client-auth",
         "required",
-    ]
-    log = (tmp_path / "broker.log").open("w")
-    broker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    try:
+    ) as broker:
         bootstrap = f"127.0.0.1:{base}"
         settings = ssl_settings(certs / "ca.crt")
 
@@ -211,7 +198,3 @@ def test_client_certificates_when_required(tmp_path: Path) -> None:
             answer = answer_to_api_versions(("127.0.0.1", base), context)
             assert (answer != b"") is (cert is client), cert
         eventually(lambda: broker.poll() is None, "the broker is still running")
-    finally:
-        broker.terminate()
-        broker.wait(timeout=30)
-        log.close()

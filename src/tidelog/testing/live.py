@@ -8,6 +8,7 @@ sleep).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import random
@@ -16,9 +17,9 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
@@ -169,3 +170,21 @@ def collect_leaked_sockets() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
+
+
+@contextlib.contextmanager
+def one_broker(directory: Path, base: int, listen: str, *flags: str) -> Iterator[Any]:
+    """A one-node broker (node 1, peer port base + 100, its data and `broker.log` in
+    `directory`) listening on `listen`, with `flags`; ended (SIGTERM) on exit, by its PID."""
+    command = [
+        sys.executable, "-m", "tidelog", "broker", "--node-id", "1",
+        "--data-dir", str(directory / "data"), "--listen", listen,
+        "--peers", f"1@127.0.0.1:{base + 100}", *flags,
+    ]  # fmt: skip
+    with (directory / "broker.log").open("w") as log:
+        broker = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield broker
+        finally:
+            broker.terminate()
+            broker.wait(timeout=30)

@@ -108,6 +108,8 @@ class LiveCluster:
             str(free_base_port()),
             *(["--secure"] if secure else []),
         )
+        if up.returncode != 0:  # it may have started nodes before it failed: end them
+            tidelog("cluster", "down", "--data-dir", str(directory))
         assert up.returncode == 0, up.stdout + up.stderr
         self.record = json.loads((directory / "cluster.json").read_text())
         self.bootstrap: str = self.record["bootstrap"]

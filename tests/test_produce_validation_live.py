@@ -25,34 +25,13 @@ from kafka.protocol.parser import KafkaProtocol
 from tidelog.protocol.kafka import _APIS, ApiKey
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.testing.batches import HOSTILE, Hostile, batch, record
-from tidelog.testing.live import DEADLINE_S, LiveCluster, create_topic
+from tidelog.testing.live import DEADLINE_S, LiveCluster, RawConnection, create_topic
 
 SMALL_BYTES_MAX = 1000  # the max.message.bytes of topic "small"
 CODECS = ("gzip", "snappy", "lz4", "zstd")
 LOG_LINE_LENGTH_MAX = 1000
 ATTEMPTS = 5
 RETRY_WAIT_S = 0.5
-
-
-class RawConnection:
-    """One connection to one broker; each request waits for its response."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.sock = socket.create_connection(address, timeout=DEADLINE_S)
-        self.protocol = KafkaProtocol(client_id="validation-test")
-
-    def ask(self, request: Any) -> Any:
-        self.protocol.send_request(request)
-        self.sock.sendall(self.protocol.send_bytes())
-        while True:
-            data = self.sock.recv(1 << 16)
-            assert data, "the broker closed the connection"
-            answers = self.protocol.receive_bytes(data)
-            if answers:
-                return answers[0][1]
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def produce_request(

@@ -92,6 +92,31 @@ class BrokerNotice:
         return {protocol: port for protocol, port in ports.items() if 0 < port <= 65535}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ForwardRequest:
+    """`sender`, a broker that does not lead the metadata log, asks its leader (the
+    controller) to commit `commands` (one metadata command, JSON) for a client it has
+    authenticated and authorized, as KRaft brokers forward admin requests."""
+
+    sender: NodeId
+    recipient: NodeId
+    request_id: int
+    commands: tuple[bytes, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ForwardReply:
+    """The controller's answer to a ForwardRequest: a Kafka error code, the message of an
+    error (none or one), and the metadata log's offset after the command."""
+
+    sender: NodeId
+    recipient: NodeId
+    request_id: int
+    error_code: int
+    next_offset: int
+    message: tuple[bytes, ...]
+
+
 # Tags are the wire identity of a message type: append new types, never renumber.
 MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     1: AppendRequest,
@@ -100,6 +125,8 @@ MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     4: VoteResponse,
     5: LeaderNotice,
     6: BrokerNotice,
+    7: ForwardRequest,
+    8: ForwardReply,
 }
 
 _KIND_HANDSHAKE: Final = 1

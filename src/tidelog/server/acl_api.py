@@ -5,24 +5,23 @@ Rules of this file:
 - Without an authorizer every answer is SECURITY_DISABLED, as Kafka answers.
 - Creating and deleting need ALTER on the cluster, describing DESCRIBE on it.
 - A rule is validated at the door (`acl.acl_of`); the metadata log's leader (the
-  controller) writes the change, and NOT_CONTROLLER answers elsewhere. A delete writes
-  the exact rules its filter matched when it was asked.
+  controller) writes the change, any other node forwards it there
+  (`Broker.commit_metadata`). A delete writes the exact rules its filter matched when it
+  was asked.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tidelog.core.replica import Role
 from tidelog.errors import MetadataError
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.server.acl import ALTER, DESCRIBE, Acl, AclFilter, acl_of, filter_of
-from tidelog.server.answers import body_of, commit_command, response
+from tidelog.server.answers import body_of, response
 from tidelog.server.authorize import cluster_allowed
 from tidelog.server.view import BrokerView
 
-NOT_CONTROLLER = (ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader")
 DISABLED = (ErrorCode.SECURITY_DISABLED, "no authorizer is configured on the broker")
 
 
@@ -48,14 +47,10 @@ def filter_from(request_filter: Any) -> AclFilter:
     )
 
 
-def leads_metadata(broker: BrokerView) -> bool:
-    return broker.metadata.replica.status().role is Role.LEADER
-
-
 async def create_acls(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class.AclCreationResult
     creations = body_of(request).creations
-    refused = refusal(broker, ALTER) or (None if leads_metadata(broker) else NOT_CONTROLLER)
+    refused = refusal(broker, ALTER)
     results = []
     for creation in creations:
         code, message = refused or (ErrorCode.NONE, None)
@@ -73,7 +68,7 @@ async def create_acls(broker: BrokerView, request: KafkaRequest) -> Any:
                     }
                 )
                 command = {"type": "create_acls", "acls": [acl.to_json()]}
-                code, message = await commit_command(broker, command)
+                code, message = await broker.commit_metadata(command)
             except MetadataError as error:
                 code, message = ErrorCode.INVALID_REQUEST, str(error)
         results.append(cls(error_code=int(code), error_message=message))
@@ -125,7 +120,7 @@ async def describe_acls(broker: BrokerView, request: KafkaRequest) -> Any:
 
 async def delete_acls(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class.DeleteAclsFilterResult
-    refused = refusal(broker, ALTER) or (None if leads_metadata(broker) else NOT_CONTROLLER)
+    refused = refusal(broker, ALTER)
     results = []
     for rule in body_of(request).filters:
         matched: list[Acl] = []
@@ -135,7 +130,7 @@ async def delete_acls(broker: BrokerView, request: KafkaRequest) -> Any:
             matched = [acl for acl in broker.image.acls if wanted.matches(acl)]
             if matched:
                 command = {"type": "delete_acls", "acls": [acl.to_json() for acl in matched]}
-                code, message = await commit_command(broker, command)
+                code, message = await broker.commit_metadata(command)
         matching = [
             cls.DeleteAclsMatchingAcl(
                 error_code=int(code),

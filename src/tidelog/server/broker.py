@@ -5,6 +5,12 @@ Rules of this file:
   which every node hosts. Topics exist on a node once their creation is committed in the
   metadata log and applied here, in offset order.
 - Only the real clock lives here: a ticker turns wall time into the core's ticks.
+- A metadata command (create or delete a topic, a SCRAM credential, an ACL) may be asked
+  of any node: one that does not lead the metadata log forwards it to the node that does
+  (ForwardRequest over the authenticated peer link, as KRaft brokers forward admin
+  requests), after authorizing the client itself, and answers once the command is applied
+  here too. The controller takes at most FORWARDED_MAX at a time and only the command
+  types of FORWARDABLE; a command is validated again when it is applied.
 - Leaders tell the nodes that do not host their partition who leads (LeaderNotice), and
   every node tells the others its Kafka port (BrokerNotice), so any node can answer a
   Metadata request for any partition.
@@ -19,6 +25,8 @@ Rules of this file:
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import logging
 import random
 import shutil
@@ -31,8 +39,16 @@ from typing import Any
 from tidelog.clock import monotonic_ms, wall_ms
 from tidelog.core.messages import Message
 from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Role
+from tidelog.errors import RequestTimedOut
 from tidelog.node.driver import apply_committed, open_replica
-from tidelog.protocol.peer import BrokerNotice, LeaderNotice, PartitionKey
+from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
+from tidelog.protocol.peer import (
+    BrokerNotice,
+    ForwardReply,
+    ForwardRequest,
+    LeaderNotice,
+    PartitionKey,
+)
 from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
@@ -67,6 +83,15 @@ FLUSH_INTERVAL_MS_WEAK = 1000
 # The metadata log keeps every command: a node that restarts replays them all.
 METADATA_CONFIG = TopicConfig(retention_ms=None)
 SYNC_THREADS = 4
+METADATA_APPLY_WAIT_S = 10.0
+FORWARD_TIMEOUT_S = 15.0
+FORWARDED_MAX = 256  # forwarded commands the controller commits at once
+FORWARD_COMMAND_MAX_BYTES = 1024 * 1024
+FORWARDABLE = frozenset(
+    {"create_topic", "delete_topic", "create_acls", "delete_acls", "upsert_scram", "delete_scram"}
+)
+Outcome = tuple[ErrorCode, str | None, int]
+"""A metadata command's error code, the error's message, and the log's offset after it."""
 
 
 class Broker:
@@ -106,6 +131,10 @@ class Broker:
         )
         self.coordinators: dict[int, GroupCoordinator] = {}
         self.creating_offsets_topic = False
+        # Commands this node forwarded to the controller, by request id: (controller, future).
+        self.forward_ids = itertools.count(1)
+        self.forwarded: dict[int, tuple[NodeId, asyncio.Future[Outcome]]] = {}
+        self.forwarding = 0  # commands of other nodes this node is committing
         self.disk = DiskHealth()
         # Partitions whose log could not be opened (a failing disk): opened again later.
         self.unopened: dict[PartitionKey, TopicInfo] = {}
@@ -231,6 +260,94 @@ class Broker:
         batch = producer_batch([encode_command(command)], timestamp_ms=wall_ms())
         return await self.metadata.produce(batch, ACKS_ALL)
 
+    async def commit_metadata(self, command: dict[str, Any]) -> tuple[ErrorCode, str | None]:
+        """Commit one command to the metadata log with acks=all, here when this node is the
+        controller, else forwarded to it; answer once the command is applied here."""
+        if self.metadata.replica.status().role is Role.LEADER:
+            code, message, next_offset = await self.commit_here(command)
+        else:
+            code, message, next_offset = await self.forward(command)
+        if code is not ErrorCode.NONE:
+            return code, message
+        deadline = time.monotonic() + METADATA_APPLY_WAIT_S
+        while self.image.applied_offset < next_offset:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return ErrorCode.REQUEST_TIMED_OUT, "the metadata was not applied in time"
+            await self.metadata.wait_for_hwm(self.metadata.replica.status().hwm, remaining)
+        return ErrorCode.NONE, None
+
+    async def commit_here(self, command: dict[str, Any]) -> Outcome:
+        result = await self.propose_metadata(command)
+        if result.error is None and result.next_offset is not None:
+            return ErrorCode.NONE, None, int(result.next_offset)
+        code = error_code_for(result.error)
+        if code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            code = ErrorCode.NOT_CONTROLLER  # what admin clients retry, asking the new one
+        return code, str(result.error), -1
+
+    async def forward(self, command: dict[str, Any]) -> Outcome:
+        controller = self.controller_id()
+        if controller < 0 or controller == self.node_id:
+            return ErrorCode.NOT_CONTROLLER, "no controller is known yet", -1
+        request_id = next(self.forward_ids)
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self.forwarded[request_id] = (NodeId(controller), future)
+        request = ForwardRequest(
+            self.node_id, NodeId(controller), request_id, (encode_command(command),)
+        )
+        self.transport.send(self.metadata_key, [request])
+        try:
+            return await asyncio.wait_for(future, FORWARD_TIMEOUT_S)
+        except TimeoutError:
+            error = RequestTimedOut(f"controller {controller} did not answer in time")
+            return error_code_for(error), str(error), -1
+        finally:
+            self.forwarded.pop(request_id, None)
+
+    def on_forward_request(self, request: ForwardRequest) -> None:
+        """A command another node forwards: validated at the door, committed, answered."""
+
+        def reply(outcome: Outcome) -> None:
+            code, message, next_offset = outcome
+            text = () if message is None else (message.encode()[:1000],)
+            answer = ForwardReply(
+                self.node_id, request.sender, request.request_id, int(code), next_offset, text
+            )
+            self.transport.send(self.metadata_key, [answer])
+
+        if self.metadata.replica.status().role is not Role.LEADER:
+            reply((ErrorCode.NOT_CONTROLLER, "this node is not the controller", -1))
+            return
+        if self.forwarding >= FORWARDED_MAX:
+            reply((ErrorCode.REQUEST_TIMED_OUT, "the controller is busy", -1))
+            return
+        command = forwarded_command(request)
+        if command is None:
+            log.warning("refused a forwarded command from node %d: malformed", request.sender)
+            reply((ErrorCode.INVALID_REQUEST, "a malformed forwarded command", -1))
+            return
+
+        async def commit() -> None:
+            self.forwarding += 1
+            try:
+                reply(await self.commit_here(command))
+            finally:
+                self.forwarding -= 1
+
+        asyncio.get_running_loop().create_task(commit())
+
+    def on_forward_reply(self, answer: ForwardReply) -> None:
+        waiting = self.forwarded.get(answer.request_id)
+        if waiting is None or waiting[0] != answer.sender or waiting[1].done():
+            return  # late (timed out), or not from the node it was asked of
+        try:
+            code = ErrorCode(answer.error_code)
+        except ValueError:
+            code = ErrorCode.UNKNOWN_SERVER_ERROR
+        message = answer.message[0].decode(errors="replace") if answer.message else None
+        waiting[1].set_result((code, message, answer.next_offset))
+
     def maybe_create_offsets_topic(self) -> None:
         """The controller creates `__consumer_offsets` once every broker is known, as
         Kafka does at the first FindCoordinator (here at once, so it is ready by then)."""
@@ -282,7 +399,13 @@ class Broker:
     # ---------------------------------------------------------------- peers ------------
     def on_peer_items(self, peer: NodeId, items: list[tuple[PartitionKey, Any]]) -> None:
         for key, msg in items:
-            if isinstance(msg, BrokerNotice):
+            if isinstance(msg, ForwardRequest | ForwardReply) and msg.recipient != self.node_id:
+                log.warning("dropped a forwarded command for node %d", msg.recipient)
+            elif isinstance(msg, ForwardRequest):
+                self.on_forward_request(msg)
+            elif isinstance(msg, ForwardReply):
+                self.on_forward_reply(msg)
+            elif isinstance(msg, BrokerNotice):
                 for protocol, port in msg.ports().items():
                     self.listener_ports.setdefault(protocol, {})[peer] = port
             elif isinstance(msg, LeaderNotice):
@@ -359,6 +482,19 @@ class Broker:
     def announce_to(self, peer: NodeId) -> None:
         """A link to `peer` just came up: tell it our Kafka ports at once."""
         self.transport.send(self.metadata_key, [self.notice_to(peer)])
+
+
+def forwarded_command(request: ForwardRequest) -> dict[str, Any] | None:
+    """The one command of a forwarded request, if it is one the controller takes."""
+    if len(request.commands) != 1 or len(request.commands[0]) > FORWARD_COMMAND_MAX_BYTES:
+        return None
+    try:
+        command = json.loads(request.commands[0])
+    except ValueError:
+        return None
+    if not isinstance(command, dict) or command.get("type") not in FORWARDABLE:
+        return None
+    return command
 
 
 def step_message(msg: Message, replica: Replica) -> None:

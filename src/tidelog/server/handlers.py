@@ -46,7 +46,7 @@ from tidelog.protocol.peer import PartitionKey
 from tidelog.protocol.validate import BatchRules, refuse_request, validate_batch
 from tidelog.server.acl import CREATE, DELETE, DESCRIBE, IDEMPOTENT_WRITE, READ, TOPIC, WRITE
 from tidelog.server.acl_api import ACL_HANDLERS
-from tidelog.server.answers import body_of, commit_command, host_of, response
+from tidelog.server.answers import body_of, host_of, response
 from tidelog.server.authorize import allowed, cluster_allowed
 from tidelog.server.group_api import GROUP_HANDLERS
 from tidelog.server.metadata import (
@@ -499,8 +499,6 @@ async def create_topics(broker: BrokerView, request: KafkaRequest) -> Any:
 async def create_topic(
     broker: BrokerView, topic: Any, validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
-    if broker.metadata.replica.status().role is not Role.LEADER:
-        return ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
     if not isinstance(topic.name, str):
         return ErrorCode.INVALID_REQUEST, "a topic name is required"
     if not (cluster_allowed(broker, CREATE) or allowed(broker, CREATE, TOPIC, topic.name)):
@@ -534,7 +532,7 @@ async def create_topic(
     start = broker.rng.randrange(len(broker.all_nodes))
     replicas = place_replicas(list(broker.all_nodes), partitions, factor, start)
     command = {"type": "create_topic", "name": topic.name, "replicas": replicas, "configs": configs}
-    return await commit_command(broker, command)
+    return await broker.commit_metadata(command)
 
 
 async def delete_topics(broker: BrokerView, request: KafkaRequest) -> Any:
@@ -544,16 +542,14 @@ async def delete_topics(broker: BrokerView, request: KafkaRequest) -> Any:
     results = []
     for name in names:
         message: str | None
-        if broker.metadata.replica.status().role is not Role.LEADER:
-            code, message = ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
-        elif name in INTERNAL_TOPICS:
+        if name in INTERNAL_TOPICS:
             code, message = ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic"
         elif not allowed(broker, DELETE, TOPIC, str(name)):
             code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized"
         elif name not in broker.image.topics:
             code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {quoted(str(name))}"
         else:
-            code, message = await commit_command(broker, {"type": "delete_topic", "name": name})
+            code, message = await broker.commit_metadata({"type": "delete_topic", "name": name})
         results.append(cls(name=name, error_code=int(code), error_message=message))
     return response(request, throttle_time_ms=0, responses=results)
 

@@ -12,7 +12,7 @@ Rules of this file:
   with one log line, and then the connection closes, as Kafka does.
 - Credentials are checked against the salted SCRAM credentials of the metadata image
   (`tidelog.protocol.scram`); passwords are never stored. A credential is changed only
-  through the metadata log, by its leader (NOT_CONTROLLER elsewhere), after validation
+  through the metadata log (forwarded to its leader by any other node), after validation
   at the door (known mechanism, Kafka's iteration bounds, a salt and a salted password).
 """
 
@@ -23,7 +23,6 @@ import logging
 import secrets
 from typing import Any
 
-from tidelog.core.replica import Role
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.scram import (
@@ -38,7 +37,7 @@ from tidelog.protocol.scram import (
     credential_from_salted,
 )
 from tidelog.server.acl import ALTER, DESCRIBE
-from tidelog.server.answers import body_of, commit_command, response
+from tidelog.server.answers import body_of, response
 from tidelog.server.authorize import cluster_allowed
 from tidelog.server.session import session
 from tidelog.server.view import BrokerView
@@ -208,10 +207,7 @@ async def alter_user_scram_credentials(broker: BrokerView, request: KafkaRequest
         elif command is not None and not cluster_allowed(broker, ALTER):
             code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized"
         elif command is not None:
-            if broker.metadata.replica.status().role is not Role.LEADER:
-                code, message = ErrorCode.NOT_CONTROLLER, "this node is not the metadata leader"
-            else:
-                code, message = await commit_command(broker, command)
+            code, message = await broker.commit_metadata(command)
         results.append(cls(user=name, error_code=int(code), error_message=message))
     return response(request, throttle_time_ms=0, results=results)
 

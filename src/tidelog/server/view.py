@@ -12,6 +12,7 @@ import contextvars
 import random
 from typing import Any, Protocol
 
+from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
@@ -66,6 +67,7 @@ class BrokerView(Protocol):
         """(leader id or -1, leader epoch or -1) as this node knows it."""
         ...
 
-    async def propose_metadata(self, command: dict[str, Any]) -> Any:
-        """Commit one command to the metadata log; its result once applied here."""
+    async def commit_metadata(self, command: dict[str, Any]) -> tuple[ErrorCode, str | None]:
+        """Commit one command to the metadata log, at the controller (forwarded there by a
+        node that is not); its error code and message once applied here."""
         ...

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
+from kafka.protocol.parser import KafkaProtocol
 
 from tidelog.status import access_for, read_status
 
@@ -146,6 +147,28 @@ class LiveCluster:
         assert result.returncode == 0, result.stderr
         states = json.loads(result.stdout)
         return next(state for state in states["nodes"] if state["id"] == node)
+
+
+class RawConnection:
+    """One plaintext connection to one broker (not to the cluster: no client library
+    picks the node); each request waits for its response."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.sock = socket.create_connection(address, timeout=DEADLINE_S)
+        self.protocol = KafkaProtocol(client_id="tidelog-test")
+
+    def ask(self, request: Any) -> Any:
+        self.protocol.send_request(request)
+        self.sock.sendall(self.protocol.send_bytes())
+        while True:
+            data = self.sock.recv(1 << 16)
+            assert data, "the broker closed the connection"
+            answers = self.protocol.receive_bytes(data)
+            if answers:
+                return answers[0][1]
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def create_topic(

@@ -9,6 +9,7 @@ client without a certificate and serves one with a certificate of the cluster's 
 
 from __future__ import annotations
 
+import datetime
 import shutil
 import socket
 import ssl
@@ -158,6 +159,8 @@ def test_client_certificates_when_required(tmp_path: Path) -> None:
     client = issue(certs, "alice", common_name="alice")
     make_ca(tmp_path / "other", "other")
     stranger = issue(tmp_path / "other", "mallory", common_name="mallory")
+    long_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=400)
+    expired = issue(certs, "old", common_name="alice", days=30, now=long_ago)
     base = free_base_port()
     with one_broker(
         tmp_path,
@@ -189,9 +192,10 @@ def test_client_certificates_when_required(tmp_path: Path) -> None:
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **mine)
         assert producer.send("alone", b"x").get(timeout=30).offset >= 0
         producer.close()
-        # With its certificate a client is answered; without one, or with one of another
-        # CA, the handshake fails and an ApiVersions request gets no answer.
-        for cert in (client, None, stranger):
+        # With its certificate a client is answered; without one, with one of another CA,
+        # or with an expired one, the handshake fails and an ApiVersions request gets no
+        # answer.
+        for cert in (client, None, stranger, expired):
             context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
             if cert is not None:
                 context.load_cert_chain(cert.cert, cert.key)

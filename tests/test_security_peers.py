@@ -9,6 +9,7 @@ certificate used to claim another node's id. Every acknowledged record reads bac
 
 from __future__ import annotations
 
+import datetime
 import socket
 import ssl
 import stat
@@ -74,6 +75,40 @@ def test_node_certificates_name_their_node_and_keys_are_private(tmp_path: Path) 
     assert node_id_of(None) is None
     with pytest.raises(CertError, match="exists"):
         make_ca(tmp_path, "c1")
+
+
+@pytest.mark.parametrize("shift", [-400, 400], ids=["expired", "not-yet-valid"])
+def test_a_peer_certificate_out_of_its_validity_is_refused(tmp_path: Path, shift: int) -> None:
+    """Node 2's certificate, signed by the cluster's CA but valid 30 days from `shift` days
+    off today, does not get through node 1's TLS handshake."""
+    ca = make_ca(tmp_path, "c1")
+    node = issue_node(tmp_path, 1)
+    then = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=shift)
+    stale = issue_node(tmp_path, 2, days=30, now=then)
+    contexts = peer_contexts(TlsFiles(ca.cert, node.cert, node.key))
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    refusals: list[ssl.SSLError] = []
+
+    def serve() -> None:
+        connection, _ = server.accept()
+        connection.settimeout(10)
+        try:
+            with contexts.server.wrap_socket(connection, server_side=True) as tls:
+                tls.recv(1)
+        except ssl.SSLError as error:
+            refusals.append(error)
+
+    thread = threading.Thread(target=serve)  # a node's server side, in this process
+    thread.start()
+    forged = forged_append(2, 1)
+    assert (
+        attempt(("127.0.0.1", port), client_context(ca.cert, stale.cert, stale.key), forged) == b""
+    )
+    thread.join(timeout=10)
+    server.close()
+    assert len(refusals) == 1
+    assert "certificate" in str(refusals[0]), refusals[0]
 
 
 def test_a_bad_certificate_file_is_a_config_error_naming_it(tmp_path: Path) -> None:

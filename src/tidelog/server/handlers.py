@@ -28,6 +28,7 @@ from tidelog.errors import (
     MetadataError,
     NotLeader,
     OffsetOutOfRange,
+    RetriableError,
     StorageError,
     TidelogError,
 )
@@ -67,6 +68,11 @@ Handler = Callable[[BrokerView, KafkaRequest], Awaitable[Any]]
 FETCH_WAIT_MS_MAX = 30_000
 FETCH_MAX_BYTES = 55 * 1024 * 1024  # Kafka's broker fetch.max.bytes: one response at most
 PRODUCE_TIMEOUT_MS_MAX = 120_000
+# A leader that cannot answer ListOffsets yet (its new epoch's HWM, a read lease being
+# renewed on a loaded machine) is waited for up to this long, polled every step, as a fetch
+# long-polls, rather than answered with an error some clients do not retry.
+SERVING_WAIT_S = 2.0
+SERVING_POLL_S = 0.02
 LOGGED_MESSAGE_MAX = 300  # characters of a refusal's message in a log line
 _producer_ids = itertools.count(1)
 
@@ -404,15 +410,19 @@ async def list_offsets(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class.ListOffsetsTopicResponse
     topics = []
     for topic in body_of(request).topics:
-        partitions = [
-            list_partition(broker, cls, topic.name, part.partition_index, part.timestamp)
-            for part in topic.partitions
-        ]
+        partitions = await asyncio.gather(
+            *(
+                list_partition(broker, cls, topic.name, part.partition_index, part.timestamp)
+                for part in topic.partitions
+            )
+        )
         topics.append(cls(name=topic.name, partitions=partitions))
     return response(request, throttle_time_ms=0, topics=topics)
 
 
-def list_partition(broker: BrokerView, cls: Any, topic: str, partition: int, timestamp: int) -> Any:
+async def list_partition(
+    broker: BrokerView, cls: Any, topic: str, partition: int, timestamp: int
+) -> Any:
     def answer(error: ErrorCode, offset: int = -1, found_timestamp: int = -1) -> Any:
         return cls.ListOffsetsPartitionResponse(
             partition_index=partition,
@@ -435,11 +445,18 @@ def list_partition(broker: BrokerView, cls: Any, topic: str, partition: int, tim
     if runner.busy:  # its log is being repaired
         return answer(ErrorCode.KAFKA_STORAGE_ERROR)
     replica = runner.replica
-    epoch = int(replica.status().epoch)
-    try:
-        latest = replica.latest_offset(now_ms=monotonic_ms())
-    except TidelogError as error:
-        return answer(error_code_for(error))
+    deadline = time.monotonic() + SERVING_WAIT_S
+    while True:
+        epoch = int(replica.status().epoch)
+        try:
+            latest = replica.latest_offset(now_ms=monotonic_ms())
+            break
+        except RetriableError as error:
+            if time.monotonic() >= deadline or replica.status().role is not Role.LEADER:
+                return answer(error_code_for(error))
+        except TidelogError as error:
+            return answer(error_code_for(error))
+        await asyncio.sleep(SERVING_POLL_S)
     if timestamp == LATEST:
         return answer(ErrorCode.NONE, int(latest))
     if timestamp == EARLIEST:

@@ -24,6 +24,8 @@ from tidelog.protocol.peer import (
     PEER_FRAME_SIZE_MAX,
     SCHEMA_FINGERPRINT,
     BrokerNotice,
+    ForwardReply,
+    ForwardRequest,
     FrameTooLarge,
     Handshake,
     LeaderNotice,
@@ -117,7 +119,7 @@ def test_every_message_type_round_trips(message: Message) -> None:
 
 
 def test_every_message_type_has_a_tag() -> None:
-    notices = {LeaderNotice, BrokerNotice}
+    notices = {LeaderNotice, BrokerNotice, ForwardRequest, ForwardReply}
     assert set(typing.get_args(Message)) | notices == set(MESSAGE_TAGS.values())
 
 

@@ -1,5 +1,6 @@
 """Rule 9 of the replica: every peer message is checked at the door. One that cannot be
-right changes nothing and `step` says why; no message, however forged, trips an assertion."""
+right changes nothing and `step` says why; no message, however forged, trips an assertion.
+So is a request to hand leadership over (rule 10): one that cannot be done says why."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
     Message,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -88,9 +90,19 @@ CASES = [
     ("follower", append(ONE, TWO, 1, hwm=Offset(-5)), "impossible offsets"),
     ("follower", append(ONE, TWO, 1, prev_epoch=Epoch(-7)), "impossible offsets"),
     ("follower", append(ONE, TWO, -3), "in epoch -3"),
+    ("follower", append(ONE, TWO, 2**31 - 1), "in epoch 2147483647"),
+    ("follower", VoteRequest(THREE, TWO, Epoch(2**40), Epoch(1), Offset(9), False), "in epoch"),
     ("follower", append(ONE, TWO, 1, producers=(bytes(36),)), "that is no reset"),
     ("follower", append(ONE, TWO, 1, reset=True, batches=(), producers=(b"x",)), "cannot be"),
     ("follower", VoteRequest(THREE, TWO, Epoch(2), NO_EPOCH, Offset(-1), False), "impossible log"),
+    ("follower", TimeoutNow(THREE, TWO, Epoch(1)), "not the leader of epoch 1"),
+    ("follower", TimeoutNow(STRANGER, TWO, Epoch(1)), "no replica"),
+    ("leader", TimeoutNow(TWO, ONE, Epoch(1)), "not the leader of epoch 1"),
+    (
+        "leader",
+        AppendResponse(TWO, ONE, Epoch(1), True, Offset(1), Offset(1 << 40), Epoch(1), 0, 0),
+        "more than the log we lead",
+    ),
     ("leader", append(TWO, ONE, 1), "which we lead"),
     ("leader", append(TWO, ONE, 1, reset=True, batches=()), "which we lead"),
     (
@@ -128,7 +140,7 @@ def test_no_message_trips_an_assertion() -> None:
             pick = rng.choice
             sender, recipient = NodeId(pick([1, 2, 3, 9])), NodeId(pick([1, 2, 2, 3]))
             epoch = Epoch(pick([replica.status().epoch, replica.status().epoch + 1, pick(values)]))
-            kind = rng.randrange(4)
+            kind = rng.randrange(5)
             msg: Message
             if kind == 0:
                 msg = AppendRequest(
@@ -146,8 +158,10 @@ def test_no_message_trips_an_assertion() -> None:
             elif kind == 2:
                 msg = VoteRequest(
                     sender, recipient, epoch, Epoch(pick(values)), Offset(pick(values)),
-                    rng.random() < 0.5,
+                    rng.random() < 0.5, rng.random() < 0.3,
                 )  # fmt: skip
+            elif kind == 3:
+                msg = TimeoutNow(sender, recipient, epoch)
             else:
                 msg = VoteResponse(sender, recipient, epoch, rng.random() < 0.5, rng.random() < 0.5)
             replica.step(msg)
@@ -155,3 +169,15 @@ def test_no_message_trips_an_assertion() -> None:
             if rng.random() < 0.3:
                 replica.tick(now_ms=0)
                 drain(replica, storage)
+
+
+def test_a_transfer_that_cannot_be_done_says_why() -> None:
+    replica, storage = leader()
+    before = replica.status()
+    assert replica.transfer_leadership(STRANGER) == "node 9 is no other replica of this partition"
+    assert replica.transfer_leadership(ONE) == "node 1 is no other replica of this partition"
+    assert drain(replica, storage) == [] or replica.status() == before
+    assert replica.transfer_target is None
+    assert replica.transfer_leadership(TWO) is None
+    assert replica.transfer_leadership(THREE) == "a transfer is under way"
+    assert follower()[0].transfer_leadership(ONE) == "not the leader"

@@ -13,3 +13,6 @@ NodeId = NewType("NodeId", int)
 
 # An epoch no leader ever had: what an empty log, or an offset before any epoch, answers.
 NO_EPOCH = Epoch(-1)
+# The largest epoch a message may carry: epochs are Kafka's int32 leader epochs, and a
+# candidate campaigns in its epoch + 1.
+EPOCH_MAX = Epoch(2**31 - 2)

@@ -78,7 +78,9 @@ class AppendResponse:
 
 @dataclass(frozen=True, slots=True)
 class VoteRequest:
-    """Candidate -> voter. A pre-vote asks whether a vote would be granted, changing nothing."""
+    """Candidate -> voter. A pre-vote asks whether a vote would be granted, changing nothing.
+    `transfer` marks the campaign of a leadership transfer's target (TimeoutNow): the
+    voters' lease does not hold it back, as the leader that asked for it gave its up."""
 
     sender: NodeId
     recipient: NodeId
@@ -86,6 +88,7 @@ class VoteRequest:
     last_epoch: Epoch
     log_end_offset: Offset
     pre_vote: bool
+    transfer: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +102,17 @@ class VoteResponse:
     pre_vote: bool
 
 
-Message = AppendRequest | AppendResponse | VoteRequest | VoteResponse
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """Leader -> the target of a leadership transfer, once the target holds the leader's
+    whole log durably: campaign at once (Raft thesis §3.10, etcd-io/raft's MsgTimeoutNow)."""
+
+    sender: NodeId
+    recipient: NodeId
+    epoch: Epoch
+
+
+Message = AppendRequest | AppendResponse | VoteRequest | VoteResponse | TimeoutNow
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,10 +34,20 @@ Rules of this file:
    HWM is what storage recovered, min(old HWM, log end): the one case where a replica's
    HWM goes back, across the restart that found the damage.
 9. Every message is hostile until checked at the door (`step`): one addressed to another
-   node, from a node that is no replica, with impossible offsets or epochs, an append in
-   an epoch this replica leads, or from a node other than the leader it knows in that
-   epoch, cannot be right; it changes nothing and `step` returns why. No message can trip
-   an assertion: assertions are for our own bugs.
+   node, from a node that is no replica, with impossible offsets or epochs (an epoch past
+   EPOCH_MAX, Kafka's int32), an append in an epoch this replica leads, or from a node
+   other than the leader it knows in that epoch, an answer claiming more of the log than
+   the leader holds, or a TimeoutNow from a node other than the leader it knows, cannot be
+   right; it changes nothing and `step` returns why. No message can trip an assertion:
+   assertions are for our own bugs.
+10. A leader may hand its leadership to a replica (`transfer_leadership`, Raft thesis
+   §3.10): it takes no produce from then on, brings the target's durable log up to its
+   own, then sends it TimeoutNow, and from that moment serves no reads for the rest of its
+   epoch (the target's campaign is marked `transfer`, and voters grant it inside their
+   lease: the lease no longer protects this leader's reads). A transfer not done within an
+   election timeout ends: before TimeoutNow left, the leader goes on leading; after, it
+   steps down, since it holds no lease any more. Only the leader a replica knows in its
+   epoch can make it campaign so, and a replica under repair never does (rule 8).
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ from tidelog.core.messages import (
     Message,
     ProduceResult,
     Ready,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -88,7 +99,7 @@ from tidelog.records import (
     read_header,
     stamp,
 )
-from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
+from tidelog.types import EPOCH_MAX, NO_EPOCH, Epoch, NodeId, Offset
 
 ACKS_NONE = 0
 ACKS_LEADER = 1
@@ -258,6 +269,11 @@ class Replica:
         self.ready_outstanding = False
         self.ready_log_end_offset = self.log.log_end_offset
         self.append_seq = 0
+        # A leadership transfer in progress (rule 10): its target, the ticks it has taken,
+        # and whether TimeoutNow has left (then this leader serves no more reads).
+        self.transfer_target: NodeId | None = None
+        self.transfer_elapsed = 0
+        self.timeout_now_sent = False
         self._maybe_finish_repair()
 
     # ================================================================== inputs ==========
@@ -292,6 +308,21 @@ class Replica:
         else:
             self.become_candidate()
 
+    def transfer_leadership(self, target: NodeId) -> str | None:
+        """Hand leadership to `target`, another replica (rule 10). None when the transfer
+        began (or goes on already); else why it cannot, for the caller to answer with."""
+        assert not self.ready_outstanding
+        if self.role is not Role.LEADER:
+            return "not the leader"
+        if target not in self.peers:
+            return f"node {target} is no other replica of this partition"
+        if self.transfer_target is not None:
+            return None if self.transfer_target == target else "a transfer is under way"
+        self.transfer_target = target
+        self.transfer_elapsed = 0
+        self._maybe_send_timeout_now()
+        return None
+
     def step(self, msg: Message) -> str | None:
         """Take one message from a peer. A message that cannot be right (rule 9) changes
         nothing: the reason is returned, for the caller to log; None when it was taken."""
@@ -310,8 +341,10 @@ class Replica:
             self.on_append_response(msg)
         elif isinstance(msg, VoteRequest):
             self.on_vote_request(msg)
-        else:
+        elif isinstance(msg, VoteResponse):
             self.on_vote_response(msg)
+        else:
+            self.on_timeout_now(msg)
         return None
 
     def _refusal(self, msg: Message) -> str | None:
@@ -320,7 +353,7 @@ class Replica:
             return f"addressed to node {msg.recipient}, not this node {self.id}"
         if msg.sender not in self.peers:
             return f"from node {msg.sender}, no replica of this partition"
-        if msg.epoch < 0:
+        if not 0 <= msg.epoch <= EPOCH_MAX:
             return f"from node {msg.sender} in epoch {msg.epoch}"
         if isinstance(msg, AppendRequest):
             if min(msg.prev_offset, msg.hwm, msg.log_start_offset) < 0 or msg.prev_epoch < NO_EPOCH:
@@ -339,8 +372,15 @@ class Replica:
         elif isinstance(msg, AppendResponse):
             if min(msg.prev_offset, msg.match_offset) < 0 or msg.hint_epoch < NO_EPOCH:
                 return f"an answer from node {msg.sender} with impossible offsets or epochs"
+            leading = msg.epoch == self.epoch and self.role is Role.LEADER
+            if leading and msg.success and msg.match_offset > self.log.log_end_offset:
+                return f"an answer from node {msg.sender} holding more than the log we lead"
         elif isinstance(msg, VoteRequest) and min(msg.log_end_offset, msg.last_epoch + 1) < 0:
             return f"a vote request from node {msg.sender} with an impossible log"
+        elif (
+            isinstance(msg, TimeoutNow) and msg.epoch == self.epoch and self.leader_id != msg.sender
+        ):
+            return f"a TimeoutNow from node {msg.sender}, not the leader of epoch {msg.epoch}"
         return None
 
     def propose(self, request_id: int, batch: bytes, *, acks: int) -> None:
@@ -471,6 +511,8 @@ class Replica:
         other leader can exist yet: reads cannot be stale (Jepsen etcd 0.4.1). The lease is
         measured on the caller's clock now, not in ticks: a leader whose ticks ran late
         (a pause, a stall) must not believe its lease lasted longer than it did."""
+        if self.timeout_now_sent:
+            return False  # a transfer's target may be elected inside the lease (rule 10)
         if not self.config.check_quorum:
             return True
         now = self.now_ms if now_ms is None else now_ms
@@ -580,13 +622,14 @@ class Replica:
         if isinstance(msg, VoteRequest):
             if msg.pre_vote:
                 return True  # a pre-vote changes nothing here
-            if self._in_lease():
+            if self._in_lease() and not msg.transfer:
                 return False  # a healthy leader exists: ignore the vote (leader lease)
             self.become_follower(msg.epoch, None)
             return True
         if isinstance(msg, VoteResponse) and msg.pre_vote and msg.granted:
             return True  # a granted pre-vote carries the epoch we would campaign in
-        leader = msg.sender if isinstance(msg, AppendRequest) else None
+        # Only a leader sends appends and TimeoutNow: the sender leads that epoch.
+        leader = msg.sender if isinstance(msg, AppendRequest | TimeoutNow) else None
         self.become_follower(msg.epoch, leader)
         return True
 
@@ -653,6 +696,8 @@ class Replica:
             self.voted_for = None
         was_leader = self.role is Role.LEADER
         self.role = Role.FOLLOWER
+        self.transfer_target = None
+        self.timeout_now_sent = False
         if leader != self.leader_id:
             self.follower_synced = False
         self.leader_id = leader
@@ -671,7 +716,7 @@ class Replica:
         self._request_votes(Epoch(self.epoch + 1), pre_vote=True)
         self._maybe_finish_election(pre_vote=True)
 
-    def become_candidate(self) -> None:
+    def become_candidate(self, *, transfer: bool = False) -> None:
         self.epoch = Epoch(self.epoch + 1)
         self.voted_for = self.id
         self.role = Role.CANDIDATE
@@ -679,7 +724,7 @@ class Replica:
         self.follower_synced = False
         self.votes = {}  # our own vote counts once it is durable (advance)
         self._reset_election_timer()
-        self._request_votes(self.epoch, pre_vote=False)
+        self._request_votes(self.epoch, pre_vote=False, transfer=transfer)
 
     def become_leader(self) -> None:
         """Start an epoch: record it in the epoch history with a control batch (KIP-207)."""
@@ -710,13 +755,10 @@ class Replica:
         if self.election_elapsed >= self.election_timeout:
             self.campaign()
 
-    def _request_votes(self, epoch: Epoch, *, pre_vote: bool) -> None:
+    def _request_votes(self, epoch: Epoch, *, pre_vote: bool, transfer: bool = False) -> None:
+        last_epoch, end = self.log.last_epoch, self.log.log_end_offset
         for peer in self.peers:
-            self.msgs.append(
-                VoteRequest(
-                    self.id, peer, epoch, self.log.last_epoch, self.log.log_end_offset, pre_vote
-                )
-            )
+            self.msgs.append(VoteRequest(self.id, peer, epoch, last_epoch, end, pre_vote, transfer))
 
     def on_vote_request(self, msg: VoteRequest) -> None:
         # Under repair, also as if we still held the log we lost (rule 8, KIP-966).
@@ -735,7 +777,8 @@ class Replica:
         free = self.voted_for in (None, msg.sender) and self.role is not Role.LEADER
         # The lease holds in our own epoch too: a refused pre-vote may have moved us to
         # the candidate's epoch while a leader we heard from moments ago still serves.
-        promised = self._in_lease() and self.voted_for != msg.sender
+        # A transfer's campaign was asked for by the leader, which gave its lease up.
+        promised = self._in_lease() and self.voted_for != msg.sender and not msg.transfer
         granted = free and up_to_date and not promised
         if granted:
             self.voted_for = msg.sender
@@ -764,6 +807,12 @@ class Replica:
                 self.become_leader()
         elif result is VoteResult.LOST:
             self.become_follower(self.epoch, None)
+
+    def on_timeout_now(self, msg: TimeoutNow) -> None:
+        """Our leader hands us its leadership (rule 10; `_refusal` checked it is our
+        leader): campaign now, without a pre-vote, unless we are under repair (rule 8)."""
+        if self.role is Role.FOLLOWER and self.repair_floor is None:
+            self.become_candidate(transfer=True)
 
     # ================================================================== follower ========
     def on_append_request(self, msg: AppendRequest) -> None:
@@ -919,6 +968,13 @@ class Replica:
 
     # ================================================================== leader ==========
     def _tick_leader(self) -> None:
+        if self.transfer_target is not None:
+            self.transfer_elapsed += 1
+            if self.transfer_elapsed >= self.config.election_ticks:
+                if self.timeout_now_sent:  # no lease any more (rule 10): step down
+                    self.become_follower(self.epoch, None)
+                    return
+                self.transfer_target = None  # the target did not catch up: lead on
         self.heartbeat_elapsed += 1
         if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
             self.heartbeat_elapsed = 0
@@ -1092,6 +1148,19 @@ class Replica:
         progress.accept(match, self.tick_count)
         if self._maybe_advance_hwm():
             self._complete_produces()
+        self._maybe_send_timeout_now()
+
+    def _maybe_send_timeout_now(self) -> None:
+        """The transfer's target durably holds our whole log: it may campaign (rule 10).
+        From now on we serve no reads (`has_read_lease`)."""
+        target = self.transfer_target
+        if target is None or self.timeout_now_sent:
+            return
+        progress = self.progress[target]
+        if progress.repairing or progress.match_offset != self.log.log_end_offset:
+            return
+        self.timeout_now_sent = True
+        self.msgs.append(TimeoutNow(self.id, target, self.epoch))
 
     def _on_append_rejected(self, progress: Progress, msg: AppendResponse) -> None:
         if not progress.probing and msg.prev_offset < (progress.match_offset or 0):
@@ -1118,6 +1187,8 @@ class Replica:
     def _produce_error(self, acks: int) -> TidelogError | None:
         if self.role is not Role.LEADER:
             return NotLeader(self.leader_id)
+        if self.transfer_target is not None:
+            return NotLeader(self.transfer_target)  # handing over (rule 10)
         if len(self.pending) >= self.config.pending_produces_max:
             return RequestTimedOut("too many produce requests waiting for the HWM")
         if acks == ACKS_ALL:

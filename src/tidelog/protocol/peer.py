@@ -39,6 +39,7 @@ from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
     Message,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -127,6 +128,7 @@ MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     6: BrokerNotice,
     7: ForwardRequest,
     8: ForwardReply,
+    9: TimeoutNow,
 }
 
 _KIND_HANDSHAKE: Final = 1

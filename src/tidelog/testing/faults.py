@@ -4,7 +4,8 @@ Rules of this file:
 - Everything is drawn from the seed's `random.Random`, in a fixed order: one seed, one run.
 - Two fault models. `full` (the default) draws everything below. `classic` is the model
   the simulator had before scenarios 19-22 (fixed settings, no clock drift, no long or
-  late messages, retention, outages, calm windows or disk faults), drawn in its order,
+  late messages, retention, outages, calm windows, disk faults or leadership transfers),
+  drawn in its order,
   so a seed found with it (bug C's 3000308) replays exactly.
 - Faults are placed so that a failure means a bug (TigerBeetle): a quorum's durable copy
   of every committed batch survives. Crashes lose only what was not synced; bits flip only
@@ -35,7 +36,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from tidelog.core.replica import ReplicaConfig, Role
+from tidelog.core.replica import Replica, ReplicaConfig, Role
 from tidelog.testing.cluster import PPM, Cluster, NodeClock, SimStorage
 from tidelog.testing.disk import SimDiskStorage
 from tidelog.types import NodeId
@@ -222,6 +223,7 @@ class Faults:
     sync_error_rate: float  # disk only: the next fsync fails (EIO)
     full_disk_rate: float  # disk only: the next write fails (ENOSPC)
     corruption_rate: float  # disk only: a bit flips in a committed batch
+    transfer_rate: float  # a leader is asked to hand its leadership to a replica (rule 10)
     corruptible: int  # how many nodes may ever hold a flipped bit
     outage: tuple[NodeId, ...]  # a minority kept down over [outage_start, outage_end)
     outage_start: int
@@ -248,6 +250,7 @@ class Faults:
             sync_error_rate=disk_rate,
             full_disk_rate=disk_rate,
             corruption_rate=disk_rate,
+            transfer_rate=rng.uniform(0.0005, 0.003),
             corruptible=minority,
             outage=outage,
             outage_start=outage_start,
@@ -267,6 +270,7 @@ class Faults:
             sync_error_rate=0.0,
             full_disk_rate=0.0,
             corruption_rate=0.0,
+            transfer_rate=0.0,
             corruptible=0,
             outage=(),
             outage_start=-1,
@@ -291,6 +295,7 @@ class Faults:
             (self.sync_error_rate, inject_sync_error),
             (self.full_disk_rate, inject_full_disk),
             (self.corruption_rate, self.inject_corruption),
+            (self.transfer_rate, inject_transfer),
         ):
             if roll < rate:
                 inject(cluster, rng)
@@ -368,6 +373,22 @@ def inject_heal(cluster: Cluster, rng: random.Random) -> None:
 def inject_pause(cluster: Cluster, rng: random.Random) -> None:
     node = pick_leader_mostly(cluster, rng, 0.7)
     cluster.pause(node, rng.randint(PAUSE_TICKS_MIN, PAUSE_TICKS_MAX) * MICROS_PER_TICK)
+
+
+def inject_transfer(cluster: Cluster, rng: random.Random) -> None:
+    """A leader is asked to hand its leadership to another replica (a controlled shutdown,
+    a preferred-leader election): whatever the faults around it, no rule may break."""
+    leaders = [node for node, replica in cluster.live_replicas() if replica.role is Role.LEADER]
+    if not leaders:
+        return
+    node = rng.choice(leaders)
+    target = rng.choice([peer for peer in cluster.ids if peer != node])
+    cluster.note(f"{node} hands its leadership to {target}")
+
+    def transfer(replica: Replica) -> None:
+        replica.transfer_leadership(target)  # refused when no longer leader: nothing to do
+
+    cluster.input(node, transfer)
 
 
 def inject_sync_error(cluster: Cluster, rng: random.Random) -> None:

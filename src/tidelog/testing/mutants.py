@@ -459,6 +459,36 @@ CATALOGUE: tuple[Mutant, ...] = (
         "if self.probe_key != key:  # a new probe, not a copy of the last",
         "if True:",
     ),
+    # ---------------------------------------------------------------- leadership transfer
+    Mutant(
+        "transfer-keeps-read-lease",
+        "a leader that sent TimeoutNow serves no reads: voters may elect its target inside "
+        "their lease (rule 10)",
+        REPLICA,
+        "return False  # a transfer's target may be elected inside the lease (rule 10)",
+        "pass",
+    ),
+    Mutant(
+        "transfer-to-a-lagging-target",
+        "TimeoutNow leaves only once the target durably holds the leader's whole log",
+        REPLICA,
+        "if progress.repairing or progress.match_offset != self.log.log_end_offset:",
+        "if False:",
+    ),
+    Mutant(
+        "produce-while-handing-over",
+        "a leader handing its leadership over takes no produce (its target could never catch up)",
+        REPLICA,
+        "return NotLeader(self.transfer_target)  # handing over (rule 10)",
+        "pass",
+    ),
+    Mutant(
+        "lead-on-after-timeout-now",
+        "a leader whose transfer failed after TimeoutNow left steps down (it holds no lease)",
+        REPLICA,
+        "if self.timeout_now_sent:  # no lease any more (rule 10): step down",
+        "if False:",
+    ),
     # ---------------------------------------------------------------- group coordinator -
     Mutant(
         "coordinator-serves-before-loaded",

@@ -43,6 +43,7 @@ from tidelog.core.messages import (
     AppendResponse,
     Message,
     ProduceResult,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -63,6 +64,7 @@ MESSAGE_TYPES: dict[str, type] = {
     "append-resp": AppendResponse,
     "vote": VoteRequest,
     "vote-resp": VoteResponse,
+    "timeout-now": TimeoutNow,
 }
 STABILIZE_ROUNDS_MAX = 10_000
 
@@ -89,7 +91,10 @@ def describe_message(msg: Message) -> str:
         )
     if isinstance(msg, VoteRequest):
         kind = "PreVote" if msg.pre_vote else "Vote"
-        return f"{head} {kind} e{msg.epoch} last=e{msg.last_epoch}/{msg.log_end_offset}"
+        transfer = " transfer" if msg.transfer else ""
+        return f"{head} {kind} e{msg.epoch} last=e{msg.last_epoch}/{msg.log_end_offset}{transfer}"
+    if isinstance(msg, TimeoutNow):
+        return f"{head} TimeoutNow e{msg.epoch}"
     kind = "PreVote" if msg.pre_vote else "Vote"
     verdict = "Grant" if msg.granted else "Reject"
     return f"{head} {kind}{verdict} e{msg.epoch}"
@@ -178,6 +183,14 @@ class Scenario:
         del kv
         for node in nodes_of(args[0]):
             self.c.input(node, lambda replica: replica.campaign())
+
+    def cmd_transfer(self, args: list[str], kv: dict[str, str]) -> None:
+        """`transfer 1 to=2`: node 1, the leader, hands its leadership to node 2."""
+        node, target = nodes_of(args[0])[0], NodeId(int(kv["to"]))
+        refusals: list[str | None] = []
+        self.c.input(node, lambda replica: refusals.append(replica.transfer_leadership(target)))
+        if refusals and refusals[0] is not None:
+            self.say(f"refused: {refusals[0]}")
 
     def cmd_tick(self, args: list[str], kv: dict[str, str]) -> None:
         among = {"from": kv["deliver"], "to": kv["deliver"]} if "deliver" in kv else None

@@ -242,6 +242,7 @@ REPLICA_API = {
     "delete_records",
     "note_log_start",
     "producer_snapshot",
+    "transfer_leadership",
 }
 
 

@@ -24,6 +24,7 @@ from tidelog.protocol.peer import (
     PEER_FRAME_SIZE_MAX,
     SCHEMA_FINGERPRINT,
     BrokerNotice,
+    ElectPreferred,
     ForwardReply,
     ForwardRequest,
     FrameTooLarge,
@@ -119,7 +120,7 @@ def test_every_message_type_round_trips(message: Message) -> None:
 
 
 def test_every_message_type_has_a_tag() -> None:
-    notices = {LeaderNotice, BrokerNotice, ForwardRequest, ForwardReply}
+    notices = {LeaderNotice, BrokerNotice, ForwardRequest, ForwardReply, ElectPreferred}
     assert set(typing.get_args(Message)) | notices == set(MESSAGE_TAGS.values())
 
 

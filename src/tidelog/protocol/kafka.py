@@ -58,6 +58,8 @@ with warnings.catch_warnings():
         DescribeGroupsResponse,
         DescribeUserScramCredentialsRequest,
         DescribeUserScramCredentialsResponse,
+        ElectLeadersRequest,
+        ElectLeadersResponse,
         ListGroupsRequest,
         ListGroupsResponse,
     )
@@ -146,6 +148,7 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    ELECT_LEADERS = 43
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
 
@@ -160,6 +163,7 @@ class _Api(NamedTuple):
 # clipped to what kafka-python's schemas define: Kafka 4.0 dropped old versions, so e.g.
 # CreateTopics starts at 2, DeleteTopics and DescribeConfigs at 1.
 _APIS: Final[dict[ApiKey, _Api]] = {
+    ApiKey.ELECT_LEADERS: _Api(ElectLeadersRequest, ElectLeadersResponse, (0, 2)),
     ApiKey.PRODUCE: _Api(ProduceRequest, ProduceResponse, (3, 8)),
     ApiKey.FETCH: _Api(FetchRequest, FetchResponse, (4, 11)),
     ApiKey.LIST_OFFSETS: _Api(ListOffsetsRequest, ListOffsetsResponse, (1, 5)),

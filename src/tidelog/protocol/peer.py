@@ -81,6 +81,7 @@ class BrokerNotice:
     ssl_port: int = 0
     sasl_plaintext_port: int = 0
     sasl_ssl_port: int = 0
+    stopping: bool = False  # it is shutting down: hand it no leadership
 
     def ports(self) -> dict[str, int]:
         """The listeners it names: {protocol: port}."""
@@ -118,6 +119,16 @@ class ForwardReply:
     message: tuple[bytes, ...]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ElectPreferred:
+    """`sender` asks the leader of the partition in `epoch` to hand its leadership to the
+    partition's preferred replica (ElectLeaders, or the leader rebalance)."""
+
+    sender: NodeId
+    recipient: NodeId
+    epoch: Epoch
+
+
 # Tags are the wire identity of a message type: append new types, never renumber.
 MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     1: AppendRequest,
@@ -129,6 +140,7 @@ MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     7: ForwardRequest,
     8: ForwardReply,
     9: TimeoutNow,
+    10: ElectPreferred,
 }
 
 _KIND_HANDSHAKE: Final = 1

@@ -4,8 +4,9 @@ the ticker, run until SIGTERM (`tidelog broker` calls `run`).
 Rules of this file:
 - Nothing else imports the listeners (`kafka_server`, `admin`): the handlers depend on the
   broker, never the other way round (tests/test_layers.py fails on any import cycle).
-- SIGTERM stops the node cleanly: listeners close, each partition finishes its round and
-  closes its log.
+- SIGTERM stops the node cleanly: first every leadership it holds is handed over
+  (controlled shutdown, `server/leadership.py`) while it still serves, then listeners
+  close, each partition finishes its round and closes its log.
 - When the metadata log cannot be opened the node does not start: it says why in one
   line and exits with EXIT_DISK.
 """
@@ -75,6 +76,8 @@ async def serve(broker: Broker) -> int:
     )
     await broker.stopping.wait()
     log.info("node %d stopping", broker.node_id)
+    if config.controlled_shutdown_timeout_ms > 0:
+        await broker.shut_down_leadership()
     ticker.cancel()
     for server in (*listeners, admin):
         if server is not None:

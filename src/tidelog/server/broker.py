@@ -44,6 +44,7 @@ from tidelog.node.driver import apply_committed, open_replica
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import (
     BrokerNotice,
+    ElectPreferred,
     ForwardReply,
     ForwardRequest,
     LeaderNotice,
@@ -53,6 +54,7 @@ from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
 from tidelog.server.groups import GroupConfig, GroupCoordinator
+from tidelog.server.leadership import controlled_shutdown, hand_over, rebalance
 from tidelog.server.metadata import (
     METADATA_TOPIC,
     OFFSETS_TOPIC,
@@ -119,6 +121,7 @@ class Broker:
         self.rng = random.Random()
         self.ticks = 0
         self.stopping = asyncio.Event()
+        self.stopping_nodes: set[NodeId] = set()  # from BrokerNotices, and this node's own
         self.request_bytes = RequestBytes(config.queued_max_request_bytes)
         self.kafka_connections = 0
         self.exit_code = 0
@@ -408,6 +411,12 @@ class Broker:
             elif isinstance(msg, BrokerNotice):
                 for protocol, port in msg.ports().items():
                     self.listener_ports.setdefault(protocol, {})[peer] = port
+                if msg.stopping:
+                    self.stopping_nodes.add(peer)
+                else:
+                    self.stopping_nodes.discard(peer)
+            elif isinstance(msg, ElectPreferred):
+                self.on_elect_preferred(key, msg)
             elif isinstance(msg, LeaderNotice):
                 known = self.leader_hints.get(key)
                 if known is None or msg.epoch >= known[0]:
@@ -441,6 +450,7 @@ class Broker:
             ssl_port=ports.get("SSL", 0),
             sasl_plaintext_port=ports.get("SASL_PLAINTEXT", 0),
             sasl_ssl_port=ports.get("SASL_SSL", 0),
+            stopping=self.node_id in self.stopping_nodes,
         )
 
     def send_notices(self) -> None:
@@ -453,11 +463,42 @@ class Broker:
             others = [n for n in self.all_nodes if n not in status.replicas]
             self.transport.send(key, [LeaderNotice(self.node_id, n, status.epoch) for n in others])
 
+    # ---------------------------------------------------------------- leadership -------
+    def elect_preferred(self, key: PartitionKey, leader: NodeId, epoch: int) -> None:
+        if leader != self.node_id:
+            self.transport.send(key, [ElectPreferred(self.node_id, leader, Epoch(epoch))])
+            return
+        runner = self.runners.get(key)
+        if runner is not None:
+            hand_over(runner, runner.replica.status().replicas[0])
+
+    def on_elect_preferred(self, key: PartitionKey, msg: ElectPreferred) -> None:
+        """A node asks us, the partition's leader in `msg.epoch`, to hand over to its
+        preferred replica; in any other epoch, or not leading, nothing to do."""
+        runner = self.runners.get(key)
+        if msg.recipient != self.node_id or runner is None:
+            return
+        status = runner.replica.status()
+        if status.role is Role.LEADER and status.epoch == msg.epoch:
+            preferred = status.replicas[0]
+            if preferred not in self.stopping_nodes:
+                hand_over(runner, preferred)
+
+    async def shut_down_leadership(self) -> int:
+        """Controlled shutdown (SIGTERM): tell the others, then hand every leadership over;
+        how many partitions this node still leads after `controlled_shutdown_timeout_ms`."""
+        self.stopping_nodes.add(self.node_id)
+        self.send_notices()
+        return await controlled_shutdown(self, self.config.controlled_shutdown_timeout_ms / 1000)
+
     # ---------------------------------------------------------------- time -------------
     async def tick_forever(self) -> None:
         interval = self.config.tick_ms / 1000
         next_at = time.monotonic()
-        while not self.stopping.is_set():
+        rebalance_every = max(
+            1, self.config.leader_imbalance_check_interval_ms // self.config.tick_ms
+        )
+        while True:  # until cancelled, after the controlled shutdown
             # Ticks missed in a stall are skipped, never fired in a burst: a follower must
             # not count time that has not passed since the last message it took, or it
             # could vote while the leader's read lease still holds.
@@ -473,6 +514,12 @@ class Broker:
             if self.ticks % NOTICE_EVERY_TICKS == 0:
                 self.send_notices()
                 self.maybe_create_offsets_topic()
+            if (
+                self.config.auto_leader_rebalance
+                and self.ticks % rebalance_every == 0
+                and not self.stopping.is_set()
+            ):
+                rebalance(self, self.config.leader_imbalance_per_broker_percentage)
             if self.ticks % RETENTION_EVERY_TICKS == 0:
                 for runner in list(self.runners.values()):
                     runner.apply_retention(wall)

@@ -156,6 +156,15 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     connections_max_idle_ms: int = 600_000
+    # Leadership (server/leadership.py): SIGTERM hands every leadership over first, for at
+    # most this long (0: not at all); a leader hands a partition to its preferred replica
+    # when that broker's share of preferred partitions it does not lead exceeds the
+    # percentage, checked every interval (Kafka's auto.leader.rebalance.enable,
+    # leader.imbalance.check.interval.seconds, leader.imbalance.per.broker.percentage).
+    controlled_shutdown_timeout_ms: int = 30_000
+    auto_leader_rebalance: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
     queued_max_request_bytes: int = 256 * 1024 * 1024
     # A secured cluster: its CA, and this node's certificate (naming its node id) and key.
     # With them, peer links are mutual TLS; without, plaintext.
@@ -240,6 +249,21 @@ def check_values(config: BrokerConfig) -> None:
         3_600_000,
     )
     check_range("connections_max_idle_ms", config.connections_max_idle_ms, 100, DURATION_MS_MAX)
+    check_range(
+        "controlled_shutdown_timeout_ms", config.controlled_shutdown_timeout_ms, 0, 3_600_000
+    )
+    check_range(
+        "leader_imbalance_check_interval_ms",
+        config.leader_imbalance_check_interval_ms,
+        config.tick_ms,
+        DURATION_MS_MAX,
+    )
+    check_range(
+        "leader_imbalance_per_broker_percentage",
+        config.leader_imbalance_per_broker_percentage,
+        0,
+        100,
+    )
     check_range(
         "queued_max_request_bytes", config.queued_max_request_bytes, 1 << 20, QUEUED_BYTES_MAX
     )

@@ -50,6 +50,7 @@ from tidelog.server.acl_api import ACL_HANDLERS
 from tidelog.server.answers import body_of, host_of, response
 from tidelog.server.authorize import allowed, cluster_allowed
 from tidelog.server.group_api import GROUP_HANDLERS
+from tidelog.server.leadership import LEADERSHIP_HANDLERS
 from tidelog.server.metadata import (
     INTERNAL_TOPICS,
     METADATA_TOPIC,
@@ -627,4 +628,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     **GROUP_HANDLERS,
     **SASL_HANDLERS,
     **ACL_HANDLERS,
+    **LEADERSHIP_HANDLERS,
 }

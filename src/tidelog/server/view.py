@@ -42,6 +42,7 @@ class BrokerView(Protocol):
     runners: dict[PartitionKey, PartitionRunner]
     coordinators: dict[int, GroupCoordinator]  # by __consumer_offsets partition
     kafka_connections: int
+    stopping_nodes: set[NodeId]  # nodes shutting down (this one too): no leadership for them
     request_bytes: RequestBytes
     rng: random.Random
 
@@ -65,6 +66,11 @@ class BrokerView(Protocol):
 
     def leader_of(self, key: PartitionKey) -> tuple[int, int]:
         """(leader id or -1, leader epoch or -1) as this node knows it."""
+        ...
+
+    def elect_preferred(self, key: PartitionKey, leader: NodeId, epoch: int) -> None:
+        """Ask `leader`, the partition's leader in `epoch` (this node or another), to hand
+        its leadership to the partition's preferred replica."""
         ...
 
     async def commit_metadata(self, command: dict[str, Any]) -> tuple[ErrorCode, str | None]:

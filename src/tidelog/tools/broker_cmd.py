@@ -69,6 +69,29 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     type=click.Choice(("none", "requested", "required")),
     help="Client certificates on SSL listeners (default none).",
 )
+@click.option(
+    "--controlled-shutdown-timeout-ms",
+    type=int,
+    help="On SIGTERM, hand every leadership over first, for at most this long (default "
+    "30000; 0: exit at once).",
+)
+@click.option(
+    "--auto-leader-rebalance/--no-auto-leader-rebalance",
+    default=None,
+    help="Hand partitions back to their preferred replica when leadership is unbalanced "
+    "(default: on).",
+)
+@click.option(
+    "--leader-imbalance-check-interval-ms",
+    type=int,
+    help="How often the leader rebalance checks (default 300000).",
+)
+@click.option(
+    "--leader-imbalance-per-broker-percentage",
+    type=int,
+    help="A broker's share of preferred partitions it does not lead that starts a "
+    "rebalance (default 10).",
+)
 def broker(config_file: Path | None, **flags: object) -> None:
     """Run one broker in the foreground until SIGTERM; logs go to stderr."""
     try:

@@ -1,0 +1,168 @@
+"""Leadership moves without a failover (server/leadership.py, the core's rule 10).
+
+Under an idempotent acks=all load on three partitions: a node restarted with SIGTERM
+(`tidelog cluster restart`) first hands every leadership it holds over (controlled
+shutdown); afterwards it leads nothing, and a preferred-leader election (ElectLeaders, as
+kafka-python's admin client sends it) gives every partition back to its first replica; a
+second one is not needed. No record is lost or written twice, and no error reaches the
+application. The longest stall of acknowledgements is printed (a figure, not a limit).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+from tidelog.protocol.kafka_errors import ErrorCode
+from tidelog.testing.live import DEADLINE_S, LiveCluster, create_topic, eventually, tidelog
+
+TOPIC = "handover"
+PARTITIONS = 3
+RATE_PER_S = 300
+RECORDS_MAX = 60_000
+PREFERRED = 0  # ElectLeaders' election type
+
+
+class Load(threading.Thread):
+    """Numbered records at a bounded rate until stopped (and at most RECORDS_MAX); keeps
+    what was acknowledged, what failed, and when each acknowledgement came."""
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 60_000,
+                "retry.backoff.ms": 20,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self.acked: set[bytes] = set()
+        self.failed: list[str] = []
+        self.ack_times: list[float] = []
+        self.stop = threading.Event()
+
+    def delivered(self, error: object, message: Any) -> None:
+        if error is not None:
+            self.failed.append(str(error))
+            return
+        self.acked.add(message.value())
+        self.ack_times.append(time.monotonic())
+
+    def run(self) -> None:
+        started = time.monotonic()
+        for number in range(RECORDS_MAX):
+            if self.stop.is_set():
+                break
+            while number > (time.monotonic() - started) * RATE_PER_S:
+                self.producer.poll(0.005)
+            value = f"r{number:06d}".encode()
+            self.producer.produce(TOPIC, value=value, on_delivery=self.delivered)
+            self.producer.poll(0)
+        self.producer.flush(DEADLINE_S)
+
+    def longest_stall_s(self) -> float:
+        times = sorted(self.ack_times)
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+
+def leaders_and_preferred(bootstrap: str) -> tuple[dict[int, int], dict[int, int]]:
+    """{partition: leader} and {partition: its first replica}, from fresh metadata."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+    try:
+        partitions = admin.describe_topics([TOPIC])[0]["partitions"]
+    finally:
+        admin.close()
+    leaders = {p["partition_index"]: p["leader_id"] for p in partitions}
+    preferred = {p["partition_index"]: p["replica_nodes"][0] for p in partitions}
+    return leaders, preferred
+
+
+def read_back(bootstrap: str, expected: int) -> list[bytes]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
+    )
+    consumer.assign([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    consumer.seek_to_beginning()
+    values: list[bytes] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while len(values) < expected and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            values.extend(record.value for record in records)
+    consumer.close()
+    return values
+
+
+def election_codes(bootstrap: str) -> list[int]:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=40_000)
+    try:
+        answer = admin.elect_leaders(
+            PREFERRED, {TOPIC: list(range(PARTITIONS))}, timeout_ms=30_000, raise_errors=False
+        )
+    finally:
+        admin.close()
+    return [
+        partition.error_code
+        for result in answer.replica_election_results
+        for partition in result.partition_result
+    ]
+
+
+def test_a_restart_hands_leadership_over_and_an_election_gives_it_back(tmp_path: Path) -> None:
+    cluster = LiveCluster(tmp_path / "cluster")
+    load: Load | None = None
+    try:
+        create_topic(cluster.bootstrap, TOPIC, partitions=PARTITIONS)
+        cluster.wait_hosted_everywhere(TOPIC, PARTITIONS)
+        load = Load(cluster.bootstrap)
+        load.start()
+        eventually(lambda: len(load.acked) >= 300, "the load is acknowledged")
+        leaders, preferred = leaders_and_preferred(cluster.bootstrap)
+        node = leaders[0]
+
+        restarted = tidelog(
+            "cluster", "restart", "--data-dir", str(tmp_path / "cluster"), "--node", str(node)
+        )
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        log = cluster.log_of(node)
+        assert "controlled shutdown: handing over" in log
+        assert "controlled shutdown: still leading" not in log
+        leaders, _ = leaders_and_preferred(cluster.bootstrap)
+        assert node not in leaders.values(), leaders  # nothing came back by itself (yet)
+        acked_before = len(load.acked)
+        eventually(lambda: len(load.acked) > acked_before + 300, "the load goes on")
+        cluster.wait_hosted_everywhere(TOPIC, PARTITIONS)  # the node is in sync again
+
+        codes = election_codes(cluster.bootstrap)
+        assert set(codes) <= {ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED}, codes
+        assert ErrorCode.NONE in codes, codes  # partition 0 went back to its first replica
+        assert leaders_and_preferred(cluster.bootstrap)[0] == preferred
+        again = election_codes(cluster.bootstrap)
+        assert set(again) == {ErrorCode.ELECTION_NOT_NEEDED}, again
+
+        acked_before = len(load.acked)
+        eventually(lambda: len(load.acked) > acked_before + 300, "the load goes on")
+        load.stop.set()
+        load.join(timeout=DEADLINE_S)
+        assert not load.is_alive()
+        assert load.failed == [], load.failed[:5]
+        values = read_back(cluster.bootstrap, len(load.acked))
+        assert len(values) == len(set(values)), "a record was written twice"
+        assert set(values) >= load.acked, "an acknowledged record is missing"
+        print(
+            f"\n{len(load.acked)} records acknowledged, 0 errors; longest stall of "
+            f"acknowledgements {load.longest_stall_s() * 1000:.0f} ms"
+        )
+    finally:
+        if load is not None:
+            load.stop.set()
+        cluster.down()

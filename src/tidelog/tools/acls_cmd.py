@@ -15,9 +15,9 @@ from typing import Any, Final
 
 import click
 
-from tidelog.tools.client import bootstrap_option, json_option, reports_errors, resolve
-from tidelog.tools.client_kafka import ClientError, admin_client, kafka_errors
-from tidelog.tools.users_cmd import ATTEMPTS, controller_bootstrap
+from tidelog.tools.client_kafka import ClientError, ClientSettings, admin_client, kafka_errors
+from tidelog.tools.client_options import client_options, json_option, reports_errors
+from tidelog.tools.users_cmd import ATTEMPTS, at_controller
 
 OPERATIONS: Final = (
     "ALL",
@@ -85,14 +85,14 @@ def rule_options(command: Any) -> Any:
     return command
 
 
-def at_controller(bootstrap: str | None, ask: Callable[[Any], Any]) -> Any:
+def ask_controller(client: ClientSettings, ask: Callable[[Any], Any]) -> Any:
     """`ask(admin)` of an admin client bootstrapped at the controller, asked again (a fresh
     client) while the node it chose answers NOT_CONTROLLER."""
     from kafka.errors import NotControllerError  # noqa: PLC0415
 
     answer: Any = None
     for _ in range(ATTEMPTS):
-        controller = controller_bootstrap(resolve(bootstrap))
+        controller = at_controller(client)
         with admin_client(controller) as admin, kafka_errors(controller):
             answer = ask(admin)
         if NotControllerError not in errors_of(answer):
@@ -123,7 +123,7 @@ def acls() -> None:
 @acls.command("add")
 @rule_options
 @resource_options
-@bootstrap_option
+@client_options
 @reports_errors
 def add(
     *,
@@ -135,11 +135,11 @@ def add(
     group: str | None,
     cluster: bool,
     prefixed: bool,
-    bootstrap: str | None,
+    client: ClientSettings,
 ) -> None:
     """Add one ACL."""
     rule = acl_of(allow, deny, operation, host, resource_of(topic, group, cluster, prefixed))
-    result = at_controller(bootstrap, lambda admin: admin.create_acls([rule]))
+    result = ask_controller(client, lambda admin: admin.create_acls([rule]))
     if result["failed"]:
         raise ClientError(f"not added: {described(result['failed'][0])}")
     click.echo("added", err=True)
@@ -148,7 +148,7 @@ def add(
 @acls.command("remove")
 @rule_options
 @resource_options
-@bootstrap_option
+@client_options
 @reports_errors
 def remove(
     *,
@@ -160,11 +160,11 @@ def remove(
     group: str | None,
     cluster: bool,
     prefixed: bool,
-    bootstrap: str | None,
+    client: ClientSettings,
 ) -> None:
     """Remove the ACL that matches exactly."""
     rule = acl_of(allow, deny, operation, host, resource_of(topic, group, cluster, prefixed))
-    results = at_controller(bootstrap, lambda admin: admin.delete_acls([rule]))
+    results = ask_controller(client, lambda admin: admin.delete_acls([rule]))
     _, matched, error = results[0]
     if error.errno != 0:
         raise ClientError(f"not removed: {described(error)}")
@@ -177,11 +177,11 @@ def remove(
 @click.option("--topic")
 @click.option("--group")
 @click.option("--cluster", is_flag=True)
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 def list_acls(
-    topic: str | None, group: str | None, cluster: bool, bootstrap: str | None, as_json: bool
+    topic: str | None, group: str | None, cluster: bool, client: ClientSettings, as_json: bool
 ) -> None:
     """Every ACL, or those of one resource."""
     from kafka.admin import (  # noqa: PLC0415
@@ -209,8 +209,7 @@ def list_acls(
             ResourceType[kind], name, ACLResourcePatternType.ANY
         ),
     )
-    address = resolve(bootstrap)
-    with admin_client(address) as admin, kafka_errors(address):
+    with admin_client(client) as admin, kafka_errors(client):
         found, _ = admin.describe_acls(wanted)
     rows = [
         {

@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import click
 
-from tidelog.tools.client import bootstrap_option, json_option, reports_errors, resolve
-from tidelog.tools.client_kafka import ClientError, admin_client, kafka_errors
+from tidelog.tools.client_kafka import ClientError, ClientSettings, admin_client, kafka_errors
+from tidelog.tools.client_options import client_options, json_option, reports_errors
 
 MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 # kafka-python's admin client sends an alteration to a node of its choosing; one that does
@@ -32,26 +32,27 @@ CONTROLLER_RETRY_S: Final = 0.2
 PASSWORD_BYTES: Final = 18
 
 
-def controller_bootstrap(bootstrap: str) -> str:
-    """The address of the metadata leader (Kafka's controller), as the cluster names it;
-    while it names none yet (an election), asked again for up to CONTROLLER_WAIT_S."""
+def at_controller(client: ClientSettings) -> ClientSettings:
+    """`client` bootstrapped at the metadata leader (Kafka's controller), as the cluster
+    names it; while it names none yet (an election), asked again for up to
+    CONTROLLER_WAIT_S."""
     deadline = time.monotonic() + CONTROLLER_WAIT_S
     while True:
-        with admin_client(bootstrap) as admin, kafka_errors(bootstrap):
+        with admin_client(client) as admin, kafka_errors(client):
             cluster = admin.describe_cluster()
         for broker in cluster["brokers"]:
             if broker["broker_id"] == cluster["controller_id"]:
-                return f"{broker['host']}:{broker['port']}"
+                return client.at(f"{broker['host']}:{broker['port']}")
         if time.monotonic() >= deadline:
             raise ClientError("the cluster names no controller yet: try again")
         time.sleep(CONTROLLER_RETRY_S)
 
 
-def alter(bootstrap: str, alterations: list[Any]) -> dict[str, str | None]:
+def alter(client: ClientSettings, alterations: list[Any]) -> dict[str, str | None]:
     """Send alterations to the controller; {user: error message or None}."""
     errors: dict[str, str | None] = {}
     for _ in range(ATTEMPTS):
-        controller = controller_bootstrap(bootstrap)
+        controller = at_controller(client)
         with admin_client(controller) as admin, kafka_errors(controller):
             errors = admin.alter_user_scram_credentials(alterations)
         if not any(error and "metadata leader" in error for error in errors.values()):
@@ -74,14 +75,14 @@ def users() -> None:
 )
 @click.option("--password-stdin", is_flag=True, help="Read the password from stdin.")
 @click.option("--generate", is_flag=True, help="Generate a password and print it once.")
-@bootstrap_option
+@client_options
 @reports_errors
 def add(
     name: str,
     mechanism: tuple[str, ...],
     password_stdin: bool,
     generate: bool,
-    bootstrap: str | None,
+    client: ClientSettings,
 ) -> None:
     """Add user NAME, or set a new password for it."""
     from kafka.admin._users import ScramMechanism, UserScramCredentialUpsertion  # noqa: PLC0415
@@ -99,7 +100,7 @@ def add(
         )
         for m in mechanisms
     ]
-    errors = alter(resolve(bootstrap), alterations)
+    errors = alter(client, alterations)
     if errors.get(name):
         raise ClientError(f"user {name}: {errors[name]}")
     click.echo(f"user {name}: {', '.join(mechanisms)}", err=True)
@@ -109,28 +110,27 @@ def add(
 
 @users.command("remove")
 @click.argument("name")
-@bootstrap_option
+@client_options
 @reports_errors
-def remove(name: str, bootstrap: str | None) -> None:
+def remove(name: str, client: ClientSettings) -> None:
     """Remove every SCRAM credential of user NAME."""
     from kafka.admin._users import ScramMechanism, UserScramCredentialDeletion  # noqa: PLC0415
 
-    address = resolve(bootstrap)
-    known = describe(address).get(name)
+    known = describe(client).get(name)
     if not known:
         raise ClientError(f"no user {name}")
     deletions = [
         UserScramCredentialDeletion(name, ScramMechanism[m.replace("-", "_")]) for m in known
     ]
-    errors = alter(address, deletions)
+    errors = alter(client, deletions)
     if errors.get(name):
         raise ClientError(f"user {name}: {errors[name]}")
     click.echo(f"user {name} removed", err=True)
 
 
-def describe(bootstrap: str) -> dict[str, list[str]]:
+def describe(client: ClientSettings) -> dict[str, list[str]]:
     """{user: [mechanism, ...]} of every SCRAM user."""
-    with admin_client(bootstrap) as admin, kafka_errors(bootstrap):
+    with admin_client(client) as admin, kafka_errors(client):
         described = admin.describe_user_scram_credentials()
     return {
         user: sorted(info["mechanism"].name.replace("_", "-") for info in entry["credential_infos"])
@@ -140,12 +140,12 @@ def describe(bootstrap: str) -> dict[str, list[str]]:
 
 
 @users.command("list")
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
-def list_users(bootstrap: str | None, as_json: bool) -> None:
+def list_users(client: ClientSettings, as_json: bool) -> None:
     """The SCRAM users and their mechanisms (never a credential)."""
-    known = describe(resolve(bootstrap))
+    known = describe(client)
     if as_json:
         click.echo(json.dumps(known))
         return

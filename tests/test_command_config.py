@@ -27,6 +27,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import TopicAuthorizationFailedError
@@ -35,7 +43,7 @@ from tidelog.cli import main
 from tidelog.client_config import ClientConfigError, read_properties, security_of
 from tidelog.server.session import principal_of
 from tidelog.server.tls import TlsFiles, listener_context
-from tidelog.testing.live import LiveCluster, collect_leaked_sockets
+from tidelog.testing.live import LiveCluster, collect_leaked_sockets, eventually
 from tidelog.tools.certs import issue, make_ca
 from tidelog.tools.client_options import resolve_client
 from tidelog.tools.cluster import (
@@ -410,6 +418,23 @@ def test_a_secure_cluster_refuses_anonymous_clients_and_serves_the_commands(
         users = json.loads(ok("users", "list", "--json", *flag).stdout)
         assert users == {"admin": ["SCRAM-SHA-256", "SCRAM-SHA-512"]}
         assert json.loads(ok("acls", "list", "--json", *flag).stdout) == []
+        # confluent-kafka's AdminClient sends CreateAcls to any broker: every one takes it
+        # (one that is not the controller forwards it).
+        for n, broker in enumerate(cluster.sasl_bootstrap.split(",") * 2):
+            settings = {**cluster.sasl_properties, "bootstrap.servers": broker}
+            binding = AclBinding(
+                ResourceType.TOPIC, f"granted-{n}", ResourcePatternType.LITERAL,
+                "User:reader", "*", AclOperation.READ, AclPermissionType.ALLOW,
+            )  # fmt: skip
+            client = AdminClient(settings)  # kept until its answer came
+            for future in client.create_acls([binding]).values():
+                assert future.result(timeout=30) is None
+        # Each node answers from the metadata it applied: the last rule may reach the node
+        # asked a moment after the one that took it.
+        eventually(
+            lambda: len(json.loads(ok("acls", "list", "--json", *flag).stdout)) == 6,
+            "every node lists the six rules",
+        )
         # The same settings from the environment, and from the local cluster itself.
         variable = {"TIDELOG_COMMAND_CONFIG": config}
         offsets = json.loads(ok("get-offsets", TOPIC, "--json", env=variable).stdout)

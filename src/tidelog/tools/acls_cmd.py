@@ -1,5 +1,5 @@
 """`tidelog acls add|list|remove`: the cluster's ACLs (Kafka's `kafka-acls`), through
-kafka-python's admin client (CreateAcls, DescribeAcls, DeleteAcls), sent to the controller.
+kafka-python's admin client (CreateAcls, DescribeAcls, DeleteAcls); any broker takes them.
 
     tidelog acls add --allow User:alice --operation READ --topic orders [--prefixed]
     tidelog acls add --deny User:mallory --operation ALL --group billing
@@ -17,7 +17,7 @@ import click
 
 from tidelog.tools.client_kafka import ClientError, ClientSettings, admin_client, kafka_errors
 from tidelog.tools.client_options import client_options, json_option, reports_errors
-from tidelog.tools.users_cmd import ATTEMPTS, at_controller
+from tidelog.tools.users_cmd import until_controller
 
 OPERATIONS: Final = (
     "ALL",
@@ -86,18 +86,15 @@ def rule_options(command: Any) -> Any:
 
 
 def ask_controller(client: ClientSettings, ask: Callable[[Any], Any]) -> Any:
-    """`ask(admin)` of an admin client bootstrapped at the controller, asked again (a fresh
-    client) while the node it chose answers NOT_CONTROLLER."""
+    """`ask(admin)` of an admin client (any broker forwards an ACL change to the
+    controller), asked again while no controller is elected yet (NOT_CONTROLLER)."""
     from kafka.errors import NotControllerError  # noqa: PLC0415
 
-    answer: Any = None
-    for _ in range(ATTEMPTS):
-        controller = at_controller(client)
-        with admin_client(controller) as admin, kafka_errors(controller):
-            answer = ask(admin)
-        if NotControllerError not in errors_of(answer):
-            return answer
-    return answer
+    def once() -> Any:
+        with admin_client(client) as admin, kafka_errors(client):
+            return ask(admin)
+
+    return until_controller(once, lambda answer: NotControllerError in errors_of(answer))
 
 
 def described(error: Any) -> str:

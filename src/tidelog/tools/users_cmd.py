@@ -6,8 +6,8 @@ Rules of this file:
 - A password is never a command-line argument (it would show in `ps`): it comes from
   stdin (`--password-stdin`) or is generated and printed once (`--generate`).
 - The brokers store a salted credential (4096 iterations, 16 random bytes of salt), never
-  the password. Only the metadata leader takes an alteration: the command asks it
-  (NOT_CONTROLLER from another node sends it on to the one the cluster names).
+  the password. Any broker takes an alteration (one that does not lead the metadata log
+  forwards it there); NOT_CONTROLLER means none is elected yet, and the command asks again.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import json
 import secrets
 import sys
 import time
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -24,40 +25,34 @@ from tidelog.tools.client_kafka import ClientError, ClientSettings, admin_client
 from tidelog.tools.client_options import client_options, json_option, reports_errors
 
 MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-# kafka-python's admin client sends an alteration to a node of its choosing; one that does
-# not lead the metadata log answers NOT_CONTROLLER, and a fresh client is asked again.
-ATTEMPTS: Final = 20
+# While no controller is elected (NOT_CONTROLLER), a command asks again for this long.
 CONTROLLER_WAIT_S: Final = 15.0
 CONTROLLER_RETRY_S: Final = 0.2
 PASSWORD_BYTES: Final = 18
+T = TypeVar("T")
 
 
-def at_controller(client: ClientSettings) -> ClientSettings:
-    """`client` bootstrapped at the metadata leader (Kafka's controller), as the cluster
-    names it; while it names none yet (an election), asked again for up to
-    CONTROLLER_WAIT_S."""
+def until_controller(ask: Callable[[], T], no_controller: Callable[[T], bool]) -> T:
+    """`ask()`, asked again while its answer says no controller is elected yet, for up to
+    CONTROLLER_WAIT_S; the last answer."""
     deadline = time.monotonic() + CONTROLLER_WAIT_S
     while True:
-        with admin_client(client) as admin, kafka_errors(client):
-            cluster = admin.describe_cluster()
-        for broker in cluster["brokers"]:
-            if broker["broker_id"] == cluster["controller_id"]:
-                return client.at(f"{broker['host']}:{broker['port']}")
-        if time.monotonic() >= deadline:
-            raise ClientError("the cluster names no controller yet: try again")
+        answer = ask()
+        if not no_controller(answer) or time.monotonic() >= deadline:
+            return answer
         time.sleep(CONTROLLER_RETRY_S)
 
 
 def alter(client: ClientSettings, alterations: list[Any]) -> dict[str, str | None]:
-    """Send alterations to the controller; {user: error message or None}."""
-    errors: dict[str, str | None] = {}
-    for _ in range(ATTEMPTS):
-        controller = at_controller(client)
-        with admin_client(controller) as admin, kafka_errors(controller):
-            errors = admin.alter_user_scram_credentials(alterations)
-        if not any(error and "metadata leader" in error for error in errors.values()):
-            return errors
-    return errors
+    """Send alterations to the cluster; {user: error message or None}."""
+
+    def ask() -> dict[str, str | None]:
+        with admin_client(client) as admin, kafka_errors(client):
+            return dict(admin.alter_user_scram_credentials(alterations))
+
+    return until_controller(
+        ask, lambda errors: any(error and "controller" in error for error in errors.values())
+    )
 
 
 @click.group()

@@ -42,7 +42,7 @@ from confluent_kafka import Producer
 
 from tidelog.status import read_status
 from tidelog.testing.live import LiveCluster
-from tidelog.tools.client_kafka import create_topic
+from tidelog.tools.client_kafka import ClientSettings, create_topic
 from tidelog.tools.cluster import (
     ClusterRecord,
     has_exited,
@@ -259,7 +259,9 @@ def main() -> None:
     arguments = parser.parse_args()
     rounds = arguments.rounds
     with fresh_cluster() as cluster:
-        create_topic(cluster.bootstrap, TOPIC, partitions=1, replication_factor=3, configs={})
+        create_topic(
+            ClientSettings(cluster.bootstrap), TOPIC, partitions=1, replication_factor=3, configs={}
+        )
         record = read_cluster(cluster.directory)
         assert wait_until(lambda: leader(record) is not None, timeout_s=READY_TIMEOUT_S)
         producer = SteadyProducer(cluster.bootstrap, idempotence=arguments.idempotence)

@@ -31,7 +31,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from failover import fresh_cluster, ports_held, summary
 
 from tidelog.testing.live import LiveCluster, tidelog
-from tidelog.tools.client_kafka import create_topic
+from tidelog.tools.client_kafka import ClientSettings, create_topic
 from tidelog.tools.cluster import (
     read_cluster,
     signal_node,
@@ -138,7 +138,11 @@ def main() -> None:
     arguments = parser.parse_args()
     with fresh_cluster() as cluster:
         create_topic(
-            cluster.bootstrap, TOPIC, partitions=PARTITIONS, replication_factor=3, configs={}
+            ClientSettings(cluster.bootstrap),
+            TOPIC,
+            partitions=PARTITIONS,
+            replication_factor=3,
+            configs={},
         )
         fill(cluster.bootstrap)
         consumer = member(cluster.bootstrap)

@@ -47,7 +47,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as ConfluentPartition
 from failover import fresh_cluster
 
-from tidelog.tools.client_kafka import create_topic, delete_topic
+from tidelog.tools.client_kafka import ClientSettings, create_topic, delete_topic
 from tidelog.tools.perf import run_consume, run_produce
 
 RECORDS_DEFAULT = 5_000_000
@@ -113,7 +113,7 @@ class Setup:
 def fill(setup: Setup) -> float:
     """Create the topic and produce every record; records/s of the fill."""
     create_topic(
-        setup.bootstrap,
+        ClientSettings(setup.bootstrap),
         setup.topic,
         partitions=setup.partitions,
         replication_factor=3,
@@ -259,7 +259,7 @@ def run(arguments: argparse.Namespace, say: Callable[[str], None]) -> dict[str, 
         finally:
             spark.stop()
             if arguments.bootstrap:
-                delete_topic(bootstrap, topic)
+                delete_topic(ClientSettings(bootstrap), topic)
     consumer, source = readers
     ratio = source.median() / consumer.median()
     return {

@@ -9,6 +9,10 @@ PLAINTEXT, SSL and SASL_SSL listeners on each), creates a topic of one partition
 (SCRAM-SHA-512): `perf produce` (acks=all, N records of 100 bytes, as fast as it goes),
 `perf consume` of what it wrote, and `perf latency` (200 records, one in flight). Prints
 the medians and each listener's ratio to PLAINTEXT. Stops the cluster it started.
+
+The cluster runs the authorizer, as `cluster up --secure` makes it: the SSL client (the
+admin client certificate) and the SASL_SSL one (`admin`) are super users; the anonymous
+PLAINTEXT client is allowed the bench's topics and groups by prefixed ACLs.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tidelog.testing.live import LiveCluster, create_topic
+from tidelog.testing.live import LiveCluster, create_topic, tidelog
+
+TOPIC_PREFIX = "cost-"
+GROUP_PREFIX = "perf-"  # perf's consumers' group ids (assigned partitions, no commits)
 
 
 def perf(*args: str) -> dict[str, object]:
@@ -42,6 +49,18 @@ def write_properties(path: Path, bootstrap: str, extra: str = "") -> Path:
     return path
 
 
+def allow_anonymous(cluster: LiveCluster) -> None:
+    """ACLs that let the anonymous PLAINTEXT client use the bench's topics and groups."""
+    config = ("--command-config", str(cluster.sasl_properties_path))
+    for kind, prefix in (("--topic", TOPIC_PREFIX), ("--group", GROUP_PREFIX)):
+        added = tidelog(
+            "acls", "add", "--allow", "User:ANONYMOUS", "--operation", "ALL",
+            kind, prefix, "--prefixed", *config,
+        )  # fmt: skip
+        if added.returncode != 0:
+            raise SystemExit(f"acls add failed: {added.stderr.strip()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -51,6 +70,7 @@ def main() -> None:
         directory = Path(temporary) / "cluster"
         cluster = LiveCluster(directory, secure=True)
         try:
+            allow_anonymous(cluster)
             listeners = {
                 "PLAINTEXT": write_properties(Path(temporary) / "plain", cluster.bootstrap),
                 "SSL": directory / "client-ssl.properties",
@@ -59,8 +79,10 @@ def main() -> None:
             results: dict[str, dict[str, list[float]]] = {name: {} for name in listeners}
             for run in range(args.runs):
                 for name, properties in listeners.items():
-                    topic = f"cost-{name.lower().replace('_', '-')}-{run}"
-                    create_topic(cluster.bootstrap, topic, partitions=1)
+                    topic = f"{TOPIC_PREFIX}{name.lower().replace('_', '-')}-{run}"
+                    create_topic(
+                        cluster.sasl_bootstrap, topic, partitions=1, **cluster.sasl_settings
+                    )
                     config = ("--command-config", str(properties))
                     produced = perf(
                         "produce",

@@ -22,6 +22,7 @@ BASE_MODULES = {
     "tidelog.records",
     "tidelog.clock",
     "tidelog.address",
+    "tidelog.client_config",
 }
 
 # What each package may import from tidelog besides the base modules.

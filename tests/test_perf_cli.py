@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tidelog.testing.live import LiveCluster, create_topic, tidelog
-from tidelog.tools.perf import with_command_config
+from tidelog.tools.client_options import resolve_client
 
 RECORDS = 3000
 LATENCY_RECORDS = 50
@@ -115,14 +115,19 @@ def test_a_command_config_file_gives_the_bootstrap_and_client_properties(tmp_pat
     properties = tmp_path / "client.properties"
     properties.write_text(
         "# a secure cluster's\nbootstrap.servers=127.0.0.1:9500\nsecurity.protocol=SASL_SSL\n"
-        "sasl.password=a=b\n"
+        "sasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=a=b\nlinger.ms=5\n"
     )
-    address, props = with_command_config(None, properties, {"acks": "1"})
-    assert address == "127.0.0.1:9500"
-    assert props == {"security.protocol": "SASL_SSL", "sasl.password": "a=b", "acks": "1"}
-    address, props = with_command_config("127.0.0.1:9092", properties, {"security.protocol": "SSL"})
-    assert address == "127.0.0.1:9092"
-    assert props["security.protocol"] == "SSL"
+    client = resolve_client(None, properties)
+    assert client.bootstrap == "127.0.0.1:9500"
+    # perf hands librdkafka every property (under its own --producer-props).
+    assert client.properties == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "a=b",
+        "linger.ms": "5",
+    }
+    assert resolve_client("127.0.0.1:9092", properties).bootstrap == "127.0.0.1:9092"
     result = subprocess.run(
         [
             sys.executable,

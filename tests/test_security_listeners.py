@@ -3,7 +3,9 @@ of that same listener; SSL with the cluster's CA, and client certificates when r
 
 Real clients of three kinds (kafka-python, confluent-kafka, kcat) write and read through
 the SSL listeners of a `cluster up --secure` cluster, checking the brokers' host names
-against their certificates; a single broker with `--ssl-client-auth required` refuses a
+against their certificates and presenting the cluster's admin client certificate (its
+principal is a super user; without a certificate a client is anonymous, and refused, since
+the cluster runs the authorizer); a single broker with `--ssl-client-auth required` refuses a
 client without a certificate and serves one with a certificate of the cluster's CA.
 """
 
@@ -21,8 +23,9 @@ import pytest
 from confluent_kafka import Consumer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, TopicAuthorizationFailedError
 
+from tidelog.client_config import read_properties
 from tidelog.server.app import exposure_warnings
 from tidelog.server.config import ConfigError, load_config
 from tidelog.testing.live import LiveCluster, eventually, free_base_port, one_broker, poll
@@ -65,9 +68,13 @@ def ssl_settings(ca: Path) -> dict[str, object]:
 def test_three_kinds_of_clients_write_and_read_over_ssl(tmp_path: Path) -> None:
     cluster = LiveCluster(tmp_path / "cluster", secure=True)
     try:
-        ca = tmp_path / "cluster" / "certs" / "ca.crt"
+        properties = read_properties(tmp_path / "cluster" / "client-ssl.properties")
+        ca = properties["ssl.ca.location"]
+        cert, key = properties["ssl.certificate.location"], properties["ssl.key.location"]
         bootstrap = ",".join(node["ssl"] for node in cluster.record["nodes"])
-        settings = ssl_settings(ca)
+        assert properties["bootstrap.servers"] == bootstrap
+        anonymous = ssl_settings(Path(ca))
+        settings = {**anonymous, "ssl_certfile": cert, "ssl_keyfile": key}
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, **settings)
         admin.create_topics([NewTopic(TOPIC, 1, 3)])
         admin.close()
@@ -81,6 +88,12 @@ def test_three_kinds_of_clients_write_and_read_over_ssl(tmp_path: Path) -> None:
             int(node["ssl"].rsplit(":", 1)[1]) for node in cluster.record["nodes"]
         }
         producer.close()
+        stranger = KafkaProducer(
+            bootstrap_servers=bootstrap, acks=1, enable_idempotence=False, **anonymous
+        )
+        with pytest.raises(TopicAuthorizationFailedError):  # TLS, but no certificate
+            stranger.send(TOPIC, b"anonymous").get(timeout=30)
+        stranger.close()
         consumer = KafkaConsumer(
             bootstrap_servers=bootstrap,
             consumer_timeout_ms=3000,
@@ -94,7 +107,9 @@ def test_three_kinds_of_clients_write_and_read_over_ssl(tmp_path: Path) -> None:
             {
                 "bootstrap.servers": bootstrap,
                 "security.protocol": "SSL",
-                "ssl.ca.location": str(ca),
+                "ssl.ca.location": ca,
+                "ssl.certificate.location": cert,
+                "ssl.key.location": key,
                 "group.id": "tls-readers",
                 "auto.offset.reset": "earliest",
             }
@@ -119,6 +134,10 @@ def test_three_kinds_of_clients_write_and_read_over_ssl(tmp_path: Path) -> None:
                 "security.protocol=ssl",
                 "-X",
                 f"ssl.ca.location={ca}",
+                "-X",
+                f"ssl.certificate.location={cert}",
+                "-X",
+                f"ssl.key.location={key}",
                 "-C",
                 "-t",
                 TOPIC,

@@ -1,10 +1,11 @@
 """Authenticated peers: mutual TLS between nodes, each certificate naming its node id.
 
 A secured cluster (`tidelog cluster up --secure`: a CA and node certificates made with the
-`cryptography` library) carries acks=all writes as before, while every forged peer stream
-is refused with one log line and changes nothing: a forged AppendRequest in plaintext, a
-stream with no certificate, a certificate of another cluster's CA, and a real node's
-certificate used to claim another node's id. Every acknowledged record reads back.
+`cryptography` library) carries acks=all writes (of the user `admin`, over SASL_SSL) as
+before, while every forged peer stream is refused with one log line and changes nothing:
+a forged AppendRequest in plaintext, a stream with no certificate, a certificate of another
+cluster's CA, and a real node's certificate used to claim another node's id. Every
+acknowledged record reads back.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import ssl
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -163,8 +165,8 @@ def test_a_bad_certificate_file_is_a_config_error_naming_it(tmp_path: Path) -> N
 
 
 # ---------------------------------------------------------------------- a live cluster --
-def produce_all(bootstrap: str) -> list[int]:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=5)
+def produce_all(bootstrap: str, settings: dict[str, Any]) -> list[int]:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=5, **settings)
     futures = [producer.send(TOPIC, f"r{i}".encode(), partition=0) for i in range(RECORDS)]
     producer.flush(timeout=60)
     offsets = [future.get(timeout=60).offset for future in futures]
@@ -172,12 +174,13 @@ def produce_all(bootstrap: str) -> list[int]:
     return offsets
 
 
-def read_all(bootstrap: str) -> list[bytes]:
+def read_all(bootstrap: str, settings: dict[str, Any]) -> list[bytes]:
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
         consumer_timeout_ms=3000,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        **settings,
     )
     consumer.assign([TopicPartition(TOPIC, 0)])
     values = [message.value for message in consumer]
@@ -219,9 +222,10 @@ def test_forged_peer_streams_are_refused_and_nothing_is_lost(tmp_path: Path) -> 
     cluster = LiveCluster(tmp_path / "cluster", secure=True)
     try:
         certs = tmp_path / "cluster" / "certs"
-        create_topic(cluster.bootstrap, TOPIC, partitions=1)
+        bootstrap, settings = cluster.sasl_bootstrap, cluster.sasl_settings
+        create_topic(bootstrap, TOPIC, partitions=1, **settings)
         cluster.wait_hosted_everywhere(TOPIC, 1)
-        offsets = produce_all(cluster.bootstrap)
+        offsets = produce_all(bootstrap, settings)
         first = offsets[0]  # after the leader's epoch-start batch
         assert offsets == list(range(first, first + RECORDS))
         peers = {n["id"]: n["peer"] for n in cluster.record["nodes"]}
@@ -254,9 +258,9 @@ def test_forged_peer_streams_are_refused_and_nothing_is_lost(tmp_path: Path) -> 
         assert cluster.log_of(2).count("refused a peer connection from") >= 3
         # Nothing forged was taken: the cluster still writes, and reads back exactly
         # what was acknowledged.
-        more = produce_all(cluster.bootstrap)
+        more = produce_all(bootstrap, settings)
         assert more == list(range(first + RECORDS, first + 2 * RECORDS))
-        values = read_all(cluster.bootstrap)
+        values = read_all(bootstrap, settings)
         assert values == [f"r{i}".encode() for i in range(RECORDS)] * 2
         assert b"FORGED" not in b"".join(values)
         # The admin endpoint: HTTPS with the cluster's CA, and only with its token.

@@ -5,8 +5,8 @@ The SCRAM server is checked against RFC 7677's example exchange and against kafk
 client, and every malformed message is a SaslError (never anything else). A secured cluster
 (`cluster up --secure`, which creates the user `admin`) is used by kafka-python,
 confluent-kafka and kcat over SASL_SSL; a wrong password, an unknown user and a request
-before authenticating are refused; `tidelog users` adds, lists and removes users, and a
-removed user is refused from then on.
+before authenticating are refused; `tidelog users` (as `admin`, `--command-config`) adds,
+lists and removes users, and a removed user is refused from then on.
 """
 
 from __future__ import annotations
@@ -167,11 +167,6 @@ def test_the_metadata_log_keeps_salted_credentials_and_skips_bad_commands() -> N
 
 
 # ---------------------------------------------------------------------- a live cluster --
-def sasl_properties(directory: Path) -> dict[str, str]:
-    lines = (directory / "client-sasl.properties").read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines if "=" in line)
-
-
 def api_versions_then_metadata(address: tuple[str, int], context: ssl.SSLContext) -> bytes:
     """ApiVersions (allowed before authenticating), then Metadata (not): what comes back
     for the Metadata request (b"": the connection was closed)."""
@@ -197,18 +192,12 @@ def test_three_kinds_of_clients_over_sasl_ssl_and_who_is_refused(tmp_path: Path)
     directory = tmp_path / "cluster"
     cluster = LiveCluster(directory, secure=True)
     try:
-        settings = sasl_properties(directory)
+        settings = cluster.sasl_properties
         bootstrap, ca = settings["bootstrap.servers"], settings["ssl.ca.location"]
         password = settings["sasl.password"]
-        create_topic(cluster.bootstrap, TOPIC, partitions=1)
+        python_settings = cluster.sasl_settings
+        create_topic(bootstrap, TOPIC, partitions=1, **python_settings)
         cluster.wait_hosted_everywhere(TOPIC, 1)
-        python_settings = {
-            "security_protocol": "SASL_SSL",
-            "ssl_cafile": ca,
-            "sasl_mechanism": "SCRAM-SHA-512",
-            "sasl_plain_username": "admin",
-            "sasl_plain_password": password,
-        }
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **python_settings)
         sent = [producer.send(TOPIC, f"p{i}".encode()) for i in range(RECORDS)]
         producer.flush(timeout=60)
@@ -285,6 +274,7 @@ def test_three_kinds_of_clients_over_sasl_ssl_and_who_is_refused(tmp_path: Path)
             "a broker logs the Metadata request before authenticating",
         )
         # `tidelog users`: add a user, who then reads; remove it, and it is refused.
+        admin = ("--command-config", str(cluster.sasl_properties_path))
         added = subprocess.run(
             [
                 sys.executable,
@@ -294,8 +284,7 @@ def test_three_kinds_of_clients_over_sasl_ssl_and_who_is_refused(tmp_path: Path)
                 "add",
                 "reader",
                 "--password-stdin",
-                "--bootstrap-server",
-                cluster.bootstrap,
+                *admin,
             ],
             input="r34der\n",
             capture_output=True,
@@ -304,7 +293,7 @@ def test_three_kinds_of_clients_over_sasl_ssl_and_who_is_refused(tmp_path: Path)
             check=False,
         )
         assert added.returncode == 0, added.stderr
-        listed = tidelog("users", "list", "--json", "--bootstrap-server", cluster.bootstrap)
+        listed = tidelog("users", "list", "--json", *admin)
         assert '"reader": ["SCRAM-SHA-256", "SCRAM-SHA-512"]' in listed.stdout
         reader = [*kcat_flags[:-2], "-X", "sasl.username=reader", "-X", "sasl.password=r34der"]
         assert (
@@ -313,7 +302,7 @@ def test_three_kinds_of_clients_over_sasl_ssl_and_who_is_refused(tmp_path: Path)
             ).returncode
             == 0
         )
-        removed = tidelog("users", "remove", "reader", "--bootstrap-server", cluster.bootstrap)
+        removed = tidelog("users", "remove", "reader", *admin)
         assert removed.returncode == 0, removed.stderr
         deadline = time.monotonic() + 30
         while (

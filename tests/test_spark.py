@@ -14,15 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from tidelog.cli import main
 from tidelog.spark.source import offsets_behind_latest
 from tidelog.status import read_status
 from tidelog.testing.live import LiveCluster, create_topic, tidelog
-from tidelog.tools.client_kafka import describe_topics
+from tidelog.tools.client_kafka import ClientSettings, describe_topics
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +99,7 @@ def parquet_records(spark: SparkSession, out: Path) -> list[Record]:
 
 
 def leader_and_followers(bootstrap: str, topic: str) -> tuple[int, list[int]]:
-    (partition,) = describe_topics(bootstrap, [topic])
+    (partition,) = describe_topics(ClientSettings(bootstrap), [topic])
     return partition.leader, [n for n in partition.replicas if n != partition.leader]
 
 
@@ -430,15 +432,15 @@ def test_the_sink_refuses_what_it_cannot_write(cluster: LiveCluster, spark: Spar
 def test_the_source_and_sink_over_sasl_ssl(spark: SparkSession, tmp_path: Path) -> None:
     """Security options pass through as `kafka.*` (librdkafka's names, as the source and
     sink pass every other one): a secured cluster's SASL_SSL listener, user `admin`; with a
-    wrong password the query fails."""
+    wrong password the query fails. `verify-replicas --command-config` reads every replica
+    over SASL_SSL too, and with a wrong password says so."""
     secure = LiveCluster(tmp_path / "secure", secure=True)
     try:
-        lines = (tmp_path / "secure" / "client-sasl.properties").read_text().splitlines()
-        settings = dict(line.split("=", 1) for line in lines if "=" in line)
+        settings = dict(secure.sasl_properties)
         bootstrap = settings.pop("bootstrap.servers")
         settings["sasl.mechanisms"] = settings.pop("sasl.mechanism")
         options = {f"kafka.{name}": value for name, value in settings.items()}
-        create_topic(secure.bootstrap, "spark-secure", partitions=2)
+        create_topic(bootstrap, "spark-secure", partitions=2, **secure.sasl_settings)
         rows = [(f"k{i}", f"secret {i}".encode()) for i in range(50)]
         frame = spark.createDataFrame(rows, "key string, value binary")
         sink = frame.write.format("tidelog").option("kafka.bootstrap.servers", bootstrap)
@@ -449,5 +451,18 @@ def test_the_source_and_sink_over_sasl_ssl(spark: SparkSession, tmp_path: Path) 
         # librdkafka reports a failed authentication as a broker transport failure.
         with pytest.raises(PySparkException, match=r"metadata from .*Broker transport failure"):
             source(spark, bootstrap, "spark-secure", **wrong).collect()
+        config = ("--command-config", str(secure.sasl_properties_path))
+        verified = CliRunner().invoke(main, ["verify-replicas", "spark-secure", "--json", *config])
+        assert verified.exit_code == 0, verified.output
+        report = json.loads(verified.stdout)
+        assert report["ok"] and len(report["replicas"]) == 6 and report["batch_count"] >= 2
+        wrong_file = tmp_path / "wrong.properties"
+        lines = [f"{k}={v}" for k, v in secure.sasl_properties.items() if k != "sasl.password"]
+        wrong_file.write_text("\n".join([*lines, "sasl.password=not-the-password"]) + "\n")
+        refused = CliRunner().invoke(
+            main, ["verify-replicas", "spark-secure", "--command-config", str(wrong_file)]
+        )
+        assert refused.exit_code == 1
+        assert "Authentication failed" in refused.stderr, refused.stderr
     finally:
         secure.down()

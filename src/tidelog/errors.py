@@ -24,6 +24,7 @@ derives from TidelogError all the same, so `except TidelogError` catches every o
     ├── ProtocolError                  protocol.framing: off-protocol bytes; one connection closes
     │   └── FrameTooLarge              protocol.peer: more than one peer frame may hold
     ├── ConfigError                    server.config: a bad broker flag or config value
+    ├── ClientConfigError              client_config: a client properties file or setting
     ├── GroupError                     server.groups: a group request refused with a Kafka code
     ├── SparkOptionError               spark.options: a source or sink option is wrong
     ├── SparkKafkaError                spark.kafka_io: the cluster did not answer as Spark needs

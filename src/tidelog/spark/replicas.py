@@ -10,15 +10,22 @@ records: it walks the batch headers (`tidelog.records`) and yields one row per b
 and last offset, partitionLeaderEpoch, stored CRC, whether the CRC-32C recomputed matches),
 then one `replica` row with the replica's HWM, log start offset and error, if any.
 
+A secure cluster is read as its client properties say (`kafka.security.protocol`,
+`kafka.ssl.ca.location`, `kafka.sasl.mechanism`, ... in librdkafka's names, as the `tidelog`
+source takes them; `tidelog.client_config` checks and maps them): every connection, the
+driver's and each task's, is TLS and authenticates (SaslHandshake, then SaslAuthenticate
+rounds of kafka-python's PLAIN or SCRAM client) before its first request.
+
 `verify_replicas` compares the rows in Spark. Per partition, over the replicas that answered:
 the range checked is [max log start offset, min HWM); a batch there (keyed by base offset)
 is a mismatch when its (last offset, epoch, CRC) differ across replicas, when a replica lacks
 it, or when a CRC check failed anywhere. The partition's lag is max HWM - min HWM.
 
 Rules of this file:
-- A replica that cannot be read (no address, broker down, an error code, a closed connection,
-  a batch that does not frame) is a `replica` row with its error, never a failed Spark task
-  and never silently skipped; it takes no part in its partition's range or comparison.
+- A replica that cannot be read (no address, broker down, a refused login, an error code, a
+  closed connection, a batch that does not frame) is a `replica` row with its error, never a
+  failed Spark task and never silently skipped; it takes no part in its partition's range
+  or comparison.
 - A task reads up to the HWM of its first answer only, so it ends while producers write.
 - The rows are materialized once (`localCheckpoint`): every figure of one report comes from
   the same read of each replica.
@@ -33,7 +40,7 @@ import socket
 import struct
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -44,6 +51,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from tidelog.address import parse_address
+from tidelog.client_config import PLAINTEXT, ClientConfigError, ClientSecurity, security_of
 from tidelog.errors import CorruptBatch
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.records import HEADER_SIZE, check_framing, crc_of, read_header
@@ -52,6 +60,7 @@ from tidelog.spark.kafka_io import SparkKafkaError
 # kafka-python 3.0.12 loads its JSON schemas with a deprecated importlib call at import time.
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.net.sasl import get_sasl_mechanism
     from kafka.protocol.consumer import (
         FetchRequest,
         FetchResponse,
@@ -59,6 +68,12 @@ with warnings.catch_warnings():
         ListOffsetsResponse,
     )
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    from kafka.protocol.sasl import (
+        SaslAuthenticateRequest,
+        SaslAuthenticateResponse,
+        SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    )
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
@@ -79,6 +94,11 @@ DEFAULT_PORT: Final = 9092
 FETCH_VERSION: Final = 11
 METADATA_VERSION: Final = 7
 LIST_OFFSETS_VERSION: Final = 5
+SASL_HANDSHAKE_VERSION: Final = 1
+SASL_AUTHENTICATE_VERSION: Final = 1
+SASL_ROUNDS_MAX: Final = 4
+"""SaslAuthenticate rounds before a login counts as failed (PLAIN takes 1, SCRAM 2)."""
+KAFKA_PREFIX: Final = "kafka."
 EARLIEST: Final = -2
 NO_REPLICA_ID: Final = -1  # a consumer, not a broker
 NO_SESSION_EPOCH: Final = -1  # a full fetch, no fetch session
@@ -127,13 +147,47 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 class BrokerConnection:
-    """One blocking connection to one broker: a request out, its response back, in turn."""
+    """One blocking connection to one broker: a request out, its response back, in turn;
+    TLS and authenticated first as `security` says (OSError or SparkKafkaError if not)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, security: ClientSecurity = PLAINTEXT) -> None:
         self.address = address
-        self.sock = socket.create_connection(split_address(address), timeout=CONNECT_TIMEOUT_S)
-        self.sock.settimeout(REQUEST_TIMEOUT_S)
+        host, port = split_address(address)
+        context = security.ssl_context()
+        self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
         self.correlation_id = 0
+        try:
+            if context is not None:  # the TLS socket takes the plain one over
+                self.sock = context.wrap_socket(self.sock, server_hostname=host)
+            self.sock.settimeout(REQUEST_TIMEOUT_S)
+            if security.sasl:
+                self.authenticate(security)
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def authenticate(self, security: ClientSecurity) -> None:
+        """SaslHandshake, then SaslAuthenticate rounds until kafka-python's client of the
+        mechanism is done; SparkKafkaError when the broker refuses."""
+        handshake = SaslHandshakeRequest(mechanism=security.mechanism)
+        answer = self.call(handshake, SaslHandshakeResponse, SASL_HANDSHAKE_VERSION)
+        if answer.error_code != 0:
+            raise SparkKafkaError(f"SASL {security.mechanism}: {error_name(answer.error_code)}")
+        login = get_sasl_mechanism(security.mechanism)(**security.kafka_python())
+        for _ in range(SASL_ROUNDS_MAX):
+            if login.is_done():
+                break
+            request = SaslAuthenticateRequest(auth_bytes=login.auth_bytes())
+            step = self.call(request, SaslAuthenticateResponse, SASL_AUTHENTICATE_VERSION)
+            if step.error_code != 0:
+                reason = step.error_message or error_name(step.error_code)
+                raise SparkKafkaError(f"SASL {security.mechanism}: {reason}")
+            try:
+                login.receive(step.auth_bytes)
+            except ValueError as error:  # a SCRAM server that did not prove itself
+                raise SparkKafkaError(f"SASL {security.mechanism}: {error}") from None
+        if not login.is_authenticated():
+            raise SparkKafkaError(f"SASL {security.mechanism}: not logged in")
 
     def close(self) -> None:
         self.sock.close()
@@ -196,10 +250,12 @@ class ReplicaRead:
     start_offset: int
 
 
-def plan_reads(bootstrap: str, topic: str) -> list[ReplicaRead]:
+def plan_reads(
+    bootstrap: str, topic: str, security: ClientSecurity = PLAINTEXT
+) -> list[ReplicaRead]:
     """One read per replica of every partition of `topic`, by partition then replica.
     SparkKafkaError when no bootstrap broker answers or the topic is unknown."""
-    metadata = ask_metadata(bootstrap, topic)
+    metadata = ask_metadata(bootstrap, topic, security)
     found = next((t for t in metadata.topics if t.name == topic), None)
     if found is None:
         raise SparkKafkaError(f"the Metadata answer of {bootstrap} lacks topic '{topic}'")
@@ -214,7 +270,7 @@ def plan_reads(bootstrap: str, topic: str) -> list[ReplicaRead]:
     starts: dict[int, int] = {}
     for leader, partitions in leaders.items():
         if leader in brokers:
-            starts.update(ask_log_starts(brokers[leader], topic, partitions))
+            starts.update(ask_log_starts(brokers[leader], topic, partitions, security))
     return [
         ReplicaRead(
             topic, p.partition_index, r, brokers.get(r, ""), starts.get(p.partition_index, 0)
@@ -224,7 +280,7 @@ def plan_reads(bootstrap: str, topic: str) -> list[ReplicaRead]:
     ]
 
 
-def ask_metadata(bootstrap: str, topic: str) -> Any:
+def ask_metadata(bootstrap: str, topic: str, security: ClientSecurity) -> Any:
     """The Metadata of `topic` from the first bootstrap broker that answers."""
     request = MetadataRequest(
         topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
@@ -233,14 +289,16 @@ def ask_metadata(bootstrap: str, topic: str) -> Any:
     failures = []
     for address in bootstrap.split(","):
         try:
-            with BrokerConnection(address.strip()) as connection:
+            with BrokerConnection(address.strip(), security) as connection:
                 return connection.call(request, MetadataResponse, METADATA_VERSION)
-        except OSError as error:
+        except (OSError, SparkKafkaError) as error:
             failures.append(f"{address.strip()}: {error}")
     raise SparkKafkaError(f"no broker answers at {bootstrap} ({'; '.join(failures)})")
 
 
-def ask_log_starts(leader: str, topic: str, partitions: list[int]) -> dict[int, int]:
+def ask_log_starts(
+    leader: str, topic: str, partitions: list[int], security: ClientSecurity
+) -> dict[int, int]:
     """partition -> log start offset, from their leader; partitions it does not answer for
     are left out (their reads start at 0, and a replica that lacks 0 says so)."""
     request = ListOffsetsRequest(
@@ -259,7 +317,7 @@ def ask_log_starts(leader: str, topic: str, partitions: list[int]) -> dict[int, 
         ],
     )
     try:
-        with BrokerConnection(leader) as connection:
+        with BrokerConnection(leader, security) as connection:
             response = connection.call(request, ListOffsetsResponse, LIST_OFFSETS_VERSION)
     except (OSError, SparkKafkaError):
         return {}
@@ -381,7 +439,9 @@ def fetch_once(connection: BrokerConnection, read: ReplicaRead, offset: int) -> 
     return answer
 
 
-def read_replica(read: ReplicaRead) -> Iterator[pa.RecordBatch]:
+def read_replica(
+    read: ReplicaRead, security: ClientSecurity = PLAINTEXT
+) -> Iterator[pa.RecordBatch]:
     """The rows of one replica: its batches from `start_offset` to the HWM of its first
     answer, then its summary row (with the error that stopped the read, if any)."""
     rows = ReplicaRows(read)
@@ -389,7 +449,7 @@ def read_replica(read: ReplicaRead) -> Iterator[pa.RecordBatch]:
     try:
         if not read.address:
             raise ReplicaReadError(f"broker {read.replica} is not in the metadata (down?)")
-        with BrokerConnection(read.address) as connection:
+        with BrokerConnection(read.address, security) as connection:
             while rows.hwm is None or offset < rows.hwm:
                 answer = fetch_once(connection, read, offset)
                 if rows.hwm is None:
@@ -399,7 +459,7 @@ def read_replica(read: ReplicaRead) -> Iterator[pa.RecordBatch]:
                     offset = rows.add_batches(answer.records or b"", offset, rows.hwm)
                 if len(rows.batches) >= ARROW_ROWS_MAX:
                     yield rows.take()
-    except (SparkKafkaError, OSError) as error:
+    except (SparkKafkaError, ClientConfigError, OSError) as error:
         where = f"{read.address or 'no address'}, fetch offset {offset}"
         rows.error = f"{where}: {str(error) or type(error).__name__}"
     if rows.batches:
@@ -416,20 +476,22 @@ class ReplicaPartition(InputPartition):
 
 
 class ReplicasReader(DataSourceReader):
-    def __init__(self, reads: list[ReplicaRead]) -> None:
+    def __init__(self, reads: list[ReplicaRead], security: ClientSecurity) -> None:
         self.reads = reads
+        self.security = security
 
     def partitions(self) -> Sequence[InputPartition]:
         return [ReplicaPartition(read) for read in self.reads]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ReplicaPartition)
-        yield from read_replica(partition.read)
+        yield from read_replica(partition.read, self.security)
 
 
 class ReplicasDataSource(DataSource):
     """`format("tidelog-replicas")`: one row per batch of every replica of a topic, and one
-    per replica. Options: `plan` (what `plan_to_json` writes), or `bootstrap` and `topic`."""
+    per replica. Options: `plan` (what `plan_to_json` writes), or `bootstrap` and `topic`;
+    and a secure cluster's client properties as `kafka.*`."""
 
     @classmethod
     def name(cls) -> str:
@@ -439,12 +501,23 @@ class ReplicasDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        security = security_of(client_properties(self.options))
         if "plan" in self.options:
-            return ReplicasReader(plan_from_json(str(self.options["plan"])))
+            return ReplicasReader(plan_from_json(str(self.options["plan"])), security)
         missing = [name for name in ("bootstrap", "topic") if name not in self.options]
         if missing:
             raise SparkKafkaError(f"{SOURCE_NAME}: option(s) {', '.join(missing)} needed")
-        return ReplicasReader(plan_reads(self.options["bootstrap"], self.options["topic"]))
+        reads = plan_reads(self.options["bootstrap"], self.options["topic"], security)
+        return ReplicasReader(reads, security)
+
+
+def client_properties(options: Mapping[str, Any]) -> dict[str, str]:
+    """The `kafka.*` options, without the prefix (Spark's option names are case-blind)."""
+    return {
+        key[len(KAFKA_PREFIX) :]: str(value)
+        for key, value in options.items()
+        if key.lower().startswith(KAFKA_PREFIX)
+    }
 
 
 # ---------------------------------------------------------------- comparing, in Spark
@@ -524,14 +597,19 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(ReplicasDataSource)
 
 
-def verify_replicas(spark: SparkSession, bootstrap: str, topic: str) -> ReplicaReport:
-    """Read every replica of `topic` and compare their committed batches (see the module).
-    SparkKafkaError when the cluster does not answer or does not know the topic."""
+def verify_replicas(
+    spark: SparkSession, bootstrap: str, topic: str, properties: Mapping[str, str] | None = None
+) -> ReplicaReport:
+    """Read every replica of `topic` and compare their committed batches (see the module),
+    connecting as the client `properties` say (librdkafka's names). SparkKafkaError when the
+    cluster does not answer or does not know the topic; ClientConfigError for a bad setting."""
     register(spark)
-    reads = plan_reads(bootstrap, topic)
+    given = dict(properties or {})
+    reads = plan_reads(bootstrap, topic, security_of(given))
     rows = (
         spark.read.format(SOURCE_NAME)
         .option("plan", plan_to_json(reads))
+        .options(**{KAFKA_PREFIX + key: value for key, value in given.items()})
         .load()
         .localCheckpoint(eager=True)
     )

@@ -3,7 +3,10 @@ and the one way tests wait (`poll`, `eventually`: polling with a deadline, never
 sleep).
 
 `LiveCluster` runs `tidelog cluster up` on a free port range in a directory of its own and
-`tidelog cluster down` at the end; it never signals a process it did not start.
+`tidelog cluster down` at the end; it never signals a process it did not start. A secure one
+(`secure=True`) denies anonymous clients, so tests reach it as the user `admin` over SASL_SSL:
+`sasl_bootstrap` and `sasl_settings` (kafka-python's keyword arguments, from its
+`client-sasl.properties`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.protocol.parser import KafkaProtocol
 
+from tidelog.client_config import read_properties
 from tidelog.status import access_for, read_status
 
 PORT_SPAN = 403  # base .. base+2 Kafka, +100.. peers, +200.. admin, +300.. SSL, +400.. SASL
@@ -112,8 +116,31 @@ class LiveCluster:
         if up.returncode != 0:  # it may have started nodes before it failed: end them
             tidelog("cluster", "down", "--data-dir", str(directory))
         assert up.returncode == 0, up.stdout + up.stderr
+        self.up_messages = up.stderr  # what `cluster up` told its user
         self.record = json.loads((directory / "cluster.json").read_text())
         self.bootstrap: str = self.record["bootstrap"]
+        self.sasl_properties: dict[str, str] = {}
+        self.sasl_settings: dict[str, Any] = {}
+        if secure:
+            self.sasl_properties = read_properties(self.sasl_properties_path)
+            self.sasl_settings = {
+                "security_protocol": "SASL_SSL",
+                "ssl_cafile": self.sasl_properties["ssl.ca.location"],
+                "ssl_check_hostname": True,
+                "sasl_mechanism": self.sasl_properties["sasl.mechanism"],
+                "sasl_plain_username": self.sasl_properties["sasl.username"],
+                "sasl_plain_password": self.sasl_properties["sasl.password"],
+            }
+
+    @property
+    def sasl_properties_path(self) -> Path:
+        """A secure cluster's client-sasl.properties (the user admin, SASL_SSL)."""
+        return self.directory / "client-sasl.properties"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """A secure cluster's SASL_SSL listeners."""
+        return self.sasl_properties["bootstrap.servers"]
 
     def log_of(self, node: int) -> str:
         """What node `node`'s broker has logged so far."""
@@ -172,11 +199,16 @@ class RawConnection:
 
 
 def create_topic(
-    bootstrap: str, name: str, partitions: int = 3, configs: dict[str, str] | None = None
+    bootstrap: str,
+    name: str,
+    partitions: int = 3,
+    configs: dict[str, str] | None = None,
+    **settings: Any,
 ) -> None:
     """Create a topic of replication factor 3 (with Kafka topic `configs`) and wait until
-    every partition has a leader."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+    every partition has a leader; `settings` are kafka-python's (a secure cluster's
+    `sasl_settings`)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000, **settings)
     try:
         admin.create_topics([NewTopic(name, partitions, 3, topic_configs=configs or {})])
 

@@ -303,7 +303,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "votes-ignore-leader-lease",
         "a replica that heard from a leader within an election timeout ignores votes",
         REPLICA,
-        "if self._in_lease():",
+        "if self._in_lease() and not msg.transfer:",
         "if False:",
     ),
     Mutant(

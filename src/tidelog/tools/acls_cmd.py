@@ -1,5 +1,5 @@
 """`tidelog acls add|list|remove`: the cluster's ACLs (Kafka's `kafka-acls`), through
-kafka-python's admin client (CreateAcls, DescribeAcls, DeleteAcls), sent to the controller.
+kafka-python's admin client (CreateAcls, DescribeAcls, DeleteAcls); any broker takes them.
 
     tidelog acls add --allow User:alice --operation READ --topic orders [--prefixed]
     tidelog acls add --deny User:mallory --operation ALL --group billing
@@ -15,9 +15,9 @@ from typing import Any, Final
 
 import click
 
-from tidelog.tools.client import bootstrap_option, json_option, reports_errors, resolve
-from tidelog.tools.client_kafka import ClientError, admin_client, kafka_errors
-from tidelog.tools.users_cmd import ATTEMPTS, controller_bootstrap
+from tidelog.tools.client_kafka import ClientError, ClientSettings, admin_client, kafka_errors
+from tidelog.tools.client_options import client_options, json_option, reports_errors
+from tidelog.tools.users_cmd import until_controller
 
 OPERATIONS: Final = (
     "ALL",
@@ -85,19 +85,16 @@ def rule_options(command: Any) -> Any:
     return command
 
 
-def at_controller(bootstrap: str | None, ask: Callable[[Any], Any]) -> Any:
-    """`ask(admin)` of an admin client bootstrapped at the controller, asked again (a fresh
-    client) while the node it chose answers NOT_CONTROLLER."""
+def ask_controller(client: ClientSettings, ask: Callable[[Any], Any]) -> Any:
+    """`ask(admin)` of an admin client (any broker forwards an ACL change to the
+    controller), asked again while no controller is elected yet (NOT_CONTROLLER)."""
     from kafka.errors import NotControllerError  # noqa: PLC0415
 
-    answer: Any = None
-    for _ in range(ATTEMPTS):
-        controller = controller_bootstrap(resolve(bootstrap))
-        with admin_client(controller) as admin, kafka_errors(controller):
-            answer = ask(admin)
-        if NotControllerError not in errors_of(answer):
-            return answer
-    return answer
+    def once() -> Any:
+        with admin_client(client) as admin, kafka_errors(client):
+            return ask(admin)
+
+    return until_controller(once, lambda answer: NotControllerError in errors_of(answer))
 
 
 def described(error: Any) -> str:
@@ -123,7 +120,7 @@ def acls() -> None:
 @acls.command("add")
 @rule_options
 @resource_options
-@bootstrap_option
+@client_options
 @reports_errors
 def add(
     *,
@@ -135,11 +132,11 @@ def add(
     group: str | None,
     cluster: bool,
     prefixed: bool,
-    bootstrap: str | None,
+    client: ClientSettings,
 ) -> None:
     """Add one ACL."""
     rule = acl_of(allow, deny, operation, host, resource_of(topic, group, cluster, prefixed))
-    result = at_controller(bootstrap, lambda admin: admin.create_acls([rule]))
+    result = ask_controller(client, lambda admin: admin.create_acls([rule]))
     if result["failed"]:
         raise ClientError(f"not added: {described(result['failed'][0])}")
     click.echo("added", err=True)
@@ -148,7 +145,7 @@ def add(
 @acls.command("remove")
 @rule_options
 @resource_options
-@bootstrap_option
+@client_options
 @reports_errors
 def remove(
     *,
@@ -160,11 +157,11 @@ def remove(
     group: str | None,
     cluster: bool,
     prefixed: bool,
-    bootstrap: str | None,
+    client: ClientSettings,
 ) -> None:
     """Remove the ACL that matches exactly."""
     rule = acl_of(allow, deny, operation, host, resource_of(topic, group, cluster, prefixed))
-    results = at_controller(bootstrap, lambda admin: admin.delete_acls([rule]))
+    results = ask_controller(client, lambda admin: admin.delete_acls([rule]))
     _, matched, error = results[0]
     if error.errno != 0:
         raise ClientError(f"not removed: {described(error)}")
@@ -177,11 +174,11 @@ def remove(
 @click.option("--topic")
 @click.option("--group")
 @click.option("--cluster", is_flag=True)
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 def list_acls(
-    topic: str | None, group: str | None, cluster: bool, bootstrap: str | None, as_json: bool
+    topic: str | None, group: str | None, cluster: bool, client: ClientSettings, as_json: bool
 ) -> None:
     """Every ACL, or those of one resource."""
     from kafka.admin import (  # noqa: PLC0415
@@ -209,8 +206,7 @@ def list_acls(
             ResourceType[kind], name, ACLResourcePatternType.ANY
         ),
     )
-    address = resolve(bootstrap)
-    with admin_client(address) as admin, kafka_errors(address):
+    with admin_client(client) as admin, kafka_errors(client):
         found, _ = admin.describe_acls(wanted)
     rows = [
         {

@@ -5,8 +5,10 @@ Names, flags and output lines follow Kafka's own tools (kafka-topics, kafka-cons
 kafka-console-consumer, kafka-get-offsets, kafka-delete-records), so scripts written for
 them read ours. Rules:
 
-- Every command takes `--bootstrap-server`; its default is the bootstrap of a running local
-  cluster (`find_local_cluster`), else 127.0.0.1:9092.
+- Every command takes `--bootstrap-server` and `--command-config FILE` (Kafka's client
+  properties; also `$TIDELOG_COMMAND_CONFIG`), resolved by `client_options` into one
+  `ClientSettings`; the defaults are a running local cluster's (a secure one's SASL_SSL
+  listeners and `client-sasl.properties`), else 127.0.0.1:9092.
 - Every command takes `--json`: machine-readable output on stdout, its shape in the help.
 - The Kafka-format lines are plain text, byte for byte; rich is used only for `--table`.
 - Expected failures (`ClientError`) print `error: ...` on stderr and exit 1, never a
@@ -16,18 +18,20 @@ them read ours. Rules:
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any, Final, ParamSpec, TypeVar
+from collections.abc import Iterator
+from typing import Any, Final
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from tidelog.client_config import parse_properties
+from tidelog.status import access_for
 from tidelog.tools.client_kafka import (
     ClientError,
+    ClientSettings,
     PartitionMetadata,
     create_topic,
     delete_records,
@@ -37,6 +41,7 @@ from tidelog.tools.client_kafka import (
     list_topics,
     parse_offset_time,
 )
+from tidelog.tools.client_options import client_options, json_option, reports_errors
 from tidelog.tools.client_records import (
     ConsumedRecord,
     ConsumeOptions,
@@ -47,6 +52,8 @@ from tidelog.tools.client_status import (
     ReplicaStatus,
     admin_addresses,
     find_local_cluster,
+    local_bootstraps,
+    local_cluster_directory,
     replica_statuses,
 )
 
@@ -60,69 +67,15 @@ __all__ = [
     "topics",
 ]
 
-DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9092"
 LINES_MAX_BYTES: Final = 1024 * 1024
 """The longest stdin line `produce` accepts as one record."""
 
 TABLE_WIDTH_PIPED: Final = 200
 """The width of a `--table` written to a pipe or file."""
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def default_bootstrap() -> str:
-    """The bootstrap of a running local cluster, else 127.0.0.1:9092."""
-    cluster = find_local_cluster()
-    return str(cluster["bootstrap"]) if cluster is not None else DEFAULT_BOOTSTRAP
-
-
-def bootstrap_option(command: Callable[P, R]) -> Callable[P, R]:
-    """`--bootstrap-server`, defaulting to a running local cluster."""
-    return click.option(
-        "--bootstrap-server",
-        "bootstrap",
-        default=None,
-        metavar="HOST:PORT[,...]",
-        help="Brokers to bootstrap from (default: the local cluster's, else 127.0.0.1:9092).",
-    )(command)
-
-
-def json_option(command: Callable[P, R]) -> Callable[P, R]:
-    return click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")(command)
-
-
-def reports_errors(command: Callable[P, None]) -> Callable[P, None]:
-    """Print a ClientError as `error: ...` on stderr and exit 1."""
-
-    @functools.wraps(command)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
-        try:
-            command(*args, **kwargs)
-        except ClientError as error:
-            click.echo(f"error: {error}", err=True)
-            raise SystemExit(1) from error
-
-    return wrapper
-
-
-def resolve(bootstrap: str | None) -> str:
-    return bootstrap if bootstrap else default_bootstrap()
-
 
 def echo_json(value: object) -> None:
     click.echo(json.dumps(value, sort_keys=False))
-
-
-def parse_configs(items: tuple[str, ...]) -> dict[str, str]:
-    """`k=v` strings as a dict. Raises ClientError."""
-    configs: dict[str, str] = {}
-    for item in items:
-        name, found, value = item.partition("=")
-        if not found or not name:
-            raise ClientError(f"bad --config {item!r} (want name=value)")
-        configs[name] = value
-    return configs
 
 
 # topics
@@ -138,7 +91,7 @@ def topics() -> None:
 @click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--replication-factor", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--config", "configs", multiple=True, metavar="K=V", help="Topic config; repeat.")
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 def topics_create(
@@ -147,16 +100,16 @@ def topics_create(
     partitions: int,
     replication_factor: int,
     configs: tuple[str, ...],
-    bootstrap: str | None,
+    client: ClientSettings,
     as_json: bool,
 ) -> None:
     """Create topic NAME. Prints `Created topic NAME.`
 
     --json: {"topic": NAME, "partitions": P, "replication_factor": R, "configs": {k: v}}
     """
-    parsed = parse_configs(configs)
+    parsed = parse_properties(configs, "--config")
     create_topic(
-        resolve(bootstrap),
+        client,
         name,
         partitions=partitions,
         replication_factor=replication_factor,
@@ -176,15 +129,15 @@ def topics_create(
 
 
 @topics.command("list")
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
-def topics_list(bootstrap: str | None, as_json: bool) -> None:
+def topics_list(client: ClientSettings, as_json: bool) -> None:
     """Print the name of every topic, one a line, sorted.
 
     --json: {"topics": [NAME, ...]}
     """
-    names = list_topics(resolve(bootstrap))
+    names = list_topics(client)
     if as_json:
         echo_json({"topics": names})
         return
@@ -194,15 +147,15 @@ def topics_list(bootstrap: str | None, as_json: bool) -> None:
 
 @topics.command("delete")
 @click.argument("name")
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
-def topics_delete(name: str, bootstrap: str | None, as_json: bool) -> None:
+def topics_delete(name: str, client: ClientSettings, as_json: bool) -> None:
     """Delete topic NAME. Prints `Deleted topic NAME.`
 
     --json: {"topic": NAME, "deleted": true}
     """
-    delete_topic(resolve(bootstrap), name)
+    delete_topic(client, name)
     if as_json:
         echo_json({"topic": name, "deleted": True})
     else:
@@ -316,10 +269,10 @@ def render_table(
 @topics.command("describe")
 @click.argument("name", required=False)
 @click.option("--table", is_flag=True, help="A table, one row per replica (rich).")
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
-def topics_describe(name: str | None, table: bool, bootstrap: str | None, as_json: bool) -> None:
+def topics_describe(name: str | None, table: bool, client: ClientSettings, as_json: bool) -> None:
     """Describe topic NAME (or every topic), one line per partition as kafka-topics does:
 
     \b
@@ -335,10 +288,12 @@ def topics_describe(name: str | None, table: bool, bootstrap: str | None, as_jso
     "log_end_offset"} or null, one per replica]}]; replica_status only with a local cluster.
     """
     cluster = find_local_cluster()
-    partitions = describe_topics(resolve(bootstrap), None if name is None else [name])
+    partitions = describe_topics(client, None if name is None else [name])
     # Replica states come from the local cluster's brokers: only when it is the one asked.
-    local = cluster is not None and bootstrap in (None, cluster["bootstrap"])
-    statuses = replica_statuses(admin_addresses(cluster)) if cluster and local else None
+    statuses = None
+    if cluster is not None and client.bootstrap in local_bootstraps(cluster):
+        access = access_for(local_cluster_directory())
+        statuses = replica_statuses(admin_addresses(cluster), access)
     if as_json:
         echo_json(describe_json(partitions, statuses))
     elif table:
@@ -380,7 +335,7 @@ def read_lines(stream: Any) -> Iterator[bytes]:
     default=None,
     help="Send every record to this partition (default: the partitioner's choice).",
 )
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 def produce(
@@ -389,7 +344,7 @@ def produce(
     acks: str,
     key_separator: str | None,
     partition: int | None,
-    bootstrap: str | None,
+    client: ClientSettings,
     as_json: bool,
 ) -> None:
     """Produce each line of stdin as one record of TOPIC (kafka-console-producer).
@@ -404,7 +359,7 @@ def produce(
         raise ClientError("--key-separator must not be empty")
     separator = None if key_separator is None else key_separator.encode()
     summary = produce_lines(
-        resolve(bootstrap),
+        client,
         topic,
         read_lines(sys.stdin.buffer),
         acks=acks,
@@ -480,7 +435,7 @@ def record_json(record: ConsumedRecord) -> str:
 @click.option("--print-offset", is_flag=True, help="Print PARTITION:OFFSET:VALUE.")
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
 @click.option("--group", default=None, help="Join this consumer group and commit offsets.")
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 def consume(
@@ -494,7 +449,7 @@ def consume(
     print_offset: bool,
     print_key: bool,
     group: str | None,
-    bootstrap: str | None,
+    client: ClientSettings,
     as_json: bool,
 ) -> None:
     """Print the records of TOPIC, one value a line (kafka-console-consumer).
@@ -521,7 +476,7 @@ def consume(
         group=group,
     )
     count = 0
-    for record in consume_records(resolve(bootstrap), options):
+    for record in consume_records(client, options):
         count += 1
         if as_json:
             click.echo(record_json(record))
@@ -545,18 +500,18 @@ def consume(
     "with a timestamp >= MS (-1 if none).",
 )
 @click.option("--partition", type=click.IntRange(min=0), default=None)
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 def get_offsets(
-    topic: str, time_spec: str, partition: int | None, bootstrap: str | None, as_json: bool
+    topic: str, time_spec: str, partition: int | None, client: ClientSettings, as_json: bool
 ) -> None:
     """Print `topic:partition:offset` per partition of TOPIC (kafka-get-offsets).
 
     --json: [{"topic", "partition", "offset"}]
     """
     timestamp = parse_offset_time(time_spec)
-    found = list_offsets(resolve(bootstrap), topic, timestamp=timestamp, partition=partition)
+    found = list_offsets(client, topic, timestamp=timestamp, partition=partition)
     if as_json:
         echo_json([{"topic": topic, "partition": p, "offset": o} for p, o in found])
         return
@@ -573,11 +528,11 @@ def get_offsets(
     required=True,
     help="Delete the records below this offset; -1: below the HWM.",
 )
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 def delete_records_command(
-    topic: str, partition: int, offset: int, bootstrap: str | None, as_json: bool
+    topic: str, partition: int, offset: int, client: ClientSettings, as_json: bool
 ) -> None:
     """Move the log start offset of one partition (kafka-delete-records).
 
@@ -585,7 +540,7 @@ def delete_records_command(
 
     --json: {"topic", "partition", "low_watermark"}
     """
-    low = delete_records(resolve(bootstrap), topic, partition=partition, offset=offset)
+    low = delete_records(client, topic, partition=partition, offset=offset)
     if as_json:
         echo_json({"topic": topic, "partition": partition, "low_watermark": low})
     else:

@@ -6,6 +6,8 @@ printing belongs to `tools/client.py`. Rules:
 - Expected failures leave as a `ClientError` whose message is meant for the user: no broker
   at the bootstrap address, an unknown topic, a broker's error code. kafka-python's own
   exceptions never escape (`kafka_errors()` translates them).
+- Where and how to connect is one value, `ClientSettings` (the bootstrap and the security
+  settings of `tidelog.client_config`); every function here takes it first.
 - Before any kafka-python client is built, `probe_bootstrap` opens one TCP connection to the
   bootstrap addresses: kafka-python would otherwise retry for its whole bootstrap timeout.
 - Every wait has a named maximum (`*_MS` below), so no command can hang forever.
@@ -20,12 +22,13 @@ from __future__ import annotations
 
 import socket
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from tidelog.address import parse_address
+from tidelog.client_config import PLAINTEXT, ClientSecurity, security_of
 from tidelog.errors import TidelogError
 
 # kafka-python 3.0.12 loads its JSON schemas with a deprecated importlib call at import time.
@@ -78,6 +81,31 @@ class UnknownTopic(ClientError):
 
 
 @dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """Where a client connects and how: the bootstrap, the client properties as given
+    (librdkafka's names, for confluent-kafka and Spark), and their security, checked."""
+
+    bootstrap: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+    security: ClientSecurity = PLAINTEXT
+
+    @classmethod
+    def of(cls, bootstrap: str, properties: Mapping[str, str]) -> ClientSettings:
+        """Settings of client properties (without bootstrap.servers); ClientConfigError when
+        their security settings are wrong."""
+        return cls(bootstrap, dict(properties), security_of(properties))
+
+    def at(self, bootstrap: str) -> ClientSettings:
+        """The same settings for other brokers (the controller, say)."""
+        return replace(self, bootstrap=bootstrap)
+
+    @property
+    def kafka_python(self) -> dict[str, Any]:
+        """kafka-python's keyword arguments: bootstrap_servers and the security ones."""
+        return {"bootstrap_servers": self.bootstrap, **self.security.kafka_python()}
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionMetadata:
     """One partition as the Metadata API describes it."""
 
@@ -124,7 +152,7 @@ def describe_kafka_error(error: BaseException) -> str:
 
 
 @contextmanager
-def kafka_errors(bootstrap: str, *, needs: str = "this request") -> Iterator[None]:
+def kafka_errors(client: ClientSettings, *, needs: str = "this request") -> Iterator[None]:
     """Turn kafka-python's exceptions raised inside the block into ClientError.
 
     `needs` names the Kafka API the block depends on, for when the broker lacks it.
@@ -134,9 +162,16 @@ def kafka_errors(bootstrap: str, *, needs: str = "this request") -> Iterator[Non
     except kafka_errors_module.UnsupportedVersionError as error:
         raise ClientError(f"the broker does not support {needs} yet") from error
     except kafka_errors_module.KafkaTimeoutError as error:
-        if "bootstrap" in str(error):
-            raise NoBroker(bootstrap) from error
-        raise ClientError(describe_kafka_error(error)) from error
+        if "bootstrap" not in str(error):
+            raise ClientError(describe_kafka_error(error)) from error
+        if client.security.protocol == PLAINTEXT.protocol:
+            raise NoBroker(client.bootstrap) from error
+        # Something listens (the probe connected): the handshake or the login failed.
+        raise ClientError(
+            f"no broker at {client.bootstrap} let this client in over "
+            f"{client.security.protocol} (check the --command-config settings: the "
+            "listener, CA, user and password)"
+        ) from error
     except kafka_errors_module.UnknownTopicOrPartitionError as error:
         raise ClientError(f"unknown topic or partition ({describe_kafka_error(error)})") from error
     except (kafka_errors_module.KafkaError, ValueError) as error:
@@ -144,12 +179,12 @@ def kafka_errors(bootstrap: str, *, needs: str = "this request") -> Iterator[Non
 
 
 @contextmanager
-def admin_client(bootstrap: str) -> Iterator[Any]:
+def admin_client(client: ClientSettings) -> Iterator[Any]:
     """A connected KafkaAdminClient, closed on exit; kafka-python errors become ClientError."""
-    probe_bootstrap(bootstrap)
-    with kafka_errors(bootstrap):
+    probe_bootstrap(client.bootstrap)
+    with kafka_errors(client):
         admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap,
+            **client.kafka_python,
             client_id=KAFKA_CLIENT_ID,
             bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
             request_timeout_ms=REQUEST_TIMEOUT_MS,
@@ -161,12 +196,17 @@ def admin_client(bootstrap: str) -> Iterator[Any]:
 
 
 def create_topic(
-    bootstrap: str, name: str, *, partitions: int, replication_factor: int, configs: dict[str, str]
+    client: ClientSettings,
+    name: str,
+    *,
+    partitions: int,
+    replication_factor: int,
+    configs: dict[str, str],
 ) -> None:
     """Create one topic (CreateTopics). Raises ClientError with the broker's message, e.g.
     when it exists or a config is invalid."""
     spec = {"num_partitions": partitions, "replication_factor": replication_factor}
-    with admin_client(bootstrap) as admin:
+    with admin_client(client) as admin:
         result = admin.create_topics({name: {**spec, "configs": configs}}, raise_errors=False)
     for topic in result["topics"]:
         if topic["error_code"] != 0:
@@ -174,15 +214,15 @@ def create_topic(
             raise ClientError(topic["error_message"] or error.__name__)
 
 
-def list_topics(bootstrap: str) -> list[str]:
+def list_topics(client: ClientSettings) -> list[str]:
     """The names of all topics, sorted (Metadata for all topics)."""
-    with admin_client(bootstrap) as admin:
+    with admin_client(client) as admin:
         return sorted(str(name) for name in admin.list_topics())
 
 
-def delete_topic(bootstrap: str, name: str) -> None:
+def delete_topic(client: ClientSettings, name: str) -> None:
     """Delete one topic (DeleteTopics). Raises UnknownTopic."""
-    with admin_client(bootstrap) as admin:
+    with admin_client(client) as admin:
         try:
             admin.delete_topics([name])
         except kafka_errors_module.UnknownTopicOrPartitionError as error:
@@ -216,9 +256,9 @@ def describe_partitions(admin: Any, topics: list[str] | None) -> list[PartitionM
     return sorted(found, key=lambda p: (p.topic, p.partition))
 
 
-def describe_topics(bootstrap: str, topics: list[str] | None) -> list[PartitionMetadata]:
+def describe_topics(client: ClientSettings, topics: list[str] | None) -> list[PartitionMetadata]:
     """`describe_partitions` on a fresh admin client."""
-    with admin_client(bootstrap) as admin:
+    with admin_client(client) as admin:
         return describe_partitions(admin, topics)
 
 
@@ -243,26 +283,26 @@ def parse_offset_time(text: str) -> int:
 
 
 def list_offsets(
-    bootstrap: str, topic: str, *, timestamp: int, partition: int | None = None
+    client: ClientSettings, topic: str, *, timestamp: int, partition: int | None = None
 ) -> list[tuple[int, int]]:
     """(partition, offset) per partition of `topic` for a ListOffsets timestamp.
 
     Latest (-1) is the HWM, earliest (-2) the log start offset, a time the first offset
     whose timestamp is at least that; -1 when no record is that recent.
     """
-    with admin_client(bootstrap) as admin:
+    with admin_client(client) as admin:
         numbers = topic_partitions(admin, topic, partition)
         spec = OffsetSpec(timestamp) if timestamp < 0 else timestamp
         found = admin.list_partition_offsets({TopicPartition(topic, n): spec for n in numbers})
     return sorted((tp.partition, int(info.offset)) for tp, info in found.items())
 
 
-def delete_records(bootstrap: str, topic: str, *, partition: int, offset: int) -> int:
+def delete_records(client: ClientSettings, topic: str, *, partition: int, offset: int) -> int:
     """Delete the records of one partition below `offset` (-1: the HWM); the new log start.
 
     DeleteRecords moves the log start offset ("low watermark"), never past the HWM.
     """
-    with admin_client(bootstrap) as admin, kafka_errors(bootstrap, needs="DeleteRecords"):
+    with admin_client(client) as admin, kafka_errors(client, needs="DeleteRecords"):
         topic_partitions(admin, topic, partition)
         key = TopicPartition(topic, partition)
         result = admin.delete_records({key: offset})

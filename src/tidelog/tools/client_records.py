@@ -25,6 +25,7 @@ from tidelog.tools.client_kafka import (
     KAFKA_CLIENT_ID,
     REQUEST_TIMEOUT_MS,
     ClientError,
+    ClientSettings,
     KafkaConsumer,
     KafkaProducer,
     OffsetAndMetadata,
@@ -99,11 +100,11 @@ def split_line(line: bytes, key_separator: bytes | None) -> tuple[bytes | None, 
     return key, value
 
 
-def _new_producer(bootstrap: str, acks: str) -> Any:
+def _new_producer(client: ClientSettings, acks: str) -> Any:
     if acks not in ACKS:
         raise ClientError(f"bad acks {acks!r} (want all, 1 or 0)")
     return KafkaProducer(
-        bootstrap_servers=bootstrap,
+        **client.kafka_python,
         client_id=KAFKA_CLIENT_ID,
         acks=ACKS[acks],
         enable_idempotence=ACKS[acks] == "all",
@@ -133,7 +134,7 @@ def _settle(producer: Any, pending: list[Any], summary: ProduceSummary) -> None:
 
 
 def produce_lines(
-    bootstrap: str,
+    client: ClientSettings,
     topic: str,
     lines: Iterable[bytes],
     *,
@@ -145,11 +146,11 @@ def produce_lines(
 
     A line without the key separator is counted as failed and not sent.
     """
-    with admin_client(bootstrap) as admin:
+    with admin_client(client) as admin:
         topic_partitions(admin, topic, partition)
     summary = ProduceSummary()
-    with kafka_errors(bootstrap):
-        producer = _new_producer(bootstrap, acks)
+    with kafka_errors(client):
+        producer = _new_producer(client, acks)
         pending: list[Any] = []
         try:
             for number, line in enumerate(lines, start=1):
@@ -167,9 +168,9 @@ def produce_lines(
     return summary
 
 
-def _new_consumer(bootstrap: str, options: ConsumeOptions) -> Any:
+def _new_consumer(client: ClientSettings, options: ConsumeOptions) -> Any:
     return KafkaConsumer(
-        bootstrap_servers=bootstrap,
+        **client.kafka_python,
         client_id=KAFKA_CLIENT_ID,
         group_id=options.group,
         enable_auto_commit=False,
@@ -197,15 +198,15 @@ def _position_consumer(consumer: Any, options: ConsumeOptions, partitions: list[
         consumer.seek_to_end(*assigned)
 
 
-def consume_records(bootstrap: str, options: ConsumeOptions) -> Iterator[ConsumedRecord]:
+def consume_records(client: ClientSettings, options: ConsumeOptions) -> Iterator[ConsumedRecord]:
     """Yield records of `options.topic` until `max_messages` or `idle_timeout_ms` of silence."""
     if options.group is not None and (options.partition is not None or options.offset is not None):
         raise ClientError("--group cannot be combined with --partition or --offset")
-    with admin_client(bootstrap) as admin:
+    with admin_client(client) as admin:
         partitions = topic_partitions(admin, options.topic, options.partition)
     needs = "consumer groups" if options.group is not None else "this request"
-    with kafka_errors(bootstrap, needs=needs):
-        consumer = _new_consumer(bootstrap, options)
+    with kafka_errors(client, needs=needs):
+        consumer = _new_consumer(client, options)
         committed: dict[Any, Any] = {}
         try:
             _position_consumer(consumer, options, partitions)

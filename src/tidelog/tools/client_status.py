@@ -6,7 +6,8 @@
 endpoint answers `GET /status` with JSON: `{"node_id": 1, "ready": true, "metadata_leader": 2,
 "partitions": [{"topic": "t", "partition": 0, "replicas": [1, 2, 3], "role": "leader",
 "leader": 1, "epoch": 3, "hwm": 10, "log_start_offset": 0, "log_end_offset": 10,
-"isr": [1, 2, 3]}]}`.
+"isr": [1, 2, 3]}]}`. A secure cluster's file also says `"secure": true` and names each node's
+`ssl` and `sasl` listeners; its directory holds `client-sasl.properties`.
 
 Rules: reading either is best effort. A missing or unreadable `cluster.json` means no
 local cluster; a broker whose `/status` does not answer within STATUS_TIMEOUT_MS is left
@@ -24,6 +25,9 @@ from typing import Any, Final
 from tidelog.status import AdminAccess, read_status
 
 CLUSTER_FILE: Final = "cluster.json"
+CLIENT_SASL_PROPERTIES: Final = "client-sasl.properties"
+"""What a secure local cluster's clients need (the user `admin` over SASL_SSL), in its
+directory; written by `tidelog cluster up --secure`."""
 DATA_DIR_ENV: Final = "TIDELOG_DATA_DIR"
 DEFAULT_DATA_DIR: Final = "data"
 STATUS_TIMEOUT_MS: Final = 2_000
@@ -67,15 +71,19 @@ def _pid_alive(pid: object) -> bool:
     return True
 
 
+def local_cluster_directory() -> Path:
+    """Where a local cluster is looked for: `$TIDELOG_DATA_DIR`, else `./data`."""
+    return Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
+
+
 def find_local_cluster() -> dict[str, Any] | None:
     """The `cluster.json` of a running local cluster, or None.
 
-    It is looked for in `$TIDELOG_DATA_DIR`, else in `./data`. A cluster counts as running
-    when the file parses, names a bootstrap, and at least one of its nodes' pids is alive.
+    It is looked for in `local_cluster_directory()`. A cluster counts as running when the
+    file parses, names a bootstrap, and at least one of its nodes' pids is alive.
     """
-    directory = os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
     try:
-        cluster = json.loads((Path(directory) / CLUSTER_FILE).read_text())
+        cluster = json.loads((local_cluster_directory() / CLUSTER_FILE).read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(cluster, dict) or not isinstance(cluster.get("bootstrap"), str):
@@ -86,6 +94,14 @@ def find_local_cluster() -> dict[str, Any] | None:
     if nodes and not any(isinstance(n, dict) and _pid_alive(n.get("pid")) for n in nodes):
         return None
     return cluster
+
+
+def local_bootstraps(cluster: dict[str, Any]) -> set[str]:
+    """The bootstrap of each Kafka listener of a `cluster.json` (PLAINTEXT; SSL and SASL_SSL
+    in a secure cluster)."""
+    nodes = [n for n in cluster.get("nodes", []) if isinstance(n, dict)]
+    listed = {",".join(str(n[kind]) for n in nodes if n.get(kind)) for kind in ("ssl", "sasl")}
+    return ({str(cluster["bootstrap"])} | listed) - {""}
 
 
 def admin_addresses(cluster: dict[str, Any]) -> list[str]:

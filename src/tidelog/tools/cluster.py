@@ -12,6 +12,18 @@ Rules of this file:
   reused by an unrelated process is never touched.
 - Ready means `GET http://ADMIN/status` answers JSON with `"ready": true`. Every wait polls
   with a deadline; every HTTP request has a short timeout.
+- A secure cluster (`--secure`) is locked down as Kafka would be: peer links are mutual TLS,
+  every broker runs the authorizer, and its super users are the SCRAM user `admin` and the
+  principal of the cluster's own admin client certificate (`certs/admin-client.crt`,
+  `User:CN=tidelog admin,O=tidelog cluster NAME`). An anonymous client (the loopback
+  PLAINTEXT listener, or SSL without a certificate) is allowed only what ACLs allow it:
+  nothing, until someone adds one.
+- The first user is made without weakening that (Kafka's way: no anonymous super user):
+  the SSL listeners request client certificates (`--ssl-client-auth requested`), and
+  `cluster up` creates `admin` over SSL presenting the admin client certificate, whose
+  principal is a super user. `DIR/client-ssl.properties` (that certificate) and
+  `DIR/client-sasl.properties` (`admin`'s password), mode 0600, are what clients need;
+  `tidelog` client commands take either with `--command-config`, and default to the second.
 - A node is not started on a full disk (less than DISK_FREE_BYTES_MIN free where its data
   lives), and a file the command cannot write is named with its reason: a clear message,
   never a traceback.
@@ -26,6 +38,7 @@ import secrets
 import shutil
 import signal
 import socket
+import string
 import sys
 import time
 from collections.abc import Callable
@@ -38,10 +51,15 @@ import click
 from tidelog.address import parse_address
 from tidelog.errors import TidelogError
 from tidelog.status import TOKEN_FILE, access_for, read_status
+from tidelog.tools.client_options import COMMAND_CONFIG_ENV
+from tidelog.tools.client_status import CLIENT_SASL_PROPERTIES, DATA_DIR_ENV
 
 CERTS_DIR = "certs"
 CLIENT_PROPERTIES = "client-ssl.properties"
-CLIENT_SASL_PROPERTIES = "client-sasl.properties"
+ADMIN_CLIENT_CERT = "admin-client"  # certs/admin-client.crt and .key: a super user's
+ADMIN_CLIENT_NAME = "tidelog admin"  # its common name
+CA_NAME_CHARACTERS = frozenset(string.ascii_letters + string.digits + "._-")
+SUPER_USER_SEPARATOR = ";"
 CLUSTER_FILE = "cluster.json"
 LOG_NAME = "broker.log"
 HOST = "127.0.0.1"
@@ -140,8 +158,10 @@ def plan_cluster(
 
 
 def make_certificates(directory: Path, record: ClusterRecord) -> Path:
-    """The cluster's CA and every node's certificate in directory/certs (keys mode 0600)."""
+    """The cluster's CA, every node's certificate and the admin client certificate in
+    directory/certs (keys mode 0600)."""
     from tidelog.tools.certs import (  # noqa: PLC0415 - secure clusters only
+        issue,
         issue_node,
         make_ca,
         write_private,
@@ -149,35 +169,77 @@ def make_certificates(directory: Path, record: ClusterRecord) -> Path:
 
     certs = directory / CERTS_DIR
     if not (certs / "ca.crt").exists():
-        make_ca(certs, directory.resolve().name or "tidelog")
+        make_ca(certs, ca_name(directory))
     for node in record.nodes:
         if not (certs / f"node-{node.id}.crt").exists():
             issue_node(certs, node.id)
+    if not (certs / f"{ADMIN_CLIENT_CERT}.crt").exists():
+        issue(certs, ADMIN_CLIENT_CERT, common_name=ADMIN_CLIENT_NAME)
     if not (certs / TOKEN_FILE).exists():  # the admin endpoints' bearer token
         write_private(certs / TOKEN_FILE, secrets.token_urlsafe(24).encode())
     return certs
 
 
+def ca_name(directory: Path) -> str:
+    """The cluster's name in its certificates: the directory's, in characters that need no
+    escaping in a principal (`User:CN=...,O=tidelog cluster NAME`) or a super-user list."""
+    name = "".join(c if c in CA_NAME_CHARACTERS else "-" for c in directory.resolve().name)
+    return name or "tidelog"
+
+
+def admin_client_principal(directory: Path) -> str:
+    """The principal a broker gives the admin client certificate: its subject, as
+    `server.session.principal_of` names a client certificate's."""
+    from cryptography import x509  # noqa: PLC0415 - secure clusters only
+
+    from tidelog.server.session import principal_of  # noqa: PLC0415
+
+    path = directory / CERTS_DIR / f"{ADMIN_CLIENT_CERT}.crt"
+    try:
+        certificate = x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise ClusterError(f"{path}: {error} (`tidelog cluster up` makes it)") from None
+    # The subject as ssl's getpeercert() gives it: ((("commonName", "..."),), ...).
+    subject = tuple(((a.oid._name, str(a.value)),) for a in certificate.subject)
+    principal = principal_of({"subject": subject})
+    if SUPER_USER_SEPARATOR in principal:
+        raise ClusterError(f"{path}: its principal {principal!r} cannot be a super user")
+    return principal
+
+
+def ssl_properties(directory: Path, record: ClusterRecord) -> dict[str, str]:
+    """What a client (librdkafka's names) needs to reach the SSL listeners as a super user:
+    the cluster's CA and the admin client certificate."""
+    certs = (directory / CERTS_DIR).resolve()
+    return {
+        "bootstrap.servers": record.ssl_bootstrap,
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(certs / "ca.crt"),
+        "ssl.certificate.location": str(certs / f"{ADMIN_CLIENT_CERT}.crt"),
+        "ssl.key.location": str(certs / f"{ADMIN_CLIENT_CERT}.key"),
+    }
+
+
+def write_properties(path: Path, properties: dict[str, str]) -> None:
+    """A client properties file, mode 0600 (it names a key, or holds a password)."""
+    from tidelog.tools.certs import write_private  # noqa: PLC0415 - secure clusters only
+
+    text = "".join(f"{name}={value}\n" for name, value in properties.items())
+    write_private(path, text.encode())
+
+
 def write_client_properties(directory: Path, record: ClusterRecord) -> Path:
-    """DIR/client-ssl.properties: what a Kafka client (librdkafka's names) needs to reach
-    the SSL listeners; written once, mode 0600."""
+    """DIR/client-ssl.properties (`ssl_properties`); written once, mode 0600."""
     path = directory / CLIENT_PROPERTIES
     if not path.exists():
-        ca = (directory / CERTS_DIR / "ca.crt").resolve()
-        text = (
-            f"bootstrap.servers={record.ssl_bootstrap}\n"
-            "security.protocol=SSL\n"
-            f"ssl.ca.location={ca}\n"
-        )
-        from tidelog.tools.certs import write_private  # noqa: PLC0415 - secure clusters only
-
-        write_private(path, text.encode())
+        write_properties(path, ssl_properties(directory, record))
     return path
 
 
 def write_admin_user(directory: Path, record: ClusterRecord) -> Path:
-    """The first SCRAM user (`admin`, a generated password) and DIR/client-sasl.properties
-    (mode 0600) with what a client needs to use it; once per cluster."""
+    """The first SCRAM user (`admin`, a generated password), created over SSL with the
+    admin client certificate, and DIR/client-sasl.properties (mode 0600) with what a client
+    needs to use it; once per cluster."""
     path = directory / CLIENT_SASL_PROPERTIES
     if path.exists():
         return path
@@ -186,7 +248,7 @@ def write_admin_user(directory: Path, record: ClusterRecord) -> Path:
         UserScramCredentialUpsertion,
     )
 
-    from tidelog.tools.certs import write_private  # noqa: PLC0415
+    from tidelog.tools.client_kafka import ClientSettings  # noqa: PLC0415
     from tidelog.tools.users_cmd import alter  # noqa: PLC0415
 
     password = secrets.token_urlsafe(18)
@@ -194,19 +256,22 @@ def write_admin_user(directory: Path, record: ClusterRecord) -> Path:
         UserScramCredentialUpsertion(ADMIN_USER, mechanism, password, salt=secrets.token_bytes(16))
         for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
     ]
-    error = alter(record.bootstrap, alterations).get(ADMIN_USER)
+    ssl = ssl_properties(directory, record)
+    client = ClientSettings.of(ssl.pop("bootstrap.servers"), ssl)
+    error = alter(client, alterations).get(ADMIN_USER)
     if error:
         raise ClusterError(f"the admin user was not created: {error}")
-    ca = (directory / CERTS_DIR / "ca.crt").resolve()
-    text = (
-        f"bootstrap.servers={record.sasl_bootstrap}\n"
-        "security.protocol=SASL_SSL\n"
-        f"ssl.ca.location={ca}\n"
-        "sasl.mechanism=SCRAM-SHA-512\n"
-        f"sasl.username={ADMIN_USER}\n"
-        f"sasl.password={password}\n"
+    write_properties(
+        path,
+        {
+            "bootstrap.servers": record.sasl_bootstrap,
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": ssl["ssl.ca.location"],
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": ADMIN_USER,
+            "sasl.password": password,
+        },
     )
-    write_private(path, text.encode())
     return path
 
 
@@ -259,12 +324,17 @@ def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
         f"--admin-listen={node.admin}",
     ]
     if record.secure:
-        certs = Path(node.data_dir).parent / CERTS_DIR
+        directory = Path(node.data_dir).parent
+        certs = directory / CERTS_DIR
+        super_users = [f"User:{ADMIN_USER}", admin_client_principal(directory)]
         argv += [
             f"--ssl-ca={certs / 'ca.crt'}",
             f"--ssl-cert={certs / f'node-{node.id}.crt'}",
             f"--ssl-key={certs / f'node-{node.id}.key'}",
             f"--admin-token-file={certs / TOKEN_FILE}",
+            "--authorizer",
+            "--super-users=" + SUPER_USER_SEPARATOR.join(super_users),
+            "--ssl-client-auth=requested",
         ]
     return argv
 
@@ -499,8 +569,10 @@ def cluster() -> None:
 @click.option(
     "--secure",
     is_flag=True,
-    help="A new cluster with mutual TLS between its nodes: a CA and node certificates in "
-    "DIR/certs.",
+    help="A new cluster, locked down: mutual TLS between its nodes (a CA and certificates "
+    "in DIR/certs), SSL and SASL_SSL listeners, the authorizer on (anonymous clients "
+    "denied), the SCRAM user admin; client settings in DIR/client-sasl.properties and "
+    "DIR/client-ssl.properties, for --command-config.",
 )
 @timeout_option
 def up(nodes: int | None, directory: Path, base_port: int, secure: bool, timeout_s: float) -> None:
@@ -529,17 +601,27 @@ def up(nodes: int | None, directory: Path, base_port: int, secure: bool, timeout
         try:
             properties = write_client_properties(directory, record)
             users = write_admin_user(directory, record)
+            usage = secure_usage(directory, record, ssl=properties, sasl=users)
         except TidelogError as error:
             fail(error)
-        click.echo(
-            f"TLS clients: bootstrap {record.ssl_bootstrap}, settings in {properties}", err=True
-        )
-        click.echo(
-            f"SASL_SSL clients (user {ADMIN_USER}, SCRAM-SHA-512): bootstrap "
-            f"{record.sasl_bootstrap}, settings in {users}",
-            err=True,
-        )
+        for line in usage:
+            click.echo(line, err=True)
     click.echo(record.bootstrap)
+
+
+def secure_usage(directory: Path, record: ClusterRecord, *, ssl: Path, sasl: Path) -> list[str]:
+    """How to use a secure cluster, for `up` to print."""
+    return [
+        f"SSL clients (the admin client certificate): bootstrap {record.ssl_bootstrap}, "
+        f"settings in {ssl}",
+        f"SASL_SSL clients (user {ADMIN_USER}, SCRAM-SHA-512): bootstrap "
+        f"{record.sasl_bootstrap}, settings in {sasl}",
+        f"the authorizer is on: anonymous clients (PLAINTEXT {record.bootstrap}) are denied; "
+        f"super users: User:{ADMIN_USER}, {admin_client_principal(directory)}",
+        f"tidelog commands: --command-config {sasl}, or export {COMMAND_CONFIG_ENV}={sasl}",
+        f"  (with {DATA_DIR_ENV}={directory} they use it by default), e.g.",
+        f"  tidelog topics list --command-config {sasl}",
+    ]
 
 
 @cluster.command("down")

@@ -45,6 +45,7 @@ from tidelog.status import read_status
 from tidelog.tools.client import render_table
 from tidelog.tools.client_kafka import (
     ClientError,
+    ClientSettings,
     KafkaConsumer,
     PartitionMetadata,
     TopicPartition,
@@ -185,7 +186,7 @@ def wait_for_broker_lists(record: ClusterRecord) -> None:
     last_error = ""
     while waiting:
         try:
-            with admin_client(waiting[0].kafka) as admin:
+            with admin_client(ClientSettings(waiting[0].kafka)) as admin:
                 listed = len(admin.describe_cluster()["brokers"])
         except ClientError as error:
             listed, last_error = 0, str(error)
@@ -231,7 +232,7 @@ class TopicView:
 
 
 def view_topic(record: ClusterRecord) -> TopicView:
-    partitions = describe_topics(record.bootstrap, [TOPIC])
+    partitions = describe_topics(ClientSettings(record.bootstrap), [TOPIC])
     return TopicView(partitions, replica_statuses([node.admin for node in record.nodes]))
 
 
@@ -523,7 +524,7 @@ def read_back(bootstrap: str) -> list[Read]:
     partitions assigned: no consumer group)."""
     partitions = [TopicPartition(TOPIC, n) for n in range(PARTITIONS)]
     reads: list[Read] = []
-    with kafka_errors(bootstrap):
+    with kafka_errors(ClientSettings(bootstrap)):
         consumer = KafkaConsumer(
             bootstrap_servers=bootstrap, enable_auto_commit=False, client_id="tidelog-demo"
         )
@@ -643,7 +644,7 @@ def create_demo_topic(console: Console, directory: Path, record: ClusterRecord) 
         f"{REPLICATION_FACTOR}"
     )
     create_topic(
-        record.bootstrap,
+        ClientSettings(record.bootstrap),
         TOPIC,
         partitions=PARTITIONS,
         replication_factor=REPLICATION_FACTOR,

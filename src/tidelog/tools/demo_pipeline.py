@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tidelog.errors import TidelogError
-from tidelog.tools.client_kafka import admin_client, create_topic, kafka_errors
+from tidelog.tools.client_kafka import ClientSettings, admin_client, create_topic, kafka_errors
 from tidelog.tools.groups_cmd import describe_group, offset_rows, print_offset_rows
 
 PIPELINE_DIR: Final = "pipeline"
@@ -101,7 +101,8 @@ def print_balances(console: Console, expected: dict[str, int], found: dict[str, 
 
 def print_group_lag(console: Console, bootstrap: str) -> None:
     console.print(f"$ tidelog groups describe {GROUP}")
-    with admin_client(bootstrap) as admin, kafka_errors(bootstrap, needs="consumer groups"):
+    client = ClientSettings(bootstrap)
+    with admin_client(client) as admin, kafka_errors(client, needs="consumer groups"):
         rows = offset_rows(admin, describe_group(admin, GROUP))
     print_offset_rows(rows)
 
@@ -121,7 +122,7 @@ def run_pipeline_stage(
         f"-> Parquet in {directory / PIPELINE_DIR}. Checked against the acknowledged transfers."
     )
     create_topic(
-        bootstrap,
+        ClientSettings(bootstrap),
         BALANCES_TOPIC,
         partitions=BALANCES_PARTITIONS,
         replication_factor=3,

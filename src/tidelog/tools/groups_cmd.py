@@ -18,9 +18,9 @@ from typing import Any, Final
 
 import click
 
-from tidelog.tools.client import bootstrap_option, json_option, reports_errors, resolve
 from tidelog.tools.client_kafka import (
     ClientError,
+    ClientSettings,
     OffsetAndMetadata,
     OffsetSpec,
     TopicPartition,
@@ -28,6 +28,7 @@ from tidelog.tools.client_kafka import (
     kafka_errors,
     topic_partitions,
 )
+from tidelog.tools.client_options import client_options, json_option, reports_errors
 
 INACTIVE_STATES = ("Empty", "Dead")
 
@@ -199,13 +200,12 @@ def groups() -> None:
 
 
 @groups.command("list")
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
-def groups_list(bootstrap: str | None, as_json: bool) -> None:
+def groups_list(client: ClientSettings, as_json: bool) -> None:
     """Print every consumer group's id (--json: [{"group", "protocol_type", "state"}])."""
-    address = resolve(bootstrap)
-    with admin_client(address) as admin, kafka_errors(address, needs="consumer groups"):
+    with admin_client(client) as admin, kafka_errors(client, needs="consumer groups"):
         listed = admin.list_groups()
     found = sorted(
         (str(g["group_id"]), str(g.get("protocol_type", "")), str(g.get("group_state", "")))
@@ -222,13 +222,12 @@ def groups_list(bootstrap: str | None, as_json: bool) -> None:
 @click.argument("group")
 @click.option("--members", "view", flag_value="members", help="One line per member.")
 @click.option("--state", "view", flag_value="state", help="The group's state and coordinator.")
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
-def groups_describe(group: str, view: str | None, bootstrap: str | None, as_json: bool) -> None:
+def groups_describe(group: str, view: str | None, client: ClientSettings, as_json: bool) -> None:
     """Committed offsets, log start, HWM (LOG-END-OFFSET) and lag per partition of GROUP."""
-    address = resolve(bootstrap)
-    with admin_client(address) as admin, kafka_errors(address, needs="consumer groups"):
+    with admin_client(client) as admin, kafka_errors(client, needs="consumer groups"):
         info = describe_group(admin, group)
         rows = offset_rows(admin, info) if view is None else []
     if info.state == "Dead" and not rows:
@@ -284,7 +283,7 @@ def describe_json(info: GroupInfo, rows: list[OffsetRow], view: str | None) -> d
 @click.option("--to-offset", type=click.IntRange(min=0), default=None, help="To offset N.")
 @click.option("--shift-by", type=int, default=None, help="Move the committed offset by N.")
 @click.option("--execute", is_flag=True, help="Commit the new offsets (default: a dry run).")
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 def groups_reset_offsets(
@@ -296,7 +295,7 @@ def groups_reset_offsets(
     to_offset: int | None,
     shift_by: int | None,
     execute: bool,
-    bootstrap: str | None,
+    client: ClientSettings,
     as_json: bool,
 ) -> None:
     """Plan (and with --execute, commit) new offsets for GROUP on TOPIC."""
@@ -306,8 +305,7 @@ def groups_reset_offsets(
             "give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by"
         )
     name, _, listed = topic.partition(":")
-    address = resolve(bootstrap)
-    with admin_client(address) as admin, kafka_errors(address, needs="consumer groups"):
+    with admin_client(client) as admin, kafka_errors(client, needs="consumer groups"):
         info = describe_group(admin, group)
         if info.state not in INACTIVE_STATES:
             raise ClientError(

@@ -13,6 +13,8 @@
 - `latency` is kafka-e2e-latency with more percentiles: one acks=all record in flight at a
   time; produce-to-acknowledge and produce-to-consume latency, in ms with decimals.
 
+Every command takes `--command-config FILE` (`tools.client_options`): its properties go to
+librdkafka as they are, under the command's own `--producer-props` / `--consumer-props`.
 MB is 1024 * 1024 bytes, as in Kafka's tools. `--json` prints one JSON object instead (no
 progress lines). Every loop is bounded by a count and a deadline (`--timeout`).
 """
@@ -28,7 +30,6 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Final, ParamSpec
 
 import click
@@ -42,8 +43,9 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as ConfluentPartition
 
-from tidelog.tools.client import bootstrap_option, json_option, reports_errors, resolve
-from tidelog.tools.client_kafka import ClientError
+from tidelog.client_config import parse_properties
+from tidelog.tools.client_kafka import ClientError, ClientSettings
+from tidelog.tools.client_options import client_options, json_option, reports_errors
 
 P = ParamSpec("P")
 MB: Final = 1024 * 1024
@@ -106,41 +108,6 @@ class LatencySummary:
             p99_ms=percentile_ms(ordered, 0.99),
             p999_ms=percentile_ms(ordered, 0.999),
         )
-
-
-def read_command_config(path: Path | None) -> dict[str, str]:
-    """A client properties file (`name=value` lines, `#` comments), as Kafka's tools take
-    with --command-config; `{}` without one. Raises ClientError."""
-    if path is None:
-        return {}
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as error:
-        raise ClientError(f"--command-config {path}: {error.strerror}") from None
-    props = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
-    return parse_props(props, f"line of {path}")
-
-
-def with_command_config(
-    bootstrap: str | None, path: Path | None, props: dict[str, str]
-) -> tuple[str, dict[str, str]]:
-    """The bootstrap and client properties: --command-config's, under --bootstrap-server
-    and the command's own properties."""
-    config = read_command_config(path)
-    file_bootstrap = config.pop("bootstrap.servers", None)
-    config.update(props)
-    return resolve(bootstrap or file_bootstrap), config
-
-
-def parse_props(items: Sequence[str], option: str) -> dict[str, str]:
-    """`k=v` client properties as a dict. Raises ClientError."""
-    props: dict[str, str] = {}
-    for item in items:
-        name, found, value = item.partition("=")
-        if not found or not name:
-            raise ClientError(f"bad {option} {item!r} (want name=value)")
-        props[name] = value
-    return props
 
 
 # ---------------------------------------------------------------------- produce --------
@@ -522,12 +489,6 @@ def kafka_errors(command: Callable[P, None]) -> Callable[P, None]:
     return wrapper
 
 
-command_config_option = click.option(
-    "--command-config",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Client properties file (bootstrap.servers, security.protocol, sasl.*, ssl.*), "
-    "as Kafka's tools take it; e.g. a secure cluster's client-sasl.properties.",
-)
 timeout_option = click.option(
     "--timeout",
     "timeout_ms",
@@ -579,8 +540,7 @@ def perf() -> None:
     help="ms between lines.",
 )
 @timeout_option
-@command_config_option
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 @kafka_errors
@@ -594,8 +554,7 @@ def produce_command(
     producer_props: tuple[str, ...],
     interval_ms: int,
     timeout_ms: int,
-    command_config: Path | None,
-    bootstrap: str | None,
+    client: ClientSettings,
     as_json: bool,
 ) -> None:
     """kafka-producer-perf-test: send records, print throughput and latency percentiles.
@@ -603,15 +562,14 @@ def produce_command(
     --json: {"records", "failed", "records_per_s", "mb_per_s", "elapsed_s", "latency":
     {"count", "avg_ms", "max_ms", "p50_ms", "p95_ms", "p99_ms", "p999_ms"}}
     """
-    own = {"acks": acks, **parse_props(producer_props, "--producer-props")}
-    address, props = with_command_config(bootstrap, command_config, own)
+    own = {"acks": acks, **parse_properties(producer_props, "--producer-props")}
     result = run_produce(
-        address,
+        client.bootstrap,
         topic,
         num_records=num_records,
         record_size=record_size,
         throughput=throughput,
-        props=props,
+        props={**client.properties, **own},
         timeout_s=timeout_ms / 1000,
         reporting_interval_s=interval_ms / 1000,
         report=None if as_json else click.echo,
@@ -633,8 +591,7 @@ def produce_command(
     "--consumer-props", multiple=True, metavar="K=V", help="librdkafka consumer properties; repeat."
 )
 @timeout_option
-@command_config_option
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 @kafka_errors
@@ -644,8 +601,7 @@ def consume_command(
     messages: int,
     consumer_props: tuple[str, ...],
     timeout_ms: int,
-    command_config: Path | None,
-    bootstrap: str | None,
+    client: ClientSettings,
     as_json: bool,
 ) -> None:
     """kafka-consumer-perf-test: read records from the start, print the rates.
@@ -653,14 +609,12 @@ def consume_command(
     --json: {"start", "end", "mb", "mb_per_s", "records", "records_per_s", "rebalance_ms",
     "fetch_ms"}
     """
-    address, props = with_command_config(
-        bootstrap, command_config, parse_props(consumer_props, "--consumer-props")
-    )
+    own = parse_properties(consumer_props, "--consumer-props")
     result = run_consume(
-        address,
+        client.bootstrap,
         topic,
         messages=messages,
-        props=props,
+        props={**client.properties, **own},
         timeout_s=timeout_ms / 1000,
     )
     if as_json:
@@ -675,8 +629,7 @@ def consume_command(
 @records_option
 @size_option
 @timeout_option
-@command_config_option
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
 @kafka_errors
@@ -686,8 +639,7 @@ def latency_command(
     num_records: int,
     record_size: int,
     timeout_ms: int,
-    command_config: Path | None,
-    bootstrap: str | None,
+    client: ClientSettings,
     as_json: bool,
 ) -> None:
     """kafka-e2e-latency: one acks=all record in flight (partition 0); percentiles of
@@ -695,14 +647,13 @@ def latency_command(
 
     --json: {"records", "acknowledge": {...}, "consume": {...}} (as produce's "latency")
     """
-    address, props = with_command_config(bootstrap, command_config, {})
     result = run_latency(
-        address,
+        client.bootstrap,
         topic,
         num_records=num_records,
         record_size=record_size,
         timeout_s=timeout_ms / 1000,
-        props=props,
+        props=dict(client.properties),
     )
     if as_json:
         click.echo(json.dumps(asdict(result)))

@@ -6,8 +6,8 @@ Rules of this file:
 - A password is never a command-line argument (it would show in `ps`): it comes from
   stdin (`--password-stdin`) or is generated and printed once (`--generate`).
 - The brokers store a salted credential (4096 iterations, 16 random bytes of salt), never
-  the password. Only the metadata leader takes an alteration: the command asks it
-  (NOT_CONTROLLER from another node sends it on to the one the cluster names).
+  the password. Any broker takes an alteration (one that does not lead the metadata log
+  forwards it there); NOT_CONTROLLER means none is elected yet, and the command asks again.
 """
 
 from __future__ import annotations
@@ -16,47 +16,43 @@ import json
 import secrets
 import sys
 import time
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
 import click
 
-from tidelog.tools.client import bootstrap_option, json_option, reports_errors, resolve
-from tidelog.tools.client_kafka import ClientError, admin_client, kafka_errors
+from tidelog.tools.client_kafka import ClientError, ClientSettings, admin_client, kafka_errors
+from tidelog.tools.client_options import client_options, json_option, reports_errors
 
 MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-# kafka-python's admin client sends an alteration to a node of its choosing; one that does
-# not lead the metadata log answers NOT_CONTROLLER, and a fresh client is asked again.
-ATTEMPTS: Final = 20
+# While no controller is elected (NOT_CONTROLLER), a command asks again for this long.
 CONTROLLER_WAIT_S: Final = 15.0
 CONTROLLER_RETRY_S: Final = 0.2
 PASSWORD_BYTES: Final = 18
+T = TypeVar("T")
 
 
-def controller_bootstrap(bootstrap: str) -> str:
-    """The address of the metadata leader (Kafka's controller), as the cluster names it;
-    while it names none yet (an election), asked again for up to CONTROLLER_WAIT_S."""
+def until_controller(ask: Callable[[], T], no_controller: Callable[[T], bool]) -> T:
+    """`ask()`, asked again while its answer says no controller is elected yet, for up to
+    CONTROLLER_WAIT_S; the last answer."""
     deadline = time.monotonic() + CONTROLLER_WAIT_S
     while True:
-        with admin_client(bootstrap) as admin, kafka_errors(bootstrap):
-            cluster = admin.describe_cluster()
-        for broker in cluster["brokers"]:
-            if broker["broker_id"] == cluster["controller_id"]:
-                return f"{broker['host']}:{broker['port']}"
-        if time.monotonic() >= deadline:
-            raise ClientError("the cluster names no controller yet: try again")
+        answer = ask()
+        if not no_controller(answer) or time.monotonic() >= deadline:
+            return answer
         time.sleep(CONTROLLER_RETRY_S)
 
 
-def alter(bootstrap: str, alterations: list[Any]) -> dict[str, str | None]:
-    """Send alterations to the controller; {user: error message or None}."""
-    errors: dict[str, str | None] = {}
-    for _ in range(ATTEMPTS):
-        controller = controller_bootstrap(bootstrap)
-        with admin_client(controller) as admin, kafka_errors(controller):
-            errors = admin.alter_user_scram_credentials(alterations)
-        if not any(error and "metadata leader" in error for error in errors.values()):
-            return errors
-    return errors
+def alter(client: ClientSettings, alterations: list[Any]) -> dict[str, str | None]:
+    """Send alterations to the cluster; {user: error message or None}."""
+
+    def ask() -> dict[str, str | None]:
+        with admin_client(client) as admin, kafka_errors(client):
+            return dict(admin.alter_user_scram_credentials(alterations))
+
+    return until_controller(
+        ask, lambda errors: any(error and "controller" in error for error in errors.values())
+    )
 
 
 @click.group()
@@ -74,14 +70,14 @@ def users() -> None:
 )
 @click.option("--password-stdin", is_flag=True, help="Read the password from stdin.")
 @click.option("--generate", is_flag=True, help="Generate a password and print it once.")
-@bootstrap_option
+@client_options
 @reports_errors
 def add(
     name: str,
     mechanism: tuple[str, ...],
     password_stdin: bool,
     generate: bool,
-    bootstrap: str | None,
+    client: ClientSettings,
 ) -> None:
     """Add user NAME, or set a new password for it."""
     from kafka.admin._users import ScramMechanism, UserScramCredentialUpsertion  # noqa: PLC0415
@@ -99,7 +95,7 @@ def add(
         )
         for m in mechanisms
     ]
-    errors = alter(resolve(bootstrap), alterations)
+    errors = alter(client, alterations)
     if errors.get(name):
         raise ClientError(f"user {name}: {errors[name]}")
     click.echo(f"user {name}: {', '.join(mechanisms)}", err=True)
@@ -109,28 +105,27 @@ def add(
 
 @users.command("remove")
 @click.argument("name")
-@bootstrap_option
+@client_options
 @reports_errors
-def remove(name: str, bootstrap: str | None) -> None:
+def remove(name: str, client: ClientSettings) -> None:
     """Remove every SCRAM credential of user NAME."""
     from kafka.admin._users import ScramMechanism, UserScramCredentialDeletion  # noqa: PLC0415
 
-    address = resolve(bootstrap)
-    known = describe(address).get(name)
+    known = describe(client).get(name)
     if not known:
         raise ClientError(f"no user {name}")
     deletions = [
         UserScramCredentialDeletion(name, ScramMechanism[m.replace("-", "_")]) for m in known
     ]
-    errors = alter(address, deletions)
+    errors = alter(client, deletions)
     if errors.get(name):
         raise ClientError(f"user {name}: {errors[name]}")
     click.echo(f"user {name} removed", err=True)
 
 
-def describe(bootstrap: str) -> dict[str, list[str]]:
+def describe(client: ClientSettings) -> dict[str, list[str]]:
     """{user: [mechanism, ...]} of every SCRAM user."""
-    with admin_client(bootstrap) as admin, kafka_errors(bootstrap):
+    with admin_client(client) as admin, kafka_errors(client):
         described = admin.describe_user_scram_credentials()
     return {
         user: sorted(info["mechanism"].name.replace("_", "-") for info in entry["credential_infos"])
@@ -140,12 +135,12 @@ def describe(bootstrap: str) -> dict[str, list[str]]:
 
 
 @users.command("list")
-@bootstrap_option
+@client_options
 @json_option
 @reports_errors
-def list_users(bootstrap: str | None, as_json: bool) -> None:
+def list_users(client: ClientSettings, as_json: bool) -> None:
     """The SCRAM users and their mechanisms (never a credential)."""
-    known = describe(resolve(bootstrap))
+    known = describe(client)
     if as_json:
         click.echo(json.dumps(known))
         return

@@ -12,6 +12,9 @@ Rules of this file:
 - Exit 0 only when no batch mismatches and every replica was read; 1 otherwise. Expected
   failures (no broker, unknown topic, no Java) print `error: ...` on stderr and exit 1;
   click's usage errors exit 2.
+- `--command-config` (`tools.client_options`) reaches a secure cluster: its properties
+  are the job's `kafka.*` options, and every connection of the job (the driver's Metadata
+  and ListOffsets, each replica's Fetch) is TLS and SASL as they say.
 - The bootstrap address is probed before Spark starts, so a cluster that is down fails in
   seconds; pyspark is imported only when the command runs, so `tidelog --help` stays fast.
 - The Spark session is left running: in a test it is shared, and a command's process ends
@@ -28,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Final
 import click
 
 from tidelog.errors import TidelogError
-from tidelog.tools.client import bootstrap_option, json_option, resolve
-from tidelog.tools.client_kafka import probe_bootstrap
+from tidelog.tools.client_kafka import ClientSettings, probe_bootstrap
+from tidelog.tools.client_options import client_options, json_option
 
 if TYPE_CHECKING:
     from tidelog.spark.replicas import Mismatch, PartitionCheck, ReplicaReport
@@ -42,18 +45,17 @@ MICROS_DROPPED: Final = 3  # it prints milliseconds
 
 @click.command("verify-replicas")
 @click.argument("topic")
-@bootstrap_option
+@client_options
 @json_option
-def verify_replicas_command(topic: str, bootstrap: str | None, as_json: bool) -> None:
+def verify_replicas_command(topic: str, client: ClientSettings, as_json: bool) -> None:
     """Compare the committed batches of every replica of TOPIC (kafka-replica-verification).
 
     Each replica is read from its own broker (a follower too) up to its HWM, batch by batch;
     below the smallest HWM, every batch's offsets, leader epoch and CRC must agree on all
     replicas and its CRC-32C must check. Prints each partition's lag (max HWM - min HWM),
     each mismatch and each replica that could not be read; exits 1 if there is any."""
-    address = resolve(bootstrap)
     try:
-        report = run_job(address, topic)
+        report = run_job(client, topic)
     except TidelogError as error:
         click.echo(f"error: {error}", err=True)
         raise SystemExit(EXIT_PROBLEMS) from error
@@ -67,15 +69,16 @@ def verify_replicas_command(topic: str, bootstrap: str | None, as_json: bool) ->
         raise SystemExit(EXIT_PROBLEMS)
 
 
-def run_job(bootstrap: str, topic: str) -> ReplicaReport:
+def run_job(client: ClientSettings, topic: str) -> ReplicaReport:
     """The report of one verification; TidelogError for what keeps it from running."""
-    probe_bootstrap(bootstrap)
+    probe_bootstrap(client.bootstrap)
     # pyspark takes seconds to import, and its session starts a JVM: only now.
     from tidelog.spark.replicas import plan_reads, verify_replicas  # noqa: PLC0415
     from tidelog.spark.session import local_session  # noqa: PLC0415
 
-    plan_reads(bootstrap, topic)  # an unknown topic fails here, before the JVM starts
-    return verify_replicas(local_session(APP_NAME), bootstrap, topic)
+    # An unknown topic, or a login refused, fails here, before the JVM starts.
+    plan_reads(client.bootstrap, topic, client.security)
+    return verify_replicas(local_session(APP_NAME), client.bootstrap, topic, client.properties)
 
 
 def kafka_time(now: datetime) -> str:

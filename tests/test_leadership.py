@@ -4,8 +4,9 @@ Under an idempotent acks=all load on three partitions: a node restarted with SIG
 (`tidelog cluster restart`) first hands every leadership it holds over (controlled
 shutdown); afterwards it leads nothing, and a preferred-leader election (ElectLeaders, as
 kafka-python's admin client sends it) gives every partition back to its first replica; a
-second one is not needed. No record is lost or written twice, and no error reaches the
-application. The longest stall of acknowledgements is printed (a figure, not a limit).
+second one is not needed (`tidelog leaders elect` says so). Then `tidelog cluster roll`
+restarts all three nodes in turn. No record is lost or written twice, and no error reaches
+the application. The longest stall of acknowledgements is printed (a figure, not a limit).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def election_codes(bootstrap: str) -> list[int]:
     ]
 
 
-def test_a_restart_hands_leadership_over_and_an_election_gives_it_back(tmp_path: Path) -> None:
+def test_restarts_hand_leadership_over_and_elections_give_it_back(tmp_path: Path) -> None:
     cluster = LiveCluster(tmp_path / "cluster")
     load: Load | None = None
     try:
@@ -148,6 +149,17 @@ def test_a_restart_hands_leadership_over_and_an_election_gives_it_back(tmp_path:
         assert leaders_and_preferred(cluster.bootstrap)[0] == preferred
         again = election_codes(cluster.bootstrap)
         assert set(again) == {ErrorCode.ELECTION_NOT_NEEDED}, again
+        listed = tidelog("leaders", "elect", "--all", "--bootstrap-server", cluster.bootstrap)
+        assert listed.returncode == 0, listed.stderr
+        assert f"{TOPIC}-0, {TOPIC}-1, {TOPIC}-2\n" in listed.stdout  # already elected
+        refused = tidelog("leaders", "elect", "--bootstrap-server", cluster.bootstrap)
+        assert refused.returncode == 1 and "--topic" in refused.stderr
+
+        stall_before_roll = load.longest_stall_s()
+        rolled = tidelog("cluster", "roll", "--data-dir", str(tmp_path / "cluster"), timeout=300)
+        assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+        assert rolled.stdout.count("restarted and in sync") == 3, rolled.stdout
+        assert leaders_and_preferred(cluster.bootstrap)[0] == preferred
 
         acked_before = len(load.acked)
         eventually(lambda: len(load.acked) > acked_before + 300, "the load goes on")
@@ -160,7 +172,9 @@ def test_a_restart_hands_leadership_over_and_an_election_gives_it_back(tmp_path:
         assert set(values) >= load.acked, "an acknowledged record is missing"
         print(
             f"\n{len(load.acked)} records acknowledged, 0 errors; longest stall of "
-            f"acknowledgements {load.longest_stall_s() * 1000:.0f} ms"
+            f"acknowledgements {stall_before_roll * 1000:.0f} ms through a restart and an "
+            f"election, {load.longest_stall_s() * 1000:.0f} ms through everything "
+            f"(a roll of 3 nodes: {rolled.stdout.strip().splitlines()})"
         )
     finally:
         if load is not None:

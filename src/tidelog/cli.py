@@ -10,6 +10,7 @@ from tidelog.tools.broker_cmd import broker
 from tidelog.tools.cluster import cluster
 from tidelog.tools.demo import demo
 from tidelog.tools.groups_cmd import groups
+from tidelog.tools.leaders_cmd import leaders
 from tidelog.tools.perf import perf
 from tidelog.tools.users_cmd import users
 from tidelog.tools.verify_cmd import verify_replicas_command
@@ -46,6 +47,7 @@ main.add_command(broker)
 main.add_command(cluster)
 main.add_command(demo)
 main.add_command(groups)
+main.add_command(leaders)
 main.add_command(perf)
 main.add_command(users)
 main.add_command(verify_replicas_command)

@@ -32,6 +32,7 @@ Rules of this file:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -49,10 +50,13 @@ from typing import Any, NoReturn
 import click
 
 from tidelog.address import parse_address
+from tidelog.client_config import ClientConfigError, read_properties
 from tidelog.errors import TidelogError
 from tidelog.status import TOKEN_FILE, access_for, read_status
+from tidelog.tools.client_kafka import ClientError, ClientSettings
 from tidelog.tools.client_options import COMMAND_CONFIG_ENV
 from tidelog.tools.client_status import CLIENT_SASL_PROPERTIES, DATA_DIR_ENV
+from tidelog.tools.leaders_cmd import elect_preferred
 
 CERTS_DIR = "certs"
 CLIENT_PROPERTIES = "client-ssl.properties"
@@ -723,6 +727,49 @@ signal_command("pause", signal.SIGSTOP, "paused")
 signal_command("resume", signal.SIGCONT, "resumed")
 
 
+def restart_node(
+    directory: Path, record: ClusterRecord, node_id: int, *, timeout_s: float
+) -> ClusterRecord:
+    """Stop one node (SIGTERM: it hands its leaderships over first), start it again with
+    the same flags, wait until it is ready; the new record (written)."""
+    node = record.node(node_id)
+    stop_nodes([node])
+    busy = ports_in_use([node])
+    if busy:
+        raise ClusterError(f"address(es) already in use: {', '.join(busy)}")
+    record = record.with_pid(node_id, start_node(record, node))
+    write_cluster(directory, record)
+    wait_ready([record.node(node_id)], timeout_s=timeout_s)
+    return record
+
+
+def fully_in_sync(directory: Path, record: ClusterRecord) -> bool:
+    """Whether every node answers /status, every partition has a leader, and every
+    leader counts all its replicas in sync."""
+    access = access_for(directory)
+    for node in record.nodes:
+        status = read_status(node.admin, access=access)
+        if status is None:
+            return False
+        for partition in status["partitions"]:
+            if partition["leader"] is None:
+                return False
+            if partition["role"] == "leader" and len(partition["isr"]) != len(
+                partition["replicas"]
+            ):
+                return False
+    return True
+
+
+def client_of(directory: Path, record: ClusterRecord) -> ClientSettings:
+    """How a client reaches the cluster: its SASL_SSL listeners as `admin` when secure."""
+    if not record.secure:
+        return ClientSettings.of(record.bootstrap, {})
+    properties = read_properties(directory / CLIENT_SASL_PROPERTIES, "the cluster's")
+    properties.pop("bootstrap.servers", None)
+    return ClientSettings.of(record.sasl_bootstrap, properties)
+
+
 @cluster.command("restart")
 @directory_option
 @node_option
@@ -730,15 +777,37 @@ signal_command("resume", signal.SIGCONT, "resumed")
 def restart(directory: Path, node_id: int, timeout_s: float) -> None:
     """Stop one node (if running), start it again with the same flags, wait until ready."""
     try:
-        record = read_cluster(directory)
-        node = record.node(node_id)
-        stop_nodes([node])
-        busy = ports_in_use([node])
-        if busy:
-            raise ClusterError(f"address(es) already in use: {', '.join(busy)}")
-        record = record.with_pid(node_id, start_node(record, node))
-        write_cluster(directory, record)
-        wait_ready([record.node(node_id)], timeout_s=timeout_s)
+        record = restart_node(directory, read_cluster(directory), node_id, timeout_s=timeout_s)
     except ClusterError as error:
         fail(error)
     click.echo(f"node {node_id}: restarted (pid {record.node(node_id).pid})")
+
+
+@cluster.command("roll")
+@directory_option
+@timeout_option
+def roll(directory: Path, timeout_s: float) -> None:
+    """Restart every node in turn, as a rolling upgrade does: each hands its leaderships
+    over (controlled shutdown), starts again and catches up (every partition fully in
+    sync) before the next; then every partition goes back to its preferred replica."""
+    try:
+        record = read_cluster(directory)
+        if not fully_in_sync(directory, record):
+            raise ClusterError("the cluster is not fully in sync: a roll would stall it")
+        for node in record.nodes:
+            started = time.monotonic()
+            record = restart_node(directory, record, node.id, timeout_s=timeout_s)
+            caught_up = functools.partial(fully_in_sync, directory, record)
+            if not wait_until(caught_up, timeout_s=timeout_s):
+                raise ClusterError(f"node {node.id} did not catch up in {timeout_s:g} s")
+            took = time.monotonic() - started
+            click.echo(f"node {node.id}: restarted and in sync in {took:.1f} s")
+        outcome = elect_preferred(client_of(directory, record), None)
+    except (ClusterError, ClientError, ClientConfigError) as error:
+        fail(error)
+    elected = len(outcome["elected"]) + len(outcome["not_needed"])
+    click.echo(f"preferred leaders: {elected} partitions led by their first replica")
+    for topic, partition, message in outcome["failed"]:
+        click.echo(f"  {topic}-{partition}: {message}")
+    if outcome["failed"]:
+        raise SystemExit(EXIT_ERROR)

@@ -55,6 +55,7 @@ def status(broker: BrokerView) -> dict[str, Any]:
         "node_id": int(broker.node_id),
         "ready": ready,
         "metadata_leader": controller if controller >= 0 else None,
+        "fenced": sorted(broker.image.fenced),
         "kafka_connections": broker.kafka_connections,
         "request_bytes_held": broker.request_bytes.used,
         "partitions": partitions,

@@ -72,6 +72,7 @@ from tidelog.server.partition import (
 from tidelog.server.peers import PeerTransport
 from tidelog.server.tls import peer_contexts
 from tidelog.server.topic_config import TopicConfig
+from tidelog.server.truth import ClusterTruth
 from tidelog.server.view import client_listener
 from tidelog.types import Epoch, NodeId
 from tidelog.wal import DiskStorage
@@ -90,7 +91,15 @@ FORWARD_TIMEOUT_S = 15.0
 FORWARDED_MAX = 256  # forwarded commands the controller commits at once
 FORWARD_COMMAND_MAX_BYTES = 1024 * 1024
 FORWARDABLE = frozenset(
-    {"create_topic", "delete_topic", "create_acls", "delete_acls", "upsert_scram", "delete_scram"}
+    {
+        "create_topic",
+        "delete_topic",
+        "create_acls",
+        "delete_acls",
+        "upsert_scram",
+        "delete_scram",
+        "partition_state",  # a leader's report (server/truth.py)
+    }
 )
 Outcome = tuple[ErrorCode, str | None, int]
 """A metadata command's error code, the error's message, and the log's offset after it."""
@@ -142,6 +151,7 @@ class Broker:
         # Partitions whose log could not be opened (a failing disk): opened again later.
         self.unopened: dict[PartitionKey, TopicInfo] = {}
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
+        self.truth = ClusterTruth(self)
 
     # ---------------------------------------------------------------- partitions -------
     def partition_dir(self, key: PartitionKey) -> Path:
@@ -401,6 +411,7 @@ class Broker:
 
     # ---------------------------------------------------------------- peers ------------
     def on_peer_items(self, peer: NodeId, items: list[tuple[PartitionKey, Any]]) -> None:
+        self.truth.heard(peer)
         for key, msg in items:
             if isinstance(msg, ForwardRequest | ForwardReply) and msg.recipient != self.node_id:
                 log.warning("dropped a forwarded command for node %d", msg.recipient)
@@ -514,6 +525,7 @@ class Broker:
             if self.ticks % NOTICE_EVERY_TICKS == 0:
                 self.send_notices()
                 self.maybe_create_offsets_topic()
+                self.truth.step()
             if (
                 self.config.auto_leader_rebalance
                 and self.ticks % rebalance_every == 0

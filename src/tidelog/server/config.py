@@ -162,6 +162,11 @@ class BrokerConfig:
     # percentage, checked every interval (Kafka's auto.leader.rebalance.enable,
     # leader.imbalance.check.interval.seconds, leader.imbalance.per.broker.percentage).
     controlled_shutdown_timeout_ms: int = 30_000
+    # Cluster truth (server/truth.py): a follower out of sync this long leaves the reported
+    # ISR (Kafka's replica.lag.time.max.ms); a broker not heard from this long is fenced,
+    # out of Metadata's broker list (Kafka's broker.session.timeout.ms).
+    replica_lag_time_max_ms: int = 10_000
+    broker_session_timeout_ms: int = 9_000
     auto_leader_rebalance: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
     leader_imbalance_per_broker_percentage: int = 10
@@ -251,6 +256,10 @@ def check_values(config: BrokerConfig) -> None:
     check_range("connections_max_idle_ms", config.connections_max_idle_ms, 100, DURATION_MS_MAX)
     check_range(
         "controlled_shutdown_timeout_ms", config.controlled_shutdown_timeout_ms, 0, 3_600_000
+    )
+    check_range("replica_lag_time_max_ms", config.replica_lag_time_max_ms, 0, DURATION_MS_MAX)
+    check_range(
+        "broker_session_timeout_ms", config.broker_session_timeout_ms, 1_000, DURATION_MS_MAX
     )
     check_range(
         "leader_imbalance_check_interval_ms",

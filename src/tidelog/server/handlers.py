@@ -90,11 +90,13 @@ async def handle(broker: BrokerView, request: KafkaRequest) -> Any:
 # ---------------------------------------------------------------------- Metadata -------
 async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class
+    fenced = broker.image.fenced
     brokers = [
         cls.MetadataResponseBroker(
             node_id=int(node), host=host_of(broker, node), port=port, rack=None
         )
         for node, port in sorted(broker.kafka_ports.items())
+        if node not in fenced
     ]
     asked = body_of(request).topics
     if asked is None:  # every topic this principal may describe
@@ -106,7 +108,7 @@ async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
     topics = [topic_metadata(broker, cls, name) for name in names if name != METADATA_TOPIC]
     controller = broker.controller_id()
     # Never name a node the broker list lacks: clients would fail on the unknown id.
-    controller = controller if controller in broker.kafka_ports else -1
+    controller = controller if controller in broker.kafka_ports and controller not in fenced else -1
     return response(
         request,
         throttle_time_ms=0,
@@ -135,11 +137,17 @@ def topic_metadata(broker: BrokerView, cls: Any, name: str) -> Any:
             partitions=[],
         )
     partitions = []
+    fenced = broker.image.fenced
     for index, replicas in enumerate(info.replicas):
-        leader, epoch = broker.leader_of(PartitionKey(name, index))
-        if leader not in broker.kafka_ports:
-            leader = -1  # not listed (its address has not reached us yet): retry later
+        key = PartitionKey(name, index)
+        leader, epoch = broker.leader_of(key)
+        reported = broker.image.partitions.get((name, index))
+        if reported is not None and reported.epoch > epoch:
+            leader, epoch = reported.leader, reported.epoch  # the log knows a later leader
+        if leader not in broker.kafka_ports or leader in fenced:
+            leader = -1  # not listed (its address has not reached us yet, or fenced): retry
         error = ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
+        isr = list(reported.isr) if reported is not None else in_sync_nodes(broker, key, replicas)
         partitions.append(
             topic_cls.MetadataResponsePartition(
                 error_code=int(error),
@@ -147,8 +155,8 @@ def topic_metadata(broker: BrokerView, cls: Any, name: str) -> Any:
                 leader_id=leader,
                 leader_epoch=epoch,
                 replica_nodes=list(replicas),
-                isr_nodes=in_sync_nodes(broker, PartitionKey(name, index), replicas),
-                offline_replicas=[],
+                isr_nodes=isr,
+                offline_replicas=[node for node in replicas if node in fenced],
             )
         )
     return topic_cls(

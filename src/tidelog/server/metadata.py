@@ -14,6 +14,11 @@ Rules of this file:
   raises: what a node receives can never stop it.
 - Replicas are placed round-robin, starting at a different node for each partition, so
   leaders spread over the nodes.
+- Cluster truth lives here too, so every node answers the same: each partition's leader,
+  epoch and in-sync replicas as its leader reported them (`partition_state`, Kafka's
+  AlterPartition; a state of an older epoch than the one held changes nothing), and the
+  brokers the controller fenced for missing their heartbeats (`fence_broker`,
+  `unfence_broker`).
 """
 
 from __future__ import annotations
@@ -53,6 +58,15 @@ class TopicInfo:
     @property
     def partitions(self) -> int:
         return len(self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """A partition's leader, its epoch and the in-sync replicas, as the leader reported them."""
+
+    leader: int
+    epoch: int
+    isr: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +156,8 @@ class MetadataImage:
         # (user, mechanism) -> the salted SCRAM credential (upsert_scram, delete_scram).
         self.scram: dict[tuple[str, str], ScramCredential] = {}
         self.acls: set[Acl] = set()  # create_acls, delete_acls
+        self.partitions: dict[tuple[str, int], PartitionState] = {}  # partition_state
+        self.fenced: set[int] = set()  # fence_broker, unfence_broker
         self.applied_offset = 0  # every command below this offset is applied
 
     def apply(self, offset: int, value: bytes) -> Change:
@@ -170,6 +186,16 @@ class MetadataImage:
                 return self._upsert_scram(command)
             if kind == "delete_scram":
                 self.scram.pop((_string(command, "user"), _mechanism(command)), None)
+                return Change()
+            if kind == "partition_state":
+                self._partition_state(command)
+                return Change()
+            if kind in ("fence_broker", "unfence_broker"):
+                node = _node(command.get("node"))
+                if kind == "fence_broker":
+                    self.fenced.add(node)
+                else:
+                    self.fenced.discard(node)
                 return Change()
             raise MetadataError("INVALID_REQUEST", f"unknown command type {kind!r}")
         except (MetadataError, ValueError) as error:
@@ -218,9 +244,40 @@ class MetadataImage:
         )
         return Change()
 
+    def _partition_state(self, command: dict[str, Any]) -> None:
+        topic = self.topics.get(_string(command, "topic"))
+        partition = command.get("partition")
+        if topic is None or not isinstance(partition, int) or isinstance(partition, bool):
+            raise MetadataError("INVALID_REQUEST", "partition_state of no such partition")
+        if not 0 <= partition < topic.partitions:
+            raise MetadataError("INVALID_REQUEST", f"no partition {partition} of {topic.name}")
+        replicas = topic.replicas[partition]
+        leader, epoch = _node(command.get("leader")), _node(command.get("epoch"))
+        isr_value = command.get("isr")
+        if not isinstance(isr_value, list):
+            raise MetadataError("INVALID_REQUEST", "isr is not a list")
+        isr = tuple(sorted({_node(node) for node in isr_value}))
+        if leader not in replicas or leader not in isr or not set(isr) <= set(replicas):
+            raise MetadataError("INVALID_REQUEST", f"a state naming no replica of {replicas}")
+        held = self.partitions.get((topic.name, partition))
+        if held is not None and held.epoch > epoch:
+            return  # a deposed leader's report, committed after its successor's
+        self.partitions[(topic.name, partition)] = PartitionState(leader, epoch, isr)
+
     def _delete(self, command: dict[str, Any]) -> Change:
         info = self.topics.pop(_string(command, "name"), None)
-        return Change(deleted=(info,)) if info is not None else Change()
+        if info is None:
+            return Change()
+        for partition in range(info.partitions):
+            self.partitions.pop((info.name, partition), None)
+        return Change(deleted=(info,))
+
+
+def _node(value: object) -> int:
+    """A node id or an epoch: a non-negative int (bool is none)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
+        raise MetadataError("INVALID_REQUEST", f"{value!r} is no node id or epoch")
+    return value
 
 
 def _string(command: dict[str, Any], key: str) -> str:

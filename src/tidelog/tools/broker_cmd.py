@@ -92,6 +92,16 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     help="A broker's share of preferred partitions it does not lead that starts a "
     "rebalance (default 10).",
 )
+@click.option(
+    "--replica-lag-time-max-ms",
+    type=int,
+    help="A follower out of sync this long leaves the reported ISR (default 10000).",
+)
+@click.option(
+    "--broker-session-timeout-ms",
+    type=int,
+    help="A broker not heard from this long is fenced: out of Metadata (default 9000).",
+)
 def broker(config_file: Path | None, **flags: object) -> None:
     """Run one broker in the foreground until SIGTERM; logs go to stderr."""
     try:

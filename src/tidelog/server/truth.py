@@ -1,0 +1,138 @@
+"""Cluster truth: what every node answers the same, through the metadata log.
+
+Rules of this file:
+- Each partition's leader reports its state (itself, its epoch, the in-sync replicas) to
+  the metadata log whenever it differs from what the log holds, as Kafka's leaders send
+  AlterPartition; one report per partition is in flight at a time, and a leader that sees
+  a later epoch in the log reports nothing. Metadata answers take the in-sync replicas from
+  the log, so every broker names the same ones.
+- A replica joins the reported in-sync set as soon as its leader counts it in sync, and
+  leaves it only once it has been out for `replica_lag_time_max_ms` (Kafka's
+  replica.lag.time.max.ms), across leader changes too: a follower slow for a moment, or a
+  new leader's first heartbeats, do not make the set flap.
+- The controller (the metadata log's leader) fences a broker it has not heard from for
+  `broker_session_timeout_ms` (Kafka's broker.session.timeout.ms) and unfences it once it
+  is heard again: every message from a peer is a heartbeat (each node sends a BrokerNotice
+  every few ticks). A node that has just become controller gives every broker a whole
+  session first. A fenced broker leaves Metadata's broker list until it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Final
+
+from tidelog.core.replica import ReplicaStatus, Role
+from tidelog.protocol.kafka_errors import ErrorCode
+from tidelog.protocol.peer import PartitionKey
+from tidelog.server.metadata import METADATA_TOPIC, PartitionState
+from tidelog.server.view import BrokerView
+from tidelog.types import NodeId
+
+log = logging.getLogger("tidelog.truth")
+
+HEARD_RECENTLY_S: Final = 2.0  # a fenced broker heard within this is back
+
+
+class ClusterTruth:
+    """One node's part in the cluster truth (see the rules): its partitions' reports and,
+    while it is the controller, the brokers' sessions."""
+
+    def __init__(self, broker: BrokerView) -> None:
+        self.broker = broker
+        self.last_heard: dict[NodeId, float] = {}
+        self.controller_since: float | None = None
+        self.out_since: dict[tuple[PartitionKey, int], float] = {}
+        self.in_flight: set[object] = set()  # partition keys, ("fence"/"unfence", node)
+
+    def heard(self, node: NodeId) -> None:
+        self.last_heard[node] = time.monotonic()
+
+    def step(self) -> None:
+        """Report what changed and check the sessions (every few ticks)."""
+        now = time.monotonic()
+        self.report_partitions(now)
+        self.check_sessions(now)
+
+    # ---------------------------------------------------------------- partitions -------
+    def reported_isr(
+        self, key: PartitionKey, status: ReplicaStatus, held: PartitionState | None, now: float
+    ) -> tuple[int, ...]:
+        in_sync = {int(node) for node in status.in_sync_replicas}
+        isr = set(in_sync)
+        lag_s = self.broker.config.replica_lag_time_max_ms / 1000
+        for node in held.isr if held is not None else ():
+            if node in in_sync or node not in status.replicas:
+                self.out_since.pop((key, node), None)
+                continue
+            since = self.out_since.setdefault((key, node), now)
+            if now - since < lag_s:
+                isr.add(node)
+        for node in in_sync:
+            self.out_since.pop((key, node), None)
+        return tuple(sorted(isr))
+
+    def report_partitions(self, now: float) -> None:
+        broker = self.broker
+        for key, runner in list(broker.runners.items()):
+            if key.topic == METADATA_TOPIC or key in self.in_flight:
+                continue
+            status = runner.replica.status()
+            if status.role is not Role.LEADER:
+                continue
+            held = broker.image.partitions.get((key.topic, key.partition))
+            if held is not None and held.epoch > status.epoch:
+                continue  # deposed: the log knows a later leader
+            isr = self.reported_isr(key, status, held, now)
+            wanted = PartitionState(int(broker.node_id), int(status.epoch), isr)
+            if wanted != held:
+                command = {
+                    "type": "partition_state",
+                    "topic": key.topic,
+                    "partition": key.partition,
+                    "leader": wanted.leader,
+                    "epoch": wanted.epoch,
+                    "isr": list(wanted.isr),
+                }
+                self.commit(key, command)
+
+    # ---------------------------------------------------------------- sessions ---------
+    def check_sessions(self, now: float) -> None:
+        broker = self.broker
+        if broker.metadata.replica.status().role is not Role.LEADER:
+            self.controller_since = None
+            return
+        if self.controller_since is None:
+            self.controller_since = now
+        session_s = broker.config.broker_session_timeout_ms / 1000
+        fenced = broker.image.fenced
+        for node in broker.all_nodes:
+            if node == broker.node_id:
+                if node in fenced:  # the controller is alive by definition
+                    self.commit(("unfence", node), {"type": "unfence_broker", "node": node})
+                continue
+            heard = max(self.last_heard.get(node, 0.0), self.controller_since)
+            if node not in fenced and now - heard > session_s:
+                log.warning("fencing node %d: not heard from for %.1f s", node, now - heard)
+                self.commit(("fence", node), {"type": "fence_broker", "node": node})
+            elif node in fenced and now - heard < HEARD_RECENTLY_S:
+                log.info("unfencing node %d: heard from again", node)
+                self.commit(("unfence", node), {"type": "unfence_broker", "node": node})
+
+    # ---------------------------------------------------------------- commits ----------
+    def commit(self, tag: object, command: dict[str, Any]) -> None:
+        if tag in self.in_flight:
+            return
+        self.in_flight.add(tag)
+
+        async def run() -> None:
+            try:
+                code, message = await self.broker.commit_metadata(command)
+                if code is not ErrorCode.NONE:
+                    log.debug("%s not committed (will retry): %s %s", command, code, message)
+            finally:
+                self.in_flight.discard(tag)
+
+        asyncio.get_running_loop().create_task(run())

@@ -482,7 +482,20 @@ def test_bad_flag_combinations(cluster: LiveCluster) -> None:
 def test_no_broker(args: list[str]) -> None:
     address = f"127.0.0.1:{free_port()}"
     result = CliRunner().invoke(main, [*args, "--bootstrap-server", address], input="x\n")
-    failed(result, f"no broker at {address} (is the cluster up? tidelog cluster up ...)")
+    failed(result, f"no broker at {address} (connection refused) (is the cluster up?")
+
+
+def test_a_silent_broker_is_passed_over_and_named(cluster: LiveCluster) -> None:
+    """A bootstrap address that accepts connections but never answers (a paused broker)
+    costs the probe's two seconds, not a client's whole timeout; alone, it is named."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never answers
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        listed = CliRunner().invoke(
+            main, ["topics", "list", "--bootstrap-server", f"{address},{cluster.bootstrap}"]
+        )
+        assert listed.exit_code == 0, listed.output
+        alone = CliRunner().invoke(main, ["topics", "list", "--bootstrap-server", address])
+        failed(alone, f"no broker at {address} (no answer in 2 s)")
 
 
 # the local cluster file

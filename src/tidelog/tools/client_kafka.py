@@ -8,26 +8,38 @@ printing belongs to `tools/client.py`. Rules:
   exceptions never escape (`kafka_errors()` translates them).
 - Where and how to connect is one value, `ClientSettings` (the bootstrap and the security
   settings of `tidelog.client_config`); every function here takes it first.
-- Before any kafka-python client is built, `probe_bootstrap` opens one TCP connection to the
-  bootstrap addresses: kafka-python would otherwise retry for its whole bootstrap timeout.
+- Before any kafka-python client is built, `answering` asks every bootstrap address for
+  its ApiVersions at once (TLS too when the settings want it) and keeps those that answer
+  within PROBE_TIMEOUT_MS: a broker that is down or paused costs at most that, never
+  kafka-python's whole bootstrap or request timeout. When none answers, NoBroker names
+  every address tried and why.
+- An admin request that fails retriably (a leader or controller changing, a connection
+  lost: kafka-python's `retriable` errors) is asked again on a fresh client, with backoff,
+  for up to RETRY_DEADLINE_S (`ask_admin`).
+- `create_topic` returns once every partition has a leader (TOPIC_READY_TIMEOUT_S at
+  most), so a produce right after it finds one.
 - Every wait has a named maximum (`*_MS` below), so no command can hang forever.
 
     TidelogError
     └── ClientError         a client command failed in an expected way; message for the user
-        ├── NoBroker        nothing listens at any bootstrap address
+        ├── NoBroker        no broker answers at any bootstrap address
         └── UnknownTopic    the cluster does not know the topic (or partition)
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
+import struct
+import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-from tidelog.address import parse_address
+from tidelog.address import format_address, parse_address
 from tidelog.client_config import PLAINTEXT, ClientSecurity, security_of
 from tidelog.errors import TidelogError
 
@@ -45,7 +57,10 @@ with warnings.catch_warnings():
     from kafka.protocol.consumer.offsets import OffsetSpec
 
 PROBE_TIMEOUT_MS: Final = 2_000
-"""How long the TCP probe of one bootstrap address may take."""
+"""How long the probe of one bootstrap address (connect, ApiVersions) may take."""
+RETRY_DEADLINE_S: Final = 30.0
+RETRY_BACKOFF_S: Final = (0.1, 2.0)  # first and largest wait between attempts
+TOPIC_READY_TIMEOUT_S: Final = 30.0
 BOOTSTRAP_TIMEOUT_MS: Final = 10_000
 """How long a kafka-python client may take to fetch its first metadata."""
 REQUEST_TIMEOUT_MS: Final = 15_000
@@ -53,6 +68,8 @@ REQUEST_TIMEOUT_MS: Final = 15_000
 DEFAULT_PORT: Final = 9092
 
 KAFKA_CLIENT_ID: Final = "tidelog-cli"
+API_VERSIONS: Final = 18  # the Kafka API key the probe asks
+T = TypeVar("T")
 
 # kafka-python's clients, imported once above (quietly) for `client_records`.
 __all__ = ["KafkaConsumer", "KafkaProducer", "OffsetAndMetadata", "OffsetSpec", "TopicPartition"]
@@ -63,10 +80,15 @@ class ClientError(TidelogError):
 
 
 class NoBroker(ClientError):
-    """No broker listens at any of the bootstrap addresses."""
+    """No broker answers at any of the bootstrap addresses."""
 
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(f"no broker at {bootstrap} (is the cluster up? tidelog cluster up ...)")
+    def __init__(self, bootstrap: str, tried: dict[str, str] | None = None) -> None:
+        where = (
+            ", ".join(f"{address} ({why})" for address, why in tried.items())
+            if tried
+            else bootstrap
+        )
+        super().__init__(f"no broker at {where} (is the cluster up? tidelog cluster up ...)")
         self.bootstrap = bootstrap
 
 
@@ -128,15 +150,51 @@ def split_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     return addresses
 
 
-def probe_bootstrap(bootstrap: str) -> None:
-    """Return once one bootstrap address accepts a TCP connection; else raise NoBroker."""
-    for host, port in split_bootstrap(bootstrap):
-        try:
-            with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_MS / 1000):
-                return
-        except OSError:
-            continue
-    raise NoBroker(bootstrap)
+def api_versions_request() -> bytes:
+    """A size-prefixed ApiVersions v0 request (correlation id 1)."""
+    client_id = KAFKA_CLIENT_ID.encode()
+    body = struct.pack(">hhih", API_VERSIONS, 0, 1, len(client_id)) + client_id
+    return struct.pack(">i", len(body)) + body
+
+
+def probe(address: tuple[str, int], context: ssl.SSLContext | None) -> str | None:
+    """None when the broker at `address` answers ApiVersions within PROBE_TIMEOUT_MS;
+    else why not, in a few words."""
+    timeout_s = PROBE_TIMEOUT_MS / 1000
+    try:
+        with socket.create_connection(address, timeout=timeout_s) as raw:
+            raw.settimeout(timeout_s)
+            stream = (
+                raw if context is None else context.wrap_socket(raw, server_hostname=address[0])
+            )
+            with stream:
+                stream.sendall(api_versions_request())
+                if len(stream.recv(4)) < 4:
+                    return "closed the connection"
+    except TimeoutError:
+        return f"no answer in {timeout_s:g} s"
+    except ConnectionRefusedError:
+        return "connection refused"
+    except ssl.SSLError as error:
+        return f"TLS: {error.reason or error}"
+    except OSError as error:
+        return error.strerror or type(error).__name__
+    return None
+
+
+def answering(client: ClientSettings) -> ClientSettings:
+    """`client` bootstrapped at those of its bootstrap brokers that answer (asked at once,
+    in parallel), in their order; NoBroker naming each address tried and why otherwise."""
+    addresses = split_bootstrap(client.bootstrap)
+    context = client.security.ssl_context()
+    with ThreadPoolExecutor(max_workers=len(addresses)) as pool:
+        outcomes = list(pool.map(lambda address: probe(address, context), addresses))
+    named = [format_address(address) for address in addresses]
+    alive = [name for name, why in zip(named, outcomes, strict=True) if why is None]
+    if not alive:
+        tried = {name: str(why) for name, why in zip(named, outcomes, strict=True)}
+        raise NoBroker(client.bootstrap, tried)
+    return client.at(",".join(alive))
 
 
 def describe_kafka_error(error: BaseException) -> str:
@@ -180,8 +238,9 @@ def kafka_errors(client: ClientSettings, *, needs: str = "this request") -> Iter
 
 @contextmanager
 def admin_client(client: ClientSettings) -> Iterator[Any]:
-    """A connected KafkaAdminClient, closed on exit; kafka-python errors become ClientError."""
-    probe_bootstrap(client.bootstrap)
+    """A connected KafkaAdminClient (at the bootstrap brokers that answer), closed on exit;
+    kafka-python errors become ClientError."""
+    client = answering(client)
     with kafka_errors(client):
         admin = KafkaAdminClient(
             **client.kafka_python,
@@ -195,6 +254,33 @@ def admin_client(client: ClientSettings) -> Iterator[Any]:
             admin.close()
 
 
+def is_retriable(error: BaseException) -> bool:
+    """A kafka-python error the same request may not meet again (a leader or controller
+    changing, a connection lost), possibly as the cause of a ClientError."""
+    cause = error if isinstance(error, kafka_errors_module.KafkaError) else error.__cause__
+    if isinstance(cause, kafka_errors_module.KafkaTimeoutError) and "bootstrap" in str(cause):
+        return False  # kafka_errors said who did not let the client in
+    return bool(getattr(cause, "retriable", False)) or isinstance(
+        cause, kafka_errors_module.KafkaConnectionError | kafka_errors_module.NodeNotReadyError
+    )
+
+
+def ask_admin(client: ClientSettings, ask: Callable[[Any], T], *, needs: str = "this request") -> T:
+    """`ask(admin)` on a fresh admin client, asked again with backoff while it fails
+    retriably, for up to RETRY_DEADLINE_S; its answer, or the last error."""
+    deadline = time.monotonic() + RETRY_DEADLINE_S
+    wait_s, wait_max_s = RETRY_BACKOFF_S
+    while True:
+        try:
+            with admin_client(client) as admin, kafka_errors(client, needs=needs):
+                return ask(admin)
+        except ClientError as error:
+            if not is_retriable(error) or time.monotonic() + wait_s > deadline:
+                raise
+        time.sleep(wait_s)
+        wait_s = min(wait_s * 2, wait_max_s)
+
+
 def create_topic(
     client: ClientSettings,
     name: str,
@@ -206,27 +292,57 @@ def create_topic(
     """Create one topic (CreateTopics). Raises ClientError with the broker's message, e.g.
     when it exists or a config is invalid."""
     spec = {"num_partitions": partitions, "replication_factor": replication_factor}
-    with admin_client(client) as admin:
+
+    def create(admin: Any) -> Any:
         result = admin.create_topics({name: {**spec, "configs": configs}}, raise_errors=False)
+        for topic in result["topics"]:
+            code = topic["error_code"]
+            error = kafka_errors_module.for_code(code)
+            if code != 0 and error.retriable:
+                raise error(topic["error_message"])  # asked again (a controller changing)
+        return result
+
+    result = ask_admin(client, create)
     for topic in result["topics"]:
         if topic["error_code"] != 0:
             error = kafka_errors_module.for_code(topic["error_code"])
             raise ClientError(topic["error_message"] or error.__name__)
+    wait_for_leaders(client, name)
+
+
+def wait_for_leaders(client: ClientSettings, topic: str) -> None:
+    """Return once every partition of `topic` has a leader; ClientError naming those that
+    have none after TOPIC_READY_TIMEOUT_S."""
+    deadline = time.monotonic() + TOPIC_READY_TIMEOUT_S
+    leaderless: list[int] = []
+    while time.monotonic() < deadline:
+        try:
+            partitions = describe_topics(client, [topic])
+        except UnknownTopic:
+            partitions = []  # not applied on the broker asked yet
+        leaderless = [p.partition for p in partitions if p.leader < 0]
+        if partitions and not leaderless:
+            return
+        time.sleep(RETRY_BACKOFF_S[0])
+    raise ClientError(
+        f"topic '{topic}' was created, but partitions {leaderless or 'all'} have no leader "
+        f"after {TOPIC_READY_TIMEOUT_S:g} s"
+    )
 
 
 def list_topics(client: ClientSettings) -> list[str]:
     """The names of all topics, sorted (Metadata for all topics)."""
-    with admin_client(client) as admin:
-        return sorted(str(name) for name in admin.list_topics())
+    return ask_admin(client, lambda admin: sorted(str(name) for name in admin.list_topics()))
 
 
 def delete_topic(client: ClientSettings, name: str) -> None:
     """Delete one topic (DeleteTopics). Raises UnknownTopic."""
-    with admin_client(client) as admin:
-        try:
-            admin.delete_topics([name])
-        except kafka_errors_module.UnknownTopicOrPartitionError as error:
+    try:
+        ask_admin(client, lambda admin: admin.delete_topics([name]))
+    except ClientError as error:
+        if isinstance(error.__cause__, kafka_errors_module.UnknownTopicOrPartitionError):
             raise UnknownTopic(name) from error
+        raise
 
 
 def describe_partitions(admin: Any, topics: list[str] | None) -> list[PartitionMetadata]:
@@ -257,9 +373,9 @@ def describe_partitions(admin: Any, topics: list[str] | None) -> list[PartitionM
 
 
 def describe_topics(client: ClientSettings, topics: list[str] | None) -> list[PartitionMetadata]:
-    """`describe_partitions` on a fresh admin client."""
-    with admin_client(client) as admin:
-        return describe_partitions(admin, topics)
+    """`describe_partitions` on a fresh admin client (asked again while it fails
+    retriably)."""
+    return ask_admin(client, lambda admin: describe_partitions(admin, topics))
 
 
 def topic_partitions(admin: Any, topic: str, partition: int | None) -> list[int]:
@@ -290,10 +406,13 @@ def list_offsets(
     Latest (-1) is the HWM, earliest (-2) the log start offset, a time the first offset
     whose timestamp is at least that; -1 when no record is that recent.
     """
-    with admin_client(client) as admin:
+
+    def ask(admin: Any) -> Any:
         numbers = topic_partitions(admin, topic, partition)
         spec = OffsetSpec(timestamp) if timestamp < 0 else timestamp
-        found = admin.list_partition_offsets({TopicPartition(topic, n): spec for n in numbers})
+        return admin.list_partition_offsets({TopicPartition(topic, n): spec for n in numbers})
+
+    found = ask_admin(client, ask)
     return sorted((tp.partition, int(info.offset)) for tp, info in found.items())
 
 
@@ -302,8 +421,11 @@ def delete_records(client: ClientSettings, topic: str, *, partition: int, offset
 
     DeleteRecords moves the log start offset ("low watermark"), never past the HWM.
     """
-    with admin_client(client) as admin, kafka_errors(client, needs="DeleteRecords"):
+    key = TopicPartition(topic, partition)
+
+    def ask(admin: Any) -> Any:
         topic_partitions(admin, topic, partition)
-        key = TopicPartition(topic, partition)
-        result = admin.delete_records({key: offset})
+        return admin.delete_records({key: offset})
+
+    result = ask_admin(client, ask, needs="DeleteRecords")
     return int(result[key]["low_watermark"])

@@ -31,6 +31,7 @@ from tidelog.tools.client_kafka import (
     OffsetAndMetadata,
     TopicPartition,
     admin_client,
+    answering,
     describe_kafka_error,
     kafka_errors,
     topic_partitions,
@@ -104,7 +105,7 @@ def _new_producer(client: ClientSettings, acks: str) -> Any:
     if acks not in ACKS:
         raise ClientError(f"bad acks {acks!r} (want all, 1 or 0)")
     return KafkaProducer(
-        **client.kafka_python,
+        **answering(client).kafka_python,
         client_id=KAFKA_CLIENT_ID,
         acks=ACKS[acks],
         enable_idempotence=ACKS[acks] == "all",
@@ -170,7 +171,7 @@ def produce_lines(
 
 def _new_consumer(client: ClientSettings, options: ConsumeOptions) -> Any:
     return KafkaConsumer(
-        **client.kafka_python,
+        **answering(client).kafka_python,
         client_id=KAFKA_CLIENT_ID,
         group_id=options.group,
         enable_auto_commit=False,

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 import click
 
 from tidelog.errors import TidelogError
-from tidelog.tools.client_kafka import ClientSettings, probe_bootstrap
+from tidelog.tools.client_kafka import ClientSettings, answering
 from tidelog.tools.client_options import client_options, json_option
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def verify_replicas_command(topic: str, client: ClientSettings, as_json: bool) -
 
 def run_job(client: ClientSettings, topic: str) -> ReplicaReport:
     """The report of one verification; TidelogError for what keeps it from running."""
-    probe_bootstrap(client.bootstrap)
+    client = answering(client)
     # pyspark takes seconds to import, and its session starts a JVM: only now.
     from tidelog.spark.replicas import plan_reads, verify_replicas  # noqa: PLC0415
     from tidelog.spark.session import local_session  # noqa: PLC0415

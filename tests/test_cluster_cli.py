@@ -223,8 +223,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, st
 
 def status_of(directory: Path) -> list[dict[str, Any]]:
     code, stdout, _ = cli("status", "--data-dir", str(directory), "--json")
-    assert code == 0
-    nodes: list[dict[str, Any]] = json.loads(stdout)["nodes"]
+    report = json.loads(stdout)
+    assert code == (0 if report["health"]["healthy"] else 1)  # 1: a node down, ...
+    nodes: list[dict[str, Any]] = report["nodes"]
     return nodes
 
 
@@ -273,14 +274,16 @@ def test_status_reports_each_node_and_the_partitions_it_leads(cluster: tuple[Pat
     assert nodes[0]["metadata_leader"] in (1, 2, 3)
     hosted = [p["topic"] for n in nodes for p in n["status"]["partitions"]]
     assert sorted(t for t in hosted if t != OFFSETS_TOPIC) == [TOPIC] * 3
+    eventually(lambda: cli("status", "--data-dir", str(directory))[0] == 0, "all in sync")
     code, table, _ = cli("status", "--data-dir", str(directory))
     assert code == 0
-    header, *rows = table.splitlines()
-    assert header.split() == ["node", "pid", "state", "ready", "kafka", "admin", "leads"]
-    leader = leader_of_topic(directory)
-    assert [row.split()[6] for row in rows] == [
-        f"{TOPIC}-0" if node == leader else "-" for node in (1, 2, 3)
-    ]
+    header, *rows, verdict = table.splitlines()
+    assert header.split() == [
+        "node", "pid", "state", "fenced", "ready", "leads", "under-repl.", "kafka",
+    ]  # fmt: skip
+    assert [row.split()[2:5] for row in rows] == [["up", "no", "yes"]] * 3
+    assert sum(int(row.split()[5]) for row in rows) >= 1  # TOPIC-0, and __consumer_offsets
+    assert verdict.startswith("healthy")
 
 
 def test_pause_and_resume_a_node(cluster: tuple[Path, str]) -> None:
@@ -290,6 +293,10 @@ def test_pause_and_resume_a_node(cluster: tuple[Path, str]) -> None:
     assert (code, stdout) == (0, f"node 2: paused (pid {pid})\n")
     eventually(lambda: states(directory) == ["up", "paused", "up"])
     assert status_of(directory)[1]["status"] is None  # a paused node is not asked
+    code, table, _ = cli("status", "--data-dir", str(directory))
+    assert code == 1
+    assert "node 2 is paused: see" in table
+    assert "unhealthy: node(s) not up: 2" in table
     code, stdout, _ = cli("resume", "--data-dir", str(directory), "--node", "2")
     assert (code, stdout) == (0, f"node 2: resumed (pid {pid})\n")
     eventually(lambda: all_up_and_ready(directory))
@@ -304,6 +311,8 @@ def test_kill_the_leader_then_up_starts_only_that_node(cluster: tuple[Path, str]
     code, stdout, _ = cli("kill", "--data-dir", str(directory), "--node", str(leader))
     assert (code, stdout) == (0, f"node {leader}: killed (pid {before[leader - 1]})\n")
     eventually(lambda: states(directory)[leader - 1] == "down")
+    down = status_of(directory)[leader - 1]
+    assert down["log"].endswith(f"node-{leader}/broker.log")
     # The survivors elect another leader, and status shows it.
     eventually(lambda: leader_of_topic(directory) not in (None, leader))
     code, _, stderr = cli("kill", "--data-dir", str(directory), "--node", str(leader))

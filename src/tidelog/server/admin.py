@@ -32,6 +32,7 @@ def status(broker: BrokerView) -> dict[str, Any]:
             continue
         state = runner.replica.status()  # one frozen value: every field of one moment
         replicas = tuple(int(n) for n in state.replicas)
+        reported = broker.image.partitions.get((key.topic, key.partition))
         partitions.append(
             {
                 "topic": key.topic,
@@ -44,6 +45,8 @@ def status(broker: BrokerView) -> dict[str, Any]:
                 "log_start_offset": int(state.log_start_offset),
                 "log_end_offset": int(state.log_end_offset),
                 "isr": in_sync_nodes(broker, key, replicas),
+                # As the metadata log holds it (the leader's report): what Metadata answers.
+                "reported_isr": None if reported is None else list(reported.isr),
                 "repairing": state.repair_floor is not None,
                 "disk_error": None if runner.disk_error is None else str(runner.disk_error),
             }

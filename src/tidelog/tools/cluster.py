@@ -76,6 +76,7 @@ ADMIN_USER = "admin"
 NODES_MAX = PEER_PORT_OFFSET  # more nodes would make the Kafka and peer ports overlap
 READY_TIMEOUT_S_DEFAULT = 60.0
 STOP_TIMEOUT_S = 30.0
+LOG_LINES_SCANNED = 2000  # of a node's log, for its last error
 POLL_INTERVAL_S = 0.2
 LOG_TAIL_LINES = 20
 EXIT_ERROR = 1
@@ -645,16 +646,36 @@ def down(directory: Path) -> None:
 @directory_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def status(directory: Path, as_json: bool) -> None:
-    """Each node: up, paused or down, readiness, and the partitions it leads."""
+    """Each node: up, paused or down, fenced, ready, how many partitions it leads and how
+    many of those are under-replicated; a node that is down, its log and last error. Exits
+    1 when a node is not up or a partition is under-replicated or has no leader."""
     try:
         record = read_cluster(directory)
     except ClusterError as error:
         fail(error)
     states = [observe(node) for node in record.nodes]
+    health = cluster_health(states)
     if as_json:
-        click.echo(json.dumps({"bootstrap": record.bootstrap, "nodes": states}, indent=2))
-        return
-    print_status_table(states)
+        click.echo(
+            json.dumps({"bootstrap": record.bootstrap, "health": health, "nodes": states}, indent=2)
+        )
+    else:
+        print_status_table(states)
+        click.echo(health_line(health))
+    if not health["healthy"]:
+        raise SystemExit(EXIT_ERROR)
+
+
+def last_error_line(node: NodeRecord) -> str | None:
+    """The last ERROR or CRITICAL line (or traceback end) of a node's log, if any."""
+    path = Path(node.data_dir) / LOG_NAME
+    try:
+        lines = path.read_text(errors="replace").splitlines()[-LOG_LINES_SCANNED:]
+    except OSError:
+        return None
+    marks = (" ERROR ", " CRITICAL ", "Error: ", "Traceback")
+    found = [line for line in lines if any(mark in line for mark in marks)]
+    return found[-1].strip() if found else None
 
 
 def observe(node: NodeRecord) -> dict[str, Any]:
@@ -670,18 +691,65 @@ def observe(node: NodeRecord) -> dict[str, Any]:
     else:
         state = "up" if report is not None else "unreachable"
     partitions = report.get("partitions", []) if report is not None else []
-    leads = [f"{p['topic']}-{p['partition']}" for p in partitions if p.get("role") == "leader"]
+    led = [p for p in partitions if p.get("role") == "leader"]
+    under = [
+        p
+        for p in led
+        if len(p.get("reported_isr") or p.get("isr") or []) < len(p.get("replicas", []))
+    ]
     return {
         "id": node.id,
         "pid": node.pid,
         "state": state,
         "ready": report.get("ready") if report is not None else None,
+        "fenced": report.get("fenced", []) if report is not None else None,
         "metadata_leader": report.get("metadata_leader") if report is not None else None,
-        "leads": leads,
+        "leads": [f"{p['topic']}-{p['partition']}" for p in led],
+        "under_replicated": [f"{p['topic']}-{p['partition']}" for p in under],
+        "leaderless": [
+            f"{p['topic']}-{p['partition']}" for p in partitions if p.get("leader") is None
+        ],
         "kafka": node.kafka,
         "admin": node.admin,
+        "log": str(Path(node.data_dir) / LOG_NAME),
+        "last_error": last_error_line(node) if state != "up" else None,
         "status": report,
     }
+
+
+def cluster_health(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cluster at a glance, from what the nodes that answered say."""
+    answered = [s for s in states if s["status"] is not None]
+    fenced = sorted({n for s in answered for n in s["fenced"] or []})
+    for state in states:  # each node's fencing, as the answering nodes know it
+        state["is_fenced"] = state["id"] in fenced
+    under = sorted({p for s in answered for p in s["under_replicated"]})
+    # Leaderless as every answering node that hosts it sees it (a leader elsewhere counts).
+    led = {p for s in answered for p in s["leads"]}
+    leaderless = sorted({p for s in answered for p in s["leaderless"]} - led)
+    down = [s["id"] for s in states if s["state"] != "up"]
+    return {
+        "healthy": not down and not under and not leaderless,
+        "nodes_not_up": down,
+        "fenced": fenced,
+        "under_replicated": under,
+        "leaderless": leaderless,
+    }
+
+
+def health_line(health: dict[str, Any]) -> str:
+    if health["healthy"]:
+        return "healthy: every node up, every partition led and fully in sync"
+    parts = []
+    if health["nodes_not_up"]:
+        parts.append("node(s) not up: " + ", ".join(map(str, health["nodes_not_up"])))
+    if health["fenced"]:
+        parts.append("fenced: " + ", ".join(map(str, health["fenced"])))
+    if health["under_replicated"]:
+        parts.append("under-replicated: " + ", ".join(health["under_replicated"]))
+    if health["leaderless"]:
+        parts.append("no leader: " + ", ".join(health["leaderless"]))
+    return "unhealthy: " + "; ".join(parts)
 
 
 def print_status_table(states: list[dict[str, Any]]) -> None:
@@ -689,7 +757,7 @@ def print_status_table(states: list[dict[str, Any]]) -> None:
     from rich.table import Table  # noqa: PLC0415
 
     table = Table(box=None)
-    for column in ("node", "pid", "state", "ready", "kafka", "admin", "leads"):
+    for column in ("node", "pid", "state", "fenced", "ready", "leads", "under-repl.", "kafka"):
         table.add_column(column)
     for node in states:
         ready = "-" if node["ready"] is None else ("yes" if node["ready"] else "no")
@@ -697,13 +765,19 @@ def print_status_table(states: list[dict[str, Any]]) -> None:
             str(node["id"]),
             str(node["pid"]),
             node["state"],
+            "yes" if node.get("is_fenced") else "no",
             ready,
+            str(len(node["leads"])),
+            str(len(node["under_replicated"])),
             node["kafka"],
-            node["admin"],
-            # Internal topics (`__consumer_offsets`) are left out: `topics describe` has them.
-            " ".join(p for p in node["leads"] if not p.startswith("__")) or "-",
         )
-    Console(soft_wrap=True).print(table)
+    console = Console(soft_wrap=True)
+    console.print(table)
+    for node in states:
+        if node["state"] != "up":
+            console.print(f"node {node['id']} is {node['state']}: see {node['log']}", markup=False)
+            if node["last_error"]:
+                console.print(f"  {node['last_error']}", markup=False)
 
 
 def signal_command(name: str, signum: signal.Signals, verb: str) -> None:

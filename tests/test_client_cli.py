@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 import pytest
 from click.testing import CliRunner, Result
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType
 
 from tidelog.cli import main
 from tidelog.testing.live import LiveCluster, eventually, poll
@@ -582,3 +584,31 @@ def test_python_dash_m_tidelog_round_trip(cluster: LiveCluster, tmp_path: Path) 
     assert missing.returncode == 1
     assert missing.stderr.startswith(b"error: no broker at 127.0.0.1:")
     assert b"Traceback" not in missing.stderr
+
+
+def test_describe_filters_configs_and_data_dir(cluster: LiveCluster) -> None:
+    """kafka-topics' filters keep nothing on a healthy cluster; DescribeConfigs reads a
+    topic's configs back (given, and in force); --data-dir adds the replicas' states."""
+    ok(cluster, "topics", "create", "filtered", "--partitions", "2", "--replication-factor",
+       "3", "--config", "retention.ms=60000")  # fmt: skip
+    for flag in (
+        "--under-replicated-partitions",
+        "--unavailable-partitions",
+        "--under-min-isr-partitions",
+    ):
+        eventually(lambda f=flag: ok(cluster, "topics", "describe", "filtered", f).stdout == "")
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        found = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "filtered")], config_filter="all"
+        )["topic"]["filtered"]
+    finally:
+        admin.close()
+    assert found["retention.ms"]["value"] == "60000"
+    assert found["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert found["min.insync.replicas"]["value"] == "2"  # a majority of 3, in force
+    assert found["min.insync.replicas"]["config_source"] == "DEFAULT_CONFIG"
+    plain = ok(cluster, "topics", "describe", "filtered").stdout
+    assert "Role:" not in plain  # no local cluster known: no replica lines
+    local = ok(cluster, "topics", "describe", "filtered", "--data-dir", str(cluster.directory))
+    assert local.stdout.count("Role:") == 6, local.stdout  # 2 partitions x 3 replicas

@@ -141,6 +141,15 @@ def test_brokers_agree_and_a_paused_broker_is_fenced_then_back(tmp_path: Path) -
                 f"\nnode 3 out of Metadata and every ISR {time.monotonic() - started:.1f} s after"
             )
             assert "fencing node 3" in cluster.log_of(1) + cluster.log_of(2)
+            # kafka-topics' filters see it; `cluster status` says it, and exits 1.
+            via = ("--bootstrap-server", addresses[0])
+            under = tidelog("topics", "describe", TOPIC, "--under-replicated-partitions", *via)
+            assert under.returncode == 0 and under.stdout.count("Isr: 1,2") == PARTITIONS
+            below = tidelog("topics", "describe", TOPIC, "--under-min-isr-partitions", *via)
+            assert below.returncode == 0 and below.stdout == ""  # 2 in sync, 2 required
+            health = tidelog("cluster", "status", "--data-dir", directory)
+            assert health.returncode == 1, health.stdout
+            assert "node(s) not up: 3" in health.stdout and "fenced: 3" in health.stdout
         finally:
             resumed = tidelog("cluster", "resume", "--data-dir", directory, "--node", "3")
             assert resumed.returncode == 0, resumed.stderr

@@ -49,6 +49,7 @@ from tidelog.server.acl import CREATE, DELETE, DESCRIBE, IDEMPOTENT_WRITE, READ,
 from tidelog.server.acl_api import ACL_HANDLERS
 from tidelog.server.answers import body_of, host_of, response
 from tidelog.server.authorize import allowed, cluster_allowed
+from tidelog.server.configs_api import CONFIGS_HANDLERS
 from tidelog.server.group_api import GROUP_HANDLERS
 from tidelog.server.leadership import LEADERSHIP_HANDLERS
 from tidelog.server.metadata import (
@@ -637,4 +638,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     **SASL_HANDLERS,
     **ACL_HANDLERS,
     **LEADERSHIP_HANDLERS,
+    **CONFIGS_HANDLERS,
 }

@@ -39,6 +39,7 @@ from tidelog.tools.client_kafka import (
     describe_topics,
     list_offsets,
     list_topics,
+    min_insync_of,
     parse_offset_time,
 )
 from tidelog.tools.client_options import client_options, json_option, reports_errors
@@ -269,19 +270,45 @@ def render_table(
 @topics.command("describe")
 @click.argument("name", required=False)
 @click.option("--table", is_flag=True, help="A table, one row per replica (rich).")
+@click.option(
+    "--under-replicated-partitions",
+    "under_replicated",
+    is_flag=True,
+    help="Only partitions with fewer in-sync replicas than replicas.",
+)
+@click.option(
+    "--unavailable-partitions", "unavailable", is_flag=True, help="Only partitions with no leader."
+)
+@click.option(
+    "--under-min-isr-partitions",
+    "under_min_isr",
+    is_flag=True,
+    help="Only partitions with fewer in-sync replicas than min.insync.replicas.",
+)
 @client_options
 @json_option
 @reports_errors
-def topics_describe(name: str | None, table: bool, client: ClientSettings, as_json: bool) -> None:
+def topics_describe(
+    name: str | None,
+    *,
+    table: bool,
+    under_replicated: bool,
+    unavailable: bool,
+    under_min_isr: bool,
+    client: ClientSettings,
+    as_json: bool,
+) -> None:
     """Describe topic NAME (or every topic), one line per partition as kafka-topics does:
 
     \b
     Topic: t	PartitionCount: 1	ReplicationFactor: 3
         Topic: t	Partition: 0	Leader: 1	Replicas: 1,2,3	Isr: 1,2,3
 
-    With a running local cluster, each partition line is followed by one line per replica
-    from its broker's admin /status: Role, Epoch, LogStartOffset, HighWatermark,
-    LogEndOffset (`Status: unknown` when that broker does not answer).
+    With a running local cluster (--data-dir, $TIDELOG_DATA_DIR or ./data), each
+    partition line is followed by one line per replica from its broker's admin /status:
+    Role, Epoch, LogStartOffset, HighWatermark, LogEndOffset (`Status: unknown` when that
+    broker does not answer). --under-replicated-partitions, --unavailable-partitions and
+    --under-min-isr-partitions keep only such partitions, as kafka-topics does.
 
     --json: [{"topic", "partition", "leader", "replicas": [..], "isr": [..],
     "replica_status": [{"node_id", "role", "epoch", "log_start_offset", "hwm",
@@ -289,6 +316,16 @@ def topics_describe(name: str | None, table: bool, client: ClientSettings, as_js
     """
     cluster = find_local_cluster()
     partitions = describe_topics(client, None if name is None else [name])
+    if under_replicated or unavailable or under_min_isr:
+        topics = sorted({p.topic for p in partitions})
+        minimum = min_insync_of(client, topics) if under_min_isr else {}
+        partitions = [
+            p
+            for p in partitions
+            if (under_replicated and len(p.isr) < len(p.replicas))
+            or (unavailable and p.leader < 0)
+            or (under_min_isr and len(p.isr) < minimum.get(p.topic, 1))
+        ]
     # Replica states come from the local cluster's brokers: only when it is the one asked.
     statuses = None
     if cluster is not None and client.bootstrap in local_bootstraps(cluster):

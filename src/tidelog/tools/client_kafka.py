@@ -378,6 +378,27 @@ def describe_topics(client: ClientSettings, topics: list[str] | None) -> list[Pa
     return ask_admin(client, lambda admin: describe_partitions(admin, topics))
 
 
+def min_insync_of(client: ClientSettings, topics: list[str]) -> dict[str, int]:
+    """Each topic's min.insync.replicas in force (DescribeConfigs)."""
+    from kafka.admin import ConfigResource, ConfigResourceType  # noqa: PLC0415
+
+    if not topics:
+        return {}
+    resources = [
+        ConfigResource(ConfigResourceType.TOPIC, topic, ["min.insync.replicas"]) for topic in topics
+    ]
+
+    def ask(admin: Any) -> Any:
+        return admin.describe_configs(resources, config_filter="all")
+
+    found = ask_admin(client, ask, needs="DescribeConfigs")["topic"]
+    return {
+        topic: int(configs["min.insync.replicas"]["value"])
+        for topic, configs in found.items()
+        if "min.insync.replicas" in configs
+    }
+
+
 def topic_partitions(admin: Any, topic: str, partition: int | None) -> list[int]:
     """The partition numbers of `topic`, or just `partition` after checking it exists."""
     numbers = [p.partition for p in describe_partitions(admin, [topic])]

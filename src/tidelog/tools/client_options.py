@@ -27,6 +27,8 @@ from tidelog.client_config import ClientConfigError, read_properties
 from tidelog.tools.client_kafka import ClientError, ClientSettings
 from tidelog.tools.client_status import (
     CLIENT_SASL_PROPERTIES,
+    DATA_DIR_ENV,
+    chosen_data_dir,
     find_local_cluster,
     local_cluster_directory,
 )
@@ -68,13 +70,30 @@ def client_options(command: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(command)
     def wrapper(
-        *args: object, bootstrap: str | None, command_config: Path | None, **kwargs: object
+        *args: object,
+        bootstrap: str | None,
+        command_config: Path | None,
+        data_dir: Path | None,
+        **kwargs: object,
     ) -> None:
+        token = chosen_data_dir.set(data_dir)
         try:
-            client = resolve_client(bootstrap, command_config)
-        except EXPECTED_ERRORS as error:
-            fail(error)
-        command(*args, client=client, **kwargs)
+            try:
+                client = resolve_client(bootstrap, command_config)
+            except EXPECTED_ERRORS as error:
+                fail(error)
+            command(*args, client=client, **kwargs)
+        finally:
+            chosen_data_dir.reset(token)
+
+    with_data_dir = click.option(
+        "--data-dir",
+        "data_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help=f"A local cluster's directory (default: ${DATA_DIR_ENV}, else ./data): its "
+        "bootstrap by default, and each replica's state where a command shows it.",
+    )(wrapper)
 
     with_config = click.option(
         "--command-config",
@@ -86,7 +105,7 @@ def client_options(command: Callable[..., None]) -> Callable[..., None]:
         f"e.g. a secure cluster's client-sasl.properties. Default: ${COMMAND_CONFIG_ENV}, "
         "else, without --bootstrap-server, a running secure local cluster's "
         "client-sasl.properties.",
-    )(wrapper)
+    )(with_data_dir)
     return click.option(
         "--bootstrap-server",
         "bootstrap",

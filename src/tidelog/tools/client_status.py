@@ -16,6 +16,7 @@ out (its replicas show as unknown). Neither ever fails a command.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 from dataclasses import dataclass
@@ -71,8 +72,18 @@ def _pid_alive(pid: object) -> bool:
     return True
 
 
+chosen_data_dir: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "chosen_data_dir", default=None
+)
+"""A command's `--data-dir`, for the length of the command (`client_options`)."""
+
+
 def local_cluster_directory() -> Path:
-    """Where a local cluster is looked for: `$TIDELOG_DATA_DIR`, else `./data`."""
+    """Where a local cluster is looked for: the command's `--data-dir`, else
+    `$TIDELOG_DATA_DIR`, else `./data`."""
+    chosen = chosen_data_dir.get()
+    if chosen is not None:
+        return chosen
     return Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
 
 

@@ -30,10 +30,13 @@ from tidelog.testing.live import LiveCluster
 from tidelog.tools.client_kafka import ClientSettings, create_topic
 
 TOPIC = "steady"
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_PARTITIONS = 4  # the brokers' offsets_topic_partitions
 PARTITIONS = 6
 SECONDS_MAX = 3600
 SAMPLE_S = 10.0
 STATUS_TIMEOUT_S = 2.0
+LOG_LINES_SHOWN = 20
 
 
 def burn(until: float) -> None:
@@ -72,6 +75,9 @@ def main() -> None:
                 configs={},
             )
             cluster.wait_hosted_everywhere(TOPIC, PARTITIONS)
+            # The controller creates __consumer_offsets once every broker is known: its
+            # first elections are no leader change.
+            cluster.wait_hosted_everywhere(OFFSETS_TOPIC, OFFSETS_PARTITIONS)
             producer = Producer(
                 {
                     "bootstrap.servers": cluster.bootstrap,
@@ -116,6 +122,14 @@ def main() -> None:
             )
             print(f"records sent {sent}, delivery errors {len(errors)}")
             print(f"elections: {sum(elections.values())} in {len(elections)} partitions {changed}")
+            for node in (1, 2, 3):  # what each node logged of those partitions' roles
+                lines = [
+                    line
+                    for line in cluster.log_of(node).splitlines()
+                    if any(f"{key}: " in line for key in changed)
+                ]
+                for line in lines[-LOG_LINES_SHOWN:]:
+                    print(f"  {line}")
         finally:
             for burner in burners:
                 burner.terminate()

@@ -13,6 +13,7 @@ from tidelog.records import (
     build_control_batch,
     check_batch,
     iter_batches,
+    leader_change_message,
     stamp,
 )
 from tidelog.testing.sim import build_batch
@@ -39,6 +40,29 @@ def test_control_batch_is_valid_and_read_as_control_by_kafka_python() -> None:
     decoded = DefaultRecordBatch(batch)
     assert decoded.is_control_batch
     assert decoded.validate_crc()
+
+
+def test_a_leader_change_record_carries_kraft_s_leader_change_message() -> None:
+    """The value KRaft writes: LeaderChangeMessage v0, flexible (a client that reads a
+    value from every control record finds one, longer than a transaction marker's)."""
+    value = leader_change_message(2, (1, 2, 3), (2, 3))
+    assert value == (
+        struct.pack(">hi", 0, 2)
+        + b"\x04" + b"".join(struct.pack(">i", n) + b"\x00" for n in (1, 2, 3))
+        + b"\x03" + b"".join(struct.pack(">i", n) + b"\x00" for n in (2, 3))
+        + b"\x00"
+    )  # fmt: skip
+    batch = build_control_batch(
+        base_offset=Offset(0),
+        epoch=Epoch(1),
+        control_type=CONTROL_TYPE_LEADER_CHANGE,
+        timestamp_ms=0,
+        value=value,
+    )
+    (record,) = list(DefaultRecordBatch(batch))
+    assert record.key == struct.pack(">hh", 0, CONTROL_TYPE_LEADER_CHANGE)
+    assert record.value == value
+    assert len(record.value) > 6  # an EndTransactionMarker's size
 
 
 @pytest.mark.parametrize(

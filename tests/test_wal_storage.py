@@ -11,7 +11,7 @@ from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry, SequencedBatch
 from tidelog.core.storage import EpochEntry, MemoryStorage
 from tidelog.errors import OffsetOutOfRange, StorageError
-from tidelog.records import read_header
+from tidelog.records import CONTROL_TYPE_LEADER_CHANGE, build_control_batch, read_header
 from tidelog.types import Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, OsFileSystem, WalConfig
 from tidelog.wal import checkpoint as ckpt
@@ -140,24 +140,42 @@ def test_stale_or_missing_indexes_are_rebuilt(tmp_path: object) -> None:
             assert storage.read(Offset(offset), end_offset=Offset(30), max_bytes=1) == [
                 batches[offset]
             ]
-        assert storage.offset_for_timestamp(17) == 17
+        assert storage.offset_for_timestamp(17) == (17, 17)
 
 
 def test_offset_for_timestamp(tmp_path: object) -> None:
     batches = build_batches([5] * 10, timestamp_ms=1000)
     with open_disk(str(tmp_path)) as storage:
         storage.append(batches)
-        assert storage.offset_for_timestamp(0) == 0
-        assert storage.offset_for_timestamp(1023) == 23
-        assert storage.offset_for_timestamp(1049) == 49
+        assert storage.offset_for_timestamp(0) == (0, 1000)
+        assert storage.offset_for_timestamp(1023) == (23, 1023)
+        assert storage.offset_for_timestamp(1049) == (49, 1049)
         assert storage.offset_for_timestamp(1050) is None
     with open_disk(str(tmp_path)) as storage:
-        assert storage.offset_for_timestamp(1031) == 31
+        assert storage.offset_for_timestamp(1031) == (31, 1031)
         data = OsFileSystem().pread(
             storage.segment_paths()[0].replace(".log", ".timeindex"), 0, 1 << 20
         )
         timestamps = [ts for ts, _ in TIME_ENTRY.iter_unpack(data)]
         assert timestamps == sorted(set(timestamps))
+
+
+def test_control_batches_never_match_a_timestamp(tmp_path: object) -> None:
+    """A new leader's control batch, stamped with its clock, must not shadow the records
+    before it, nor be found itself; past the last data record there is none (-1)."""
+    data = build_batches([5, 5], timestamp_ms=1000)
+    late = build_control_batch(
+        base_offset=Offset(10), epoch=Epoch(2), control_type=CONTROL_TYPE_LEADER_CHANGE,
+        timestamp_ms=9_999_999,
+    )  # fmt: skip
+    more = build_batches([5], base_offset=11, epochs=[Epoch(2)], timestamp_ms=2000)
+    with open_disk(str(tmp_path)) as storage:
+        storage.append([*data, late, *more])
+        assert storage.offset_for_timestamp(0) == (0, 1000)
+        assert storage.offset_for_timestamp(1007) == (7, 1007)
+        assert storage.offset_for_timestamp(1010) == (11, 2011)  # the control batch skipped
+        assert storage.offset_for_timestamp(2015) == (15, 2015)
+        assert storage.offset_for_timestamp(2016) is None  # only the control batch is later
 
 
 def test_truncation_across_segments_fixes_indexes_and_epochs(tmp_path: object) -> None:

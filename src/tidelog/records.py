@@ -181,22 +181,57 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def build_control_batch(
-    *, base_offset: Offset, epoch: Epoch, control_type: int, timestamp_ms: int
+def _uvarint(value: int) -> bytes:
+    """Unsigned varint, as Kafka's flexible message versions use."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def leader_change_message(
+    leader_id: int, voters: tuple[int, ...], granting: tuple[int, ...]
 ) -> bytes:
-    """One control batch holding one control record of `control_type`.
+    """Kafka's LeaderChangeMessage v0 (flexible), as KRaft writes it as the value of a
+    LEADER_CHANGE control record: Version int16, LeaderId int32, Voters and GrantingVoters
+    (compact arrays of VoterId int32, each with empty tagged fields), empty tagged fields."""
+
+    def voter_array(nodes: tuple[int, ...]) -> bytes:
+        return _uvarint(len(nodes) + 1) + b"".join(
+            struct.pack(">i", node) + _uvarint(0) for node in nodes
+        )
+
+    return (
+        struct.pack(">hi", 0, leader_id) + voter_array(voters) + voter_array(granting) + _uvarint(0)
+    )
+
+
+def build_control_batch(
+    *,
+    base_offset: Offset,
+    epoch: Epoch,
+    control_type: int,
+    timestamp_ms: int,
+    value: bytes | None = None,
+) -> bytes:
+    """One control batch holding one control record of `control_type` with `value`.
 
     A new leader appends one of type LEADER_CHANGE at the start of its epoch (the no-op of
-    Raft §8 and KIP-207). Consumers skip control batches, as they skip transaction markers.
+    Raft §8 and KIP-207), its value a LeaderChangeMessage as KRaft writes it, so a client
+    that reads a value from every control record finds one. Consumers skip control
+    batches, as they skip transaction markers.
     """
     key = struct.pack(">hh", 0, control_type)
+    encoded_value = _varint(-1) if value is None else _varint(len(value)) + value
     body = (
         b"\x00"  # record attributes
         + _varint(0)  # timestampDelta
         + _varint(0)  # offsetDelta
         + _varint(len(key))
         + key
-        + _varint(-1)  # null value
+        + encoded_value
         + _varint(0)  # no headers
     )
     record = _varint(len(body)) + body

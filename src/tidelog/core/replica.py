@@ -96,6 +96,7 @@ from tidelog.records import (
     BatchHeader,
     build_control_batch,
     check_batch,
+    leader_change_message,
     read_header,
     stamp,
 )
@@ -737,11 +738,13 @@ class Replica:
         end = self.log.log_end_offset
         self.progress = {peer: Progress(next_offset=end) for peer in self.peers}
         self.epoch_start_offset = end
+        granting = tuple(sorted(node for node, granted in self.votes.items() if granted))
         control = build_control_batch(
             base_offset=end,
             epoch=self.epoch,
             control_type=CONTROL_TYPE_LEADER_CHANGE,
             timestamp_ms=self.wall_clock_ms,
+            value=leader_change_message(self.id, self.config.replicas, granting),
         )
         self.log.append(control, check_batch(control))
 

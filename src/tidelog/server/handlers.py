@@ -475,9 +475,9 @@ async def list_partition(
         found = runner.storage.offset_for_timestamp(timestamp)
     except StorageError as error:  # a batch failed its CRC: never served; it is repaired
         return answer(error_code_for(error))
-    if found is None or found >= latest:
-        return answer(ErrorCode.NONE, -1)
-    return answer(ErrorCode.NONE, int(found), timestamp)
+    if found is None or found[0] >= latest:
+        return answer(ErrorCode.NONE, -1)  # no record that recent (yet committed)
+    return answer(ErrorCode.NONE, int(found[0]), found[1])  # the found record's timestamp
 
 
 # ---------------------------------------------------------------------- InitProducerId -

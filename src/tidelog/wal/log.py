@@ -59,7 +59,7 @@ from tidelog.core.storage import (
     truncate_epochs,
 )
 from tidelog.errors import CorruptBatch, OffsetOutOfRange, StorageError
-from tidelog.records import HEADER_SIZE, BatchHeader, check_batch, read_header
+from tidelog.records import HEADER_SIZE, NO_TIMESTAMP, BatchHeader, check_batch, read_header
 from tidelog.types import NO_EPOCH, Epoch, Offset
 from tidelog.wal import checkpoint as ckpt
 from tidelog.wal.fs import FileSystem, OsFileSystem
@@ -469,15 +469,21 @@ class DiskStorage:
         self._trim_epochs()
 
     # --- time index -------------------------------------------------------------------
-    def offset_for_timestamp(self, timestamp: int) -> Offset | None:
-        """The first offset whose record has a timestamp >= `timestamp`, or None."""
+    def offset_for_timestamp(self, timestamp: int) -> tuple[Offset, int] | None:
+        """(offset, timestamp) of the first data record whose timestamp is >= `timestamp`,
+        or None. Control batches (a new leader's) never match, and a segment whose only
+        later timestamps are theirs is passed over."""
         self._check_serving()
         for segment in self._segments:
             if segment.max_timestamp >= timestamp:
-                return self._offset_for_timestamp_in(segment, timestamp)
+                found = self._offset_for_timestamp_in(segment, timestamp)
+                if found is not None:
+                    return found
         return None
 
-    def _offset_for_timestamp_in(self, segment: Segment, timestamp: int) -> Offset | None:
+    def _offset_for_timestamp_in(
+        self, segment: Segment, timestamp: int
+    ) -> tuple[Offset, int] | None:
         before = segment.time_index.offset_before(timestamp)
         start = segment.base_offset if before is None else Offset(before + 1)
         reader = ChunkReader(self._fs, segment.log_path, segment.size_bytes)
@@ -488,12 +494,14 @@ class DiskStorage:
             segment.size_bytes,
             verify=False,
         ):
-            if header.next_offset <= start or header.max_timestamp < timestamp:
+            if header.next_offset <= start or header.is_control:
                 continue
+            if NO_TIMESTAMP < header.max_timestamp < timestamp:
+                continue  # (a header without a max timestamp is read record by record)
             batch = self._checked(segment, reader, position, header)
-            found = first_offset_at(batch, timestamp)
+            found = first_record_at(batch, timestamp)
             if found is not None:
-                return Offset(max(found, self.log_start_offset))
+                return Offset(max(found[0], self.log_start_offset)), found[1]
         return None
 
     # --- the write path -------------------------------------------------------------
@@ -1003,9 +1011,9 @@ def is_segment_name(name: str) -> bool:
     return name.endswith(LOG_SUFFIX) and len(stem) == OFFSET_DIGITS and stem.isdigit()
 
 
-def first_offset_at(batch: bytes, timestamp: int) -> Offset | None:
-    """The offset of the first record in `batch` with a timestamp >= `timestamp`."""
+def first_record_at(batch: bytes, timestamp: int) -> tuple[Offset, int] | None:
+    """(offset, timestamp) of the first record in `batch` with a timestamp >= `timestamp`."""
     for record in DefaultRecordBatch(batch):
         if record.timestamp >= timestamp:
-            return Offset(record.offset)
+            return Offset(record.offset), int(record.timestamp)
     return None

@@ -221,7 +221,10 @@ def consume_records(client: ClientSettings, options: ConsumeOptions) -> Iterator
 def _poll_loop(
     consumer: Any, options: ConsumeOptions, committed: dict[Any, Any]
 ) -> Iterator[ConsumedRecord]:
-    """Poll until enough records or enough silence; `committed` gathers what to commit."""
+    """Poll until enough records or enough silence; `committed` gathers what to commit:
+    each partition's position once everything polled was yielded (so control batches the
+    consumer skipped count as consumed and a drained partition shows lag 0), else the
+    offset after the last record yielded."""
     count = 0
     idle_deadline = time.monotonic() + options.idle_timeout_ms / 1000
     while options.max_messages is None or count < options.max_messages:
@@ -233,8 +236,9 @@ def _poll_loop(
             (record for batch in polled.values() for record in batch),
             key=lambda r: (r.partition, r.offset),
         )
-        if options.max_messages is not None:
-            records = records[: options.max_messages - count]
+        whole = options.max_messages is None or count + len(records) <= options.max_messages
+        if not whole:
+            records = records[: options.max_messages - count]  # type: ignore[operator]
         for record in records:
             count += 1
             committed[TopicPartition(record.topic, record.partition)] = OffsetAndMetadata(
@@ -248,8 +252,21 @@ def _poll_loop(
                 record.key,
                 record.value,
             )
-        if not records:
-            continue
-        idle_deadline = time.monotonic() + options.idle_timeout_ms / 1000
-        if options.group is not None:
+        moved = whole and options.group is not None and _commit_positions(consumer, committed)
+        if records:
+            idle_deadline = time.monotonic() + options.idle_timeout_ms / 1000
+        if options.group is not None and (records or moved):
             consumer.commit(dict(committed))
+
+
+def _commit_positions(consumer: Any, committed: dict[Any, Any]) -> bool:
+    """Set each assigned partition's commit to the consumer's position where that is past
+    it (everything before was yielded, or was a control batch); whether any moved."""
+    moved = False
+    for partition in consumer.assignment():
+        position = consumer.position(partition)
+        known = committed.get(partition)
+        if position is not None and (known is None or position > known.offset):
+            committed[partition] = OffsetAndMetadata(position, "", -1)
+            moved = True
+    return moved

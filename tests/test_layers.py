@@ -244,6 +244,7 @@ REPLICA_API = {
     "note_log_start",
     "producer_snapshot",
     "transfer_leadership",
+    "end_offset_for_epoch",
 }
 
 

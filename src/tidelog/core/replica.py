@@ -465,6 +465,25 @@ class Replica:
         )
         return FetchResult((), readable_end, self.log.log_start_offset, error)
 
+    def end_offset_for_epoch(
+        self,
+        leader_epoch: Epoch,
+        *,
+        current_leader_epoch: Epoch | None = None,
+        now_ms: int | None = None,
+    ) -> tuple[Epoch, Offset]:
+        """OffsetForLeaderEpoch for a client (KIP-320): the largest epoch <= `leader_epoch`
+        this log holds and the offset where it ends, never past what clients may read;
+        (NO_EPOCH, -1) when the log holds no epoch that old. Raises what a fetch would
+        (a fenced or unknown current epoch, not serving)."""
+        error = self._fencing_error(current_leader_epoch) or self._serving_error(now_ms)
+        if error is not None:
+            raise error
+        epoch, end = self.log.end_offset_for_epoch(leader_epoch)
+        if epoch == NO_EPOCH:
+            return NO_EPOCH, Offset(-1)
+        return epoch, Offset(min(end, self.hwm, self.log.log_end_offset))
+
     def latest_offset(self, *, now_ms: int | None = None) -> Offset:
         """The "latest" offset clients may see (the HWM); raises while it is not known.
 

@@ -79,6 +79,8 @@ with warnings.catch_warnings():
         OffsetCommitResponse,
         OffsetFetchRequest,
         OffsetFetchResponse,
+        OffsetForLeaderEpochRequest,
+        OffsetForLeaderEpochResponse,
         SyncGroupRequest,
         SyncGroupResponse,
     )
@@ -147,6 +149,7 @@ class ApiKey(IntEnum):
     CREATE_ACLS = 30
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
+    OFFSET_FOR_LEADER_EPOCH = 23
     SASL_AUTHENTICATE = 36
     ELECT_LEADERS = 43
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
@@ -164,6 +167,9 @@ class _Api(NamedTuple):
 # CreateTopics starts at 2, DeleteTopics and DescribeConfigs at 1.
 _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.ELECT_LEADERS: _Api(ElectLeadersRequest, ElectLeadersResponse, (0, 2)),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: _Api(
+        OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, (0, 4)
+    ),
     ApiKey.PRODUCE: _Api(ProduceRequest, ProduceResponse, (3, 8)),
     ApiKey.FETCH: _Api(FetchRequest, FetchResponse, (4, 11)),
     ApiKey.LIST_OFFSETS: _Api(ListOffsetsRequest, ListOffsetsResponse, (1, 5)),

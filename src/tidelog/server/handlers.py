@@ -50,6 +50,7 @@ from tidelog.server.acl_api import ACL_HANDLERS
 from tidelog.server.answers import body_of, host_of, response
 from tidelog.server.authorize import allowed, cluster_allowed
 from tidelog.server.configs_api import CONFIGS_HANDLERS
+from tidelog.server.epochs_api import EPOCHS_HANDLERS
 from tidelog.server.group_api import GROUP_HANDLERS
 from tidelog.server.leadership import LEADERSHIP_HANDLERS
 from tidelog.server.metadata import (
@@ -639,4 +640,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     **ACL_HANDLERS,
     **LEADERSHIP_HANDLERS,
     **CONFIGS_HANDLERS,
+    **EPOCHS_HANDLERS,
 }

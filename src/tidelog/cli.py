@@ -37,9 +37,12 @@ def dump_log(path: str, records: bool, as_json: bool) -> None:
 
 
 # The Kafka-style client commands: topics, produce, consume, get-offsets, delete-records.
-from tidelog.tools.client import register_client_commands  # noqa: E402
+from tidelog.tools.admin_cmd import TOPICS_COMMANDS  # noqa: E402
+from tidelog.tools.client import register_client_commands, topics  # noqa: E402
 
 register_client_commands(main)
+for command in TOPICS_COMMANDS:
+    topics.add_command(command)
 
 
 main.add_command(acls)

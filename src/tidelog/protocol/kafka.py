@@ -42,6 +42,8 @@ with warnings.catch_warnings():
         AlterUserScramCredentialsResponse,
         CreateAclsRequest,
         CreateAclsResponse,
+        CreatePartitionsRequest,
+        CreatePartitionsResponse,
         CreateTopicsRequest,
         CreateTopicsResponse,
         DeleteAclsRequest,
@@ -151,6 +153,7 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     OFFSET_FOR_LEADER_EPOCH = 23
     SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -167,6 +170,7 @@ class _Api(NamedTuple):
 # CreateTopics starts at 2, DeleteTopics and DescribeConfigs at 1.
 _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.ELECT_LEADERS: _Api(ElectLeadersRequest, ElectLeadersResponse, (0, 2)),
+    ApiKey.CREATE_PARTITIONS: _Api(CreatePartitionsRequest, CreatePartitionsResponse, (0, 3)),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _Api(
         OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, (0, 4)
     ),

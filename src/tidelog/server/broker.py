@@ -94,6 +94,7 @@ FORWARDABLE = frozenset(
     {
         "create_topic",
         "delete_topic",
+        "create_partitions",
         "create_acls",
         "delete_acls",
         "upsert_scram",

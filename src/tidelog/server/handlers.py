@@ -62,6 +62,7 @@ from tidelog.server.metadata import (
 )
 from tidelog.server.partition import PartitionRunner, is_disk_error
 from tidelog.server.sasl import SASL_HANDLERS
+from tidelog.server.topics_api import TOPICS_HANDLERS
 from tidelog.server.view import BrokerView
 from tidelog.types import Epoch, Offset
 
@@ -641,4 +642,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     **LEADERSHIP_HANDLERS,
     **CONFIGS_HANDLERS,
     **EPOCHS_HANDLERS,
+    **TOPICS_HANDLERS,
 }

@@ -28,7 +28,7 @@ import binascii
 import json
 import logging
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tidelog.errors import MetadataError
@@ -175,6 +175,8 @@ class MetadataImage:
                 return self._create(command)
             if kind == "delete_topic":
                 return self._delete(command)
+            if kind == "create_partitions":
+                return self._create_partitions(command)
             if kind in ("create_acls", "delete_acls"):
                 acls = [acl_of(fields) for fields in _list(command, "acls")]  # all or none
                 if kind == "create_acls":
@@ -243,6 +245,20 @@ class MetadataImage:
             mechanism, salt, iterations, stored_key, server_key
         )
         return Change()
+
+    def _create_partitions(self, command: dict[str, Any]) -> Change:
+        """New partitions after a topic's last (CreatePartitions): their placements."""
+        info = self.topics.get(_string(command, "name"))
+        if info is None:
+            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", "no such topic")
+        added = _replicas(command.get("replicas"))
+        if len(added[0]) != len(info.replicas[0]):
+            raise MetadataError("INVALID_REPLICA_ASSIGNMENT", "a new partition's replication")
+        if info.partitions + len(added) > PARTITIONS_MAX:
+            raise MetadataError("INVALID_PARTITIONS", f"more than {PARTITIONS_MAX} partitions")
+        grown = replace(info, replicas=info.replicas + added)
+        self.topics[info.name] = grown
+        return Change(created=(grown,))
 
     def _partition_state(self, command: dict[str, Any]) -> None:
         topic = self.topics.get(_string(command, "topic"))

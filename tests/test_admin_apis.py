@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 
 from tidelog.testing.live import LiveCluster, create_topic, eventually, tidelog
 
@@ -66,3 +66,29 @@ def test_partitions_are_added_by_every_client(cluster: LiveCluster) -> None:
         return len(rows) == 6 and all(int(row["leader"]) >= 0 for row in rows)  # type: ignore[call-overload]
 
     eventually(six, "six partitions, each with a leader")
+
+
+def test_the_cluster_and_its_log_dirs_are_described(cluster: LiveCluster) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        described = admin.describe_cluster()
+        assert sorted(b["broker_id"] for b in described["brokers"]) == [1, 2, 3]
+        assert described["controller_id"] in (1, 2, 3)
+        create_topic(cluster.bootstrap, "sized", partitions=1)
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+        producer.send("sized", b"y" * 1000, partition=0).get(timeout=30)
+        producer.close()
+        dirs = admin.describe_log_dirs({"sized": [0]})
+    finally:
+        admin.close()
+    sizes = {
+        answer["broker"]: partition["partition_size"]
+        for answer in dirs
+        for log_dir in answer["log_dirs"]
+        for topic in log_dir["topics"]
+        for partition in topic["partitions"]
+    }
+    assert sorted(sizes) == [1, 2, 3] and all(size > 1000 for size in sizes.values()), dirs
+    confluent = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    nodes = confluent.describe_cluster().result(timeout=30).nodes
+    assert sorted(node.id for node in nodes) == [1, 2, 3]

@@ -54,10 +54,14 @@ with warnings.catch_warnings():
         DeleteTopicsResponse,
         DescribeAclsRequest,
         DescribeAclsResponse,
+        DescribeClusterRequest,
+        DescribeClusterResponse,
         DescribeConfigsRequest,
         DescribeConfigsResponse,
         DescribeGroupsRequest,
         DescribeGroupsResponse,
+        DescribeLogDirsRequest,
+        DescribeLogDirsResponse,
         DescribeUserScramCredentialsRequest,
         DescribeUserScramCredentialsResponse,
         ElectLeadersRequest,
@@ -152,11 +156,13 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_CLUSTER = 60
 
 
 class _Api(NamedTuple):
@@ -171,6 +177,8 @@ class _Api(NamedTuple):
 _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.ELECT_LEADERS: _Api(ElectLeadersRequest, ElectLeadersResponse, (0, 2)),
     ApiKey.CREATE_PARTITIONS: _Api(CreatePartitionsRequest, CreatePartitionsResponse, (0, 3)),
+    ApiKey.DESCRIBE_CLUSTER: _Api(DescribeClusterRequest, DescribeClusterResponse, (0, 2)),
+    ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, (1, 4)),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _Api(
         OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, (0, 4)
     ),

@@ -49,6 +49,7 @@ from tidelog.server.acl import CREATE, DELETE, DESCRIBE, IDEMPOTENT_WRITE, READ,
 from tidelog.server.acl_api import ACL_HANDLERS
 from tidelog.server.answers import body_of, host_of, response
 from tidelog.server.authorize import allowed, cluster_allowed
+from tidelog.server.cluster_api import CLUSTER_HANDLERS
 from tidelog.server.configs_api import CONFIGS_HANDLERS
 from tidelog.server.epochs_api import EPOCHS_HANDLERS
 from tidelog.server.group_api import GROUP_HANDLERS
@@ -643,4 +644,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     **CONFIGS_HANDLERS,
     **EPOCHS_HANDLERS,
     **TOPICS_HANDLERS,
+    **CLUSTER_HANDLERS,
 }

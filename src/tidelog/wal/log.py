@@ -327,6 +327,10 @@ class DiskStorage:
     def segment_paths(self) -> list[str]:
         return [segment.log_path for segment in self._segments]
 
+    def size_bytes(self) -> int:
+        """The bytes of every segment (the partition's size, as DescribeLogDirs tells it)."""
+        return sum(segment.size_bytes for segment in self._segments)
+
     def close(self) -> None:
         """A clean shutdown: sync everything, checkpoint the HWM, release the files."""
         if self.needs_repair is None:

@@ -103,15 +103,6 @@ class ConsumerThread(threading.Thread):
         consumer.close()
 
 
-def leader_of_partition(cluster: LiveCluster) -> int:
-    for node in (1, 2, 3):
-        state = cluster.node_status(node)
-        for partition in state.get("leads", []):  # type: ignore[union-attr]
-            if partition == f"{TOPIC}-0":
-                return node
-    raise AssertionError("no leader found for the partition")
-
-
 def dump(directory: Path) -> list[dict[str, object]]:
     out = subprocess.run(
         [sys.executable, "-m", "tidelog", "dump-log", "--json", str(directory)],
@@ -131,7 +122,7 @@ def test_acknowledged_records_survive_a_killed_leader_and_a_paused_node(tmp_path
         producer.start()
         consumer.start()
         time.sleep(1.0)  # let records flow before the faults
-        leader = leader_of_partition(cluster)
+        leader = cluster.leader_of(TOPIC)
         assert (
             tidelog(
                 "cluster", "kill", "--data-dir", str(tmp_path), "--node", str(leader)

@@ -27,13 +27,6 @@ def lag_of(bootstrap: str, group: str) -> list[Any]:
     return [row["lag"] for row in json.loads(result.stdout)["offsets"]]
 
 
-def leader_of(cluster: LiveCluster) -> int:
-    for node in (1, 2, 3):
-        if f"{TOPIC}-0" in cluster.node_status(node).get("leads", []):  # type: ignore[operator]
-            return node
-    raise AssertionError("no leader")
-
-
 def test_a_drained_group_shows_lag_0_behind_a_control_batch(tmp_path: Path) -> None:
     cluster = LiveCluster(tmp_path / "cluster")
     try:
@@ -42,7 +35,7 @@ def test_a_drained_group_shows_lag_0_behind_a_control_batch(tmp_path: Path) -> N
         for i in range(RECORDS):
             producer.send(TOPIC, f"r{i}".encode(), partition=0).get(timeout=30)
         producer.close()
-        node = leader_of(cluster)
+        node = cluster.leader_of(TOPIC)
         restarted = tidelog(
             "cluster", "restart", "--data-dir", str(tmp_path / "cluster"), "--node", str(node)
         )

@@ -25,13 +25,6 @@ from tidelog.testing.live import DEADLINE_S, LiveCluster, RawConnection, create_
 TOPIC = "epochs"
 
 
-def leader_of(cluster: LiveCluster) -> int:
-    for node in (1, 2, 3):
-        if f"{TOPIC}-0" in cluster.node_status(node).get("leads", []):  # type: ignore[operator]
-            return node
-    raise AssertionError("no leader")
-
-
 def first_message(consumer: Consumer) -> Any:
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
@@ -74,7 +67,7 @@ def test_a_position_on_a_suffix_its_epoch_never_had_is_detected(tmp_path: Path) 
         producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
         for i in range(10):
             producer.send(TOPIC, b"a%d" % i, partition=0).get(timeout=30)
-        node = leader_of(cluster)
+        node = cluster.leader_of(TOPIC)
         restarted = tidelog(
             "cluster", "restart", "--data-dir", str(tmp_path / "cluster"), "--node", str(node)
         )
@@ -84,8 +77,8 @@ def test_a_position_on_a_suffix_its_epoch_never_had_is_detected(tmp_path: Path) 
             producer.send(TOPIC, b"b%d" % i, partition=0).get(timeout=30)
         producer.close()
 
-        leader = cluster.record["nodes"][leader_of(cluster) - 1]["kafka"]
-        follower = cluster.record["nodes"][leader_of(cluster) % 3]["kafka"]
+        leader = cluster.record["nodes"][cluster.leader_of(TOPIC) - 1]["kafka"]
+        follower = cluster.record["nodes"][cluster.leader_of(TOPIC) % 3]["kafka"]
         assert epoch_end(leader, 1, -1) == (ErrorCode.NONE, 1, 11)
         assert epoch_end(leader, 2, 2) == (ErrorCode.NONE, 2, 22)  # the HWM
         assert epoch_end(leader, 7, -1) == (ErrorCode.NONE, 2, 22)

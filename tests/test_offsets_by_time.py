@@ -23,13 +23,6 @@ RECORDS = 20
 STEP_MS = 1000
 
 
-def leader_of(cluster: LiveCluster) -> int:
-    for node in (1, 2, 3):
-        if f"{TOPIC}-0" in cluster.node_status(node).get("leads", []):  # type: ignore[operator]
-            return node
-    raise AssertionError("no leader")
-
-
 def test_offsets_by_time_skip_control_batches_and_answer_the_record_s_time(
     tmp_path: Path,
 ) -> None:
@@ -47,7 +40,7 @@ def test_offsets_by_time_skip_control_batches_and_answer_the_record_s_time(
         producer.close()
         offsets = [metadata.offset for metadata in sent]
         for _ in range(2):  # two new leaders, two control batches after the records
-            node = leader_of(cluster)
+            node = cluster.leader_of(TOPIC)
             restarted = tidelog(
                 "cluster", "restart", "--data-dir", str(tmp_path / "cluster"), "--node", str(node)
             )

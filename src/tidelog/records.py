@@ -172,17 +172,12 @@ def iter_batches(
 
 def _varint(value: int) -> bytes:
     """Zigzag varint, as Kafka's records use."""
-    zigzag = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while zigzag >= 0x80:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
+    return uvarint((value << 1) ^ (value >> 63))
 
 
-def _uvarint(value: int) -> bytes:
-    """Unsigned varint, as Kafka's flexible message versions use."""
+def uvarint(value: int) -> bytes:
+    """Unsigned varint, as Kafka's flexible message versions use (and, of a zigzag-encoded
+    value, its records)."""
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -199,12 +194,12 @@ def leader_change_message(
     (compact arrays of VoterId int32, each with empty tagged fields), empty tagged fields."""
 
     def voter_array(nodes: tuple[int, ...]) -> bytes:
-        return _uvarint(len(nodes) + 1) + b"".join(
-            struct.pack(">i", node) + _uvarint(0) for node in nodes
+        return uvarint(len(nodes) + 1) + b"".join(
+            struct.pack(">i", node) + uvarint(0) for node in nodes
         )
 
     return (
-        struct.pack(">hi", 0, leader_id) + voter_array(voters) + voter_array(granting) + _uvarint(0)
+        struct.pack(">hi", 0, leader_id) + voter_array(voters) + voter_array(granting) + uvarint(0)
     )
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import itertools
 from typing import Final, NamedTuple
 
+from tidelog.records import uvarint
+
 RECORD_SIZE_MIN: Final = 7  # length, attributes, timestamp, offset, key, value, headers
 RECORD_BODY_MIN: Final = RECORD_SIZE_MIN - 1
 _TIMESTAMP_DELTA_NONE: Final = -(2**64)  # below every 64-bit delta
@@ -288,7 +290,7 @@ def _runs_of(layout: _Layout, count: int, *, narrow_count: int) -> list[_Run]:
         timestamp_width = 1 if first < narrow_count else 2
         body = 2 + timestamp_width + offset_width + len(layout.key_field) + layout.key_size
         body += len(layout.value_field) + layout.value_size  # and attributes and headers
-        size_field = _encode_uvarint(body << 1)
+        size_field = uvarint(body << 1)
         runs.append(
             _Run(first, end, offset_width, timestamp_width, size_field, len(size_field) + body)
         )
@@ -373,13 +375,3 @@ def _largest_timestamp_delta(timestamps: bytes) -> int | None:
     if not timestamps.isascii():
         return None
     return max(timestamps.translate(_ZIGZAG_ORDER)) - 64
-
-
-def _encode_uvarint(raw: int) -> bytes:
-    """The varint bytes of a raw (already zigzag-encoded) value."""
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)

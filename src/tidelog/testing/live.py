@@ -169,6 +169,14 @@ class LiveCluster:
     def wait_hosted_everywhere(self, topic: str, partitions: int) -> None:
         eventually(lambda: self.hosted_everywhere(topic, partitions), f"{topic} on every node")
 
+    def leader_of(self, topic: str, partition: int = 0) -> int:
+        """The node that says it leads the partition (`cluster status`)."""
+        for node in (1, 2, 3):
+            leads = self.node_status(node).get("leads", [])
+            if f"{topic}-{partition}" in leads:  # type: ignore[operator]
+                return node
+        raise AssertionError(f"no leader of {topic}-{partition}")
+
     def node_status(self, node: int) -> dict[str, object]:
         result = tidelog("cluster", "status", "--data-dir", str(self.directory), "--json")
         # Exit 1 says a node is down or a partition under-replicated: the JSON is still there.

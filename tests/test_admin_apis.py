@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
 
 from tidelog.testing.live import LiveCluster, create_topic, eventually, tidelog
 
@@ -92,3 +93,15 @@ def test_the_cluster_and_its_log_dirs_are_described(cluster: LiveCluster) -> Non
     confluent = AdminClient({"bootstrap.servers": cluster.bootstrap})
     nodes = confluent.describe_cluster().result(timeout=30).nodes
     assert sorted(node.id for node in nodes) == [1, 2, 3]
+
+
+def test_offsets_right_after_another_client_created_the_topic(cluster: LiveCluster) -> None:
+    """A topic another client just created may have no leader yet (-1): `get-offsets` asks
+    again until it has one, rather than failing with UnknownBrokerIdError."""
+    for n in range(3):
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        admin.create_topics([NewTopic(f"fresh-{n}", 3, 3)])
+        admin.close()
+        offsets = tidelog("get-offsets", f"fresh-{n}", "--bootstrap-server", cluster.bootstrap)
+        assert offsets.returncode == 0, offsets.stderr
+        assert len(offsets.stdout.splitlines()) == 3

@@ -260,8 +260,13 @@ def is_retriable(error: BaseException) -> bool:
     cause = error if isinstance(error, kafka_errors_module.KafkaError) else error.__cause__
     if isinstance(cause, kafka_errors_module.KafkaTimeoutError) and "bootstrap" in str(cause):
         return False  # kafka_errors said who did not let the client in
+    # UnknownBrokerIdError: kafka-python's word for a partition whose leader is -1 (being
+    # elected, as right after a topic is created).
     return bool(getattr(cause, "retriable", False)) or isinstance(
-        cause, kafka_errors_module.KafkaConnectionError | kafka_errors_module.NodeNotReadyError
+        cause,
+        kafka_errors_module.KafkaConnectionError
+        | kafka_errors_module.NodeNotReadyError
+        | kafka_errors_module.UnknownBrokerIdError,
     )
 
 

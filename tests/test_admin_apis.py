@@ -7,7 +7,14 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewPartitions
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    ResourceType,
+)
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
@@ -105,3 +112,49 @@ def test_offsets_right_after_another_client_created_the_topic(cluster: LiveClust
         offsets = tidelog("get-offsets", f"fresh-{n}", "--bootstrap-server", cluster.bootstrap)
         assert offsets.returncode == 0, offsets.stderr
         assert len(offsets.stdout.splitlines()) == 3
+
+
+def test_configs_are_read_and_changed_and_the_replicas_follow(cluster: LiveCluster) -> None:
+    via = ("--bootstrap-server", cluster.bootstrap)
+    create_topic(cluster.bootstrap, "tuned", partitions=1)
+    changed = tidelog(
+        "topics", "alter-config", "tuned", "--set", "min.insync.replicas=3",
+        "--set", "max.message.bytes=2000", *via,
+    )  # fmt: skip
+    assert changed.returncode == 0, changed.stderr
+    described = json.loads(tidelog("topics", "describe-configs", "tuned", "--json", *via).stdout)
+    assert described["min.insync.replicas"]["value"] == "3"
+    assert described["max.message.bytes"]["value"] == "2000"
+    assert described["retention.ms"]["value"] == "604800000"  # the default, in force
+    # The replicas follow: a 3000-byte record is too large now.
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", retries=0)
+    with pytest.raises(Exception, match=r"MessageSizeTooLarge|too large"):
+        producer.send("tuned", b"z" * 3000, partition=0).get(timeout=30)
+    producer.close()
+    bad = tidelog("topics", "alter-config", "tuned", "--set", "retention.ms=abc", *via)
+    assert bad.returncode == 1
+    assert "Invalid value abc for configuration retention.ms" in bad.stderr
+    reset = tidelog("topics", "alter-config", "tuned", "--delete", "max.message.bytes", *via)
+    assert reset.returncode == 0, reset.stderr
+    after = json.loads(tidelog("topics", "describe-configs", "tuned", "--json", *via).stdout)
+    assert after["max.message.bytes"]["value"] == "1048588"
+    # confluent-kafka's AdminClient, incrementally.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        "tuned",
+        incremental_configs=[
+            ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        assert future.result(timeout=30) is None
+    eventually(
+        lambda: (
+            json.loads(tidelog("topics", "describe-configs", "tuned", "--json", *via).stdout)[
+                "retention.ms"
+            ]["value"]
+            == "60000"
+        ),
+        "retention.ms set through confluent-kafka",
+    )

@@ -67,6 +67,18 @@ def test_quorum_size_is_a_majority_raised_to_min_insync() -> None:
     assert ReplicaConfig(ONE, members, min_insync_replicas=2).quorum_size == 3
 
 
+def test_min_insync_changes_at_run_time_and_bad_values_are_refused() -> None:
+    replica, storage = lone_leader()
+    assert replica.set_min_insync_replicas(2) is not None  # one replica: at most 1
+    assert replica.config.min_insync_replicas is None
+    assert replica.set_min_insync_replicas(1) is None
+    assert replica.config.min_insync_replicas == 1
+    replica.propose(3, build_batch(b"v"), acks=ACKS_ALL)
+    persist(replica, storage)
+    assert replica.hwm == 2  # it still commits, with the quorum it has
+    assert replica.set_min_insync_replicas(None) is None
+
+
 def test_a_lone_replica_elects_itself_and_commits_its_control_batch() -> None:
     replica, _ = lone_leader()
     assert replica.epoch == 1

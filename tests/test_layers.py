@@ -245,6 +245,7 @@ REPLICA_API = {
     "producer_snapshot",
     "transfer_leadership",
     "end_offset_for_epoch",
+    "set_min_insync_replicas",
 }
 
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tidelog.core.log import ReplicaLog
@@ -308,6 +308,20 @@ class Replica:
             self.become_pre_candidate()
         else:
             self.become_candidate()
+
+    def set_min_insync_replicas(self, value: int | None) -> str | None:
+        """The topic's min.insync.replicas changed (AlterConfigs): acks=all produces and the
+        quorum that commits follow it from now on; the HWM never goes back (a larger quorum
+        only waits longer, and the quorum is never below a majority). None when taken, else
+        why not."""
+        assert not self.ready_outstanding
+        try:
+            self.config = replace(self.config, min_insync_replicas=value)
+        except ValueError as error:
+            return str(error)
+        if self.role is Role.LEADER and self._maybe_advance_hwm():
+            self._complete_produces()
+        return None
 
     def transfer_leadership(self, target: NodeId) -> str | None:
         """Hand leadership to `target`, another replica (rule 10). None when the transfer

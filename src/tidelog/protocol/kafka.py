@@ -38,6 +38,8 @@ from typing import Any, Final, NamedTuple
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.protocol.admin import (
+        AlterConfigsRequest,
+        AlterConfigsResponse,
         AlterUserScramCredentialsRequest,
         AlterUserScramCredentialsResponse,
         CreateAclsRequest,
@@ -66,6 +68,8 @@ with warnings.catch_warnings():
         DescribeUserScramCredentialsResponse,
         ElectLeadersRequest,
         ElectLeadersResponse,
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
         ListGroupsRequest,
         ListGroupsResponse,
     )
@@ -155,11 +159,13 @@ class ApiKey(IntEnum):
     CREATE_ACLS = 30
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -177,6 +183,10 @@ class _Api(NamedTuple):
 _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.ELECT_LEADERS: _Api(ElectLeadersRequest, ElectLeadersResponse, (0, 2)),
     ApiKey.CREATE_PARTITIONS: _Api(CreatePartitionsRequest, CreatePartitionsResponse, (0, 3)),
+    ApiKey.ALTER_CONFIGS: _Api(AlterConfigsRequest, AlterConfigsResponse, (0, 2)),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _Api(
+        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, (0, 1)
+    ),
     ApiKey.DESCRIBE_CLUSTER: _Api(DescribeClusterRequest, DescribeClusterResponse, (0, 2)),
     ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, (1, 4)),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _Api(

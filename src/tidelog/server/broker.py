@@ -75,7 +75,7 @@ from tidelog.server.topic_config import TopicConfig
 from tidelog.server.truth import ClusterTruth
 from tidelog.server.view import client_listener
 from tidelog.types import Epoch, NodeId
-from tidelog.wal import DiskStorage
+from tidelog.wal import DiskStorage, WalConfig
 from tidelog.wal.batches import producer_batch
 
 log = logging.getLogger("tidelog.broker")
@@ -95,6 +95,7 @@ FORWARDABLE = frozenset(
         "create_topic",
         "delete_topic",
         "create_partitions",
+        "alter_configs",
         "create_acls",
         "delete_acls",
         "upsert_scram",
@@ -164,8 +165,7 @@ class Broker:
         replicas: tuple[NodeId, ...],
         config: TopicConfig,
     ) -> PartitionRunner:
-        flush_interval_ms = None if self.config.fsync else FLUSH_INTERVAL_MS_WEAK
-        wal_config = config.wal_config(flush_interval_ms=flush_interval_ms)
+        wal_config = self.wal_config(config)
         storage = DiskStorage(str(self.partition_dir(key)), clock=wall_ms, config=wal_config)
         replica_config = ReplicaConfig(
             self.node_id,
@@ -225,10 +225,29 @@ class Broker:
     def on_change(self, change: Change) -> None:
         for topic in change.created:
             self.create_replicas(topic)
+        for topic in change.altered:
+            self.reconfigure(topic)
         for topic in change.deleted:
             asyncio.get_running_loop().create_task(self.delete_replicas(topic))
             for coordinator in self.coordinators.values():
                 coordinator.expire_now()  # its groups' offsets of that topic expire
+
+    def wal_config(self, config: TopicConfig) -> WalConfig:
+        """A partition log's settings: the topic's, with this node's durability."""
+        flush_interval_ms = None if self.config.fsync else FLUSH_INTERVAL_MS_WEAK
+        return config.wal_config(flush_interval_ms=flush_interval_ms)
+
+    def reconfigure(self, topic: TopicInfo) -> None:
+        """A topic's configs changed: its replicas here follow (retention and segments at
+        once, min.insync.replicas from the partition's next round)."""
+        wal_config = self.wal_config(topic.config)
+        min_insync = topic.config.min_insync_replicas
+        for partition in range(topic.partitions):
+            runner = self.runners.get(PartitionKey(topic.name, partition))
+            if runner is None:
+                continue
+            runner.storage.config = wal_config
+            runner.submit(partial(set_min_insync, min_insync))
 
     def create_replicas(self, topic: TopicInfo) -> None:
         for partition, nodes in enumerate(topic.replicas):
@@ -555,6 +574,12 @@ def forwarded_command(request: ForwardRequest) -> dict[str, Any] | None:
     if not isinstance(command, dict) or command.get("type") not in FORWARDABLE:
         return None
     return command
+
+
+def set_min_insync(value: int | None, replica: Replica) -> None:
+    refusal = replica.set_min_insync_replicas(value)
+    if refusal is not None:  # validated when committed: a bug if it ever shows
+        log.error("min.insync.replicas %s not taken: %s", value, refusal)
 
 
 def step_message(msg: Message, replica: Replica) -> None:

@@ -1,4 +1,5 @@
-"""DescribeConfigs (v0-2): a topic's configs, as Kafka's admin clients and tools read them.
+"""DescribeConfigs (v1-2), AlterConfigs (v0-2) and IncrementalAlterConfigs (v0-1): a
+topic's configs, as Kafka's admin clients and tools read and change them.
 
 Rules of this file:
 - A TOPIC resource answers every config tidelog knows (`TOPIC_CONFIG_NAMES`), or those
@@ -7,6 +8,13 @@ Rules of this file:
   DESCRIBE_CONFIGS on the topic is needed when the authorizer is on.
 - A BROKER resource answers no configs (none are settable); any other type is refused
   with INVALID_REQUEST.
+- AlterConfigs replaces a topic's whole set of configs (those not named go back to their
+  defaults, as in Kafka); IncrementalAlterConfigs sets (0) or deletes (1) single ones
+  (APPEND and SUBTRACT are for list configs: tidelog's topics have none, INVALID_CONFIG).
+  The resulting set is parsed as at creation (a bad value is refused with Kafka's
+  message, nothing changes), then written to the metadata log (`alter_configs`); every
+  replica follows it: retention and segments at once, min.insync.replicas too. ALTER_CONFIGS
+  on the topic with an authorizer; internal topics cannot be altered.
 """
 
 from __future__ import annotations
@@ -14,15 +22,17 @@ from __future__ import annotations
 from typing import Any, Final
 
 from tidelog.core.quorum import majority
+from tidelog.errors import MetadataError
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
-from tidelog.server.acl import DESCRIBE_CONFIGS, TOPIC
+from tidelog.server.acl import ALTER_CONFIGS, DESCRIBE_CONFIGS, TOPIC
 from tidelog.server.answers import body_of, response
 from tidelog.server.authorize import allowed
-from tidelog.server.metadata import TopicInfo
-from tidelog.server.topic_config import TOPIC_CONFIG_NAMES
+from tidelog.server.metadata import INTERNAL_TOPICS, TopicInfo
+from tidelog.server.topic_config import TOPIC_CONFIG_NAMES, TopicConfig
 from tidelog.server.view import BrokerView
 
+SET, DELETE = 0, 1  # IncrementalAlterConfigs' operations tidelog's configs take
 TOPIC_RESOURCE: Final = 2
 BROKER_RESOURCE: Final = 4
 TOPIC_CONFIG_SOURCE: Final = 1
@@ -91,4 +101,81 @@ async def describe_configs(broker: BrokerView, request: KafkaRequest) -> Any:
     return response(request, throttle_time_ms=0, results=results)
 
 
-CONFIGS_HANDLERS = {ApiKey.DESCRIBE_CONFIGS: describe_configs}
+def target_of(broker: BrokerView, kind: int, name: str) -> tuple[ErrorCode, str | None]:
+    """Whether a resource's configs may be altered: NONE, or the refusal."""
+    if kind == BROKER_RESOURCE:
+        return ErrorCode.INVALID_REQUEST, "broker configs are not dynamic in tidelog"
+    if kind != TOPIC_RESOURCE:
+        return ErrorCode.INVALID_REQUEST, f"resource type {kind} has no configs"
+    if not allowed(broker, ALTER_CONFIGS, TOPIC, name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized"
+    if name not in broker.image.topics:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"
+    if name in INTERNAL_TOPICS:
+        return ErrorCode.INVALID_REQUEST, f"{name} is an internal topic"
+    return ErrorCode.NONE, None
+
+
+async def alter(
+    broker: BrokerView, name: str, configs: dict[str, str], validate_only: bool
+) -> tuple[ErrorCode, str | None]:
+    """Check the resulting set as at creation, then write it (unless validate_only)."""
+    info = broker.image.topics[name]
+    try:
+        TopicConfig.parse(configs, replication_factor=len(info.replicas[0]))
+    except MetadataError as error:
+        return ErrorCode[error.code], str(error)
+    if validate_only or configs == info.configs:
+        return ErrorCode.NONE, None
+    return await broker.commit_metadata({"type": "alter_configs", "name": name, "configs": configs})
+
+
+async def alter_configs(broker: BrokerView, request: KafkaRequest) -> Any:
+    body = body_of(request)
+    cls = request.response_class.AlterConfigsResourceResponse
+    responses = []
+    for resource in body.resources:
+        kind, name = resource.resource_type, str(resource.resource_name)
+        code, message = target_of(broker, kind, name)
+        if code is ErrorCode.NONE:
+            wanted = {str(c.name): c.value for c in resource.configs or ()}
+            if any(value is None for value in wanted.values()):
+                code, message = ErrorCode.INVALID_CONFIG, "a config without a value"
+            else:
+                code, message = await alter(broker, name, wanted, bool(body.validate_only))
+        responses.append(
+            cls(error_code=int(code), error_message=message, resource_type=kind, resource_name=name)
+        )
+    return response(request, throttle_time_ms=0, responses=responses)
+
+
+async def incremental_alter_configs(broker: BrokerView, request: KafkaRequest) -> Any:
+    body = body_of(request)
+    cls = request.response_class.AlterConfigsResourceResponse
+    responses = []
+    for resource in body.resources:
+        kind, name = resource.resource_type, str(resource.resource_name)
+        code, message = target_of(broker, kind, name)
+        if code is ErrorCode.NONE:
+            configs = dict(broker.image.topics[name].configs)
+            for change in resource.configs or ():
+                key, operation = str(change.name), change.config_operation
+                if operation == SET and change.value is not None:
+                    configs[key] = change.value
+                elif operation == DELETE:
+                    configs.pop(key, None)
+                else:
+                    code, message = ErrorCode.INVALID_CONFIG, f"operation {operation} on {key}"
+            if code is ErrorCode.NONE:
+                code, message = await alter(broker, name, configs, bool(body.validate_only))
+        responses.append(
+            cls(error_code=int(code), error_message=message, resource_type=kind, resource_name=name)
+        )
+    return response(request, throttle_time_ms=0, responses=responses)
+
+
+CONFIGS_HANDLERS = {
+    ApiKey.DESCRIBE_CONFIGS: describe_configs,
+    ApiKey.ALTER_CONFIGS: alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
+}

@@ -71,10 +71,11 @@ class PartitionState:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """What one applied command changed: topics created or deleted."""
+    """What one applied command changed: topics created, deleted, or whose configs changed."""
 
     created: tuple[TopicInfo, ...] = ()
     deleted: tuple[TopicInfo, ...] = ()
+    altered: tuple[TopicInfo, ...] = ()
 
 
 def place_replicas(
@@ -177,6 +178,8 @@ class MetadataImage:
                 return self._delete(command)
             if kind == "create_partitions":
                 return self._create_partitions(command)
+            if kind == "alter_configs":
+                return self._alter_configs(command)
             if kind in ("create_acls", "delete_acls"):
                 acls = [acl_of(fields) for fields in _list(command, "acls")]  # all or none
                 if kind == "create_acls":
@@ -245,6 +248,22 @@ class MetadataImage:
             mechanism, salt, iterations, stored_key, server_key
         )
         return Change()
+
+    def _alter_configs(self, command: dict[str, Any]) -> Change:
+        """A topic's configs as a whole (AlterConfigs and IncrementalAlterConfigs write the
+        resulting set), parsed again as at creation."""
+        info = self.topics.get(_string(command, "name"))
+        if info is None:
+            raise MetadataError("UNKNOWN_TOPIC_OR_PARTITION", "no such topic")
+        configs = command.get("configs")
+        if not isinstance(configs, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in configs.items()
+        ):
+            raise MetadataError("INVALID_CONFIG", "configs are a map of strings")
+        config = TopicConfig.parse(configs, replication_factor=len(info.replicas[0]))
+        altered = replace(info, configs=dict(configs), config=config)
+        self.topics[info.name] = altered
+        return Change(altered=(altered,))
 
     def _create_partitions(self, command: dict[str, Any]) -> Change:
         """New partitions after a topic's last (CreatePartitions): their placements."""

@@ -1,5 +1,7 @@
 """Admin commands beside kafka-topics' basics, through kafka-python's admin client:
-`tidelog topics add-partitions` (kafka-topics --alter --partitions).
+`tidelog topics add-partitions` (kafka-topics --alter --partitions), `topics
+describe-configs` and `topics alter-config` (kafka-configs --describe / --alter
+--add-config k=v --delete-config k, with IncrementalAlterConfigs).
 
 Rules of this file:
 - Each command asks the cluster (any broker: one that is not the controller forwards) and
@@ -9,10 +11,12 @@ Rules of this file:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
 
+from tidelog.client_config import parse_properties
 from tidelog.tools.client_kafka import (
     ClientError,
     ClientSettings,
@@ -54,4 +58,79 @@ def add_partitions_command(
         click.echo(f"Topic {name} now has {partitions} partitions.")
 
 
-TOPICS_COMMANDS = (add_partitions_command,)
+def describe_configs(client: ClientSettings, topic: str) -> dict[str, dict[str, Any]]:
+    """{config: {"value", "source"}} of every config of `topic` (DescribeConfigs)."""
+    from kafka.admin import ConfigResource, ConfigResourceType  # noqa: PLC0415
+
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic)
+
+    def ask(admin: Any) -> Any:
+        return admin.describe_configs([resource], config_filter="all")
+
+    found = ask_admin(client, ask, needs="DescribeConfigs")["topic"].get(topic, {})
+    return {
+        name: {"value": entry["value"], "source": entry["config_source"]}
+        for name, entry in sorted(found.items())
+    }
+
+
+def alter_config(
+    client: ClientSettings, topic: str, settings: dict[str, str], deletions: tuple[str, ...]
+) -> None:
+    """Set and delete single configs of `topic` (IncrementalAlterConfigs); ClientError with
+    the broker's message when it refuses."""
+    from kafka.admin import ConfigResource, ConfigResourceType  # noqa: PLC0415
+
+    changes: dict[str, Any] = {key: ("SET", value) for key, value in settings.items()}
+    changes |= {key: ("DELETE", None) for key in deletions}
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic, changes)
+
+    def ask(admin: Any) -> Any:
+        return admin.alter_configs([resource], raise_on_unknown=False, incremental=True)
+
+    result = ask_admin(client, ask, needs="IncrementalAlterConfigs")
+    # kafka-python answers each resource with None, or an error as "[Error N] Name: text".
+    outcome: Any = result.get("topic", {}).get(topic) if isinstance(result, dict) else None
+    if isinstance(outcome, str) and outcome.startswith("[Error"):
+        raise ClientError(outcome.split("] ", 1)[-1])
+    if outcome is not None and int(getattr(outcome, "errno", None) or 0) != 0:
+        raise ClientError(str(getattr(outcome, "message", None) or type(outcome).__name__))
+
+
+@click.command("describe-configs")
+@click.argument("name")
+@client_options
+@json_option
+@reports_errors
+def describe_configs_command(name: str, client: ClientSettings, as_json: bool) -> None:
+    """Every config of topic NAME in force, and where it comes from (kafka-configs
+    --describe --all): TOPIC (set for the topic) or DEFAULT."""
+    configs = describe_configs(client, name)
+    if as_json:
+        click.echo(json.dumps(configs))
+        return
+    click.echo(f"All configs for topic {name} are:")
+    for key, entry in configs.items():
+        source = "TOPIC" if "TOPIC" in str(entry["source"]) else "DEFAULT"
+        click.echo(f"  {key}={entry['value']} ({source})")
+
+
+@click.command("alter-config")
+@click.argument("name")
+@click.option("--set", "settings", multiple=True, metavar="K=V", help="Set a config.")
+@click.option("--delete", "deletions", multiple=True, metavar="K", help="Back to the default.")
+@client_options
+@reports_errors
+def alter_config_command(
+    name: str, settings: tuple[str, ...], deletions: tuple[str, ...], client: ClientSettings
+) -> None:
+    """Change configs of topic NAME (kafka-configs --alter --add-config / --delete-config);
+    the replicas follow at once (retention, segments, min.insync.replicas)."""
+    if not settings and not deletions:
+        raise ClientError("name what to change: --set K=V or --delete K")
+    parsed = parse_properties(settings, "--set")
+    alter_config(client, name, parsed, deletions)
+    click.echo(f"Completed updating config for topic {name}.")
+
+
+TOPICS_COMMANDS = (add_partitions_command, describe_configs_command, alter_config_command)

@@ -15,7 +15,7 @@ from confluent_kafka.admin import (
     NewPartitions,
     ResourceType,
 )
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
 from tidelog.testing.live import LiveCluster, create_topic, eventually, tidelog
@@ -158,3 +158,40 @@ def test_configs_are_read_and_changed_and_the_replicas_follow(cluster: LiveClust
         ),
         "retention.ms set through confluent-kafka",
     )
+
+
+def test_groups_and_their_offsets_are_deleted(cluster: LiveCluster) -> None:
+    via = ("--bootstrap-server", cluster.bootstrap)
+    create_topic(cluster.bootstrap, "grouped", partitions=2)
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    for partition in (0, 1):
+        producer.send("grouped", b"g", partition=partition).get(timeout=30)
+    producer.close()
+    for group in ("gone", "also-gone"):
+        read = tidelog(
+            "consume", "grouped", "--group", group, "--from-beginning", "--timeout-ms", "3000",
+            "--max-messages", "2", *via,
+        )  # fmt: skip
+        assert read.returncode == 0, read.stderr
+    # A group with a live member keeps everything.
+    member = KafkaConsumer(
+        "grouped", bootstrap_servers=cluster.bootstrap, group_id="busy", enable_auto_commit=False
+    )
+    try:
+        eventually(lambda: member.poll(timeout_ms=200) is not None and member.assignment())
+        busy = tidelog("groups", "delete", "busy", *via)
+        assert busy.returncode == 1 and "NonEmptyGroupError" in busy.stderr, busy.stderr
+    finally:
+        member.close()
+    dropped = tidelog("groups", "delete-offsets", "gone", "--topic", "grouped:0", *via)
+    assert dropped.returncode == 0 and "Successful" in dropped.stdout, dropped.stderr
+    left = json.loads(tidelog("groups", "describe", "gone", "--json", *via).stdout)["offsets"]
+    assert [(row["partition"], row["current_offset"]) for row in left] == [(1, 2)]
+    deleted = tidelog("groups", "delete", "gone", *via)
+    assert deleted.stdout == "Deletion of group 'gone' was successful.\n", (deleted.stderr)
+    assert "gone" not in tidelog("groups", "list", *via).stdout.split()
+    again = tidelog("groups", "delete", "gone", *via)
+    assert again.returncode == 1 and "GroupIdNotFoundError" in again.stderr
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for future in admin.delete_consumer_groups(["also-gone"], request_timeout=30).values():
+        assert future.result(timeout=30) is None

@@ -44,6 +44,8 @@ from tidelog.groups.group import Group, Member, apply_group, apply_offset
 from tidelog.groups.messages import (
     Commit,
     CommittedOffset,
+    DeleteGroup,
+    DeleteOffsets,
     Effect,
     FetchOffsets,
     GroupConfig,
@@ -78,7 +80,7 @@ GROUP_ID_LENGTH_MAX = 255
 class _Pending:
     """A write in flight and what its outcome completes."""
 
-    kind: str  # "commit" | "sync" | "persist" | "expire"
+    kind: str  # "commit" (and offset deletes) | "sync" | "persist" | "expire" | "delete"
     group_id: str = ""
     request: int | None = None  # the commit it answers
     codes: dict[tuple[str, int], ErrorCode] = field(default_factory=dict)
@@ -220,6 +222,10 @@ class Coordinator:
             assert pending.request is not None
             codes = {key: code if c is ErrorCode.NONE else c for key, c in pending.codes.items()}
             self._reply(pending.request, codes)
+        elif pending.kind == "delete":
+            assert pending.request is not None
+            self._forget(pending.dead, code)
+            self._reply(pending.request, error=code)
         elif pending.kind == "sync":
             self._synced(pending.group_id, pending.generation, code, now)
         elif pending.kind == "expire":
@@ -250,6 +256,10 @@ class Coordinator:
                 self._reply(request, self._leave(body, now))
             elif isinstance(body, Commit):
                 self._commit(request, body, now)
+            elif isinstance(body, DeleteGroup):
+                self._delete_group(request, body, now)
+            elif isinstance(body, DeleteOffsets):
+                self._delete_offsets(request, body, now)
             else:
                 self._reply(request, self._fetch(body))
         except GroupError as error:
@@ -518,6 +528,38 @@ class Coordinator:
             self._reply(request, codes)
             return
         self._write(keys, values, _Pending("commit", request=request, codes=codes), now)
+
+    def _delete_group(self, request: int, body: DeleteGroup, now: Now) -> None:
+        """DeleteGroups: an empty group goes, its offsets with it (tombstones); answered
+        once they are committed. A group with members: NON_EMPTY_GROUP."""
+        group = self.groups.get(body.group_id)
+        if group is None:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND)
+        if group.state is not GroupState.EMPTY:
+            raise GroupError(ErrorCode.NON_EMPTY_GROUP)
+        keys = [offset_key(group.group_id, topic, p) for topic, p in sorted(group.offsets)]
+        keys.append(group_key(group.group_id))
+        group.state = next_state(group.state, GroupEvent.EXPIRED)
+        pending = _Pending("delete", request=request, dead=(group.group_id,))
+        self._write(keys, [None] * len(keys), pending, now)
+
+    def _delete_offsets(self, request: int, body: DeleteOffsets, now: Now) -> None:
+        """OffsetDelete: one code per partition. A group with members keeps every offset
+        (GROUP_SUBSCRIBED_TO_TOPIC: tidelog does not read their subscriptions); an empty
+        one loses the offsets named, once their tombstones are committed."""
+        group = self.groups.get(body.group_id)
+        if group is None:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND)
+        if group.state is not GroupState.EMPTY:
+            codes = dict.fromkeys(body.partitions, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
+            self._reply(request, codes)
+            return
+        codes = dict.fromkeys(body.partitions, ErrorCode.NONE)
+        keys = [offset_key(group.group_id, t, p) for t, p in body.partitions]
+        if not keys:
+            self._reply(request, codes)
+            return
+        self._write(keys, [None] * len(keys), _Pending("commit", request=request, codes=codes), now)
 
     def _fetch(self, body: FetchOffsets) -> dict[tuple[str, int], CommittedOffset | None]:
         """OffsetFetch: the committed offset of each partition (None: none committed).

@@ -90,7 +90,22 @@ class FetchOffsets:
     partitions: tuple[tuple[str, int], ...] | None
 
 
-Request = Join | Sync | Heartbeat | Leave | Commit | FetchOffsets
+@dataclass(frozen=True, slots=True)
+class DeleteGroup:
+    """DeleteGroups, one group: an empty group's offsets and record are deleted."""
+
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOffsets:
+    """OffsetDelete: a group's committed offsets of these partitions are deleted."""
+
+    group_id: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+Request = Join | Sync | Heartbeat | Leave | Commit | FetchOffsets | DeleteGroup | DeleteOffsets
 
 
 # ---------------------------------------------------------------------- answers --------

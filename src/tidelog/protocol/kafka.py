@@ -50,6 +50,8 @@ with warnings.catch_warnings():
         CreateTopicsResponse,
         DeleteAclsRequest,
         DeleteAclsResponse,
+        DeleteGroupsRequest,
+        DeleteGroupsResponse,
         DeleteRecordsRequest,
         DeleteRecordsResponse,
         DeleteTopicsRequest,
@@ -87,6 +89,8 @@ with warnings.catch_warnings():
         ListOffsetsResponse,
         OffsetCommitRequest,
         OffsetCommitResponse,
+        OffsetDeleteRequest,
+        OffsetDeleteResponse,
         OffsetFetchRequest,
         OffsetFetchResponse,
         OffsetForLeaderEpochRequest,
@@ -162,10 +166,12 @@ class ApiKey(IntEnum):
     ALTER_CONFIGS = 33
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_LOG_DIRS = 35
+    DELETE_GROUPS = 42
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -187,6 +193,8 @@ _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _Api(
         IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, (0, 1)
     ),
+    ApiKey.DELETE_GROUPS: _Api(DeleteGroupsRequest, DeleteGroupsResponse, (0, 2)),
+    ApiKey.OFFSET_DELETE: _Api(OffsetDeleteRequest, OffsetDeleteResponse, (0, 0)),
     ApiKey.DESCRIBE_CLUSTER: _Api(DescribeClusterRequest, DescribeClusterResponse, (0, 2)),
     ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, (1, 4)),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _Api(

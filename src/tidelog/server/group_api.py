@@ -19,7 +19,7 @@ from tidelog.groups.state import GroupState
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
-from tidelog.server.acl import DESCRIBE, GROUP, READ, TOPIC
+from tidelog.server.acl import DELETE, DESCRIBE, GROUP, READ, TOPIC
 from tidelog.server.answers import body_of, client_host, host_of, response
 from tidelog.server.authorize import allowed
 from tidelog.server.groups import GroupCoordinator, GroupError, group_partition
@@ -339,6 +339,53 @@ def dead_group(cls: Any, group_id: str, code: ErrorCode) -> Any:
     )
 
 
+# ---------------------------------------------------------------------- deletes --------
+async def delete_groups(broker: BrokerView, request: KafkaRequest) -> Any:
+    """DeleteGroups: each group at its coordinator; DELETE on the group."""
+    cls = request.response_class.DeletableGroupResult
+    results = []
+    for group_id in body_of(request).groups_names:
+        code = ErrorCode.NONE
+        try:
+            await coordinator_of(broker, group_id, DELETE).delete_group(group_id)
+        except GroupError as error:
+            code = error.code
+        results.append(cls(group_id=group_id, error_code=int(code)))
+    return response(request, throttle_time_ms=0, results=results)
+
+
+async def offset_delete(broker: BrokerView, request: KafkaRequest) -> Any:
+    """OffsetDelete: DELETE on the group, READ on each topic."""
+    body = body_of(request)
+    cls = request.response_class.OffsetDeleteResponseTopic
+    asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    refused = {key for key in asked if not allowed(broker, READ, TOPIC, key[0])}
+    top = ErrorCode.NONE
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    try:
+        coordinator = coordinator_of(broker, body.group_id, DELETE)
+        codes = await coordinator.delete_offsets(
+            body.group_id, [key for key in asked if key not in refused]
+        )
+    except GroupError as error:
+        top = error.code
+    codes.update(dict.fromkeys(refused, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+    topics = [
+        cls(
+            name=topic.name,
+            partitions=[
+                cls.OffsetDeleteResponsePartition(
+                    partition_index=p.partition_index,
+                    error_code=int(codes.get((topic.name, p.partition_index), ErrorCode.NONE)),
+                )
+                for p in topic.partitions
+            ],
+        )
+        for topic in body.topics
+    ]
+    return response(request, error_code=int(top), throttle_time_ms=0, topics=topics)
+
+
 GROUP_HANDLERS = {
     ApiKey.FIND_COORDINATOR: find_coordinator,
     ApiKey.JOIN_GROUP: join_group,
@@ -349,4 +396,6 @@ GROUP_HANDLERS = {
     ApiKey.OFFSET_FETCH: offset_fetch,
     ApiKey.LIST_GROUPS: list_groups,
     ApiKey.DESCRIBE_GROUPS: describe_groups,
+    ApiKey.DELETE_GROUPS: delete_groups,
+    ApiKey.OFFSET_DELETE: offset_delete,
 }

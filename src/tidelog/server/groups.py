@@ -29,6 +29,8 @@ from tidelog.groups.group import (
 from tidelog.groups.messages import (
     Commit,
     CommittedOffset,
+    DeleteGroup,
+    DeleteOffsets,
     Effect,
     FetchOffsets,
     GroupConfig,
@@ -270,6 +272,17 @@ class GroupCoordinator:
     ) -> dict[tuple[str, int], ErrorCode]:
         codes: dict[tuple[str, int], ErrorCode] = await self.ask(
             Commit(group_id, generation, member_id, tuple(offsets.items()))
+        )
+        return codes
+
+    async def delete_group(self, group_id: str) -> None:
+        await self.ask(DeleteGroup(group_id))
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        codes: dict[tuple[str, int], ErrorCode] = await self.ask(
+            DeleteOffsets(group_id, tuple(partitions))
         )
         return codes
 

@@ -29,6 +29,8 @@ from tidelog.core.replica import ReplicaConfig, Role
 from tidelog.groups.messages import (
     Commit,
     CommittedOffset,
+    DeleteGroup,
+    DeleteOffsets,
     FetchOffsets,
     GroupConfig,
     Heartbeat,
@@ -167,6 +169,15 @@ class GroupScenario(Scenario):
 
     def cmd_fetch_offsets(self, args: list[str], kv: dict[str, str]) -> None:
         self.ask(self.client(args[0]), FetchOffsets(GROUP, None), kv)
+
+    def cmd_delete_group(self, args: list[str], kv: dict[str, str]) -> None:
+        """`delete-group c1`: client c1 asks to delete the group (DeleteGroups)."""
+        self.ask(self.client(args[0]), DeleteGroup(GROUP), kv)
+
+    def cmd_delete_offsets(self, args: list[str], kv: dict[str, str]) -> None:
+        """`delete-offsets c1 partitions=0,1`: OffsetDelete of those partitions of t."""
+        partitions = tuple((TOPIC, int(p)) for p in kv["partitions"].split(","))
+        self.ask(self.client(args[0]), DeleteOffsets(GROUP, partitions), kv)
 
     def cmd_delete_topic(self, args: list[str], kv: dict[str, str]) -> None:
         del kv

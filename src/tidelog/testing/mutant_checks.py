@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 import tidelog
 from tidelog.testing import group_sim, sim
+from tidelog.testing.group_scenario import run_group_file
 from tidelog.testing.scenario import run_file
 
 CHECK_SECONDS_MAX = 60
@@ -55,6 +56,9 @@ class Catch(NamedTuple):
     by: str
     detail: str
     also: tuple[str, ...] = ()
+
+
+GROUP_SCENARIOS = "group_scenarios"  # beside the transcripts
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +89,9 @@ class SeedCheck:
 
 @dataclass(frozen=True, slots=True)
 class ScenarioCheck:
-    """Every transcript of a directory. They are cheap, so all of them run; the catch names
-    first a transcript that broke an invariant or raised, else the first that differs."""
+    """Every transcript of a directory, and of the group transcripts beside it
+    (`group_scenarios/`). They are cheap, so all of them run; the catch names first a
+    transcript that broke an invariant or raised, else the first that differs."""
 
     directory: Path
 
@@ -94,11 +99,17 @@ class ScenarioCheck:
     def label(self) -> str:
         return "scenarios"
 
+    def transcripts(self) -> list[tuple[Path, Callable[[Path], list[str]]]]:
+        groups = self.directory.parent / GROUP_SCENARIOS
+        return [(path, run_file) for path in sorted(self.directory.glob("*.txt"))] + [
+            (path, run_group_file) for path in sorted(groups.glob("*.txt"))
+        ]
+
     def run(self) -> Catch | None:
         found: list[tuple[bool, str, str]] = []  # (a mere difference, file, detail)
-        for path in sorted(self.directory.glob("*.txt")):
+        for path, runner in self.transcripts():
             try:
-                detail = problem_of(functools.partial(first_difference, path))
+                detail = problem_of(functools.partial(first_difference, path, runner))
             except CheckTimedOut:
                 found.append((False, path.name, HANG))
                 break  # the time of the whole check is up
@@ -112,9 +123,9 @@ class ScenarioCheck:
         return Catch(f"scenario {names[0]}", found[0][2], names[1:])
 
 
-def first_difference(path: Path) -> str | None:
+def first_difference(path: Path, runner: Callable[[Path], list[str]] = run_file) -> str | None:
     """Where the transcript first reports a violation, else where it first differs."""
-    differences = run_file(path)
+    differences = runner(path)
     for difference in differences:
         head, _, actual = difference.partition("--- actual\n")
         violations = [line for line in actual.splitlines() if VIOLATION in line]

@@ -505,6 +505,13 @@ CATALOGUE: tuple[Mutant, ...] = (
         "elif False:",
     ),
     Mutant(
+        "delete-a-group-with-members",
+        "DeleteGroups deletes only an empty group (members keep their offsets)",
+        COORDINATOR,
+        "            raise GroupError(ErrorCode.NON_EMPTY_GROUP)",
+        "            pass",
+    ),
+    Mutant(
         "commit-generation-unfenced",
         "an OffsetCommit names the group's current generation (stale members are fenced)",
         COORDINATOR,

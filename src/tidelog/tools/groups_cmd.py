@@ -356,6 +356,59 @@ def groups_reset_offsets(
         click.echo("(dry run: nothing committed; add --execute to commit)", err=True)
 
 
+@groups.command("delete")
+@click.argument("group_ids", nargs=-1, required=True, metavar="GROUP...")
+@client_options
+@json_option
+@reports_errors
+def groups_delete(group_ids: tuple[str, ...], client: ClientSettings, as_json: bool) -> None:
+    """Delete empty groups and their committed offsets (kafka-consumer-groups --delete)."""
+    with admin_client(client) as admin, kafka_errors(client, needs="DeleteGroups"):
+        results = admin.delete_groups(list(group_ids))
+    pairs = results.items() if isinstance(results, dict) else results  # kafka-python's shapes
+    outcome = {group: error_name(error) for group, error in pairs}
+    if as_json:
+        click.echo(json.dumps(outcome))
+    else:
+        for group, error in outcome.items():
+            if error is None:
+                click.echo(f"Deletion of group '{group}' was successful.")
+            else:
+                click.echo(f"Deletion of group '{group}' failed: {error}", err=True)
+    if any(outcome.values()):
+        raise SystemExit(1)
+
+
+@groups.command("delete-offsets")
+@click.argument("group")
+@click.option("--topic", required=True, help="TOPIC or TOPIC:P,P,... (the offsets to delete).")
+@client_options
+@json_option
+@reports_errors
+def groups_delete_offsets(group: str, topic: str, client: ClientSettings, as_json: bool) -> None:
+    """Delete GROUP's committed offsets of TOPIC's partitions; the group must have no
+    members (kafka-consumer-groups --delete-offsets)."""
+    name, _, listed = topic.partition(":")
+    with admin_client(client) as admin, kafka_errors(client, needs="OffsetDelete"):
+        numbers = parse_partitions(admin, name, listed)
+        results = admin.delete_group_offsets(group, [TopicPartition(name, p) for p in numbers])
+    outcome = {
+        (tp.topic, tp.partition): error_name(error)
+        for tp, error in sorted(results.items(), key=lambda item: tuple(item[0]))
+    }
+    if as_json:
+        click.echo(
+            json.dumps([{"topic": t, "partition": p, "error": e} for (t, p), e in outcome.items()])
+        )
+    else:
+        print_columns(
+            ["TOPIC", "PARTITION", "STATUS"],
+            [[t, p, e or "Successful"] for (t, p), e in outcome.items()],
+        )
+    if any(outcome.values()):
+        raise SystemExit(1)
+
+
 def parse_partitions(admin: Any, topic: str, listed: str) -> list[int]:
     if not listed:
         return topic_partitions(admin, topic, None)
@@ -366,6 +419,14 @@ def parse_partitions(admin: Any, topic: str, listed: str) -> list[int]:
     for number in numbers:
         topic_partitions(admin, topic, number)
     return numbers
+
+
+def error_name(error: object) -> str | None:
+    """The name of kafka-python's per-item error (an error, or already its name), or None
+    when the item succeeded."""
+    if isinstance(error, str):
+        return None if error in ("", "OK", "NoError") else error
+    return type(error).__name__ if is_error(error) else None
 
 
 def is_error(error: object) -> bool:

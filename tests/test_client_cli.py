@@ -9,9 +9,11 @@ writes a control batch first.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -26,13 +28,23 @@ from kafka.admin import ConfigResource, ConfigResourceType
 
 from tidelog.cli import main
 from tidelog.testing.live import LiveCluster, eventually, poll
-from tidelog.tools.client import LINES_MAX_BYTES, find_local_cluster, record_text
+from tidelog.tools.client import (
+    LINE_BYTES_MAX_DEFAULT,
+    RecordFormat,
+    TextLayout,
+    find_local_cluster,
+    parse_header,
+    read_lines,
+    record_json,
+    record_text,
+)
 from tidelog.tools.client_kafka import ClientError, parse_offset_time, split_bootstrap
-from tidelog.tools.client_records import ConsumedRecord
+from tidelog.tools.client_records import NO_TIMESTAMP_TYPE, ConsumedRecord
 
 T = TypeVar("T")
 DEADLINE_S = 30.0
 POLL_S = 0.1
+CONSUME_TIMEOUT_MS = "20000"
 PARTITION_LINE = re.compile(
     r"\tTopic: (?P<topic>\S+)\tPartition: (?P<partition>\d+)\tLeader: (?P<leader>-?\d+)\t"
     r"Replicas: (?P<replicas>[\d,]+)\tIsr: (?P<isr>[\d,]*)"
@@ -77,6 +89,13 @@ def failed(result: Result, message: str) -> None:
     assert f"error: {message}" in result.stderr
     assert "Traceback" not in result.output
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+
+
+def consume(cluster: LiveCluster, topic: str, *args: str) -> Result:
+    """`consume TOPIC ARGS`, bounded by --timeout-ms unless the test gives it: consume
+    follows the log until stopped, and a test must never hang."""
+    bound = [] if "--timeout-ms" in args else ["--timeout-ms", CONSUME_TIMEOUT_MS]
+    return ok(cluster, "consume", topic, *args, *bound)
 
 
 def describe(cluster: LiveCluster | None, topic: str) -> list[dict[str, Any]]:
@@ -321,15 +340,14 @@ def test_produce_then_consume_from_the_beginning(cluster: LiveCluster) -> None:
     create(cluster, "lines", partitions=2)
     result = ok(cluster, "produce", "lines", "--partition", "1", stdin="one\ntwo\n\nthree\n")
     assert result.stderr == "4 records produced\n"
-    result = ok(cluster, "consume", "lines", "--from-beginning", "--max-messages", "4")
+    result = consume(cluster, "lines", "--from-beginning", "--max-messages", "4")
     assert result.stdout == "one\ntwo\n\nthree\n"
     assert result.stderr == "Processed a total of 4 messages\n"
     hwm = latest(cluster, "lines")[1]
-    result = ok(
-        cluster,
-        *("consume", "lines", "--partition", "1", "--offset", str(hwm - 2)),
-        *("--print-offset", "--timeout-ms", "300"),
-    )
+    result = consume(
+        cluster, "lines", "--partition", "1", "--offset", str(hwm - 2), "--print-offset",
+        "--timeout-ms", "300",
+    )  # fmt: skip
     assert result.stdout == f"1:{hwm - 2}:\n1:{hwm - 1}:three\n"
 
 
@@ -337,13 +355,13 @@ def test_produce_keys_and_acks(cluster: LiveCluster) -> None:
     create(cluster, "keyed")
     for acks in ("all", "1", "0"):
         ok(cluster, "produce", "keyed", "--acks", acks, "--key-separator", "=", stdin=f"k={acks}\n")
-    result = ok(
-        cluster, "consume", "keyed", "--from-beginning", "--print-key", "--max-messages", "3"
-    )
+    result = consume(cluster, "keyed", "--from-beginning", "--print-key", "--max-messages", "3")
     assert result.stdout == "k\tall\nk\t1\nk\t0\n"
-    printed = ok(cluster, "consume", "keyed", "--from-beginning", "--max-messages", "1", "--json")
+    printed = consume(cluster, "keyed", "--from-beginning", "--max-messages", "1", "--json")
     record = json.loads(printed.stdout)
-    assert sorted(record) == ["key", "offset", "partition", "timestamp", "topic", "value"]
+    assert sorted(record) == [
+        "headers", "key", "offset", "partition", "timestamp", "timestamp_type", "topic", "value",
+    ]  # fmt: skip
     assert {k: record[k] for k in ("topic", "partition", "key", "value")} == {
         "topic": "keyed",
         "partition": 0,
@@ -372,7 +390,7 @@ def test_produce_reports_failed_lines_and_sends(cluster: LiveCluster) -> None:
     assert "1 records produced\n1 records failed\n" in result.stderr
     before = latest(cluster, "failing")
     # A line the CLI accepts, but larger than a producer request may be.
-    huge = "x" * (LINES_MAX_BYTES - 8) + "\n"
+    huge = "x" * (LINE_BYTES_MAX_DEFAULT - 8) + "\n"
     failed(run(cluster, "produce", "failing", stdin=huge), "MessageSizeTooLargeError")
     assert latest(cluster, "failing") == before
 
@@ -381,10 +399,123 @@ def test_consume_stops_after_the_idle_timeout(cluster: LiveCluster) -> None:
     create(cluster, "idle")
     ok(cluster, "produce", "idle", stdin="old\n")
     started = time.monotonic()
-    result = ok(cluster, "consume", "idle", "--timeout-ms", "300")
+    result = consume(cluster, "idle", "--timeout-ms", "300")
     assert result.stdout == ""
     assert result.stderr == "Processed a total of 0 messages\n"
     assert time.monotonic() - started < DEADLINE_S
+
+
+def test_headers_and_timestamps_round_trip(cluster: LiveCluster) -> None:
+    """--header and --timestamp on every record; read back as kafka-console-consumer prints
+    them (--print-timestamp, --print-headers) and in --json. Without --timestamp a record
+    carries the producer's clock."""
+    create(cluster, "stamped")
+    stamp = "--timestamp", "1700000000000"
+    headers = "--header", "trace=abc", "--header", "app=a=b", "--header", "empty="
+    ok(cluster, "produce", "stamped", "--key-separator", "=", *stamp, *headers, stdin="k=v\n")
+    before = int(time.time() * 1000)
+    ok(cluster, "produce", "stamped", stdin="plain\n")
+    after = int(time.time() * 1000)
+    flags = ("--print-timestamp", "--print-headers", "--print-key")
+    text = consume(cluster, "stamped", "--from-beginning", "--max-messages", "2", *flags)
+    first, second = text.stdout.splitlines()
+    assert first == "CreateTime:1700000000000\ttrace:abc,app:a=b,empty:\tk\tv"
+    created, no_headers, key, value = second.split("\t")
+    assert (no_headers, key, value) == ("NO_HEADERS", "null", "plain")
+    assert created.startswith("CreateTime:")
+    assert before <= int(created.removeprefix("CreateTime:")) <= after
+    rows = consume(cluster, "stamped", "--from-beginning", "--max-messages", "2", "--json")
+    one, two = (json.loads(line) for line in rows.stdout.splitlines())
+    assert {k: one[k] for k in ("timestamp", "timestamp_type", "headers", "key", "value")} == {
+        "timestamp": 1700000000000,
+        "timestamp_type": "CreateTime",
+        "headers": [["trace", "abc"], ["app", "a=b"], ["empty", ""]],
+        "key": "k",
+        "value": "v",
+    }
+    assert (two["headers"], two["timestamp"]) == ([], int(created.removeprefix("CreateTime:")))
+
+
+def test_consume_format_string_like_kcat(cluster: LiveCluster) -> None:
+    create(cluster, "formatted", partitions=2)
+    args = ("--partition", "1", "--key-separator", ":", "--header", "h=1", "--timestamp", "5")
+    ok(cluster, "produce", "formatted", *args, stdin="key:value\n")
+    ok(cluster, "produce", "formatted", "--partition", "1", "--timestamp", "6", stdin="bare\n")
+    hwm = latest(cluster, "formatted")[1]
+    fmt = r"%t [%p] @%o: %k=%s (%K/%S) %T {%h} 100%%\n"
+    result = consume(
+        cluster, "formatted", "--from-beginning", "--max-messages", "2", "--format", fmt
+    )
+    assert result.stdout == (
+        f"formatted [1] @{hwm - 2}: key=value (3/5) 5 {{h=1}} 100%\n"
+        f"formatted [1] @{hwm - 1}: =bare (-1/4) 6 {{}} 100%\n"
+    )
+    tabbed = consume(
+        cluster, "formatted", "--from-beginning", "--max-messages", "1", "--format", r"%s\t|"
+    )
+    assert tabbed.stdout == "value\t|"  # nothing added at the end, as kcat
+
+
+def test_consume_stops_at_max_messages_or_after_the_idle_timeout(cluster: LiveCluster) -> None:
+    """consume follows the log: --max-messages stops it as soon as that many were printed
+    (long before the generous --timeout-ms), --timeout-ms once nothing more came."""
+    create(cluster, "stopping")
+    ok(cluster, "produce", "stopping", stdin="a\nb\nc\n")
+    started = time.monotonic()
+    counted = consume(cluster, "stopping", "--from-beginning", "--max-messages", "2",
+                      "--timeout-ms", "120000")  # fmt: skip
+    assert time.monotonic() - started < 60
+    assert (counted.stdout, counted.stderr) == ("a\nb\n", "Processed a total of 2 messages\n")
+    idle = consume(cluster, "stopping", "--from-beginning", "--timeout-ms", "1000")
+    assert (idle.stdout, idle.stderr) == ("a\nb\nc\n", "Processed a total of 3 messages\n")
+
+
+def test_an_offset_out_of_range_is_warned_about(cluster: LiveCluster) -> None:
+    """Past the HWM or below the log start offset: a warning naming the partition's range,
+    then the latest offset (kafka-console-consumer's auto.offset.reset=latest): nothing of
+    what is between the log start and the HWM is printed."""
+    create(cluster, "ranged")
+    ok(cluster, "produce", "ranged", stdin="a\nb\nc\n")
+    hwm = latest(cluster, "ranged")[0]
+    past = consume(cluster, "ranged", "--partition", "0", "--offset", str(hwm + 10),
+                   "--timeout-ms", "500")  # fmt: skip
+    assert past.stdout == ""
+    assert past.stderr == (
+        f"warning: --offset {hwm + 10} is out of range for partition ranged-0: its offsets "
+        f"run from 0 (earliest) to {hwm} (latest); starting at the latest, {hwm} "
+        "(auto.offset.reset=latest, as kafka-console-consumer does)\n"
+        "Processed a total of 0 messages\n"
+    )
+    ok(cluster, "delete-records", "ranged", "--partition", "0", "--offset", str(hwm - 1))
+    below = consume(cluster, "ranged", "--partition", "0", "--offset", "0", "--timeout-ms", "500")
+    assert below.stdout == ""
+    assert f"from {hwm - 1} (earliest) to {hwm} (latest)" in below.stderr
+    at_end = consume(cluster, "ranged", "--partition", "0", "--offset", str(hwm),
+                     "--timeout-ms", "500")  # fmt: skip
+    assert "warning" not in at_end.stderr  # the HWM is where the next record goes
+    earliest = consume(cluster, "ranged", "--partition", "0", "--offset", "earliest",
+                       "--max-messages", "1")  # fmt: skip
+    assert earliest.stdout == "c\n"
+
+
+def test_max_line_bytes(cluster: LiveCluster) -> None:
+    """A line longer than --max-line-bytes fails and names the flag, the others are sent;
+    raised past 1 MiB, a line as large as the topic's max.message.bytes allows goes through."""
+    create(cluster, "long", 1, 3, "--config", "max.message.bytes=2000000")
+    result = run(cluster, "produce", "long", "--max-line-bytes", "4", stdin="abcd\nabcde\r\nxy\n")
+    failed(result, "line 2: longer than --max-line-bytes (4 bytes); raise --max-line-bytes")
+    assert "2 records produced\n1 records failed\n" in result.stderr
+    assert (
+        consume(cluster, "long", "--from-beginning", "--max-messages", "2").stdout == "abcd\nxy\n"
+    )
+    large = "x" * 1_500_000 + "\n"
+    failed(
+        run(cluster, "produce", "long", stdin=large),
+        "line 1: longer than --max-line-bytes (1048576",
+    )
+    ok(cluster, "produce", "long", "--max-line-bytes", "1600000", stdin=large)
+    sized = consume(cluster, "long", "--from-beginning", "--max-messages", "3", "--format", r"%S\n")
+    assert sized.stdout.split() == ["4", "2", "1500000"]
 
 
 # offsets
@@ -423,7 +554,7 @@ def test_delete_records_moves_the_log_start_offset(cluster: LiveCluster) -> None
     assert result.stdout == f"partition: trimmed-0\tlow_watermark: {hwm - 2}\n"
     earliest = ok(cluster, "get-offsets", "trimmed", "--time", "earliest").stdout
     assert earliest == f"trimmed:0:{hwm - 2}\n"
-    consumed = ok(cluster, "consume", "trimmed", "--from-beginning", "--max-messages", "2")
+    consumed = consume(cluster, "trimmed", "--from-beginning", "--max-messages", "2")
     assert consumed.stdout == "c\nd\n"
     result = ok(
         cluster, "delete-records", "trimmed", "--partition", "0", "--offset", "-1", "--json"
@@ -446,7 +577,7 @@ def test_consume_with_a_group_commits_and_the_next_run_resumes(cluster: LiveClus
 
     def consume_in_group(count: int) -> list[str]:
         args = ["--group", "g", "--from-beginning", "--max-messages", str(count)]
-        return ok(cluster, "consume", "grouped", *args, "--timeout-ms", "20000").stdout.split()
+        return consume(cluster, "grouped", *args).stdout.split()
 
     assert consume_in_group(3) == ["a", "b", "c"]
     assert consume_in_group(2) == ["d", "e"]
@@ -474,6 +605,16 @@ def test_bad_flag_combinations(cluster: LiveCluster) -> None:
     failed(run(cluster, "consume", "t", "--offset", "1"), "--offset needs --partition")
     failed(run(cluster, "consume", "t", "--group", "g", "--partition", "0"), "--group cannot")
     failed(run(cluster, "produce", "t", "--key-separator", ""), "--key-separator must not")
+    failed(run(cluster, "consume", "t", "--format", "%s", "--json"), "--format and --json exclude")
+    failed(
+        run(cluster, "consume", "t", "--format", "%s", "--print-key"), "--format and --print-key"
+    )
+    failed(run(cluster, "consume", "t", "--format", "%y"), "bad --format '%y': unknown %y")
+    failed(run(cluster, "consume", "t", "--partition", "0", "--offset", "0", "--from-beginning"),
+           "--offset and --from-beginning exclude each other")  # fmt: skip
+    assert run(cluster, "consume", "t", "--partition", "0", "--offset", "soon").exit_code == 2
+    failed(run(cluster, "produce", "t", "--header", "novalue"), "bad --header 'novalue'")
+    assert run(cluster, "produce", "t", "--max-line-bytes", "0").exit_code == 2
     assert run(cluster, "produce", "t", "--acks", "2").exit_code == 2
     assert run(cluster, "delete-records", "t", "--offset", "1").exit_code == 2
 
@@ -544,8 +685,71 @@ def test_split_bootstrap_and_parse_time() -> None:
 
 def test_record_text_like_the_console_consumer() -> None:
     record = ConsumedRecord("t", 2, 7, 0, None, None)
-    assert record_text(record, print_offset=False, print_key=False) == b"null"
-    assert record_text(record, print_offset=True, print_key=True) == b"2:7:null\tnull"
+    assert record_text(record, TextLayout()) == b"null"
+    assert record_text(record, TextLayout(print_offset=True, print_key=True)) == b"2:7:null\tnull"
+
+
+def test_record_text_with_timestamps_and_headers() -> None:
+    headers = (("a", b"1"), ("n", None))
+    record = ConsumedRecord("t", 2, 7, 5, b"k", b"v", headers, "LogAppendTime")
+    every = TextLayout(print_offset=True, print_key=True, print_timestamp=True, print_headers=True)
+    assert record_text(record, every) == b"LogAppendTime:5\t2:7:a:1,n:null\tk\tv"
+    bare = ConsumedRecord("t", 2, 7, -1, None, b"v", (), NO_TIMESTAMP_TYPE)
+    assert record_text(bare, every) == b"NO_TIMESTAMP\t2:7:NO_HEADERS\tnull\tv"
+    assert record_text(bare, TextLayout(print_timestamp=True)) == b"NO_TIMESTAMP\tv"
+    assert every.flags() == [
+        "--print-offset",
+        "--print-key",
+        "--print-timestamp",
+        "--print-headers",
+    ]
+
+
+def test_record_json_decodes_header_values_as_utf8_with_replacement() -> None:
+    record = ConsumedRecord("t", 0, 1, 9, None, b"\xff", (("bin", b"a\xffb"), ("n", None)))
+    assert json.loads(record_json(record)) == {
+        "topic": "t",
+        "partition": 0,
+        "offset": 1,
+        "timestamp": 9,
+        "timestamp_type": "CreateTime",
+        "headers": [["bin", "a\ufffdb"], ["n", None]],
+        "key": None,
+        "value": "\ufffd",
+    }
+
+
+def test_record_format_like_kcat() -> None:
+    record = ConsumedRecord("t", 1, 2, 3, None, b"v", (("h", b"x"), ("n", None)))
+    render = RecordFormat.parse(r"%t|%p|%o|%k|%s|%K|%S|%T|%h|%%|\n\t\r\\\q\%")
+    assert render.render(record) == b"t|1|2||v|-1|1|3|h=x,n=|%|\n\t\r\\q%"
+    assert RecordFormat.parse("plain").render(record) == b"plain"
+    assert RecordFormat.parse("").render(record) == b""
+    assert RecordFormat.parse("trailing\\").render(record) == b"trailing\\"
+    with pytest.raises(ClientError, match=r"bad --format '%x': unknown %x \(known: %t %p"):
+        RecordFormat.parse("%x")
+    with pytest.raises(ClientError, match="a lone % at its end"):
+        RecordFormat.parse("value %")
+
+
+def test_read_lines_refuses_and_skips_long_lines() -> None:
+    stream = io.BytesIO(b"abcd\r\nabcde\nabcd\rx\n" + b"y" * 200_000 + b"\nz")
+    lines = list(read_lines(stream, line_bytes_max=4))
+    assert [line for line in lines if isinstance(line, bytes)] == [b"abcd", b"z"]
+    refused = [line for line in lines if isinstance(line, ClientError)]
+    assert len(refused) == 3
+    assert str(refused[0]) == (
+        "longer than --max-line-bytes (4 bytes); raise --max-line-bytes to send it"
+    )
+    assert lines[-1] == b"z"
+
+
+def test_parse_header() -> None:
+    assert parse_header("k=v=w") == ("k", b"v=w")
+    assert parse_header("k=") == ("k", b"")
+    for bad in ("novalue", "=v"):
+        with pytest.raises(ClientError, match="want KEY=VALUE"):
+            parse_header(bad)
 
 
 # a real process
@@ -584,6 +788,41 @@ def test_python_dash_m_tidelog_round_trip(cluster: LiveCluster, tmp_path: Path) 
     assert missing.returncode == 1
     assert missing.stderr.startswith(b"error: no broker at 127.0.0.1:")
     assert b"Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_consume_cleanly(
+    cluster: LiveCluster, tmp_path: Path, signal_number: signal.Signals
+) -> None:
+    """A real `python -m tidelog consume --group` follows the log until Ctrl-C (SIGINT) or
+    SIGTERM, then commits what it printed, prints Kafka's count and exits 0."""
+    topic = group = f"signalled-{signal_number.name.lower()}"
+    create(cluster, topic)
+    ok(cluster, "produce", topic, stdin="a\nb\nc\n")
+    out, err = tmp_path / "out", tmp_path / "err"
+    command = [sys.executable, "-m", "tidelog", "consume", topic, "--from-beginning"]
+    env = {**os.environ, "TIDELOG_DATA_DIR": str(tmp_path / "none")}
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        process = subprocess.Popen(
+            [*command, "--group", group, "--bootstrap-server", cluster.bootstrap],
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+        )
+    try:
+        eventually(
+            lambda: out.read_bytes() == b"a\nb\nc\n",
+            lambda: f"consume printed {out.read_bytes()!r}, {err.read_bytes()!r}",
+        )
+        process.send_signal(signal_number)
+        assert process.wait(timeout=DEADLINE_S) == 0, err.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=DEADLINE_S)
+    assert err.read_text() == "Processed a total of 3 messages\n"
+    [row] = json.loads(ok(cluster, "groups", "describe", group, "--json").stdout)["offsets"]
+    assert row["current_offset"] == row["log_end_offset"] and row["lag"] == 0
 
 
 def test_describe_filters_configs_and_data_dir(cluster: LiveCluster) -> None:

@@ -13,15 +13,23 @@ them read ours. Rules:
 - The Kafka-format lines are plain text, byte for byte; rich is used only for `--table`.
 - Expected failures (`ClientError`) print `error: ...` on stderr and exit 1, never a
   traceback; click's own usage errors exit 2.
+- `consume` follows the log as kafka-console-consumer does; SIGINT and SIGTERM (caught only
+  while it runs) end it as --max-messages and --timeout-ms do: commit, `Processed a total
+  of N messages` on stderr, exit 0.
 - This module prints; `client_kafka`, `client_records` and `client_status` do the asking.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
-from collections.abc import Iterator
-from typing import Any, Final
+import threading
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, fields
+from types import FrameType
+from typing import Any, BinaryIO, Final
 
 import click
 from rich.console import Console
@@ -44,8 +52,11 @@ from tidelog.tools.client_kafka import (
 )
 from tidelog.tools.client_options import client_options, json_option, reports_errors
 from tidelog.tools.client_records import (
+    NO_TIMESTAMP_TYPE,
     ConsumedRecord,
     ConsumeOptions,
+    Header,
+    ProduceOptions,
     consume_records,
     produce_lines,
 )
@@ -68,8 +79,14 @@ __all__ = [
     "topics",
 ]
 
-LINES_MAX_BYTES: Final = 1024 * 1024
-"""The longest stdin line `produce` accepts as one record."""
+LINE_BYTES_MAX_DEFAULT: Final = 1024 * 1024
+"""The longest stdin line `produce` sends as one record, unless --max-line-bytes."""
+LINE_BYTES_MAX: Final = 2**31 - 1
+"""The largest --max-line-bytes: a record's size is an INT32 in Kafka's protocol."""
+SKIPPED_CHUNK_BYTES: Final = 64 * 1024
+"""How much of a refused long line is read at a time to skip it."""
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+"""The signals that end `consume` cleanly (commit, count, exit 0)."""
 
 TABLE_WIDTH_PIPED: Final = 200
 """The width of a `--table` written to a pipe or file."""
@@ -343,12 +360,35 @@ def topics_describe(
 # produce and consume
 
 
-def read_lines(stream: Any) -> Iterator[bytes]:
-    """Lines of a binary stream without their line ending ("\n" or "\r\n")."""
-    for line in stream:
-        if len(line) > LINES_MAX_BYTES:
-            raise ClientError(f"a line is longer than {LINES_MAX_BYTES} bytes")
-        yield line.removesuffix(b"\n").removesuffix(b"\r")
+def parse_header(text: str) -> Header:
+    """(key, value) of one `--header KEY=VALUE`, split at the first "="; ClientError when
+    there is no "=" or no key. The value keeps the bytes given on the command line."""
+    key, found, value = text.partition("=")
+    if not found or not key:
+        raise ClientError(f"bad --header {text!r} (want KEY=VALUE, with a KEY)")
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        raise ClientError(f"bad --header {text!r}: its key is not UTF-8 text") from None
+    return key, utf8(value)
+
+
+def read_lines(stream: BinaryIO, *, line_bytes_max: int) -> Iterator[bytes | ClientError]:
+    """Lines of a binary stream without their line ending ("\n" or "\r\n"). A line longer
+    than `line_bytes_max` comes as the error that refuses it, and is skipped without ever
+    being held whole."""
+    # Room for the longest line and its "\r\n": anything longer is refused.
+    while line := stream.readline(line_bytes_max + 2):
+        text = line.removesuffix(b"\n").removesuffix(b"\r")
+        if len(text) <= line_bytes_max:
+            yield text
+            continue
+        while not line.endswith(b"\n") and (line := stream.readline(SKIPPED_CHUNK_BYTES)):
+            pass  # the rest of the long line
+        yield ClientError(
+            f"longer than --max-line-bytes ({line_bytes_max} bytes); raise --max-line-bytes "
+            "to send it"
+        )
 
 
 @click.command()
@@ -372,6 +412,31 @@ def read_lines(stream: Any) -> Iterator[bytes]:
     default=None,
     help="Send every record to this partition (default: the partitioner's choice).",
 )
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A header on every record; repeat for more (kcat's -H).",
+)
+@click.option(
+    "--timestamp",
+    "timestamp_ms",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="MS",
+    help="The records' CreateTime, in ms since the epoch (default: now, at each send).",
+)
+@click.option(
+    "--max-line-bytes",
+    "line_bytes_max",
+    metavar="N",
+    type=click.IntRange(min=1, max=LINE_BYTES_MAX),
+    default=LINE_BYTES_MAX_DEFAULT,
+    show_default=True,
+    help="The longest line sent as a record; a longer one fails (the topic's "
+    "max.message.bytes still applies).",
+)
 @client_options
 @json_option
 @reports_errors
@@ -381,28 +446,34 @@ def produce(
     acks: str,
     key_separator: str | None,
     partition: int | None,
+    headers: tuple[str, ...],
+    timestamp_ms: int | None,
+    line_bytes_max: int,
     client: ClientSettings,
     as_json: bool,
 ) -> None:
     """Produce each line of stdin as one record of TOPIC (kafka-console-producer).
 
-    Prints `N records produced` on stderr, and each failed send's error; exits 1 if any
-    record failed.
+    Every record carries the --header headers and the --timestamp. Prints `N records
+    produced` on stderr, and each failed line's or send's error; exits 1 if any record
+    failed (the others are sent).
 
     --json (stdout): {"topic", "produced": N, "failed": N, "errors": [..],
     "last_offsets": {"PARTITION": OFFSET}}
     """
     if key_separator == "":
         raise ClientError("--key-separator must not be empty")
-    separator = None if key_separator is None else key_separator.encode()
-    summary = produce_lines(
-        client,
-        topic,
-        read_lines(sys.stdin.buffer),
+    options = ProduceOptions(
+        topic=topic,
         acks=acks,
-        key_separator=separator,
+        key_separator=None if key_separator is None else key_separator.encode(),
         partition=partition,
+        headers=tuple(parse_header(text) for text in headers),
+        timestamp_ms=timestamp_ms,
+        line_bytes_max=line_bytes_max,
     )
+    lines = read_lines(sys.stdin.buffer, line_bytes_max=line_bytes_max)
+    summary = produce_lines(client, options, lines)
     for message in summary.errors:
         click.echo(f"error: {message}", err=True)
     if as_json:
@@ -421,14 +492,57 @@ def produce(
         raise SystemExit(1)
 
 
-def record_text(record: ConsumedRecord, *, print_offset: bool, print_key: bool) -> bytes:
-    """One record as kafka-console-consumer prints it: `null` for a missing key or value."""
-    value = b"null" if record.value is None else record.value
-    if print_key:
-        value = (b"null" if record.key is None else record.key) + b"\t" + value
-    if print_offset:
-        value = f"{record.partition}:{record.offset}:".encode() + value
-    return value
+def null_or(data: bytes | None) -> bytes:
+    """kafka-console-consumer's null.literal for a missing key, value or header value."""
+    return b"null" if data is None else data
+
+
+def joined_headers(headers: tuple[Header, ...], *, pair: bytes, null: bytes) -> bytes:
+    """KEY<pair>VALUE for each header, joined by ","; `null` for a null value."""
+    return b",".join(
+        key.encode() + pair + (null if value is None else value) for key, value in headers
+    )
+
+
+def timestamp_text(record: ConsumedRecord) -> bytes:
+    """kafka-console-consumer's print.timestamp field: `CreateTime:MS`."""
+    if record.timestamp_type == NO_TIMESTAMP_TYPE:
+        return b"NO_TIMESTAMP"
+    return f"{record.timestamp_type}:{record.timestamp}".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class TextLayout:
+    """Which fields `record_text` prints besides the value: the --print-* flags."""
+
+    print_offset: bool = False
+    print_key: bool = False
+    print_timestamp: bool = False
+    print_headers: bool = False
+
+    def flags(self) -> list[str]:
+        """The --print-* flags that are on."""
+        return [f"--{f.name.replace('_', '-')}" for f in fields(self) if getattr(self, f.name)]
+
+
+def record_text(record: ConsumedRecord, layout: TextLayout) -> bytes:
+    """One record as kafka-console-consumer's formatter lays it out: tab-separated fields
+    in its order (timestamp, partition and offset, headers, key, value), `null` for a
+    missing key or value, NO_HEADERS for none. Our partition and offset are one
+    `PARTITION:OFFSET:` prefix of the field after them, as tidelog always printed them."""
+    fields: list[bytes] = []
+    if layout.print_timestamp:
+        fields.append(timestamp_text(record))
+    prefix = f"{record.partition}:{record.offset}:".encode() if layout.print_offset else b""
+    if layout.print_headers:
+        shown = joined_headers(record.headers, pair=b":", null=b"null")
+        fields.append(prefix + (shown if record.headers else b"NO_HEADERS"))
+        prefix = b""
+    if layout.print_key:
+        fields.append(prefix + null_or(record.key))
+        prefix = b""
+    fields.append(prefix + null_or(record.value))
+    return b"\t".join(fields)
 
 
 def record_json(record: ConsumedRecord) -> str:
@@ -441,10 +555,155 @@ def record_json(record: ConsumedRecord) -> str:
             "partition": record.partition,
             "offset": record.offset,
             "timestamp": record.timestamp,
+            "timestamp_type": record.timestamp_type,
+            "headers": [[key, text(value)] for key, value in record.headers],
             "key": text(record.key),
             "value": text(record.value),
         }
     )
+
+
+def utf8(text: str) -> bytes:
+    """Text from the command line as bytes: UTF-8, undecodable bytes as they were given."""
+    return text.encode(errors="surrogateescape")
+
+
+def size_text(data: bytes | None) -> bytes:
+    """kcat's %K and %S: the size in bytes, -1 for null."""
+    return str(-1 if data is None else len(data)).encode()
+
+
+FORMAT_DIRECTIVES: Final[dict[str, Callable[[ConsumedRecord], bytes]]] = {
+    "t": lambda r: r.topic.encode(),
+    "p": lambda r: str(r.partition).encode(),
+    "o": lambda r: str(r.offset).encode(),
+    "k": lambda r: r.key or b"",
+    "s": lambda r: r.value or b"",
+    "K": lambda r: size_text(r.key),
+    "S": lambda r: size_text(r.value),
+    "T": lambda r: str(r.timestamp).encode(),
+    "h": lambda r: joined_headers(r.headers, pair=b"=", null=b""),
+}
+"""kcat's -f directives, each a record's field as bytes; null keys and values print empty."""
+FORMAT_ESCAPES: Final = {"n": b"\n", "t": b"\t", "r": b"\r", "\\": b"\\"}
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFormat:
+    """A `--format` string, parsed once: literal bytes and directives, in order."""
+
+    parts: tuple[bytes | Callable[[ConsumedRecord], bytes], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> RecordFormat:
+        """As kcat parses -f: %X directives, %% a "%", \\n \\t \\r \\\\ escapes (another
+        escaped character stands for itself); ClientError naming an unknown directive."""
+        parts: list[bytes | Callable[[ConsumedRecord], bytes]] = []
+        literal = bytearray()
+        chars = iter(text)
+        for char in chars:
+            following = next(chars, None) if char in "%\\" else None
+            if char == "%" and following in FORMAT_DIRECTIVES:
+                parts.extend([bytes(literal)] if literal else [])
+                parts.append(FORMAT_DIRECTIVES[following])
+                literal.clear()
+            elif char == "%" and following != "%":
+                known = " ".join(f"%{name}" for name in FORMAT_DIRECTIVES)
+                what = "a lone % at its end" if following is None else f"unknown %{following}"
+                raise ClientError(f"bad --format {text!r}: {what} (known: {known} %%)")
+            elif char == "\\" and following is not None:
+                literal += FORMAT_ESCAPES.get(following) or utf8(following)
+            else:  # a plain character, "%%", or a "\\" at the end
+                literal += utf8(char)
+        parts.extend([bytes(literal)] if literal else [])
+        return cls(tuple(parts))
+
+    def render(self, record: ConsumedRecord) -> bytes:
+        return b"".join(part if isinstance(part, bytes) else part(record) for part in self.parts)
+
+
+def record_renderer(
+    format_text: str | None, *, as_json: bool, layout: TextLayout
+) -> Callable[[ConsumedRecord], bytes]:
+    """What `consume` prints of each record (with its line ending); ClientError when
+    --format is given with --json or a --print-* flag."""
+    if format_text is not None:
+        given = ["--json"] * as_json + layout.flags()
+        if given:
+            raise ClientError(f"--format and {given[0]} exclude each other (the format says all)")
+        return RecordFormat.parse(format_text).render
+    if as_json:
+        return lambda record: record_json(record).encode() + b"\n"
+    return lambda record: record_text(record, layout) + b"\n"
+
+
+def start_offset(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> int | str | None:
+    """--offset as kafka-console-consumer takes it: a number, earliest or latest."""
+    if value is None or value in ("earliest", "latest"):
+        return value
+    if value.isdigit():
+        return int(value)
+    raise click.BadParameter(f"{value!r} is not a number (0 or more), earliest or latest")
+
+
+def check_start(*, offset: int | str | None, partition: int | None, from_beginning: bool) -> None:
+    """ClientError when --offset comes without --partition, or with --from-beginning."""
+    if offset is not None and partition is None:
+        raise ClientError("--offset needs --partition")
+    if offset is not None and from_beginning:
+        raise ClientError("--offset and --from-beginning exclude each other")
+
+
+@contextmanager
+def stopped_by_signals() -> Iterator[threading.Event]:
+    """An event the first SIGINT or SIGTERM sets instead of ending the process, while the
+    block runs; a second one acts as it would have without (Ctrl-C twice aborts at once).
+    Outside the main thread, where Python cannot catch signals, the event is never set."""
+    stopping = threading.Event()
+    previous: dict[int, Any] = {}
+
+    def on_signal(number: int, _frame: FrameType | None) -> None:
+        stopping.set()
+        signal.signal(number, previous[number])
+
+    if threading.current_thread() is threading.main_thread():
+        for stop_signal in STOP_SIGNALS:
+            previous[stop_signal] = signal.getsignal(stop_signal) or signal.SIG_DFL
+            signal.signal(stop_signal, on_signal)
+    try:
+        yield stopping
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def processed_line(count: int) -> str:
+    return f"Processed a total of {count} messages"
+
+
+def print_records(
+    records: Generator[ConsumedRecord, None, None], render: Callable[[ConsumedRecord], bytes]
+) -> int:
+    """Print each record as `render` makes it; how many were printed. The generator is
+    closed on the way out whatever happens, so a group commits what was printed. A failure
+    after some records were printed says how many first, as Kafka's console consumer does."""
+    count = 0
+    try:
+        with closing(records):
+            for record in records:
+                click.echo(render(record), nl=False)
+                count += 1
+    except BrokenPipeError:  # a reader that went away: click's main exits 1 quietly
+        click.echo("Unable to write to standard out, closing consumer.", err=True)
+        click.echo(processed_line(count), err=True)
+        raise
+    except ClientError:
+        if count:
+            click.echo(processed_line(count), err=True)
+        raise
+    return count
 
 
 @click.command()
@@ -452,8 +711,9 @@ def record_json(record: ConsumedRecord) -> str:
 @click.option("--from-beginning", is_flag=True, help="Start at the log start offset.")
 @click.option(
     "--offset",
-    type=click.IntRange(min=0),
     default=None,
+    callback=start_offset,
+    metavar="N|earliest|latest",
     help="Start at this offset (needs --partition).",
 )
 @click.option(
@@ -465,12 +725,22 @@ def record_json(record: ConsumedRecord) -> str:
 @click.option(
     "--timeout-ms",
     type=click.IntRange(min=1),
-    default=10_000,
-    show_default=True,
-    help="Exit when no record arrives for this long.",
+    default=None,
+    help="Exit when no record arrives for this long (default: follow until Ctrl-C).",
 )
 @click.option("--print-offset", is_flag=True, help="Print PARTITION:OFFSET:VALUE.")
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
+@click.option("--print-timestamp", is_flag=True, help="Print CreateTime:MS<TAB> first.")
+@click.option(
+    "--print-headers", is_flag=True, help="Print K1:V1,K2:V2<TAB> (or NO_HEADERS) before the key."
+)
+@click.option(
+    "--format",
+    "format_text",
+    default=None,
+    metavar="FMT",
+    help="Print each record as kcat -f does (see below); excludes --json and --print-*.",
+)
 @click.option("--group", default=None, help="Join this consumer group and commit offsets.")
 @client_options
 @json_option
@@ -479,47 +749,64 @@ def consume(
     *,
     topic: str,
     from_beginning: bool,
-    offset: int | None,
+    offset: int | str | None,
     partition: int | None,
     max_messages: int | None,
-    timeout_ms: int,
+    timeout_ms: int | None,
     print_offset: bool,
     print_key: bool,
+    print_timestamp: bool,
+    print_headers: bool,
+    format_text: str | None,
     group: str | None,
     client: ClientSettings,
     as_json: bool,
 ) -> None:
-    """Print the records of TOPIC, one value a line (kafka-console-consumer).
+    """Print the records of TOPIC, one value a line, and follow it (kafka-console-consumer).
 
     Starts at the end unless --from-beginning or --offset; without --group it reads every
     partition (or --partition) itself, with --group it joins the group, which assigns the
-    partitions, and commits what it printed. Prints `Processed a total of N messages` on
-    stderr.
+    partitions, and commits what it printed. Runs until Ctrl-C (SIGINT) or SIGTERM,
+    --max-messages or --timeout-ms, then prints `Processed a total of N messages` on stderr
+    and exits 0. An --offset below the log start or past the end is warned about on stderr
+    (with the partition's earliest and latest offsets) and replaced by the latest, as
+    kafka-console-consumer's auto.offset.reset=latest does.
 
-    --json (stdout): JSON Lines, one {"topic", "partition", "offset", "timestamp", "key",
-    "value"} per record; key and value as UTF-8 text (invalid bytes replaced) or null.
+    \b
+    The --print-* fields come in kafka-console-consumer's order:
+    CreateTime:MS<TAB>PARTITION:OFFSET:K1:V1,K2:V2<TAB>KEY<TAB>VALUE
+
+    \b
+    --format FMT (kcat's -f), nothing added at the end:
+    %t topic  %p partition  %o offset  %k key  %s value  %T timestamp (ms)
+    %h headers (k1=v1,k2=v2)  %K key size  %S value size (-1: null)  %% a %
+    \\n \\t \\r escapes; a null key or value prints nothing.
+    E.g. --format '%t [%p] @%o: %k=%s\\n'
+
+    --json (stdout): JSON Lines, one {"topic", "partition", "offset", "timestamp",
+    "timestamp_type", "headers": [[KEY, VALUE], ..], "key", "value"} per record; key, value
+    and header values as UTF-8 text (invalid bytes replaced by U+FFFD) or null.
     """
-    if offset is not None and partition is None:
-        raise ClientError("--offset needs --partition")
-    if offset is not None and from_beginning:
-        raise ClientError("--offset and --from-beginning exclude each other")
+    layout = TextLayout(print_offset, print_key, print_timestamp, print_headers)
+    render = record_renderer(format_text, as_json=as_json, layout=layout)
+    check_start(offset=offset, partition=partition, from_beginning=from_beginning)
     options = ConsumeOptions(
         topic=topic,
         partition=partition,
-        from_beginning=from_beginning,
-        offset=offset,
+        from_beginning=from_beginning or offset == "earliest",
+        offset=offset if isinstance(offset, int) else None,
         max_messages=max_messages,
         idle_timeout_ms=timeout_ms,
         group=group,
     )
-    count = 0
-    for record in consume_records(client, options):
-        count += 1
-        if as_json:
-            click.echo(record_json(record))
-        else:
-            click.echo(record_text(record, print_offset=print_offset, print_key=print_key))
-    click.echo(f"Processed a total of {count} messages", err=True)
+    with stopped_by_signals() as stopping:
+        records = consume_records(client, options, stop=stopping.is_set, warn=echo_warning)
+        count = print_records(records, render)
+    click.echo(processed_line(count), err=True)
+
+
+def echo_warning(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
 
 
 # offsets

@@ -8,17 +8,28 @@ Rules:
   is counted and described, never raised; the caller decides the exit status.
 - acks=all turns idempotence on (the producer's default in kafka-python 3); acks 0 and 1
   turn it off, since Kafka allows idempotence only with acks=all.
-- `consume_records` stops after `max_messages` records or when none arrived for
-  `idle_timeout_ms`. Without a group it assigns partitions itself; with one it subscribes,
-  and commits what it has yielded after each poll and once more on the way out.
+- Every record of one `produce_lines` call carries the same headers and timestamp (none:
+  the producer's clock); a line refused before it is sent (too long, no key separator) is
+  counted and described like a failed send.
+- `consume_records` follows the log until `max_messages` records, `idle_timeout_ms` without
+  a record (when given), or `stop()` says so; `stop` is asked between polls, so a stop takes
+  at most POLL_INTERVAL_MS_MAX, and a poll's records are all yielded first (as Kafka's
+  console consumer prints what it fetched before it notices its wakeup). Without a group
+  it assigns partitions itself; with one it subscribes, and commits what the caller took
+  (a record counts once the caller asks for the next) after each poll and once more on
+  the way out.
+- A start `offset` outside [log start offset, HWM] (ListOffsets earliest and latest) is
+  reported through `warn` and replaced by the HWM: auto.offset.reset=latest, which is what
+  kafka-console-consumer does with `--offset` (it resets to earliest only with
+  `--from-beginning`, which excludes `--offset`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from tidelog.tools.client_kafka import (
     BOOTSTRAP_TIMEOUT_MS,
@@ -44,11 +55,21 @@ FLUSH_TIMEOUT_S: Final = 60.0
 PENDING_SENDS_MAX: Final = 10_000
 """Sends in flight before the producer flushes and settles them (bounds memory)."""
 POLL_INTERVAL_MS_MAX: Final = 500
-"""The longest single poll; the idle timeout is checked between polls."""
+"""The longest single poll; the idle timeout and `stop` are checked between polls."""
+REQUEST_BYTES_MIN: Final = 1024 * 1024
+"""kafka-python's max_request_size default, kept unless a record may be larger."""
+RECORD_OVERHEAD_BYTES_MAX: Final = 1024
+"""Room for a batch's and a record's framing beside the record's key, value and headers."""
 ERRORS_KEPT_MAX: Final = 20
 """How many distinct send errors a summary keeps."""
 
 ACKS: Final[dict[str, int | str]] = {"all": "all", "-1": "all", "1": 1, "0": 0}
+TIMESTAMP_TYPES: Final = {0: "CreateTime", 1: "LogAppendTime"}
+"""kafka-python's timestamp_type numbers, by Kafka's TimestampType names."""
+NO_TIMESTAMP_TYPE: Final = "NoTimestampType"
+
+Header: TypeAlias = tuple[str, bytes | None]
+"""A record header: its key (UTF-8 text in the protocol) and its value (null allowed)."""
 
 
 @dataclass(slots=True)
@@ -76,6 +97,23 @@ class ConsumedRecord:
     timestamp: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[Header, ...] = ()
+    timestamp_type: str = "CreateTime"
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceOptions:
+    """Where `produce_lines` sends and what every record carries besides its line."""
+
+    topic: str
+    acks: str = "all"
+    key_separator: bytes | None = None
+    partition: int | None = None
+    headers: tuple[Header, ...] = ()
+    timestamp_ms: int | None = None
+    """CreateTime of every record; None: the producer's clock at each send."""
+    line_bytes_max: int = REQUEST_BYTES_MIN
+    """The longest line the caller lets through (the producer must take such a record)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +125,8 @@ class ConsumeOptions:
     from_beginning: bool = False
     offset: int | None = None
     max_messages: int | None = None
-    idle_timeout_ms: int = 10_000
+    idle_timeout_ms: int | None = None
+    """Stop when no record came for this long; None: follow until stopped."""
     group: str | None = None
 
 
@@ -101,18 +140,28 @@ def split_line(line: bytes, key_separator: bytes | None) -> tuple[bytes | None, 
     return key, value
 
 
-def _new_producer(client: ClientSettings, acks: str) -> Any:
-    if acks not in ACKS:
-        raise ClientError(f"bad acks {acks!r} (want all, 1 or 0)")
+def request_bytes_max(options: ProduceOptions) -> int:
+    """The producer's max_request_size: its default, or room for the longest line's record
+    with its headers; the topic's max.message.bytes still decides on the broker."""
+    headers_bytes = sum(len(key.encode()) + len(value or b"") for key, value in options.headers)
+    needed = options.line_bytes_max + headers_bytes + RECORD_OVERHEAD_BYTES_MAX
+    return max(REQUEST_BYTES_MIN, needed)
+
+
+def _new_producer(client: ClientSettings, options: ProduceOptions) -> Any:
+    if options.acks not in ACKS:
+        raise ClientError(f"bad acks {options.acks!r} (want all, 1 or 0)")
+    acks = ACKS[options.acks]
     return KafkaProducer(
         **answering(client).kafka_python,
         client_id=KAFKA_CLIENT_ID,
-        acks=ACKS[acks],
-        enable_idempotence=ACKS[acks] == "all",
+        acks=acks,
+        enable_idempotence=acks == "all",
         bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
         request_timeout_ms=REQUEST_TIMEOUT_MS,
         delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
         max_block_ms=REQUEST_TIMEOUT_MS,
+        max_request_size=request_bytes_max(options),
         allow_auto_create_topics=False,
     )
 
@@ -135,32 +184,38 @@ def _settle(producer: Any, pending: list[Any], summary: ProduceSummary) -> None:
 
 
 def produce_lines(
-    client: ClientSettings,
-    topic: str,
-    lines: Iterable[bytes],
-    *,
-    acks: str = "all",
-    key_separator: bytes | None = None,
-    partition: int | None = None,
+    client: ClientSettings, options: ProduceOptions, lines: Iterable[bytes | ClientError]
 ) -> ProduceSummary:
     """Send each line as one record, flush, and report what was acknowledged.
 
-    A line without the key separator is counted as failed and not sent.
+    `lines` holds each line, or the error that refused it (a line too long); such a line,
+    and one without the key separator, is counted as failed and not sent.
     """
     with admin_client(client) as admin:
-        topic_partitions(admin, topic, partition)
+        topic_partitions(admin, options.topic, options.partition)
     summary = ProduceSummary()
+    headers = list(options.headers) or None
     with kafka_errors(client):
-        producer = _new_producer(client, acks)
+        producer = _new_producer(client, options)
         pending: list[Any] = []
         try:
             for number, line in enumerate(lines, start=1):
                 try:
-                    key, value = split_line(line, key_separator)
+                    if isinstance(line, ClientError):
+                        raise line
+                    key, value = split_line(line, options.key_separator)
                 except ClientError as error:
                     summary.record_error(f"line {number}: {error}")
                     continue
-                pending.append(producer.send(topic, value=value, key=key, partition=partition))
+                sent = producer.send(
+                    options.topic,
+                    value=value,
+                    key=key,
+                    headers=headers,
+                    partition=options.partition,
+                    timestamp_ms=options.timestamp_ms,
+                )
+                pending.append(sent)
                 if len(pending) >= PENDING_SENDS_MAX:
                     _settle(producer, pending, summary)
             _settle(producer, pending, summary)
@@ -183,7 +238,34 @@ def _new_consumer(client: ClientSettings, options: ConsumeOptions) -> Any:
     )
 
 
-def _position_consumer(consumer: Any, options: ConsumeOptions, partitions: list[int]) -> None:
+def never() -> bool:
+    return False
+
+
+def offset_out_of_range(offset: int, *, earliest: int, latest: int) -> bool:
+    """Whether a fetch at `offset` would be refused with OFFSET_OUT_OF_RANGE: below the log
+    start offset, or past the HWM (the HWM itself is the next record's place)."""
+    return offset < earliest or offset > latest
+
+
+def _seek_offset(consumer: Any, tp: Any, offset: int, warn: Callable[[str], None]) -> None:
+    """Seek `tp` to `offset`, or to the HWM after a warning when it is out of range."""
+    earliest = int(consumer.beginning_offsets([tp])[tp])
+    latest = int(consumer.end_offsets([tp])[tp])
+    if not offset_out_of_range(offset, earliest=earliest, latest=latest):
+        consumer.seek(tp, offset)
+        return
+    warn(
+        f"--offset {offset} is out of range for partition {tp.topic}-{tp.partition}: its "
+        f"offsets run from {earliest} (earliest) to {latest} (latest); starting at the "
+        f"latest, {latest} (auto.offset.reset=latest, as kafka-console-consumer does)"
+    )
+    consumer.seek(tp, latest)
+
+
+def _position_consumer(
+    consumer: Any, options: ConsumeOptions, partitions: list[int], warn: Callable[[str], None]
+) -> None:
     """Subscribe (with a group) or assign and seek (without one)."""
     if options.group is not None:
         consumer.subscribe([options.topic])
@@ -192,15 +274,23 @@ def _position_consumer(consumer: Any, options: ConsumeOptions, partitions: list[
     consumer.assign(assigned)
     if options.offset is not None:
         for tp in assigned:
-            consumer.seek(tp, options.offset)
+            _seek_offset(consumer, tp, options.offset, warn)
     elif options.from_beginning:
         consumer.seek_to_beginning(*assigned)
     else:
         consumer.seek_to_end(*assigned)
 
 
-def consume_records(client: ClientSettings, options: ConsumeOptions) -> Iterator[ConsumedRecord]:
-    """Yield records of `options.topic` until `max_messages` or `idle_timeout_ms` of silence."""
+def consume_records(
+    client: ClientSettings,
+    options: ConsumeOptions,
+    *,
+    stop: Callable[[], bool] = never,
+    warn: Callable[[str], None],
+) -> Generator[ConsumedRecord, None, None]:
+    """Yield records of `options.topic` until `max_messages`, `idle_timeout_ms` of silence
+    or `stop()`; `warn` gets what the user should know that is no error (a start offset
+    out of range)."""
     if options.group is not None and (options.partition is not None or options.offset is not None):
         raise ClientError("--group cannot be combined with --partition or --offset")
     with admin_client(client) as admin:
@@ -210,51 +300,62 @@ def consume_records(client: ClientSettings, options: ConsumeOptions) -> Iterator
         consumer = _new_consumer(client, options)
         committed: dict[Any, Any] = {}
         try:
-            _position_consumer(consumer, options, partitions)
-            yield from _poll_loop(consumer, options, committed)
+            _position_consumer(consumer, options, partitions, warn)
+            yield from _poll_loop(consumer, options, committed, stop)
         finally:
             if options.group is not None and committed:
                 consumer.commit(committed)
             consumer.close(autocommit=False)
 
 
+def consumed_record(record: Any) -> ConsumedRecord:
+    """Our value of one of kafka-python's ConsumerRecords."""
+    kind = TIMESTAMP_TYPES.get(record.timestamp_type, NO_TIMESTAMP_TYPE)
+    return ConsumedRecord(
+        record.topic,
+        record.partition,
+        record.offset,
+        -1 if record.timestamp is None else record.timestamp,
+        record.key,
+        record.value,
+        tuple((str(key), value) for key, value in record.headers or ()),
+        kind,
+    )
+
+
 def _poll_loop(
-    consumer: Any, options: ConsumeOptions, committed: dict[Any, Any]
+    consumer: Any, options: ConsumeOptions, committed: dict[Any, Any], stop: Callable[[], bool]
 ) -> Iterator[ConsumedRecord]:
-    """Poll until enough records or enough silence; `committed` gathers what to commit:
-    each partition's position once everything polled was yielded (so control batches the
-    consumer skipped count as consumed and a drained partition shows lag 0), else the
-    offset after the last record yielded."""
+    """Poll until enough records, enough silence or `stop()`; `committed` gathers what to
+    commit: each partition's position once everything polled was taken (so control batches
+    the consumer skipped count as consumed and a drained partition shows lag 0), else the
+    offset after the last record taken. A record is taken when the caller asks for the next
+    one: a record whose printing failed is not committed."""
     count = 0
-    idle_deadline = time.monotonic() + options.idle_timeout_ms / 1000
-    while options.max_messages is None or count < options.max_messages:
-        remaining_ms = int((idle_deadline - time.monotonic()) * 1000)
-        if remaining_ms <= 0:
-            return
-        polled = consumer.poll(timeout_ms=min(remaining_ms, POLL_INTERVAL_MS_MAX))
+    idle_s = None if options.idle_timeout_ms is None else options.idle_timeout_ms / 1000
+    idle_deadline = None if idle_s is None else time.monotonic() + idle_s
+    while not stop() and (options.max_messages is None or count < options.max_messages):
+        wait_ms = POLL_INTERVAL_MS_MAX
+        if idle_deadline is not None:
+            wait_ms = min(wait_ms, int((idle_deadline - time.monotonic()) * 1000))
+            if wait_ms <= 0:
+                return
+        polled = consumer.poll(timeout_ms=wait_ms)
         records = sorted(
             (record for batch in polled.values() for record in batch),
             key=lambda r: (r.partition, r.offset),
         )
-        whole = options.max_messages is None or count + len(records) <= options.max_messages
-        if not whole:
-            records = records[: options.max_messages - count]  # type: ignore[operator]
-        for record in records:
+        left = None if options.max_messages is None else options.max_messages - count
+        whole = left is None or len(records) <= left
+        for record in records if whole else records[:left]:
+            yield consumed_record(record)
             count += 1
             committed[TopicPartition(record.topic, record.partition)] = OffsetAndMetadata(
                 record.offset + 1, "", -1
             )
-            yield ConsumedRecord(
-                record.topic,
-                record.partition,
-                record.offset,
-                record.timestamp,
-                record.key,
-                record.value,
-            )
         moved = whole and options.group is not None and _commit_positions(consumer, committed)
-        if records:
-            idle_deadline = time.monotonic() + options.idle_timeout_ms / 1000
+        if records and idle_s is not None:
+            idle_deadline = time.monotonic() + idle_s
         if options.group is not None and (records or moved):
             consumer.commit(dict(committed))
 

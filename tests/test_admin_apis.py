@@ -188,7 +188,7 @@ def test_groups_and_their_offsets_are_deleted(cluster: LiveCluster) -> None:
     left = json.loads(tidelog("groups", "describe", "gone", "--json", *via).stdout)["offsets"]
     assert [(row["partition"], row["current_offset"]) for row in left] == [(1, 2)]
     deleted = tidelog("groups", "delete", "gone", *via)
-    assert deleted.stdout == "Deletion of group 'gone' was successful.\n", (deleted.stderr)
+    assert deleted.stdout == "Deletion of group 'gone' was successful.\n", deleted.stderr
     assert "gone" not in tidelog("groups", "list", *via).stdout.split()
     again = tidelog("groups", "delete", "gone", *via)
     assert again.returncode == 1 and "GroupIdNotFoundError" in again.stderr

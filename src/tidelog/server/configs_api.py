@@ -19,6 +19,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from tidelog.core.quorum import majority
@@ -32,6 +33,7 @@ from tidelog.server.metadata import INTERNAL_TOPICS, TopicInfo
 from tidelog.server.topic_config import TOPIC_CONFIG_NAMES, TopicConfig
 from tidelog.server.view import BrokerView
 
+Handler = Callable[[BrokerView, KafkaRequest], Awaitable[Any]]
 SET, DELETE = 0, 1  # IncrementalAlterConfigs' operations tidelog's configs take
 TOPIC_RESOURCE: Final = 2
 BROKER_RESOURCE: Final = 4
@@ -130,52 +132,60 @@ async def alter(
     return await broker.commit_metadata({"type": "alter_configs", "name": name, "configs": configs})
 
 
-async def alter_configs(broker: BrokerView, request: KafkaRequest) -> Any:
-    body = body_of(request)
-    cls = request.response_class.AlterConfigsResourceResponse
-    responses = []
-    for resource in body.resources:
-        kind, name = resource.resource_type, str(resource.resource_name)
-        code, message = target_of(broker, kind, name)
-        if code is ErrorCode.NONE:
-            wanted = {str(c.name): c.value for c in resource.configs or ()}
-            if any(value is None for value in wanted.values()):
-                code, message = ErrorCode.INVALID_CONFIG, "a config without a value"
-            else:
-                code, message = await alter(broker, name, wanted, bool(body.validate_only))
-        responses.append(
-            cls(error_code=int(code), error_message=message, resource_type=kind, resource_name=name)
-        )
-    return response(request, throttle_time_ms=0, responses=responses)
+def whole_set(resource: Any, held: dict[str, str]) -> dict[str, str] | str:
+    """AlterConfigs: the configs named are the new set; or why it cannot be."""
+    del held
+    wanted = {str(c.name): c.value for c in resource.configs or ()}
+    if any(value is None for value in wanted.values()):
+        return "a config without a value"
+    return wanted
 
 
-async def incremental_alter_configs(broker: BrokerView, request: KafkaRequest) -> Any:
-    body = body_of(request)
-    cls = request.response_class.AlterConfigsResourceResponse
-    responses = []
-    for resource in body.resources:
-        kind, name = resource.resource_type, str(resource.resource_name)
-        code, message = target_of(broker, kind, name)
-        if code is ErrorCode.NONE:
-            configs = dict(broker.image.topics[name].configs)
-            for change in resource.configs or ():
-                key, operation = str(change.name), change.config_operation
-                if operation == SET and change.value is not None:
-                    configs[key] = change.value
-                elif operation == DELETE:
-                    configs.pop(key, None)
-                else:
-                    code, message = ErrorCode.INVALID_CONFIG, f"operation {operation} on {key}"
+def changed_set(resource: Any, held: dict[str, str]) -> dict[str, str] | str:
+    """IncrementalAlterConfigs: the held set with each SET and DELETE made; or why not."""
+    configs = dict(held)
+    for change in resource.configs or ():
+        key, operation = str(change.name), change.config_operation
+        if operation == SET and change.value is not None:
+            configs[key] = change.value
+        elif operation == DELETE:
+            configs.pop(key, None)
+        else:
+            return f"operation {operation} on {key}"
+    return configs
+
+
+def alterer(new_set: Callable[[Any, dict[str, str]], dict[str, str] | str]) -> Handler:
+    """The handler that alters each resource's configs to `new_set(resource, held)`."""
+
+    async def handle(broker: BrokerView, request: KafkaRequest) -> Any:
+        body = body_of(request)
+        cls = request.response_class.AlterConfigsResourceResponse
+        responses = []
+        for resource in body.resources:
+            kind, name = resource.resource_type, str(resource.resource_name)
+            code, message = target_of(broker, kind, name)
             if code is ErrorCode.NONE:
-                code, message = await alter(broker, name, configs, bool(body.validate_only))
-        responses.append(
-            cls(error_code=int(code), error_message=message, resource_type=kind, resource_name=name)
-        )
-    return response(request, throttle_time_ms=0, responses=responses)
+                configs = new_set(resource, broker.image.topics[name].configs)
+                if isinstance(configs, str):
+                    code, message = ErrorCode.INVALID_CONFIG, configs
+                else:
+                    code, message = await alter(broker, name, configs, bool(body.validate_only))
+            responses.append(
+                cls(
+                    error_code=int(code),
+                    error_message=message,
+                    resource_type=kind,
+                    resource_name=name,
+                )
+            )
+        return response(request, throttle_time_ms=0, responses=responses)
+
+    return handle
 
 
 CONFIGS_HANDLERS = {
     ApiKey.DESCRIBE_CONFIGS: describe_configs,
-    ApiKey.ALTER_CONFIGS: alter_configs,
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
+    ApiKey.ALTER_CONFIGS: alterer(whole_set),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: alterer(changed_set),
 }

@@ -147,6 +147,12 @@ def test_brokers_agree_and_a_paused_broker_is_fenced_then_back(tmp_path: Path) -
             assert under.returncode == 0 and under.stdout.count("Isr: 1,2") == PARTITIONS
             below = tidelog("topics", "describe", TOPIC, "--under-min-isr-partitions", *via)
             assert below.returncode == 0 and below.stdout == ""  # 2 in sync, 2 required
+            # A new topic's replicas go to the brokers available: three are too many now.
+            refused = tidelog(
+                "topics", "create", "wide", "--replication-factor", "3", *via
+            )  # fmt: skip
+            assert refused.returncode == 1
+            assert "Replication factor: 3 larger than available brokers: 2." in refused.stderr
             health = tidelog("cluster", "status", "--data-dir", directory)
             assert health.returncode == 1, health.stdout
             assert "node(s) not up: 3" in health.stdout and "fenced: 3" in health.stdout

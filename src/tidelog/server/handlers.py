@@ -546,21 +546,23 @@ async def create_topic(
         else broker.config.default_replication_factor
     )
     configs = {config.name: config.value for config in topic.configs or ()}
+    # As Kafka: replicas go to the brokers available now, not to one the controller fenced.
+    available = [int(node) for node in broker.all_nodes if node not in broker.image.fenced]
     try:
         validate_topic(
             topic.name,
             partitions,
             factor,
             configs,
-            nodes=len(broker.all_nodes),
+            nodes=len(available),
             existing=set(broker.image.topics),
         )
     except MetadataError as error:
         return ErrorCode[error.code], str(error)
     if validate_only:
         return ErrorCode.NONE, None
-    start = broker.rng.randrange(len(broker.all_nodes))
-    replicas = place_replicas(list(broker.all_nodes), partitions, factor, start)
+    start = broker.rng.randrange(len(available))
+    replicas = place_replicas(available, partitions, factor, start)
     command = {"type": "create_topic", "name": topic.name, "replicas": replicas, "configs": configs}
     return await broker.commit_metadata(command)
 

@@ -140,7 +140,7 @@ def validate_topic(
     if not 1 <= replication_factor <= nodes:
         raise MetadataError(
             "INVALID_REPLICATION_FACTOR",
-            f"replication factor {replication_factor}: the cluster has {nodes} nodes",
+            f"Replication factor: {replication_factor} larger than available brokers: {nodes}.",
         )
     return TopicConfig.parse(configs, replication_factor=replication_factor)
 

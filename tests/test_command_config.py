@@ -398,6 +398,13 @@ def anonymous_produce_refused(bootstrap: str) -> bool:
     return True
 
 
+def read_back(flag: tuple[str, ...]) -> list[str]:
+    """The two records of TOPIC, read from the beginning (30 s idle at most)."""
+    read = ok("consume", TOPIC, "--from-beginning", "--max-messages", "2",
+              "--timeout-ms", "30000", *flag)  # fmt: skip
+    return sorted(read.stdout.split())
+
+
 def test_a_secure_cluster_refuses_anonymous_clients_and_serves_the_commands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -413,17 +420,7 @@ def test_a_secure_cluster_refuses_anonymous_clients_and_serves_the_commands(
         rows = json.loads(ok("topics", "describe", TOPIC, "--json", *flag).stdout)
         assert [(row["partition"], len(row["isr"])) for row in rows] == [(0, 3), (1, 3)]
         assert ok("produce", TOPIC, *flag, stdin="one\ntwo\n").stderr == "2 records produced\n"
-        read = ok(
-            "consume",
-            TOPIC,
-            "--from-beginning",
-            "--max-messages",
-            "2",
-            "--timeout-ms",
-            "30000",
-            *flag,
-        )
-        assert sorted(read.stdout.split()) == ["one", "two"]
+        assert read_back(flag) == ["one", "two"]
         users = json.loads(ok("users", "list", "--json", *flag).stdout)
         assert users == {"admin": ["SCRAM-SHA-256", "SCRAM-SHA-512"]}
         assert json.loads(ok("acls", "list", "--json", *flag).stdout) == []
@@ -469,17 +466,7 @@ def test_a_secure_cluster_refuses_anonymous_clients_and_serves_the_commands(
         wrong = {**cluster.sasl_properties, "sasl.password": "not-the-password"}
         bad = write(tmp_path / "wrong.properties", wrong)
         refused(invoke("topics", "list", "--command-config", str(bad)), "let this client in")
-        read = ok(
-            "consume",
-            TOPIC,
-            "--from-beginning",
-            "--max-messages",
-            "2",
-            "--timeout-ms",
-            "30000",
-            *flag,
-        )
-        assert sorted(read.stdout.split()) == ["one", "two"]
+        assert read_back(flag) == ["one", "two"]
     finally:
         cluster.down()
         collect_leaked_sockets()

@@ -43,6 +43,7 @@ from tidelog.cli import main
 from tidelog.client_config import ClientConfigError, read_properties, security_of
 from tidelog.server.session import principal_of
 from tidelog.server.tls import TlsFiles, listener_context
+from tidelog.status import access_for, read_status
 from tidelog.testing.live import LiveCluster, collect_leaked_sockets, eventually
 from tidelog.tools.certs import issue, make_ca
 from tidelog.tools.client_options import resolve_client
@@ -414,6 +415,11 @@ def test_a_secure_cluster_refuses_anonymous_clients_and_serves_the_commands(
         config = str(cluster.sasl_properties_path)
         assert f"--command-config {config}" in cluster.up_messages
         assert f"TIDELOG_COMMAND_CONFIG={config}" in cluster.up_messages
+        # `cluster up` returned once every node knew the admin user: it logs in anywhere.
+        access = access_for(directory)
+        for node in cluster.record["nodes"]:
+            status = read_status(node["admin"], access=access)
+            assert status is not None and "admin" in status["scram_users"], status
         flag = ("--command-config", config)
         ok("topics", "create", TOPIC, "--partitions", "2", "--replication-factor", "3", *flag)
         cluster.wait_hosted_everywhere(TOPIC, 2)

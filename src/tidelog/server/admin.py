@@ -2,10 +2,11 @@
 the node's certificate, and a bearer token, in a secured cluster). Read-only.
 
 `/status` is this node's view: whether it is ready (the metadata log has a leader), who
-that is, its open Kafka connections and the bytes of requests it holds, and each partition
-it hosts with its role, epoch, leader, HWM, log start and log end offsets, replicas and
-in-sync replicas, and whether its replica is repairing (its storage set damaged records
-aside and it has not fetched them again yet) or waits for its disk.
+that is, the SCRAM users it knows (their names), its open Kafka connections and the bytes
+of requests it holds, and each partition it hosts with its role, epoch, leader, HWM, log
+start and log end offsets, replicas and in-sync replicas, and whether its replica is
+repairing (its storage set damaged records aside and it has not fetched them again yet)
+or waits for its disk.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def status(broker: BrokerView) -> dict[str, Any]:
         "ready": ready,
         "metadata_leader": controller if controller >= 0 else None,
         "fenced": sorted(broker.image.fenced),
+        # The SCRAM users this node's metadata image holds (names only): a client logs in
+        # at this node once its name is here.
+        "scram_users": sorted({user for user, _ in broker.image.scram}),
         "kafka_connections": broker.kafka_connections,
         "request_bytes_held": broker.request_bytes.used,
         "partitions": partitions,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -157,6 +158,26 @@ def chunks_of(items: list[PeerItem]) -> list[list[PeerItem]]:
     return out
 
 
+async def listening_socket(listen: Address) -> socket.socket:
+    """A non-blocking TCP socket listening at `listen` (a host name or address, and a
+    port), reusing the address as asyncio's servers do."""
+    host, port = listen
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class PeerTransport:
     """Every link of this node, and the server the other nodes dial."""
 
@@ -179,13 +200,16 @@ class PeerTransport:
         }
         self.pending: dict[NodeId, list[PeerItem]] = {}
         self.flush_scheduled = False
-        self.server: asyncio.Server | None = None
-        self.inbound: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.listener: socket.socket | None = None
+        self.acceptor: asyncio.Task[None] | None = None
+        self.inbound: dict[asyncio.Task[None], asyncio.StreamWriter | None] = {}
 
     async def start(self, listen: Address) -> None:
-        self.server = await asyncio.start_server(self._serve, *listen)
+        loop = asyncio.get_running_loop()
+        self.listener = await listening_socket(listen)
+        self.acceptor = loop.create_task(self._accept(self.listener))
         for link in self.links.values():
-            link.task = asyncio.get_running_loop().create_task(link.run())
+            link.task = loop.create_task(link.run())
 
     def send(self, key: PartitionKey, messages: Any) -> None:
         """Queue messages; they leave together at the end of this event-loop round."""
@@ -206,67 +230,112 @@ class PeerTransport:
     def connected(self) -> list[NodeId]:
         return [peer for peer, link in self.links.items() if link.writer is not None]
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, listener: socket.socket) -> None:
+        """Take the streams other nodes dial. Each accepted socket is handed whole to
+        the loop's TLS (or plain) transport, so the first byte a peer sends (its TLS
+        ClientHello) reaches the handshake: upgrading a stream that already reads would
+        race it."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, address = await loop.sock_accept(listener)
+            except OSError as error:  # out of descriptors, say: the peers redial
+                log.warning("accepting a peer stream failed: %r", error)
+                await asyncio.sleep(RECONNECT_DELAY_MIN_S)
+                continue
+            task = loop.create_task(self._serve(conn, address))
+            self.inbound[task] = None
+
+    async def _serve(self, conn: socket.socket, address: Any) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self.inbound[task] = writer
-        decoder = PeerDecoder(cluster_id=self.cluster_id)
-        peer: NodeId | None = None
-        named: int | None = None
+        writer: asyncio.StreamWriter | None = None
         try:
-            if self.tls is not None:
-                named = await self.secure(writer)
-                if named is None:
-                    return
-            while data := await reader.read(READ_CHUNK_BYTES):
-                decoder.receive_data(data)
-                while (frame := decoder.next_frame()) is not NEED_DATA:
-                    if isinstance(frame, Handshake):
-                        if self.tls is not None and frame.node_id != named:
-                            log.warning(
-                                "refusing a peer stream that claims node %d: its "
-                                "certificate names node %s",
-                                frame.node_id,
-                                named,
-                            )
-                            return
-                        peer = NodeId(frame.node_id)
-                        continue
-                    if peer is None:  # the decoder yields a handshake first: our bug
-                        raise ProtocolError("a frame before the handshake")
-                    self.deliver(peer, frame)
+            opened = await self.open_inbound(conn, address)
+            if opened is None:
+                return
+            reader, writer, named = opened
+            if task in self.inbound:
+                self.inbound[task] = writer
+            await self.read_frames(reader, named)
         except ProtocolError as error:
-            log.warning("closing a peer stream (node %s): %s", peer, error)
+            log.warning("closing a peer stream from %s: %s", address, error)
         except OSError:  # ssl.SSLError too
             pass
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
+            else:
+                conn.close()
             self.inbound.pop(task, None)
 
-    async def secure(self, writer: asyncio.StreamWriter) -> int | None:
-        """The TLS handshake of an inbound stream: the node id its certificate names, or
-        None (one log line) when it fails or names no node."""
-        assert self.tls is not None
-        address = writer.get_extra_info("peername")
+    async def open_inbound(
+        self, conn: socket.socket, address: Any
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int | None] | None:
+        """Streams over an accepted socket, after the TLS handshake in a secured cluster,
+        with the node id its certificate names; None (one log line) when the handshake
+        fails or the certificate names no node."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=READ_CHUNK_BYTES)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        if self.tls is None:
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn)
+            return reader, asyncio.StreamWriter(transport, protocol, reader, loop), None
         try:
-            await asyncio.wait_for(writer.start_tls(self.tls.server), TLS_HANDSHAKE_S)
-        except (OSError, TimeoutError) as error:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol,
+                conn,
+                ssl=self.tls.server,
+                ssl_handshake_timeout=TLS_HANDSHAKE_S,
+            )
+        except (OSError, TimeoutError) as error:  # ssl.SSLError, ConnectionAbortedError
             reason = str(error) or type(error).__name__
             log.warning(
                 "refused a peer connection from %s: TLS handshake failed (%s)", address, reason
             )
             return None
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         named = node_id_of(writer.get_extra_info("peercert"))
         if named is None:
             log.warning("refused a peer connection from %s: its certificate names no node", address)
-        return named
+            writer.close()
+            return None
+        return reader, writer, named
+
+    async def read_frames(self, reader: asyncio.StreamReader, named: int | None) -> None:
+        """Deliver the frames of one inbound stream until it ends; in a secured cluster
+        only while its handshake claims the node its certificate names."""
+        decoder = PeerDecoder(cluster_id=self.cluster_id)
+        peer: NodeId | None = None
+        while data := await reader.read(READ_CHUNK_BYTES):
+            decoder.receive_data(data)
+            while (frame := decoder.next_frame()) is not NEED_DATA:
+                if isinstance(frame, Handshake):
+                    if self.tls is not None and frame.node_id != named:
+                        log.warning(
+                            "refusing a peer stream that claims node %d: its "
+                            "certificate names node %s",
+                            frame.node_id,
+                            named,
+                        )
+                        return
+                    peer = NodeId(frame.node_id)
+                    continue
+                if peer is None:  # the decoder yields a handshake first: our bug
+                    raise ProtocolError("a frame before the handshake")
+                self.deliver(peer, frame)
 
     async def close(self) -> None:
         for link in self.links.values():
             link.close()
-        if self.server is not None:
-            self.server.close()
-        for writer in list(self.inbound.values()):
-            writer.close()  # its task sees the end of the stream and returns
+        if self.acceptor is not None:
+            self.acceptor.cancel()
+        if self.listener is not None:
+            self.listener.close()
+        for task, writer in list(self.inbound.items()):
+            if writer is None:
+                task.cancel()  # still in its handshake
+            else:
+                writer.close()  # its task sees the end of the stream and returns
         if self.inbound:
             await asyncio.wait(list(self.inbound), timeout=CLOSE_WAIT_S)

@@ -42,7 +42,7 @@ import socket
 import string
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -508,6 +508,24 @@ def wait_ready(nodes: list[NodeRecord], *, timeout_s: float) -> None:
         )
 
 
+def wait_user_known(nodes: Sequence[NodeRecord], user: str, *, timeout_s: float) -> None:
+    """Wait until every node's metadata image holds the SCRAM user `user` (each learns it
+    from the metadata log, a moment apart), so a client logs in at any node;
+    ClusterError on timeout."""
+    waiting = {node.id: node for node in nodes}
+
+    def all_know() -> bool:
+        for node in list(waiting.values()):
+            status = node_status(node)
+            if status is not None and user in status.get("scram_users", ()):
+                del waiting[node.id]
+        return not waiting
+
+    if not wait_until(all_know, timeout_s=timeout_s):
+        names = ", ".join(str(node_id) for node_id in sorted(waiting))
+        raise ClusterError(f"node(s) {names} did not learn the user {user} in {timeout_s:g} s")
+
+
 def ports_in_use(nodes: list[NodeRecord]) -> list[str]:
     """The addresses of `nodes` that something already listens on (checked by binding)."""
     busy: list[str] = []
@@ -606,6 +624,7 @@ def up(nodes: int | None, directory: Path, base_port: int, secure: bool, timeout
         try:
             properties = write_client_properties(directory, record)
             users = write_admin_user(directory, record)
+            wait_user_known(record.nodes, ADMIN_USER, timeout_s=timeout_s)
             usage = secure_usage(directory, record, ssl=properties, sasl=users)
         except TidelogError as error:
             fail(error)

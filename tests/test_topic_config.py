@@ -4,6 +4,7 @@ command can stop (scenario 21 of the correctness notes: "poison pill" commands).
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from hypothesis import given, settings
@@ -163,3 +164,29 @@ def test_no_committed_command_can_make_apply_raise(command: dict[str, object]) -
     for info in image.topics.values():  # whatever was created is whole and valid
         assert info.replicas and all(len(set(r)) == len(r) for r in info.replicas)
         assert isinstance(info.config, TopicConfig)
+
+
+def test_topic_ids_are_the_same_on_every_node_and_new_for_a_topic_created_again() -> None:
+    """A topic's id (KIP-516) comes from the metadata offset that created it: two nodes
+    applying the same log agree on it; deleting the topic and creating it again under the
+    same name gives another id, as in Kafka; no id is Kafka's reserved 0 or 1."""
+    log = [
+        create("t", {}),
+        create("u", {}),
+        encode_command({"type": "delete_topic", "name": "t"}),
+        create("t", {}),
+    ]
+    images = [MetadataImage(), MetadataImage()]
+    first_ids = []
+    for image in images:
+        for offset, value in enumerate(log):
+            image.apply(offset, value)
+            if offset == 1:
+                first_ids.append(image.topics["t"].topic_id)
+    assert first_ids[0] == first_ids[1]
+    again = [image.topics["t"].topic_id for image in images]
+    assert again[0] == again[1] != first_ids[0]
+    ids = {image.topics[name].topic_id for image in images for name in ("t", "u")}
+    assert len(ids) == 2 and not ids & {uuid.UUID(int=0), uuid.UUID(int=1)}
+    assert images[0].topic_named(again[0]) == "t"
+    assert images[0].topic_named(first_ids[0]) is None

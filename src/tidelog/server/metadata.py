@@ -28,8 +28,9 @@ import binascii
 import json
 import logging
 import string
+import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from tidelog.errors import MetadataError
 from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, ScramCredential
@@ -48,10 +49,22 @@ LOGGED_BYTES_MAX = 120  # of a command's bytes, in a log line (up to 4 character
 log = logging.getLogger(__name__)
 
 
+# The namespace of topic ids: a topic's id is the name-based UUID of the metadata offset
+# that created it and its name, so every node derives the same id from the same log, and a
+# topic deleted and created again under its name gets a new one, as in Kafka.
+TOPIC_ID_NAMESPACE: Final = uuid.UUID("7c3f0e58-2a8e-4d0e-9b2a-1f4c6d8e5a01")
+
+
+def topic_id_of(offset: int, name: str) -> uuid.UUID:
+    """The id of the topic `name` created by the metadata command at `offset`."""
+    return uuid.uuid5(TOPIC_ID_NAMESPACE, f"{offset}/{name}")
+
+
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
     name: str
     replicas: tuple[tuple[int, ...], ...]  # per partition, the node ids holding it
+    topic_id: uuid.UUID  # Kafka's topic id (KIP-516): `topic_id_of`
     configs: dict[str, str] = field(default_factory=dict)  # as given
     config: TopicConfig = field(default_factory=TopicConfig)  # as parsed
 
@@ -161,6 +174,13 @@ class MetadataImage:
         self.fenced: set[int] = set()  # fence_broker, unfence_broker
         self.applied_offset = 0  # every command below this offset is applied
 
+    def topic_named(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic whose id is `topic_id`, or None (none has it now)."""
+        for info in self.topics.values():
+            if info.topic_id == topic_id:
+                return info.name
+        return None
+
     def apply(self, offset: int, value: bytes) -> Change:
         """Apply the committed command at `offset`; commands are applied once, in order.
         One that cannot be applied is logged and changes nothing (never raises)."""
@@ -173,7 +193,7 @@ class MetadataImage:
                 raise MetadataError("INVALID_REQUEST", "a command is a JSON object")
             kind = command.get("type")
             if kind == "create_topic":
-                return self._create(command)
+                return self._create(command, offset)
             if kind == "delete_topic":
                 return self._delete(command)
             if kind == "create_partitions":
@@ -212,7 +232,7 @@ class MetadataImage:
             )
             return Change()
 
-    def _create(self, command: dict[str, Any]) -> Change:
+    def _create(self, command: dict[str, Any], offset: int) -> Change:
         name = _string(command, "name")
         if name in self.topics:
             return Change()  # a second create of the same name: the first one won
@@ -225,7 +245,7 @@ class MetadataImage:
         if name not in INTERNAL_TOPICS:
             validate_topic_name(name, set(self.topics))
         config = TopicConfig.parse(configs, replication_factor=len(replicas[0]))
-        info = TopicInfo(name, replicas, dict(configs), config)
+        info = TopicInfo(name, replicas, topic_id_of(offset, name), dict(configs), config)
         self.topics[name] = info
         return Change(created=(info,))
 

@@ -20,8 +20,9 @@ reason; `refuse_request` checks what applies to a whole request. Rules, in Kafka
    topic's max.message.bytes (MESSAGE_TOO_LARGE); a valid CRC-32C (CORRUPT_MESSAGE).
 4. The batch (LogValidator.validateBatch): lastOffsetDelta + 1 == recordsCount > 0; no
    control bit; a producer id (>= 0) comes with a sequence and an epoch >= 0. tidelog's
-   core tracks every producer id but -1, so an id below -1, or a sequence without a
-   producer id, is refused too (Kafka ignores both).
+   core tracks every producer id but -1, so an id below -1 is refused too (Kafka ignores
+   it). A batch without a producer id (-1) is not idempotent whatever its sequence and
+   epoch say: taken as Kafka takes it (kafkajs writes sequence 0 and epoch 0 there).
 5. Every record decodes as Kafka's DefaultRecord.readFrom reads it (after decompression for
    gzip, snappy, lz4 and zstd, to at most max(DECOMPRESSED_SIZE_MAX, max.message.bytes)
    bytes), no bytes are left over, and the offset deltas run 0..n-1.
@@ -71,7 +72,6 @@ from tidelog.records import (
     LOG_OVERHEAD,
     MAGIC_V2,
     NO_PRODUCER_ID,
-    NO_SEQUENCE,
     NO_TIMESTAMP,
     BatchHeader,
     read_header,
@@ -255,8 +255,6 @@ def _check_producer(header: BatchHeader, name: str) -> None:
         reason = f"Invalid producer epoch {header.producer_epoch}"
     elif producer < NO_PRODUCER_ID:
         reason = "Invalid producer id"
-    elif producer == NO_PRODUCER_ID and sequence != NO_SEQUENCE:
-        reason = f"Sequence number {sequence} without a producer id"
     else:
         return
     raise _refusal(

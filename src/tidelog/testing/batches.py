@@ -229,8 +229,6 @@ def _hostile() -> list[Hostile]:
                 base_sequence=0), "INVALID_RECORD", "Invalid producer epoch -1"),
         Hostile("producer id -5", batch(three, producer_id=-5), "INVALID_RECORD",
                 "Invalid producer id"),
-        Hostile("a sequence without a producer id", batch(three, base_sequence=4),
-                "INVALID_RECORD", "Sequence number 4 without a producer id"),
     ]  # fmt: skip
 
 

@@ -9,7 +9,7 @@ DISK_SEEDS_5 ?= 1000
 # The group simulator (coordinators over the replicated __consumer_offsets): about 5 minutes.
 GROUP_SEEDS ?= 2000
 
-.PHONY: install java kcat test lint sim mutants demo bench-peers bench-spark clean
+.PHONY: install java kcat node-clients test lint sim mutants demo bench-peers bench-spark clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -34,11 +34,25 @@ kcat:
 	   (apt-get update -q >/dev/null && apt-get install -y -q kcat >/dev/null)) || \
 	  { echo "kcat is needed by the tests: apt-get install kcat"; exit 1; }; }
 
+# The Kafka clients for Node.js that tests/test_compat_node.py drives, pinned by
+# compat/node/package-lock.json. They need Node.js 20+ and npm; `npm ci` installs them when
+# compat/node/node_modules is missing or older than the lock file.
+node-clients:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+	  echo "Node.js and npm are needed by the tests: apt-get install nodejs npm"; exit 1; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { \
+	  echo "the tests' Node.js clients need Node.js 20 or later (found $$(node --version))"; exit 1; }
+	@if [ ! -e compat/node/node_modules/.installed ] || \
+	   [ compat/node/package-lock.json -nt compat/node/node_modules/.installed ]; then \
+	  echo "installing compat/node's clients (npm ci)"; \
+	  npm ci --prefix compat/node --no-audit --no-fund --loglevel=error && \
+	  touch compat/node/node_modules/.installed; fi
+
 lint: install
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy --strict src
 
-test: lint kcat java
+test: lint kcat java node-clients
 	$(VENV)/bin/pytest -q
 
 # Every sweep runs; the target fails if any of them found a violation.

@@ -8,6 +8,7 @@ correlation ids and response header versions as it would against a real broker.
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import Any
 
 import pytest
@@ -15,10 +16,10 @@ import pytest
 import tidelog.protocol.kafka  # noqa: F401  (first: it imports kafka-python quietly)
 
 # isort: split
-from kafka.protocol.consumer import FetchResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.parser import KafkaProtocol
-from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
@@ -37,8 +38,12 @@ from tidelog.errors import (
 from tidelog.protocol.framing import NEED_DATA, ProtocolError
 from tidelog.protocol.kafka import (
     _APIS,
+    FETCH_TOPIC_ID_MIN,
+    PRODUCE_LEADER_HINT_MIN,
+    PRODUCE_TOPIC_ID_MIN,
     REQUEST_SIZE_MAX,
     SUPPORTED_VERSIONS,
+    TOPIC_ID_ZERO,
     ApiKey,
     KafkaConnection,
     KafkaRequest,
@@ -135,8 +140,9 @@ def test_every_api_round_trips_at_its_edge_versions(api_key: int, version: int) 
 
 
 def test_versions_are_clipped_to_what_kafka_python_defines() -> None:
-    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE] == (3, 8)
-    assert SUPPORTED_VERSIONS[ApiKey.FETCH] == (4, 11)
+    # Produce and Fetch: every version Kafka 4.0's schemas keep.
+    assert SUPPORTED_VERSIONS[ApiKey.PRODUCE] == (3, 13)
+    assert SUPPORTED_VERSIONS[ApiKey.FETCH] == (4, 18)
     assert SUPPORTED_VERSIONS[ApiKey.METADATA] == (0, 7)
     # Kafka 4.0 removed these versions from its schemas (KIP-896).
     assert SUPPORTED_VERSIONS[ApiKey.CREATE_TOPICS] == (2, 4)
@@ -209,7 +215,9 @@ def test_oversized_frame_is_refused_before_its_payload_arrives() -> None:
         pytest.param(struct.pack(">hhih", 3, 4, 1, 50) + b"abc", id="client-id-past-end"),
         pytest.param(struct.pack(">hhih", 99, 0, 1, -1), id="unknown-api-key"),
         pytest.param(struct.pack(">hhih", 0, 2, 1, -1), id="produce-below-min"),
-        pytest.param(struct.pack(">hhih", 0, 9, 1, -1), id="produce-above-max"),
+        pytest.param(struct.pack(">hhih", 0, 14, 1, -1), id="produce-above-max"),
+        pytest.param(struct.pack(">hhih", 1, 3, 1, -1), id="fetch-below-min"),
+        pytest.param(struct.pack(">hhih", 1, 19, 1, -1), id="fetch-above-max"),
         pytest.param(struct.pack(">hhih", -1, 0, 1, -1), id="negative-api-key"),
     ],
 )
@@ -252,7 +260,17 @@ def test_the_connection_stays_failed_after_a_protocol_error() -> None:
         connection.next_request()
 
 
-def produce_request(version: int, acks: int, batches: dict[int, bytes]) -> Any:
+EVENTS_ID = uuid.UUID("5f1c0e2a-8b7d-4c3e-9a21-0d6e4f8b7a10")
+PRODUCE_VERSIONS = range(
+    SUPPORTED_VERSIONS[ApiKey.PRODUCE][0], SUPPORTED_VERSIONS[ApiKey.PRODUCE][1] + 1
+)
+FETCH_VERSIONS = range(SUPPORTED_VERSIONS[ApiKey.FETCH][0], SUPPORTED_VERSIONS[ApiKey.FETCH][1] + 1)
+
+
+def produce_request(
+    version: int, acks: int, batches: dict[int, bytes], *, topic_id: uuid.UUID | None = EVENTS_ID
+) -> Any:
+    """A Produce of `batches` (partition -> batch) to "events", named by `topic_id` at v13."""
     topic = ProduceRequest.TopicProduceData
     partition = topic.PartitionProduceData
     return ProduceRequest(
@@ -263,6 +281,7 @@ def produce_request(version: int, acks: int, batches: dict[int, bytes]) -> Any:
         topic_data=[
             topic(
                 name="events",
+                topic_id=topic_id,
                 partition_data=[
                     partition(index=index, records=batch) for index, batch in batches.items()
                 ],
@@ -271,20 +290,145 @@ def produce_request(version: int, acks: int, batches: dict[int, bytes]) -> Any:
     )
 
 
-def test_produce_v8_records_come_out_as_the_identical_bytes() -> None:
-    batches = {0: make_batch(3), 2: make_batch(1, base_sequence=3)}
-    _, _, request = send_one(produce_request(8, -1, batches))
+@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
+def test_produce_records_come_out_as_the_identical_bytes(version: int) -> None:
+    batches = {0: make_batch(3), 2: make_batch(1, base_sequence=3), 5: make_batch(200)}
+    _, _, request = send_one(produce_request(version, -1, batches))
     partitions = list(iter_produce_partitions(request.body))
-    assert [(p.topic, p.partition) for p in partitions] == [("events", 0), ("events", 2)]
+    topic = "events" if version < PRODUCE_TOPIC_ID_MIN else EVENTS_ID
+    assert [(p.topic, p.partition) for p in partitions] == [(topic, 0), (topic, 2), (topic, 5)]
     for produced in partitions:
         assert type(produced.records) is bytes
         assert produced.records == batches[produced.partition]
     assert request.expects_response
 
 
-def test_produce_with_acks_0_expects_no_response() -> None:
-    _, _, request = send_one(produce_request(3, 0, {0: make_batch(1)}))
+def test_produce_v13_topic_id_of_zeros_is_a_value_not_a_null() -> None:
+    _, _, request = send_one(produce_request(13, -1, {0: make_batch(1)}, topic_id=None))
+    [partition] = iter_produce_partitions(request.body)
+    assert partition.topic == TOPIC_ID_ZERO
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 13])
+def test_produce_with_acks_0_expects_no_response(version: int) -> None:
+    _, _, request = send_one(produce_request(version, 0, {0: make_batch(1)}))
     assert not request.expects_response
+
+
+@pytest.mark.parametrize("version", [9, 13])
+def test_a_truncated_flexible_produce_raises_protocol_error(version: int) -> None:
+    kafka_client = client()
+    kafka_client.send_request(produce_request(version, -1, {0: make_batch(2)}))
+    payload = kafka_client.send_bytes()[4:]
+    for cut in (1, 2, 40):
+        connection = KafkaConnection()
+        connection.receive_data(frame_of(payload[:-cut]))
+        with pytest.raises(ProtocolError):
+            connection.next_request()
+
+
+@pytest.mark.parametrize("version", [v for v in PRODUCE_VERSIONS if v >= PRODUCE_LEADER_HINT_MIN])
+def test_produce_response_names_the_current_leader_from_v10(version: int) -> None:
+    kafka_client, connection, request = send_one(produce_request(version, -1, {0: make_batch(1)}))
+    cls = ProduceResponse
+    partition_cls = cls.TopicProduceResponse.PartitionProduceResponse
+    answer = cls(
+        version=version,
+        throttle_time_ms=0,
+        responses=[
+            cls.TopicProduceResponse(
+                name="events",
+                topic_id=EVENTS_ID,
+                partition_responses=[
+                    partition_cls(
+                        index=0,
+                        error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
+                        base_offset=-1,
+                        current_leader=partition_cls.LeaderIdAndEpoch(leader_id=2, leader_epoch=7),
+                    )
+                ],
+            )
+        ],
+        node_endpoints=[cls.NodeEndpoint(node_id=2, host="127.0.0.1", port=9093, rack=None)],
+    )
+    [(_, got)] = kafka_client.receive_bytes(connection.send_response(request, answer))
+    topic = got.responses[0]
+    if version >= PRODUCE_TOPIC_ID_MIN:
+        assert topic.topic_id == EVENTS_ID
+    else:
+        assert topic.name == "events"
+    leader = topic.partition_responses[0].current_leader
+    assert (leader.leader_id, leader.leader_epoch) == (2, 7)
+    assert [(n.node_id, n.host, n.port) for n in got.node_endpoints] == [(2, "127.0.0.1", 9093)]
+
+
+def fetch_request(version: int, *, topic_id: uuid.UUID | None = EVENTS_ID, **fields: Any) -> Any:
+    """A Fetch of partitions 0 and 3 of "events" (by `topic_id` from v13), forgetting
+    partition 1 of it, with `fields` set."""
+    cls = FetchRequest
+    partitions = [
+        cls.FetchTopic.FetchPartition(
+            partition=index,
+            current_leader_epoch=4,
+            fetch_offset=10 * index,
+            last_fetched_epoch=3,
+            log_start_offset=-1,
+            partition_max_bytes=1 << 20,
+        )
+        for index in (0, 3)
+    ]
+    return cls(
+        version=version,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=1 << 24,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[cls.FetchTopic(topic="events", topic_id=topic_id, partitions=partitions)],
+        forgotten_topics_data=[
+            cls.ForgottenTopic(topic="events", topic_id=topic_id, partitions=[1])
+        ],
+        rack_id="",
+        **fields,
+    )
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+def test_fetch_requests_decode_at_every_version(version: int) -> None:
+    _, _, request = send_one(fetch_request(version))
+    body = request.body
+    [topic] = body.topics
+    if version >= FETCH_TOPIC_ID_MIN:
+        assert topic.topic_id == EVENTS_ID
+    else:
+        assert topic.topic == "events"
+    assert [(p.partition, p.fetch_offset) for p in topic.partitions] == [(0, 0), (3, 30)]
+    if version >= 7:
+        [forgotten] = body.forgotten_topics_data
+        assert forgotten.partitions == [1]
+    assert getattr(body, "replica_id", -1) == -1
+    assert getattr(body, "replica_state", None) is None
+
+
+@pytest.mark.parametrize("version", [v for v in FETCH_VERSIONS if v >= FETCH_TOPIC_ID_MIN])
+def test_fetch_topic_id_of_zeros_is_a_value_not_a_null(version: int) -> None:
+    _, _, request = send_one(fetch_request(version, topic_id=None))
+    assert request.body.topics[0].topic_id is None  # kafka-python's zero uuid
+
+
+def test_fetch_v15_to_v18_tagged_fields_decode() -> None:
+    state = FetchRequest.ReplicaState(replica_id=2, replica_epoch=9)
+    _, _, request = send_one(fetch_request(15, cluster_id="c1", replica_state=state))
+    assert request.body.cluster_id == "c1"
+    assert request.body.replica_state.replica_id == 2
+    sent = fetch_request(18)
+    directory = uuid.UUID("0b8ef3c6-1d1f-4f5e-8d1e-7a5c3c2b1a09")
+    for part in sent.topics[0].partitions:
+        part.replica_directory_id, part.high_watermark = directory, 41
+    _, _, request = send_one(sent)
+    for part in request.body.topics[0].partitions:
+        assert (part.replica_directory_id, part.high_watermark) == (directory, 41)
 
 
 def test_fetch_v11_response_with_raw_batches_decodes_to_the_records() -> None:

@@ -20,15 +20,20 @@ table tidelog advertises, and the choice of response header. Rules:
   always use v0, whatever their version.
 - Record batches stay bytes: kafka-python's `records` type is plain Bytes, so a Produce
   partition's `records` is the batches exactly as sent, and a Fetch partition's `records`
-  is the concatenation of stored batches (`join_batches`).
+  is the concatenation of stored batches (`join_batches`). Fetch responses are encoded
+  here (`encode_fetch_response`, every served version) around those bytes, never copying
+  them; their frames take response header v1 at flexible versions, as every response.
+- A uuid field of zeros (Kafka's ZERO_UUID) decodes to None; it is a value no topic has,
+  not a null: a Fetch or Produce naming it is answered UNKNOWN_TOPIC_ID, as Kafka does.
 """
 
 from __future__ import annotations
 
 import io
 import struct
+import uuid
 import warnings
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Final, NamedTuple
@@ -121,6 +126,7 @@ with warnings.catch_warnings():
 
 from tidelog.protocol.framing import NEED_DATA, FrameBuffer, NeedData, ProtocolError
 from tidelog.protocol.kafka_errors import ErrorCode
+from tidelog.records import uvarint
 
 REQUEST_SIZE_MAX: Final = 100 * 1024 * 1024
 """The largest request frame accepted (Kafka's socket.request.max.bytes is 100 MiB)."""
@@ -200,8 +206,8 @@ _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _Api(
         OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, (0, 4)
     ),
-    ApiKey.PRODUCE: _Api(ProduceRequest, ProduceResponse, (3, 8)),
-    ApiKey.FETCH: _Api(FetchRequest, FetchResponse, (4, 11)),
+    ApiKey.PRODUCE: _Api(ProduceRequest, ProduceResponse, (3, 13)),
+    ApiKey.FETCH: _Api(FetchRequest, FetchResponse, (4, 18)),
     ApiKey.LIST_OFFSETS: _Api(ListOffsetsRequest, ListOffsetsResponse, (1, 5)),
     ApiKey.METADATA: _Api(MetadataRequest, MetadataResponse, (0, 7)),
     ApiKey.OFFSET_COMMIT: _Api(OffsetCommitRequest, OffsetCommitResponse, (2, 7)),
@@ -328,25 +334,61 @@ def join_batches(batches: Iterable[bytes]) -> bytes:
     return b"".join(batches)
 
 
-FETCH_RAW_VERSIONS: Final = (4, 11)
+FETCH_RAW_VERSIONS: Final = (4, 18)
 """The Fetch response versions `encode_fetch_response` writes (all that tidelog serves)."""
+
+FETCH_FLEXIBLE_MIN: Final = 12  # compact lengths and tagged fields (KIP-482)
+FETCH_TOPIC_ID_MIN: Final = 13  # topics named by id, in requests and responses (KIP-516)
+FETCH_NODE_ENDPOINTS_MIN: Final = 16  # the response's NodeEndpoints tagged field (KIP-951)
+PRODUCE_LEADER_HINT_MIN: Final = 10  # CurrentLeader and NodeEndpoints (KIP-951)
+PRODUCE_TOPIC_ID_MIN: Final = 13  # topics named by id (KIP-516)
+TOPIC_ID_ZERO: Final = uuid.UUID(int=0)
+"""Kafka's Uuid.ZERO_UUID: no topic has it. kafka-python decodes it as None."""
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_FETCH_TOP = struct.Struct(">iihi")  # throttle, error (v7+), session (v7+), topic count
+# Throttle 0; from v7 top-level error 0 and session 0 (tidelog declines fetch sessions).
+_FETCH_TOP_V4 = struct.pack(">i", 0)
+_FETCH_TOP_V7 = struct.pack(">ihi", 0, 0, 0)
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, hwm, last stable offset
 _I64 = struct.Struct(">q")
+_LEADER_AND_EPOCH = struct.Struct(">ii")
 _NO_ABORTED = _I32.pack(-1)
+_NO_TAGS = b"\x00"  # an empty tagged-field section (flexible versions)
+_NULL_COMPACT = b"\x00"  # a null compact array or string
+_CURRENT_LEADER_TAG = 1  # FetchResponse PartitionData
+_NODE_ENDPOINTS_TAG = 0  # FetchResponse and ProduceResponse, top level
+
+
+class LeaderAndEpoch(NamedTuple):
+    """A partition's current leader as a response names it (KIP-951's CurrentLeader)."""
+
+    leader_id: int
+    leader_epoch: int
+
+
+class NodeEndpoint(NamedTuple):
+    """A broker's address as a response names it (KIP-951's NodeEndpoints; no rack)."""
+
+    node_id: int
+    host: str
+    port: int
 
 
 class FetchedPartition(NamedTuple):
-    """One partition of a Fetch response; `records` are whole stored batches, as read."""
+    """One partition of a Fetch response; `records` are whole stored batches, as read.
+    `current_leader` is written from v12 (flexible) when given."""
 
     partition_index: int
     error_code: int
     high_watermark: int
     log_start_offset: int
     records: bytes | memoryview
+    current_leader: LeaderAndEpoch | None = None
+
+
+FetchedTopic = tuple[str | uuid.UUID, list[FetchedPartition]]
+"""A topic of a Fetch response: its name, or from v13 its id, and its partitions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,53 +404,111 @@ class RawResponse:
 
 
 def encode_fetch_response(
-    version: int, topics: list[tuple[str, list[FetchedPartition]]]
+    version: int, topics: list[FetchedTopic], node_endpoints: Sequence[NodeEndpoint] = ()
 ) -> RawResponse:
-    """A Fetch response body of `version` (v4-v11, non-flexible), byte for byte what
-    kafka-python encodes, with each partition's records as a chunk of its own. No
-    throttle, no top-level error, session 0, no aborted transactions; the last stable
-    offset is the HWM (no transactions)."""
+    """A Fetch response body of `version` (v4-v18), byte for byte what kafka-python
+    encodes, with each partition's records as a chunk of its own. No throttle, no
+    top-level error, session 0, no aborted transactions; the last stable offset is the HWM
+    (no transactions). From v12 (flexible) lengths are unsigned varints of length + 1 and
+    each structure ends in its tagged fields: a partition's CurrentLeader when given, the
+    response's `node_endpoints` (v16+) when any."""
     assert FETCH_RAW_VERSIONS[0] <= version <= FETCH_RAW_VERSIONS[1]
-    head = bytearray()
-    if version >= 7:
-        head += _FETCH_TOP.pack(0, 0, 0, len(topics))
-    else:
-        head += _I32.pack(0) + _I32.pack(len(topics))
+    assert not node_endpoints or version >= FETCH_NODE_ENDPOINTS_MIN
+    flexible = version >= FETCH_FLEXIBLE_MIN
+    head = bytearray(_FETCH_TOP_V7 if version >= 7 else _FETCH_TOP_V4)
+    head += _count(len(topics), flexible=flexible)
     chunks: list[bytes | memoryview] = []
-    for name, partitions in topics:
-        encoded = name.encode()
-        head += _I16.pack(len(encoded)) + encoded + _I32.pack(len(partitions))
+    for key, partitions in topics:
+        head += _fetch_topic_key(version, key) + _count(len(partitions), flexible=flexible)
         for part in partitions:
-            head += _PARTITION_V4.pack(
-                part.partition_index, part.error_code, part.high_watermark, part.high_watermark
-            )
-            if version >= 5:
-                head += _I64.pack(part.log_start_offset)
-            head += _NO_ABORTED
-            if version >= 11:
-                head += _I32.pack(-1)  # preferred read replica: none
-            head += _I32.pack(len(part.records))
+            assert flexible or part.current_leader is None  # a tagged field: v12+
+            head += _fetch_partition_head(version, part)
             if part.records:
                 chunks.append(bytes(head))
                 chunks.append(part.records)
                 head = bytearray()
+            if flexible:
+                head += _current_leader_tags(part.current_leader)
+        if flexible:
+            head += _NO_TAGS
+    if flexible:
+        head += _node_endpoints_tags(node_endpoints)
     chunks.append(bytes(head))
     return RawResponse(chunks)
 
 
-class ProducePartition(NamedTuple):
-    """One partition's data in a Produce request; `records` are raw batch bytes."""
+def _count(count: int, *, flexible: bool) -> bytes:
+    """An array's length: INT32, or COMPACT (unsigned varint of length + 1)."""
+    return uvarint(count + 1) if flexible else _I32.pack(count)
 
-    topic: str
+
+def _string(text: str, *, flexible: bool) -> bytes:
+    encoded = text.encode()
+    return (uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded))) + encoded
+
+
+def _fetch_topic_key(version: int, key: str | uuid.UUID) -> bytes:
+    """A Fetch response topic's name (v4-v12) or id (v13+)."""
+    if version >= FETCH_TOPIC_ID_MIN:
+        assert isinstance(key, uuid.UUID)
+        return key.bytes
+    assert isinstance(key, str)
+    return _string(key, flexible=version >= FETCH_FLEXIBLE_MIN)
+
+
+def _fetch_partition_head(version: int, part: FetchedPartition) -> bytes:
+    """A Fetch response partition up to its records, their length included."""
+    flexible = version >= FETCH_FLEXIBLE_MIN
+    head = _PARTITION_V4.pack(
+        part.partition_index, part.error_code, part.high_watermark, part.high_watermark
+    )
+    if version >= 5:
+        head += _I64.pack(part.log_start_offset)
+    head += _NULL_COMPACT if flexible else _NO_ABORTED
+    if version >= 11:
+        head += _I32.pack(-1)  # preferred read replica: none
+    size = len(part.records)
+    # COMPACT_RECORDS from v12: an unsigned varint of the length + 1 (0 would be null).
+    return head + (uvarint(size + 1) if flexible else _I32.pack(size))
+
+
+def _tagged(tag: int, value: bytes) -> bytes:
+    """A tagged-field section holding one field."""
+    return b"\x01" + uvarint(tag) + uvarint(len(value)) + value
+
+
+def _current_leader_tags(leader: LeaderAndEpoch | None) -> bytes:
+    if leader is None:
+        return _NO_TAGS
+    return _tagged(_CURRENT_LEADER_TAG, _LEADER_AND_EPOCH.pack(*leader) + _NO_TAGS)
+
+
+def _node_endpoints_tags(endpoints: Sequence[NodeEndpoint]) -> bytes:
+    if not endpoints:
+        return _NO_TAGS
+    value = bytearray(uvarint(len(endpoints) + 1))
+    for node in endpoints:
+        value += _I32.pack(node.node_id) + _string(node.host, flexible=True)
+        value += _I32.pack(node.port) + _NULL_COMPACT + _NO_TAGS  # rack: null
+    return _tagged(_NODE_ENDPOINTS_TAG, bytes(value))
+
+
+class ProducePartition(NamedTuple):
+    """One partition's data in a Produce request; `records` are raw batch bytes. `topic`
+    is the topic's name, or from v13 its id (TOPIC_ID_ZERO when the client sent zeros)."""
+
+    topic: str | uuid.UUID
     partition: int
     records: bytes | None
 
 
 def iter_produce_partitions(body: KafkaMessage) -> Iterator[ProducePartition]:
-    """The partitions of a decoded Produce request (v3-v12, topics named), in order."""
+    """The partitions of a decoded Produce request (v3-v13), in order."""
+    by_id = body.version >= PRODUCE_TOPIC_ID_MIN
     for topic in body.topic_data:
+        key = (topic.topic_id or TOPIC_ID_ZERO) if by_id else topic.name
         for data in topic.partition_data:
-            yield ProducePartition(topic.name, data.index, data.records)
+            yield ProducePartition(key, data.index, data.records)
 
 
 class KafkaConnection:
@@ -445,11 +545,13 @@ class KafkaConnection:
     def send_raw_response(
         self, request: KafkaRequest, response: RawResponse
     ) -> list[bytes | memoryview]:
-        """The frame answering `request` with an encoded body, as chunks to write in order
-        (response header v0: the raw bodies are all of non-flexible versions)."""
+        """The frame answering `request` with an encoded body, as chunks to write in order:
+        response header v0, or v1 (an empty tagged-field section) at flexible versions."""
         assert request.expects_response
-        header = _I32.pack(4 + response.size_bytes) + _I32.pack(request.correlation_id)
-        return [header, *response.chunks]
+        header = _I32.pack(request.correlation_id)
+        if request.response_class.flexible_version_q(request.response_version):
+            header += _NO_TAGS
+        return [_I32.pack(len(header) + response.size_bytes) + header, *response.chunks]
 
     def send_response(self, request: KafkaRequest, response: KafkaMessage) -> bytes:
         """The frame answering `request` with `response` (a kafka-python response object)."""
@@ -548,7 +650,8 @@ def _null_field(struct: Any, value: Any, version: int, path: str = "") -> str | 
         item = getattr(value, name, None)
         where = f"{path}{name}"
         if item is None:
-            if not field.nullable_for_version_q(version):
+            # A uuid of zeros decodes as None: a value (no topic has it), not a null.
+            if not field.nullable_for_version_q(version) and field.type_str != "uuid":
                 return where
         elif field.is_struct_array():
             for index, element in enumerate(item):

@@ -4,9 +4,11 @@ Codes are Kafka's (org.apache.kafka.common.protocol.Errors); only the ones tidel
 or reasons about are named. `error_code_for` is the single place a tidelog error turns into
 a Kafka error code, so every handler answers the same failure the same way.
 
-LogDiverged has no error code of its own: Fetch v12+ reports it in the partition's
-`diverging_epoch` field (error NONE), which tidelog does not advertise yet (Fetch <= v11);
-below v12 a consumer can only be told OFFSET_OUT_OF_RANGE, so it resets its position.
+LogDiverged has no error code of its own: Fetch v12+ could report it in the partition's
+`diverging_epoch` field (error NONE), but tidelog serves clients only committed records,
+which never diverge, so its Fetch does not check a LastFetchedEpoch and never sets that
+field; a consumer's position is validated with OffsetForLeaderEpoch (KIP-320). Where it
+arises, OFFSET_OUT_OF_RANGE answers it, so the reader resets its position.
 """
 
 from __future__ import annotations

@@ -2,7 +2,13 @@
 
 Rules of this file:
 - Reads go only to a leader (or, for Fetch v11+ with a rack id, to a follower) and return
-  only committed batches: what `Replica.fetch` returns.
+  only committed batches: what `Replica.fetch` returns. A Fetch that names a replica
+  (ReplicaId, or from v15 ReplicaState, >= 0) is refused: tidelog's followers replicate
+  over the peer protocol, and no Fetch reads as a follower would, past the HWM.
+- From v13 (Produce and Fetch) topics are named by id; an id no topic has is
+  answered UNKNOWN_TOPIC_ID. NOT_LEADER_OR_FOLLOWER answers name the current leader and
+  its address when this node knows them (KIP-951): Produce from v10, Fetch from v16 (with
+  FENCED_LEADER_EPOCH too), as Kafka's.
 - Produce is answered once the core completes it: acks=all when the HWM passes the batch,
   acks=1 when the leader's copy is durable. acks=0 gets no response at all. Each
   partition's batch is validated as Kafka validates it (tidelog.protocol.validate) before
@@ -18,7 +24,8 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NamedTuple
 
 from tidelog.clock import monotonic_ms
@@ -34,18 +41,35 @@ from tidelog.errors import (
 )
 from tidelog.protocol.framing import ProtocolError
 from tidelog.protocol.kafka import (
+    FETCH_NODE_ENDPOINTS_MIN,
+    FETCH_TOPIC_ID_MIN,
+    PRODUCE_LEADER_HINT_MIN,
+    TOPIC_ID_ZERO,
     ApiKey,
     FetchedPartition,
+    FetchedTopic,
     KafkaRequest,
+    LeaderAndEpoch,
+    NodeEndpoint,
     RawResponse,
     api_versions_response,
     encode_fetch_response,
+    iter_produce_partitions,
     join_batches,
 )
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
 from tidelog.protocol.validate import BatchRules, refuse_request, validate_batch
-from tidelog.server.acl import CREATE, DELETE, DESCRIBE, IDEMPOTENT_WRITE, READ, TOPIC, WRITE
+from tidelog.server.acl import (
+    CLUSTER_ACTION,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    IDEMPOTENT_WRITE,
+    READ,
+    TOPIC,
+    WRITE,
+)
 from tidelog.server.acl_api import ACL_HANDLERS
 from tidelog.server.answers import body_of, host_of, response
 from tidelog.server.authorize import allowed, cluster_allowed
@@ -65,7 +89,7 @@ from tidelog.server.partition import PartitionRunner, is_disk_error
 from tidelog.server.sasl import SASL_HANDLERS
 from tidelog.server.topics_api import TOPICS_HANDLERS
 from tidelog.server.view import BrokerView
-from tidelog.types import Epoch, Offset
+from tidelog.types import Epoch, NodeId, Offset
 
 log = logging.getLogger("tidelog.kafka")
 
@@ -186,18 +210,21 @@ class PartitionAnswer(NamedTuple):
     log_start_offset: int = -1
     message: str | None = None
     record_errors: tuple[tuple[int, str], ...] = ()
+    leader: LeaderAndEpoch | None = None  # on NOT_LEADER_OR_FOLLOWER, from v10 (KIP-951)
 
 
 async def produce(broker: BrokerView, request: KafkaRequest) -> Any:
     """Validate each partition's batch (tidelog.protocol.validate), then append it; every
-    partition of the request is submitted before any is awaited, in request order."""
+    partition of the request is submitted before any is awaited, in request order. From
+    v13 topics are named by id: an id no topic has is answered UNKNOWN_TOPIC_ID."""
     body = body_of(request)
     timeout_s = min(max(body.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX) / 1000
-    parts = [(topic.name, data) for topic in body.topic_data for data in topic.partition_data]
+    parts = list(iter_produce_partitions(body))
+    names = {part.topic: name_of(broker, part.topic) for part in parts}
     refusal = refuse_request(
         acks=body.acks,
         transactional_id=body.transactional_id,
-        records=(data.records for _, data in parts),
+        records=(part.records for part in parts),
     )
     if refusal is not None:
         log.info("produce refused: %s", str(refusal)[:LOGGED_MESSAGE_MAX])
@@ -207,26 +234,52 @@ async def produce(broker: BrokerView, request: KafkaRequest) -> Any:
             *(
                 produce_partition(
                     broker,
-                    name,
-                    data.index,
-                    records=data.records,
+                    names[part.topic],
+                    part.partition,
+                    records=part.records,
                     acks=body.acks,
                     timeout_s=timeout_s,
                     api_version=request.api_version,
                 )
-                for name, data in parts
+                for part in parts
             )
         )
-    cls = request.response_class.TopicProduceResponse
-    by_topic: dict[str, list[Any]] = {}
-    for (name, data), answer in zip(parts, answers, strict=True):
-        by_topic.setdefault(name, []).append(partition_response(cls, data.index, answer))
-    topics = [cls(name=name, partition_responses=found) for name, found in by_topic.items()]
-    return response(request, responses=topics, throttle_time_ms=0)
+    if request.api_version >= PRODUCE_LEADER_HINT_MIN:
+        answers = [
+            with_leader(broker, names[part.topic], part.partition, answer)
+            for part, answer in zip(parts, answers, strict=True)
+        ]
+    cls = request.response_class
+    by_topic: dict[str | uuid.UUID, list[Any]] = {}
+    for part, answer in zip(parts, answers, strict=True):
+        found = by_topic.setdefault(part.topic, [])
+        found.append(partition_response(cls.TopicProduceResponse, part.partition, answer))
+    topics = [
+        cls.TopicProduceResponse(partition_responses=found, **produce_topic_key(key))
+        for key, found in by_topic.items()
+    ]
+    endpoints = node_endpoints(broker, [answer.leader for answer in answers])
+    return response(
+        request,
+        responses=topics,
+        throttle_time_ms=0,
+        node_endpoints=[cls.NodeEndpoint(*node, rack=None) for node in endpoints],
+    )
+
+
+def with_leader(
+    broker: BrokerView, topic: str | None, partition: int, answer: PartitionAnswer
+) -> PartitionAnswer:
+    """`answer` naming the partition's leader when it says NOT_LEADER_OR_FOLLOWER and the
+    leader is known (Kafka's KIP-951: the producer goes straight to it)."""
+    if topic is None or answer.error is not ErrorCode.NOT_LEADER_OR_FOLLOWER:
+        return answer
+    return answer._replace(leader=known_leader(broker, topic, partition))
 
 
 def partition_response(cls: Any, index: int, answer: PartitionAnswer) -> Any:
     partition_cls = cls.PartitionProduceResponse
+    leader = answer.leader
     return partition_cls(
         index=index,
         error_code=int(answer.error),
@@ -240,6 +293,7 @@ def partition_response(cls: Any, index: int, answer: PartitionAnswer) -> Any:
             for record, message in answer.record_errors
         ],
         error_message=answer.message,
+        current_leader=None if leader is None else partition_cls.LeaderIdAndEpoch(*leader),
     )
 
 
@@ -252,9 +306,43 @@ def refused(refusal: InvalidBatch, log_start_offset: int) -> PartitionAnswer:
     )
 
 
+def name_of(broker: BrokerView, key: str | uuid.UUID) -> str | None:
+    """The topic a request names: by name, or (Fetch v13+, Produce v13) by id; None when
+    no topic has that id (KIP-516: UNKNOWN_TOPIC_ID)."""
+    return key if isinstance(key, str) else broker.image.topic_named(key)
+
+
+def produce_topic_key(key: str | uuid.UUID) -> dict[str, Any]:
+    """The field naming a topic in a Produce response: its name, or from v13 its id."""
+    return {"name": key} if isinstance(key, str) else {"topic_id": key}
+
+
+def known_leader(broker: BrokerView, topic: str, partition: int) -> LeaderAndEpoch | None:
+    """The partition's leader and epoch as this node knows them (its replica's, or a later
+    epoch the metadata log reported), when clients can reach that leader: listed in
+    Metadata (its address known here, not fenced). Kafka's getCurrentLeader."""
+    leader, epoch = broker.leader_of(PartitionKey(topic, partition))
+    reported = broker.image.partitions.get((topic, partition))
+    if reported is not None and reported.epoch > epoch:
+        leader, epoch = reported.leader, reported.epoch
+    if leader not in broker.kafka_ports or leader in broker.image.fenced:
+        return None
+    return LeaderAndEpoch(leader, epoch)
+
+
+def node_endpoints(
+    broker: BrokerView, leaders: Iterable[LeaderAndEpoch | None]
+) -> list[NodeEndpoint]:
+    """The addresses of `leaders` on this request's listener, each node once (KIP-951's
+    NodeEndpoints, by node id)."""
+    nodes = sorted({leader.leader_id for leader in leaders if leader is not None})
+    ports = broker.kafka_ports
+    return [NodeEndpoint(node, host_of(broker, node), ports[NodeId(node)]) for node in nodes]
+
+
 async def produce_partition(
     broker: BrokerView,
-    topic: str,
+    topic: str | None,
     partition: int,
     *,
     records: bytes | None,
@@ -262,8 +350,10 @@ async def produce_partition(
     timeout_s: float,
     api_version: int,
 ) -> PartitionAnswer:
-    """One partition of a Produce: its batch is validated, then appended, and answered as
-    the core completes it."""
+    """One partition of a Produce (of the topic `topic`, None for an unknown topic id): its
+    batch is validated, then appended, and answered as the core completes it."""
+    if topic is None:
+        return PartitionAnswer(ErrorCode.UNKNOWN_TOPIC_ID)
     if topic in INTERNAL_TOPICS:  # only the coordinator and the controller write these
         return PartitionAnswer(ErrorCode.INVALID_TOPIC_EXCEPTION)
     if not allowed(broker, WRITE, TOPIC, topic):
@@ -301,44 +391,117 @@ async def produce_partition(
 
 
 # ---------------------------------------------------------------------- Fetch ----------
+# The answer to a Fetch from a replica: tidelog counts none as a Kafka follower, and Kafka
+# answers a replica that is not a follower of the partition NOT_LEADER_OR_FOLLOWER (a
+# principal without CLUSTER_ACTION, TOPIC_AUTHORIZATION_FAILED).
+NOT_A_FOLLOWER = ErrorCode.NOT_LEADER_OR_FOLLOWER
+LEADER_HINT_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+
+
+class FetchAsk(NamedTuple):
+    """A topic of a Fetch request: its key in the response (its name, or from v13 its id),
+    its name (None: no topic has that id), and the partitions asked."""
+
+    key: str | uuid.UUID
+    name: str | None
+    partitions: list[Any]
+
+
+class FetchPlan(NamedTuple):
+    """What a Fetch asks, as read once before any wait."""
+
+    asks: list[FetchAsk]
+    budget_bytes: int  # the request's max_bytes, within FETCH_MAX_BYTES
+    follower_reads: bool  # v11+ with a rack id: an in-sync follower may answer too
+    refusal: ErrorCode | None  # every partition's answer to a Fetch from a replica
+    leader_hints: bool  # v16+: NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH answers
+    # name the current leader (KIP-951), as Kafka's do
+
+
 async def fetch(broker: BrokerView, request: KafkaRequest) -> RawResponse:
     body = body_of(request)
-    follower_reads = request.api_version >= 11 and bool(getattr(body, "rack_id", ""))
+    plan = FetchPlan(
+        asks=fetch_asks(broker, request),
+        budget_bytes=min(body.max_bytes, FETCH_MAX_BYTES),
+        follower_reads=request.api_version >= 11 and bool(getattr(body, "rack_id", "")),
+        refusal=replica_refusal(broker, body),
+        leader_hints=request.response_version >= FETCH_NODE_ENDPOINTS_MIN,
+    )
     deadline = time.monotonic() + min(max(body.max_wait_ms, 0), FETCH_WAIT_MS_MAX) / 1000
     while True:
-        topics, size, waits = read_all(broker, request, follower_reads)
+        topics, size, waits = read_all(broker, plan)
         remaining = deadline - time.monotonic()
         if size >= max(body.min_bytes, 1) or remaining <= 0 or not waits:
             break
         await wait_any(waits, remaining)
+    leaders = [part.current_leader for _, parts in topics for part in parts]
     # Encoded here, records as read from the segment files: never copied into the frame.
-    return encode_fetch_response(request.response_version, topics)
+    return encode_fetch_response(request.response_version, topics, node_endpoints(broker, leaders))
+
+
+def fetch_asks(broker: BrokerView, request: KafkaRequest) -> list[FetchAsk]:
+    """The topics a Fetch asks for, each resolved once: from v13 they are named by id."""
+    topics = body_of(request).topics
+    if request.api_version < FETCH_TOPIC_ID_MIN:
+        return [FetchAsk(topic.topic, topic.topic, topic.partitions) for topic in topics]
+    asks = []
+    for topic in topics:
+        topic_id = topic.topic_id or TOPIC_ID_ZERO
+        asks.append(FetchAsk(topic_id, name_of(broker, topic_id), topic.partitions))
+    return asks
+
+
+def replica_refusal(broker: BrokerView, body: Any) -> ErrorCode | None:
+    """The error every partition of a Fetch gets when it names a replica (ReplicaId up to
+    v14, ReplicaState from v15) rather than -1, a consumer; None for a consumer's."""
+    state = getattr(body, "replica_state", None)
+    replica = state.replica_id if state is not None else getattr(body, "replica_id", -1)
+    if replica < 0:
+        return None
+    if not cluster_allowed(broker, CLUSTER_ACTION):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    return NOT_A_FOLLOWER
 
 
 HwmWait = tuple[PartitionRunner, Offset]
 """A partition a long-polling fetch waits on, and the HWM it saw there."""
-FetchedTopic = tuple[str, list[FetchedPartition]]
 
 
-def read_all(
-    broker: BrokerView, request: KafkaRequest, follower_reads: bool
-) -> tuple[list[FetchedTopic], int, list[HwmWait]]:
-    body = body_of(request)
+def read_all(broker: BrokerView, plan: FetchPlan) -> tuple[list[FetchedTopic], int, list[HwmWait]]:
+    """Each partition asked, read (or refused) in request order within the byte budget:
+    the topics, the bytes of records read, and the partitions to wait on."""
     topics: list[FetchedTopic] = []
     size, waits = 0, []
-    budget = min(body.max_bytes, FETCH_MAX_BYTES)
-    for topic in body.topics:
+    for ask in plan.asks:
         partitions = []
-        for part in topic.partitions:
-            data, hwm_wait = read_partition(
-                broker, topic.topic, part, follower_reads=follower_reads, budget=budget - size
-            )
+        for part in ask.partitions:
+            hwm_wait = None
+            if ask.name is None:
+                data = refused_partition(part, ErrorCode.UNKNOWN_TOPIC_ID)
+            elif plan.refusal is not None:
+                data = refused_partition(part, plan.refusal)
+            else:
+                data, hwm_wait = read_partition(
+                    broker,
+                    ask.name,
+                    part,
+                    follower_reads=plan.follower_reads,
+                    budget=plan.budget_bytes - size,
+                )
             size += len(data.records)
             if hwm_wait is not None:
                 waits.append(hwm_wait)
+            if plan.leader_hints and ask.name and data.error_code in LEADER_HINT_ERRORS:
+                data = data._replace(current_leader=known_leader(broker, ask.name, part.partition))
             partitions.append(data)
-        topics.append((topic.topic, partitions))
+        topics.append((ask.key, partitions))
     return topics, size, waits
+
+
+def refused_partition(part: Any, error: ErrorCode) -> FetchedPartition:
+    """A partition answered with `error` alone, as Kafka's partitionResponse: no HWM, no
+    log start, no records."""
+    return FetchedPartition(part.partition, int(error), -1, -1, b"")
 
 
 def read_partition(

@@ -338,3 +338,19 @@ def test_a_fetch_from_a_replica_is_refused(cluster: LiveCluster) -> None:
             assert values_in(fetched(answer).records) == ["committed"], version
     finally:
         leader.close()
+
+
+def test_no_client_reads_or_writes_the_metadata_log(cluster: LiveCluster) -> None:
+    """The metadata log holds the SCRAM credentials and the ACLs: every node (the
+    controller, which leads it, among them) answers a client's Fetch and Produce of it as
+    of no topic, and serves none of its bytes, as Kafka serves none of its own."""
+    for node in cluster.record["nodes"]:
+        connection = RawConnection(address_of(cluster, node["id"]))
+        try:
+            read = fetched(connection.ask(fetch_request(12, [METADATA_TOPIC])))
+            assert read.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, read
+            assert not read.records
+            written = produced(connection.ask(produce_request(9, "x", METADATA_TOPIC)))
+            assert written.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION, written  # internal
+        finally:
+            connection.close()

@@ -204,6 +204,8 @@ class Broker:
         return runner
 
     def runner(self, topic: str, partition: int) -> PartitionRunner | None:
+        if topic == METADATA_TOPIC:  # never a client's to read or write, as in Kafka
+            return None
         return self.runners.get(PartitionKey(topic, partition))
 
     def fatal(self, error: BaseException) -> None:

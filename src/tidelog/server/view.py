@@ -57,7 +57,9 @@ class BrokerView(Protocol):
         ...
 
     def runner(self, topic: str, partition: int) -> PartitionRunner | None:
-        """The partition's runner on this node, when it hosts it and its log is open."""
+        """The partition's runner on this node, for a client's request: when it hosts it
+        and its log is open; never the metadata log's (its commands hold the SCRAM
+        credentials and the ACLs: no client reads or writes it, as in Kafka)."""
         ...
 
     def controller_id(self) -> int:

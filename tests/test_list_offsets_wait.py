@@ -48,7 +48,7 @@ def ask(replica: Leader) -> Any:
         image=MetadataImage(),
         runner=lambda topic, partition: runner,
     )
-    return asyncio.run(handlers.list_partition(broker, RESPONSE, "t", 0, LATEST))  # type: ignore[arg-type]
+    return asyncio.run(handlers.list_partition(broker, RESPONSE, "t", 0, LATEST, version=5))  # type: ignore[arg-type]
 
 
 def test_a_leader_not_ready_yet_is_waited_for() -> None:

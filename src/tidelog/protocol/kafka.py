@@ -8,14 +8,15 @@ table tidelog advertises, and the choice of response header. Rules:
 - One `KafkaConnection` per client connection. `receive_data()` buffers; `next_request()`
   returns one decoded `KafkaRequest` or `NEED_DATA`; `send_response()` returns the frame.
 - A frame larger than REQUEST_SIZE_MAX, an unknown api key, an unsupported version (except
-  of ApiVersions), a body that does not decode to exactly its frame, or a null where the
+  of ApiVersions), a body that does not decode within its frame, or a null where the
   schema allows none (a string, bytes, array or struct field that is not nullable at that
   version) raises `ProtocolError`; the caller closes that connection. Kafka brokers do the
-  same. Handlers therefore never see a null they did not ask for.
+  same, and as they do, bytes after a whole body are ignored. Handlers therefore never see
+  a null they did not ask for.
 - Errors quote at most QUOTED_MAX characters of what the client sent.
 - An ApiVersions request of a version tidelog does not support is answered, not refused:
   error UNSUPPORTED_VERSION in a v0 body listing the supported versions (KIP-511), so the
-  client retries with one we speak. kafka-python 3 asks v4 first.
+  client retries with one we speak.
 - Response headers: v0, or v1 (tagged fields) for flexible versions; ApiVersions responses
   always use v0, whatever their version.
 - Record batches stay bytes: kafka-python's `records` type is plain Bytes, so a Produce
@@ -202,14 +203,14 @@ _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.DELETE_GROUPS: _Api(DeleteGroupsRequest, DeleteGroupsResponse, (0, 2)),
     ApiKey.OFFSET_DELETE: _Api(OffsetDeleteRequest, OffsetDeleteResponse, (0, 0)),
     ApiKey.DESCRIBE_CLUSTER: _Api(DescribeClusterRequest, DescribeClusterResponse, (0, 2)),
-    ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, (1, 4)),
+    ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, (1, 5)),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _Api(
         OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, (0, 4)
     ),
     ApiKey.PRODUCE: _Api(ProduceRequest, ProduceResponse, (3, 13)),
     ApiKey.FETCH: _Api(FetchRequest, FetchResponse, (4, 18)),
-    ApiKey.LIST_OFFSETS: _Api(ListOffsetsRequest, ListOffsetsResponse, (1, 5)),
-    ApiKey.METADATA: _Api(MetadataRequest, MetadataResponse, (0, 7)),
+    ApiKey.LIST_OFFSETS: _Api(ListOffsetsRequest, ListOffsetsResponse, (1, 11)),
+    ApiKey.METADATA: _Api(MetadataRequest, MetadataResponse, (0, 13)),
     ApiKey.OFFSET_COMMIT: _Api(OffsetCommitRequest, OffsetCommitResponse, (2, 7)),
     ApiKey.OFFSET_FETCH: _Api(OffsetFetchRequest, OffsetFetchResponse, (1, 6)),
     ApiKey.FIND_COORDINATOR: _Api(FindCoordinatorRequest, FindCoordinatorResponse, (0, 3)),
@@ -219,12 +220,12 @@ _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.SYNC_GROUP: _Api(SyncGroupRequest, SyncGroupResponse, (0, 3)),
     ApiKey.DESCRIBE_GROUPS: _Api(DescribeGroupsRequest, DescribeGroupsResponse, (0, 5)),
     ApiKey.LIST_GROUPS: _Api(ListGroupsRequest, ListGroupsResponse, (0, 4)),
-    ApiKey.API_VERSIONS: _Api(ApiVersionsRequest, ApiVersionsResponse, (0, 3)),
-    ApiKey.CREATE_TOPICS: _Api(CreateTopicsRequest, CreateTopicsResponse, (0, 4)),
-    ApiKey.DELETE_TOPICS: _Api(DeleteTopicsRequest, DeleteTopicsResponse, (0, 3)),
-    ApiKey.DELETE_RECORDS: _Api(DeleteRecordsRequest, DeleteRecordsResponse, (0, 1)),
-    ApiKey.INIT_PRODUCER_ID: _Api(InitProducerIdRequest, InitProducerIdResponse, (0, 2)),
-    ApiKey.DESCRIBE_CONFIGS: _Api(DescribeConfigsRequest, DescribeConfigsResponse, (0, 2)),
+    ApiKey.API_VERSIONS: _Api(ApiVersionsRequest, ApiVersionsResponse, (0, 4)),
+    ApiKey.CREATE_TOPICS: _Api(CreateTopicsRequest, CreateTopicsResponse, (0, 7)),
+    ApiKey.DELETE_TOPICS: _Api(DeleteTopicsRequest, DeleteTopicsResponse, (0, 6)),
+    ApiKey.DELETE_RECORDS: _Api(DeleteRecordsRequest, DeleteRecordsResponse, (0, 2)),
+    ApiKey.INIT_PRODUCER_ID: _Api(InitProducerIdRequest, InitProducerIdResponse, (0, 6)),
+    ApiKey.DESCRIBE_CONFIGS: _Api(DescribeConfigsRequest, DescribeConfigsResponse, (0, 4)),
     # librdkafka looks for v0 before it uses v1 with SaslAuthenticate (as every client
     # does). A v0 client sends raw tokens after the handshake: they are no Kafka request,
     # so its connection closes (sasl.py answers a v0 handshake that way too).
@@ -630,10 +631,14 @@ def _decode_body(api_key: ApiKey, version: int, payload: bytes, position: int) -
     except _DECODE_ERRORS as error:
         what = f"malformed {api_key.name} v{version}"
         raise ProtocolError(f"{what}: {bounded(repr(error))}") from error
-    if end != len(payload):
+    if end > len(payload):
         raise ProtocolError(
-            f"{api_key.name} v{version} body ends at byte {end} of a {len(payload)}-byte frame"
+            f"{api_key.name} v{version} body runs to byte {end} of a {len(payload)}-byte frame"
         )
+    # Bytes after a whole body are ignored, as Kafka ignores them: librdkafka (2.16) asks
+    # Metadata v9+ for every topic with its 4-byte placeholder of the array count left in
+    # the request; its first zero reads as the null array (every topic), the next three as
+    # the other fields, and the three bytes librdkafka meant for those are left over.
     null = _null_field(_APIS[api_key].request_class._struct, body, version)
     if null is not None:
         raise ProtocolError(f"{api_key.name} v{version}: {null} is null, which it may not be")

@@ -1,10 +1,11 @@
-"""DescribeConfigs (v1-2), AlterConfigs (v0-2) and IncrementalAlterConfigs (v0-1): a
+"""DescribeConfigs (v1-4), AlterConfigs (v0-2) and IncrementalAlterConfigs (v0-1): a
 topic's configs, as Kafka's admin clients and tools read and change them.
 
 Rules of this file:
 - A TOPIC resource answers every config tidelog knows (`TOPIC_CONFIG_NAMES`), or those
   asked for: the value given at creation (source TOPIC_CONFIG), else the value in force
-  (source DEFAULT_CONFIG; min.insync.replicas defaults to a majority of the replicas).
+  (source DEFAULT_CONFIG; min.insync.replicas defaults to a majority of the replicas),
+  with its type (v3+) and, when asked, its documentation.
   DESCRIBE_CONFIGS on the topic is needed when the authorizer is on.
 - A BROKER resource answers no configs (none are settable); any other type is refused
   with INVALID_REQUEST.
@@ -19,8 +20,8 @@ Rules of this file:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final, NamedTuple
 
 from tidelog.core.quorum import majority
 from tidelog.errors import MetadataError
@@ -41,6 +42,65 @@ TOPIC_CONFIG_SOURCE: Final = 1
 DEFAULT_CONFIG_SOURCE: Final = 5
 
 
+# Kafka's ConfigType of each topic config (DescribeConfigs v3+) and its documentation
+# (asked for with IncludeDocumentation), as Kafka's TopicConfig describes them.
+INT, LONG, LIST = 3, 5, 7
+CONFIG_TYPES: Final = {
+    "min.insync.replicas": INT,
+    "retention.ms": LONG,
+    "retention.bytes": LONG,
+    "segment.bytes": INT,
+    "max.message.bytes": INT,
+    "cleanup.policy": LIST,
+}
+CONFIG_DOCS: Final = {
+    "min.insync.replicas": "The minimum number of replicas that must acknowledge a write "
+    "with acks=all for it to be considered successful.",
+    "retention.ms": "The maximum time a log segment is retained before it is deleted; -1: "
+    "no time limit.",
+    "retention.bytes": "The maximum size a partition's log can grow to before old segments "
+    "are deleted; -1: no size limit.",
+    "segment.bytes": "The segment file size for the log: retention deletes whole segments.",
+    "max.message.bytes": "The largest record batch size allowed, after compression.",
+    "cleanup.policy": "The retention policy of old log segments: delete.",
+}
+
+
+class ConfigEntry(NamedTuple):
+    """One topic config as DescribeConfigs and CreateTopics (v5+) answer it."""
+
+    name: str
+    value: str
+    source: int  # TOPIC_CONFIG_SOURCE, or DEFAULT_CONFIG_SOURCE
+    config_type: int
+    documentation: str
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == DEFAULT_CONFIG_SOURCE
+
+
+def config_entries(info: TopicInfo, wanted: Iterable[str] | None = None) -> list[ConfigEntry]:
+    """The topic's configs named in `wanted` (all when None or empty), each as given at
+    creation or alteration, else as in force by default; unknown names are left out."""
+    values = in_force(info)
+    entries = []
+    for key in wanted or sorted(TOPIC_CONFIG_NAMES):
+        if key not in values:
+            continue
+        given = key in info.configs
+        entries.append(
+            ConfigEntry(
+                key,
+                info.configs[key] if given else values[key],
+                TOPIC_CONFIG_SOURCE if given else DEFAULT_CONFIG_SOURCE,
+                CONFIG_TYPES.get(key, 0),
+                CONFIG_DOCS.get(key, ""),
+            )
+        )
+    return entries
+
+
 def in_force(info: TopicInfo) -> dict[str, str]:
     """Every config of the topic as it is in force (Kafka's spelling of each value)."""
     config = info.config
@@ -58,8 +118,10 @@ def in_force(info: TopicInfo) -> dict[str, str]:
 async def describe_configs(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class.DescribeConfigsResult
     entry = cls.DescribeConfigsResourceResult
+    body = body_of(request)
+    with_documentation = bool(getattr(body, "include_documentation", False))
     results = []
-    for resource in body_of(request).resources:
+    for resource in body.resources:
         kind, name = resource.resource_type, str(resource.resource_name)
         code, message, configs = ErrorCode.NONE, None, []
         info = broker.image.topics.get(name) if kind == TOPIC_RESOURCE else None
@@ -72,25 +134,20 @@ async def describe_configs(broker: BrokerView, request: KafkaRequest) -> Any:
         elif info is None:
             code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"
         else:
-            values = in_force(info)
-            wanted = resource.configuration_keys or sorted(TOPIC_CONFIG_NAMES)
-            for key in wanted:
-                if key not in values:
-                    continue
-                given = key in info.configs
-                configs.append(
-                    entry(
-                        name=key,
-                        value=info.configs[key] if given else values[key],
-                        read_only=False,
-                        config_source=TOPIC_CONFIG_SOURCE if given else DEFAULT_CONFIG_SOURCE,
-                        is_default=not given,
-                        is_sensitive=False,
-                        synonyms=[],
-                        config_type=0,
-                        documentation=None,
-                    )
+            configs = [
+                entry(
+                    name=config.name,
+                    value=config.value,
+                    read_only=False,
+                    config_source=config.source,
+                    is_default=config.is_default,
+                    is_sensitive=False,
+                    synonyms=[],
+                    config_type=config.config_type,
+                    documentation=config.documentation if with_documentation else None,
                 )
+                for config in config_entries(info, resource.configuration_keys)
+            ]
         results.append(
             cls(
                 error_code=int(code),

@@ -26,7 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from tidelog.clock import monotonic_ms
 from tidelog.core.replica import ACKS_ALL, Role
@@ -61,7 +61,9 @@ from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
 from tidelog.protocol.validate import BatchRules, refuse_request, validate_batch
 from tidelog.server.acl import (
+    CLUSTER,
     CLUSTER_ACTION,
+    CLUSTER_NAME,
     CREATE,
     DELETE,
     DESCRIBE,
@@ -72,15 +74,16 @@ from tidelog.server.acl import (
 )
 from tidelog.server.acl_api import ACL_HANDLERS
 from tidelog.server.answers import body_of, host_of, response
-from tidelog.server.authorize import allowed, cluster_allowed
+from tidelog.server.authorize import allowed, authorized_operations, cluster_allowed
 from tidelog.server.cluster_api import CLUSTER_HANDLERS
-from tidelog.server.configs_api import CONFIGS_HANDLERS
+from tidelog.server.configs_api import CONFIGS_HANDLERS, config_entries
 from tidelog.server.epochs_api import EPOCHS_HANDLERS
 from tidelog.server.group_api import GROUP_HANDLERS
 from tidelog.server.leadership import LEADERSHIP_HANDLERS
 from tidelog.server.metadata import (
     INTERNAL_TOPICS,
     METADATA_TOPIC,
+    TopicInfo,
     place_replicas,
     quoted,
     validate_topic,
@@ -118,6 +121,7 @@ async def handle(broker: BrokerView, request: KafkaRequest) -> Any:
 # ---------------------------------------------------------------------- Metadata -------
 async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
     cls = request.response_class
+    body = body_of(request)
     fenced = broker.image.fenced
     brokers = [
         cls.MetadataResponseBroker(
@@ -126,17 +130,25 @@ async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
         for node, port in sorted(broker.kafka_ports.items())
         if node not in fenced
     ]
-    asked = body_of(request).topics
+    with_operations = bool(getattr(body, "include_topic_authorized_operations", False))
+    asked = body.topics
     if asked is None:  # every topic this principal may describe
         names = [
             name for name in sorted(broker.image.topics) if allowed(broker, DESCRIBE, TOPIC, name)
         ]
+        topics = [
+            topic_metadata(broker, cls, name, with_operations)
+            for name in names
+            if name != METADATA_TOPIC
+        ]
     else:
-        names = [t.name for t in asked]
-    topics = [topic_metadata(broker, cls, name) for name in names if name != METADATA_TOPIC]
+        topics = [asked_topic(broker, cls, topic, with_operations) for topic in asked]
     controller = broker.controller_id()
     # Never name a node the broker list lacks: clients would fail on the unknown id.
     controller = controller if controller in broker.kafka_ports and controller not in fenced else -1
+    cluster_operations = None  # not asked for: Kafka sends INT32_MIN
+    if getattr(body, "include_cluster_authorized_operations", False):
+        cluster_operations = authorized_operations(broker, CLUSTER, CLUSTER_NAME)
     return response(
         request,
         throttle_time_ms=0,
@@ -144,10 +156,37 @@ async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
         cluster_id=broker.config.cluster_id,
         controller_id=controller,
         topics=topics,
+        authorized_operations=cluster_operations,
+        error_code=0,
     )
 
 
-def topic_metadata(broker: BrokerView, cls: Any, name: str) -> Any:
+def asked_topic(broker: BrokerView, cls: Any, topic: Any, with_operations: bool) -> Any:
+    """The answer for one topic of a Metadata request: named, or (v10+) named by its id
+    alone (UNKNOWN_TOPIC_ID when no topic has it, as Kafka answers)."""
+    name = topic.name
+    topic_id = getattr(topic, "topic_id", None)
+    if name is None or (topic_id is not None and topic_id != TOPIC_ID_ZERO and not name):
+        name = broker.image.topic_named(topic_id) if topic_id is not None else None
+        if name is None or not allowed(broker, DESCRIBE, TOPIC, name):
+            return cls.MetadataResponseTopic(
+                error_code=int(ErrorCode.UNKNOWN_TOPIC_ID),
+                name=None,
+                topic_id=topic_id,
+                is_internal=False,
+                partitions=[],
+            )
+    if name == METADATA_TOPIC:
+        return cls.MetadataResponseTopic(
+            error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            name=name,
+            is_internal=False,
+            partitions=[],
+        )
+    return topic_metadata(broker, cls, name, with_operations)
+
+
+def topic_metadata(broker: BrokerView, cls: Any, name: str, with_operations: bool = False) -> Any:
     topic_cls = cls.MetadataResponseTopic
     info = broker.image.topics.get(name)
     if not allowed(broker, DESCRIBE, TOPIC, name):
@@ -188,7 +227,14 @@ def topic_metadata(broker: BrokerView, cls: Any, name: str) -> Any:
             )
         )
     return topic_cls(
-        error_code=0, name=name, is_internal=name in INTERNAL_TOPICS, partitions=partitions
+        error_code=0,
+        name=name,
+        topic_id=info.topic_id,
+        is_internal=name in INTERNAL_TOPICS,
+        partitions=partitions,
+        authorized_operations=(
+            authorized_operations(broker, TOPIC, name) if with_operations else None
+        ),
     )
 
 
@@ -580,6 +626,16 @@ async def wait_any(waits: list[HwmWait], timeout_s: float) -> None:
 
 # ---------------------------------------------------------------------- ListOffsets ----
 LATEST, EARLIEST = -1, -2
+# KIP-734, KIP-405/KIP-1005, KIP-1023: the special timestamps of later versions, each with
+# the first version that may send it (an older request that sends one gets
+# UNSUPPORTED_VERSION for that partition, as Kafka answers).
+MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -3, -4, -5, -6
+SPECIAL_SINCE: Final = {
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL: 8,
+    LATEST_TIERED: 9,
+    EARLIEST_PENDING_UPLOAD: 11,
+}
 
 
 async def list_offsets(broker: BrokerView, request: KafkaRequest) -> Any:
@@ -588,7 +644,14 @@ async def list_offsets(broker: BrokerView, request: KafkaRequest) -> Any:
     for topic in body_of(request).topics:
         partitions = await asyncio.gather(
             *(
-                list_partition(broker, cls, topic.name, part.partition_index, part.timestamp)
+                list_partition(
+                    broker,
+                    cls,
+                    topic.name,
+                    part.partition_index,
+                    part.timestamp,
+                    version=request.api_version,
+                )
                 for part in topic.partitions
             )
         )
@@ -597,7 +660,13 @@ async def list_offsets(broker: BrokerView, request: KafkaRequest) -> Any:
 
 
 async def list_partition(
-    broker: BrokerView, cls: Any, topic: str, partition: int, timestamp: int
+    broker: BrokerView,
+    cls: Any,
+    topic: str,
+    partition: int,
+    timestamp: int,
+    *,
+    version: int,
 ) -> Any:
     def answer(error: ErrorCode, offset: int = -1, found_timestamp: int = -1) -> Any:
         return cls.ListOffsetsPartitionResponse(
@@ -612,6 +681,8 @@ async def list_partition(
     epoch = -1
     if not allowed(broker, DESCRIBE, TOPIC, topic):
         return answer(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    if version < SPECIAL_SINCE.get(timestamp, 0):
+        return answer(ErrorCode.UNSUPPORTED_VERSION)
     runner = broker.runner(topic, partition)
     if runner is None or runner.replica.status().role is not Role.LEADER:
         known = topic in broker.image.topics
@@ -635,10 +706,15 @@ async def list_partition(
         await asyncio.sleep(SERVING_POLL_S)
     if timestamp == LATEST:
         return answer(ErrorCode.NONE, int(latest))
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):  # every record is local: no tiered storage
         return answer(ErrorCode.NONE, int(replica.status().log_start_offset))
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return answer(ErrorCode.NONE, -1)  # nothing is tiered, nothing waits to be
     try:
-        found = runner.storage.offset_for_timestamp(timestamp)
+        if timestamp == MAX_TIMESTAMP:
+            found = runner.storage.max_timestamp_record(latest)
+        else:
+            found = runner.storage.offset_for_timestamp(timestamp)
     except StorageError as error:  # a batch failed its CRC: never served; it is repaired
         return answer(error_code_for(error))
     if found is None or found[0] >= latest:
@@ -663,27 +739,59 @@ async def init_producer_id(broker: BrokerView, request: KafkaRequest) -> Any:
         )
     started = int(time.time()) & 0xFFFFFFFF
     producer_id = (int(broker.node_id) << 52) | (started << 20) | (next(_producer_ids) & 0xFFFFF)
+    # A producer that asks to bump its epoch (v3+, KIP-360) gets a new id at epoch 0, as
+    # Kafka does when an epoch cannot grow; no transaction is ever ongoing (v6).
     return response(
-        request, throttle_time_ms=0, error_code=0, producer_id=producer_id, producer_epoch=0
+        request,
+        throttle_time_ms=0,
+        error_code=0,
+        producer_id=producer_id,
+        producer_epoch=0,
+        ongoing_txn_producer_id=-1,
+        ongoing_txn_producer_epoch=-1,
     )
 
 
 # ---------------------------------------------------------------------- topics ---------
 async def create_topics(broker: BrokerView, request: KafkaRequest) -> Any:
+    """Each topic, created through the metadata log (or only checked, validate_only). From
+    v5 the answer carries the topic's partitions, replication factor and configs as
+    created, and from v7 its id (zero when only validated), as Kafka's."""
     cls = request.response_class.CreatableTopicResult
+    validate_only = bool(getattr(request.body, "validate_only", False))
     results = []
     for topic in body_of(request).topics:
-        code, message = await create_topic(
-            broker, topic, bool(getattr(request.body, "validate_only", False))
-        )
+        code, message, info = await create_topic(broker, topic, validate_only)
+        if info is None:
+            results.append(
+                cls(
+                    name=topic.name,
+                    error_code=int(code),
+                    error_message=message,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    configs=[],
+                )
+            )
+            continue
         results.append(
             cls(
                 name=topic.name,
+                topic_id=info.topic_id,
                 error_code=int(code),
                 error_message=message,
-                num_partitions=topic.num_partitions,
-                replication_factor=topic.replication_factor,
-                configs=None,
+                num_partitions=info.partitions,
+                replication_factor=len(info.replicas[0]),
+                configs=[
+                    cls.CreatableTopicConfigs(
+                        name=config.name,
+                        value=config.value,
+                        read_only=False,
+                        config_source=config.source,
+                        is_sensitive=False,
+                    )
+                    for config in config_entries(info)
+                ],
             )
         )
     return response(request, throttle_time_ms=0, topics=results)
@@ -691,15 +799,18 @@ async def create_topics(broker: BrokerView, request: KafkaRequest) -> Any:
 
 async def create_topic(
     broker: BrokerView, topic: Any, validate_only: bool
-) -> tuple[ErrorCode, str | None]:
+) -> tuple[ErrorCode, str | None, TopicInfo | None]:
+    """The outcome of creating one topic, and the topic as created (as it would be, with a
+    zero id, when only validated); None when it is not."""
     if not isinstance(topic.name, str):
-        return ErrorCode.INVALID_REQUEST, "a topic name is required"
+        return ErrorCode.INVALID_REQUEST, "a topic name is required", None
     if not (cluster_allowed(broker, CREATE) or allowed(broker, CREATE, TOPIC, topic.name)):
-        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to create this topic"
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to create this topic", None
     if topic.name in INTERNAL_TOPICS:
-        return ErrorCode.INVALID_REQUEST, f"Creation of internal topic {topic.name} is prohibited."
+        refused = f"Creation of internal topic {topic.name} is prohibited."
+        return ErrorCode.INVALID_REQUEST, refused, None
     if topic.name in broker.image.topics:
-        return ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {quoted(topic.name)} already exists."
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {quoted(topic.name)} already exists.", None
     partitions = (
         topic.num_partitions if topic.num_partitions > 0 else broker.config.default_partitions
     )
@@ -712,7 +823,7 @@ async def create_topic(
     # As Kafka: replicas go to the brokers available now, not to one the controller fenced.
     available = [int(node) for node in broker.all_nodes if node not in broker.image.fenced]
     try:
-        validate_topic(
+        config = validate_topic(
             topic.name,
             partitions,
             factor,
@@ -721,31 +832,45 @@ async def create_topic(
             existing=set(broker.image.topics),
         )
     except MetadataError as error:
-        return ErrorCode[error.code], str(error)
-    if validate_only:
-        return ErrorCode.NONE, None
+        return ErrorCode[error.code], str(error), None
     start = broker.rng.randrange(len(available))
     replicas = place_replicas(available, partitions, factor, start)
+    if validate_only:
+        planned = tuple(tuple(nodes) for nodes in replicas)
+        return ErrorCode.NONE, None, TopicInfo(topic.name, planned, TOPIC_ID_ZERO, configs, config)
     command = {"type": "create_topic", "name": topic.name, "replicas": replicas, "configs": configs}
-    return await broker.commit_metadata(command)
+    code, message = await broker.commit_metadata(command)
+    return code, message, broker.image.topics.get(topic.name) if code == ErrorCode.NONE else None
 
 
 async def delete_topics(broker: BrokerView, request: KafkaRequest) -> Any:
+    """Each topic named (or, from v6, named by its id), deleted through the metadata log."""
     body = body_of(request)
-    names = list(body.topic_names) if request.api_version < 6 else [t.name for t in body.topics]
+    if request.api_version < 6:
+        asked = [(name, None) for name in body.topic_names]
+    else:
+        asked = [(topic.name, topic.topic_id) for topic in body.topics]
     cls = request.response_class.DeletableTopicResult
     results = []
-    for name in names:
+    for given, topic_id in asked:
+        name = given
+        if not name and topic_id is not None and topic_id != TOPIC_ID_ZERO:
+            name = broker.image.topic_named(topic_id)
         message: str | None
-        if name in INTERNAL_TOPICS:
+        if name is None:
+            code, message = ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}"
+        elif name in INTERNAL_TOPICS:
             code, message = ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name} is an internal topic"
         elif not allowed(broker, DELETE, TOPIC, str(name)):
             code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized"
         elif name not in broker.image.topics:
             code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {quoted(str(name))}"
         else:
+            topic_id = broker.image.topics[name].topic_id
             code, message = await broker.commit_metadata({"type": "delete_topic", "name": name})
-        results.append(cls(name=name, error_code=int(code), error_message=message))
+        results.append(
+            cls(name=name, topic_id=topic_id, error_code=int(code), error_message=message)
+        )
     return response(request, throttle_time_ms=0, responses=results)
 
 

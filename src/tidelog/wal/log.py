@@ -485,6 +485,43 @@ class DiskStorage:
                     return found
         return None
 
+    def max_timestamp_record(self, below: Offset) -> tuple[Offset, int] | None:
+        """(offset, timestamp) of the first data record below `below` with the largest
+        timestamp (ListOffsets' MAX_TIMESTAMP, KIP-734), or None when there is none.
+        Control batches never count; a segment or batch whose max timestamp cannot beat
+        the best found so far is passed over."""
+        self._check_serving()
+        best: tuple[Offset, int] | None = None
+        for segment in self._segments:
+            if segment.base_offset >= below:
+                break
+            if best is not None and segment.max_timestamp <= best[1]:
+                continue
+            reader = ChunkReader(self._fs, segment.log_path, segment.size_bytes)
+            for position, header in scan_batches(
+                self._fs,
+                segment.log_path,
+                segment.index.lookup(segment.base_offset),
+                segment.size_bytes,
+                verify=False,
+            ):
+                if header.base_offset >= below:
+                    break
+                if header.is_control or header.next_offset <= self.log_start_offset:
+                    continue
+                if best is not None and NO_TIMESTAMP < header.max_timestamp <= best[1]:
+                    continue
+                batch = self._checked(segment, reader, position, header)
+                for record in DefaultRecordBatch(batch):
+                    offset = int(record.offset)
+                    if offset >= below:
+                        break
+                    if offset >= self.log_start_offset and (
+                        best is None or record.timestamp > best[1]
+                    ):
+                        best = Offset(offset), int(record.timestamp)
+        return best
+
     def _offset_for_timestamp_in(
         self, segment: Segment, timestamp: int
     ) -> tuple[Offset, int] | None:

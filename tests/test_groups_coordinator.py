@@ -9,6 +9,7 @@ coordinator answers.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -108,7 +109,9 @@ def run_with_node(
     return asyncio.run(main())
 
 
-async def join(coordinator: GroupCoordinator, member_id: str = "", **kwargs: object) -> object:
+async def join(
+    coordinator: GroupCoordinator, member_id: str = "", reason: str | None = None, **kwargs: object
+) -> object:
     return await coordinator.join(
         "g",
         member_id=member_id,
@@ -119,6 +122,7 @@ async def join(coordinator: GroupCoordinator, member_id: str = "", **kwargs: obj
         rebalance_timeout_ms=int(kwargs.get("rebalance_timeout_ms", 3_000)),  # type: ignore[call-overload]
         protocol_type="consumer",
         protocols=PROTOCOLS,
+        reason=reason,
     )
 
 
@@ -195,6 +199,47 @@ def test_second_member_triggers_rebalance_and_leave_rebalances_again(tmp_path: P
         assert third.generation == 3 and third.members == [(one, None, b"subscription-a")]  # type: ignore[attr-defined]
 
     run_with_node(tmp_path, body)
+
+
+def test_sync_refuses_a_protocol_that_is_not_the_groups_and_reasons_are_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SyncGroup v5+ names the protocol type and protocol (KIP-559): either, when named,
+    must be the group's; JoinGroup v8+ and LeaveGroup v5+ reasons are logged (KIP-800)."""
+    caplog.set_level(logging.INFO, logger="tidelog.groups")
+
+    async def body(node: Node) -> None:
+        c = node.coordinator
+        member = (await join(c, reason="starting up")).member_id  # type: ignore[attr-defined]
+        for protocol_type, protocol in [("connect", "range"), ("consumer", "roundrobin")]:
+            with pytest.raises(GroupError) as inconsistent:
+                await c.sync(
+                    "g",
+                    generation=1,
+                    member_id=member,
+                    assignments={member: b"all"},
+                    protocol_type=protocol_type,
+                    protocol=protocol,
+                )
+            assert inconsistent.value.code is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        assert c.groups["g"].state is GroupState.COMPLETING_REBALANCE  # nothing stored
+        named = await c.sync(
+            "g",
+            generation=1,
+            member_id=member,
+            assignments={member: b"all"},
+            protocol_type="consumer",
+            protocol="range",
+        )
+        assert named == ("consumer", "range", b"all")
+        unnamed = await c.sync("g", generation=1, member_id=member, assignments={})
+        assert unnamed == ("consumer", "range", b"all")
+        assert c.leave("g", [member], ("shutting down",)) == [ErrorCode.NONE]
+
+    run_with_node(tmp_path, body)
+    logged = caplog.text
+    assert "joins (client reason: starting up)" in logged
+    assert "leaves (client reason: shutting down)" in logged
 
 
 def test_session_timeout_removes_a_silent_member(tmp_path: Path) -> None:

@@ -150,6 +150,14 @@ def test_versions_are_clipped_to_what_kafka_python_defines() -> None:
     assert SUPPORTED_VERSIONS[ApiKey.DESCRIBE_CONFIGS] == (1, 4)
 
 
+def test_every_api_is_served_at_every_version_kafka_python_declares_valid() -> None:
+    """What ApiVersions advertises is, for every API served, exactly the versions Kafka
+    4.0's schemas keep (kafka-python 3.0.12's `valid_versions`)."""
+    for key in SUPPORTED_VERSIONS:
+        declared = request_class(ApiKey(key)).valid_versions
+        assert SUPPORTED_VERSIONS[key] == (int(declared[0]), int(declared[1])), ApiKey(key)
+
+
 def test_unsupported_api_versions_gets_error_35_in_a_v0_body() -> None:
     """A client newer than tidelog asks ApiVersions v5 (kafka-python's newest, v4, sent
     with its version field raised: its flexible header is v5's too)."""

@@ -74,6 +74,7 @@ log = logging.getLogger("tidelog.groups")
 OFFSET_METADATA_BYTES_MAX = 4096
 JOIN_WAIT_SLACK_MS = 5_000
 GROUP_ID_LENGTH_MAX = 255
+REASON_LOGGED_MAX = 300  # characters of a client's join or leave reason that are logged
 
 
 @dataclass(slots=True)
@@ -88,6 +89,25 @@ class _Pending:
     dead: tuple[str, ...] = ()  # the groups an expiry deletes
     next_offset: int | None = None  # once written: applied up to here means done
     deadline_ms: int = 0
+
+
+def names_another(given: str | None, chosen: str | None) -> bool:
+    """Whether a client named a protocol (or type) other than the group's; a name not
+    given, or a group that has none, never differs (Kafka's isProtocolInconsistent)."""
+    return given is not None and chosen is not None and given != chosen
+
+
+def log_reason(group: Group, member_id: str, what: str, reason: str | None) -> None:
+    """Log the reason a client gave for a member's join or leave (KIP-800), cut short."""
+    if reason:
+        log.info(
+            "group %s: %s %s (client reason: %.*s)",
+            group.group_id,
+            member_id,
+            what,
+            REASON_LOGGED_MAX,
+            reason,
+        )
 
 
 class Coordinator:
@@ -305,6 +325,7 @@ class Coordinator:
             group.protocol_type = body.protocol_type
             member.heard(now)
             member.join = request
+            log_reason(group, member.member_id, "joins", body.reason)
             self._prepare_rebalance(group, f"{member.member_id} joined", now)
         else:
             known = group.members.get(body.member_id)
@@ -316,6 +337,7 @@ class Coordinator:
             member.session_timeout_ms = body.session_timeout_ms
             member.rebalance_timeout_ms = body.rebalance_timeout_ms
             member.heard(now)
+            log_reason(group, member.member_id, "joins again", body.reason)
             steady = group.state is GroupState.COMPLETING_REBALANCE or (
                 group.state is GroupState.STABLE and body.member_id != group.leader
             )
@@ -345,6 +367,7 @@ class Coordinator:
             leader=group.leader or "",
             member_id=member.member_id,
             members=members,
+            protocol_type=group.protocol_type,
         )
 
     def _prepare_rebalance(self, group: Group, reason: str, now: Now) -> None:
@@ -421,6 +444,11 @@ class Coordinator:
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
         if body.generation != group.generation:
             raise GroupError(ErrorCode.ILLEGAL_GENERATION)
+        # A protocol the client names must be the group's (KIP-559); one not named passes.
+        if names_another(body.protocol_type, group.protocol_type) or names_another(
+            body.protocol, group.protocol
+        ):
+            raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if group.state is GroupState.PREPARING_REBALANCE:
             raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
         member.heard(now)
@@ -476,11 +504,13 @@ class Coordinator:
         """LeaveGroup: one code per member id; the group rebalances without them."""
         group = self._group(body.group_id)
         codes = []
-        for member_id in body.member_ids:
+        for index, member_id in enumerate(body.member_ids):
             member = group.members.get(member_id)
             if member is None:
                 codes.append(ErrorCode.UNKNOWN_MEMBER_ID)
                 continue
+            reason = body.reasons[index] if index < len(body.reasons) else None
+            log_reason(group, member_id, "leaves", reason)
             self._remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
             self._member_gone(group, f"{member_id} left", now)
             codes.append(ErrorCode.NONE)

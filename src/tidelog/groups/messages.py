@@ -40,6 +40,8 @@ class Now:
 # ---------------------------------------------------------------------- requests -------
 @dataclass(frozen=True, slots=True)
 class Join:
+    """JoinGroup; `reason` is the client's, logged with the member (KIP-800)."""
+
     group_id: str
     member_id: str
     group_instance_id: str | None
@@ -49,14 +51,20 @@ class Join:
     rebalance_timeout_ms: int
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Sync:
+    """SyncGroup; `protocol_type` and `protocol`, when the client names them (KIP-559),
+    must be the group's."""
+
     group_id: str
     generation: int
     member_id: str
     assignments: tuple[tuple[str, bytes], ...]
+    protocol_type: str | None = None
+    protocol: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +76,11 @@ class Heartbeat:
 
 @dataclass(frozen=True, slots=True)
 class Leave:
+    """LeaveGroup; `reasons`, when given, are the clients' for each member (KIP-800)."""
+
     group_id: str
     member_ids: tuple[str, ...]
+    reasons: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +127,7 @@ class JoinResult:
     leader: str
     member_id: str
     members: list[tuple[str, str | None, bytes]]  # for the leader only
+    protocol_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,11 @@ Rules of this file:
 - Handlers only translate between kafka-python's request objects and `GroupCoordinator`
   (the asyncio adapter of `tidelog.server.groups`); the rules of groups live in the
   sans-IO `tidelog.groups.coordinator`.
+- Versions stop here: the coordinator never sees one. Each handler's docstring says what
+  its versions change, at the versions named by the `*_MIN` constants below; a field a
+  version lacks reaches the coordinator as its default (None: not given).
+- Offsets are stored by topic name: a topic named by id (v10) is looked up in the metadata
+  image, and answered with the id it was asked by.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidelog.clock import monotonic_ms
+from tidelog.groups.messages import CommittedOffset
 from tidelog.groups.state import GroupState
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
@@ -27,6 +33,15 @@ from tidelog.server.metadata import OFFSETS_TOPIC
 from tidelog.server.view import BrokerView
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+GROUP_TYPE = "classic"  # every tidelog group (ListGroups v5+; KIP-848 adds "consumer")
+
+# The versions where a group API's meaning changes (each at its handler):
+FIND_COORDINATOR_BATCHED_MIN = 4  # CoordinatorKeys in, Coordinators out (KIP-699)
+OFFSET_FETCH_BATCHED_MIN = 8  # Groups in, Groups out, an error per group
+GROUP_ID_NOT_FOUND_MIN = 9  # OffsetCommit to a group that does not exist (KIP-848)
+TOPIC_IDS_MIN = 10  # OffsetCommit and OffsetFetch name topics by id (KIP-848)
+GROUP_ID_NOT_FOUND_DESCRIBED_MIN = 6  # DescribeGroups of a group that does not exist (KIP-1043)
 
 
 def coordinator_of(broker: BrokerView, group_id: str, operation: int = READ) -> GroupCoordinator:
@@ -45,46 +60,64 @@ def coordinator_of(broker: BrokerView, group_id: str, operation: int = READ) -> 
 
 # ---------------------------------------------------------------------- FindCoordinator
 async def find_coordinator(broker: BrokerView, request: KafkaRequest) -> Any:
+    """One key below v4; from v4 a batch of keys of one type, each answered alone."""
     body = body_of(request)
+    key_type = getattr(body, "key_type", KEY_TYPE_GROUP)  # v0 has none: a group
+    if request.api_version < FIND_COORDINATOR_BATCHED_MIN:
+        return response(request, throttle_time_ms=0, **locate(broker, key_type, body.key))
+    cls = request.response_class.Coordinator
+    coordinators = [cls(key=key, **locate(broker, key_type, key)) for key in body.coordinator_keys]
+    return response(request, throttle_time_ms=0, coordinators=coordinators)
 
-    def answer(code: ErrorCode, message: str | None, node: int = -1, port: int = -1) -> Any:
+
+def locate(broker: BrokerView, key_type: int, key: str) -> dict[str, Any]:
+    """The fields answering one coordinator key: where its coordinator is, or why not."""
+
+    def answer(
+        code: ErrorCode, message: str | None, node: int = -1, port: int = -1
+    ) -> dict[str, Any]:
         host = host_of(broker, node) if node >= 0 else ""
-        return response(
-            request,
-            throttle_time_ms=0,
-            error_code=int(code),
-            error_message=message,
-            node_id=node,
-            host=host,
-            port=port,
-        )
+        return {
+            "error_code": int(code),
+            "error_message": message,
+            "node_id": node,
+            "host": host,
+            "port": port,
+        }
 
-    if getattr(body, "key_type", KEY_TYPE_GROUP) != KEY_TYPE_GROUP:
+    if key_type == KEY_TYPE_TRANSACTION:
         return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "tidelog has no transactions")
-    if not allowed(broker, DESCRIBE, GROUP, body.key):
+    if key_type != KEY_TYPE_GROUP:  # share groups (KIP-932) and unknown types, as Kafka
+        return answer(ErrorCode.INVALID_REQUEST, f"unsupported coordinator key type {key_type}")
+    if not allowed(broker, DESCRIBE, GROUP, key):
         return answer(ErrorCode.GROUP_AUTHORIZATION_FAILED, "not authorized")
     info = broker.image.topics.get(OFFSETS_TOPIC)
     if info is None:
         return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is not created yet")
-    key = PartitionKey(OFFSETS_TOPIC, group_partition(body.key, info.partitions))
-    leader, _ = broker.leader_of(key)
+    partition = PartitionKey(OFFSETS_TOPIC, group_partition(key, info.partitions))
+    leader, _ = broker.leader_of(partition)
     if leader < 0 or leader not in broker.kafka_ports:
         return answer(
-            ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{key.topic}-{key.partition} has no leader"
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            f"{partition.topic}-{partition.partition} has no leader",
         )
     return answer(ErrorCode.NONE, None, leader, broker.kafka_ports[leader])  # type: ignore[index]
 
 
 # ---------------------------------------------------------------------- JoinGroup ------
 async def join_group(broker: BrokerView, request: KafkaRequest) -> Any:
+    """v7+ answers the protocol type; v8+ takes a reason (logged); v9's SkipAssignment is
+    always false: the leader assigns."""
     body = body_of(request)
     cls = request.response_class
 
     def answer(code: ErrorCode, **fields: Any) -> Any:
         values = {
             "generation_id": -1,
+            "protocol_type": None,
             "protocol_name": "",
             "leader": "",
+            "skip_assignment": False,
             "member_id": body.member_id,
             "members": [],
         } | fields
@@ -105,6 +138,7 @@ async def join_group(broker: BrokerView, request: KafkaRequest) -> Any:
             rebalance_timeout_ms=rebalance_timeout_ms,
             protocol_type=body.protocol_type,
             protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+            reason=getattr(body, "reason", None),
         )
     except GroupError as error:
         return answer(error.code)
@@ -115,6 +149,7 @@ async def join_group(broker: BrokerView, request: KafkaRequest) -> Any:
     return answer(
         ErrorCode.NONE,
         generation_id=result.generation,
+        protocol_type=result.protocol_type,
         protocol_name=result.protocol or "",
         leader=result.leader,
         member_id=result.member_id,
@@ -124,6 +159,8 @@ async def join_group(broker: BrokerView, request: KafkaRequest) -> Any:
 
 # ---------------------------------------------------------------------- SyncGroup ------
 async def sync_group(broker: BrokerView, request: KafkaRequest) -> Any:
+    """v5+ names the protocol type and protocol both ways (KIP-559): ones that are not the
+    group's get INCONSISTENT_GROUP_PROTOCOL."""
     body = body_of(request)
     assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
     try:
@@ -133,6 +170,8 @@ async def sync_group(broker: BrokerView, request: KafkaRequest) -> Any:
             generation=body.generation_id,
             member_id=body.member_id,
             assignments=assignments,
+            protocol_type=getattr(body, "protocol_type", None),
+            protocol=getattr(body, "protocol_name", None),
         )
     except GroupError as error:
         return response(
@@ -168,13 +207,16 @@ async def heartbeat(broker: BrokerView, request: KafkaRequest) -> Any:
 
 # ---------------------------------------------------------------------- LeaveGroup -----
 async def leave_group(broker: BrokerView, request: KafkaRequest) -> Any:
+    """One member below v3; from v3 a batch, each answered alone; v5+ reasons (logged)."""
     body = body_of(request)
     cls = request.response_class
     batch = request.api_version >= 3
     identities = list(body.members) if batch else []
     member_ids = [m.member_id for m in identities] if batch else [body.member_id]
+    reasons = tuple(getattr(m, "reason", None) for m in identities)
     try:
-        codes = coordinator_of(broker, body.group_id).leave(body.group_id, member_ids)
+        coordinator = coordinator_of(broker, body.group_id)
+        codes = coordinator.leave(body.group_id, member_ids, reasons)
     except GroupError as error:
         return response(request, throttle_time_ms=0, error_code=int(error.code), members=[])
     if not batch:
@@ -190,24 +232,47 @@ async def leave_group(broker: BrokerView, request: KafkaRequest) -> Any:
     return response(request, throttle_time_ms=0, error_code=0, members=members)
 
 
+# ---------------------------------------------------------------------- topics by id ---
+def topic_name(broker: BrokerView, topic: Any, *, by_id: bool) -> str | None:
+    """The name of a request's topic: its own below v10 of OffsetCommit and OffsetFetch,
+    else the topic its id names (KIP-848), None when no topic has that id now."""
+    return broker.image.topic_named(topic.topic_id) if by_id else str(topic.name)
+
+
+def topic_named_as_asked(topic: Any, *, by_id: bool) -> dict[str, Any]:
+    """A response topic's name field, as its request topic named it."""
+    return {"topic_id": topic.topic_id} if by_id else {"name": topic.name}
+
+
 # ---------------------------------------------------------------------- OffsetCommit ---
 async def offset_commit(broker: BrokerView, request: KafkaRequest) -> Any:
+    """Offsets are stored by topic name; v10 names topics by id (an unknown one:
+    UNKNOWN_TOPIC_ID). v9+ answers GROUP_ID_NOT_FOUND for a commit with a generation to a
+    group that does not exist (older versions: UNKNOWN_MEMBER_ID, as before)."""
     body = body_of(request)
     cls = request.response_class.OffsetCommitResponseTopic
+    by_id = request.api_version >= TOPIC_IDS_MIN
+    names = [topic_name(broker, topic, by_id=by_id) for topic in body.topics]
     offsets = {
-        (topic.name, part.partition_index): (
+        (name, part.partition_index): (
             part.committed_offset,
             getattr(part, "committed_leader_epoch", -1),
             part.committed_metadata or "",
         )
-        for topic in body.topics
+        for topic, name in zip(body.topics, names, strict=True)
+        if name is not None
         for part in topic.partitions
     }
     refused = {key for key in offsets if not allowed(broker, READ, TOPIC, key[0])}
+    generation = body.generation_id_or_member_epoch
     try:
-        codes = await coordinator_of(broker, body.group_id).commit(
+        coordinator = coordinator_of(broker, body.group_id)
+        unknown = generation >= 0 and not coordinator.has_group(body.group_id)
+        if unknown and request.api_version >= GROUP_ID_NOT_FOUND_MIN:
+            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND)
+        codes = await coordinator.commit(
             body.group_id,
-            generation=body.generation_id_or_member_epoch,
+            generation=generation,
             member_id=body.member_id,
             offsets={key: value for key, value in offsets.items() if key not in refused},
         )
@@ -216,61 +281,141 @@ async def offset_commit(broker: BrokerView, request: KafkaRequest) -> Any:
     codes.update(dict.fromkeys(refused, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
     topics = [
         cls(
-            name=topic.name,
+            **topic_named_as_asked(topic, by_id=by_id),
             partitions=[
                 cls.OffsetCommitResponsePartition(
                     partition_index=part.partition_index,
-                    error_code=int(codes[(topic.name, part.partition_index)]),
+                    error_code=int(
+                        ErrorCode.UNKNOWN_TOPIC_ID
+                        if name is None
+                        else codes[(name, part.partition_index)]
+                    ),
                 )
                 for part in topic.partitions
             ],
         )
-        for topic in body.topics
+        for topic, name in zip(body.topics, names, strict=True)
     ]
     return response(request, throttle_time_ms=0, topics=topics)
 
 
 # ---------------------------------------------------------------------- OffsetFetch ----
+Fetched = dict[tuple[str, int], CommittedOffset | None]
+
+
+def fetch_offsets(
+    broker: BrokerView, group_id: str, asked: list[tuple[str, int]] | None
+) -> tuple[ErrorCode, Fetched]:
+    """(error, each partition's committed offset or None): every partition with an offset
+    when `asked` is None; on an error, None for each partition asked."""
+    try:
+        coordinator = coordinator_of(broker, group_id, DESCRIBE)
+        return ErrorCode.NONE, coordinator.fetch_offsets(group_id, asked, now_ms=monotonic_ms())
+    except GroupError as error:
+        return error.code, dict.fromkeys(asked or [], None)
+
+
+def fetched_partition(
+    cls: Any, partition: int, committed: CommittedOffset | None, code: ErrorCode
+) -> Any:
+    return cls(
+        partition_index=partition,
+        committed_offset=-1 if committed is None else committed.offset,
+        committed_leader_epoch=-1 if committed is None else committed.leader_epoch,
+        metadata="" if committed is None else committed.metadata,
+        error_code=int(code),
+    )
+
+
+def partitions_by_topic(cls: Any, offsets: Fetched, code: ErrorCode) -> dict[str, list[Any]]:
+    """Each topic's answered partitions (of class `cls`), in the order of `offsets`."""
+    grouped: dict[str, list[Any]] = {}
+    for (topic, partition), committed in offsets.items():
+        grouped.setdefault(topic, []).append(fetched_partition(cls, partition, committed, code))
+    return grouped
+
+
 async def offset_fetch(broker: BrokerView, request: KafkaRequest) -> Any:
+    """One group below v8, a batch of groups from v8, each answered alone. Nothing is ever
+    pending (commits are answered once applied), so v7's RequireStable changes nothing; v9's
+    MemberId and MemberEpoch are for KIP-848 groups, and a classic group ignores them, as in
+    Kafka's ClassicGroup.validateOffsetFetch."""
     body = body_of(request)
+    if request.api_version >= OFFSET_FETCH_BATCHED_MIN:
+        groups = [offset_fetch_group(broker, request, group) for group in body.groups]
+        return response(request, throttle_time_ms=0, groups=groups)
     cls = request.response_class.OffsetFetchResponseTopic
     asked = (
         None
         if body.topics is None
         else [(t.name, p) for t in body.topics for p in t.partition_indexes]
     )
-    try:
-        coordinator = coordinator_of(broker, body.group_id, DESCRIBE)
-        offsets = coordinator.fetch_offsets(body.group_id, asked, now_ms=monotonic_ms())
-        code = ErrorCode.NONE
-    except GroupError as error:
-        offsets, code = dict.fromkeys(asked or [], None), error.code
-    by_topic: dict[str, list[Any]] = {}
-    for (topic, partition), committed in offsets.items():
-        by_topic.setdefault(topic, []).append(
-            cls.OffsetFetchResponsePartition(
-                partition_index=partition,
-                committed_offset=-1 if committed is None else committed.offset,
-                committed_leader_epoch=-1 if committed is None else committed.leader_epoch,
-                metadata="" if committed is None else committed.metadata,
-                error_code=int(code) if request.api_version < 2 else 0,
-            )
-        )
-    topics = [cls(name=topic, partitions=parts) for topic, parts in by_topic.items()]
+    code, offsets = fetch_offsets(broker, body.group_id, asked)
+    partition_code = code if request.api_version < 2 else ErrorCode.NONE  # v2+: top-level
+    grouped = partitions_by_topic(cls.OffsetFetchResponsePartition, offsets, partition_code)
+    topics = [cls(name=topic, partitions=parts) for topic, parts in grouped.items()]
     return response(request, throttle_time_ms=0, topics=topics, error_code=int(code))
+
+
+def offset_fetch_group(broker: BrokerView, request: KafkaRequest, group: Any) -> Any:
+    """One group of an OffsetFetch v8+: its topics (by id from v10: an unknown id gets
+    UNKNOWN_TOPIC_ID; a topic with offsets but no id now is left out, as Kafka does), or
+    its error alone."""
+    cls = request.response_class.OffsetFetchResponseGroup
+    topic_cls = cls.OffsetFetchResponseTopics
+    part_cls = topic_cls.OffsetFetchResponsePartitions
+    by_id = request.api_version >= TOPIC_IDS_MIN
+    asked_topics = [] if group.topics is None else list(group.topics)
+    names = [topic_name(broker, topic, by_id=by_id) for topic in asked_topics]
+    asked = [
+        (name, p)
+        for topic, name in zip(asked_topics, names, strict=True)
+        if name is not None
+        for p in topic.partition_indexes
+    ]
+    code, offsets = fetch_offsets(broker, group.group_id, None if group.topics is None else asked)
+    if code is not ErrorCode.NONE:
+        return cls(group_id=group.group_id, topics=[], error_code=int(code))
+    if group.topics is not None:
+        topics = [
+            topic_cls(
+                **topic_named_as_asked(topic, by_id=by_id),
+                partitions=[
+                    fetched_partition(part_cls, p, None, ErrorCode.UNKNOWN_TOPIC_ID)
+                    if name is None
+                    else fetched_partition(part_cls, p, offsets[(name, p)], ErrorCode.NONE)
+                    for p in topic.partition_indexes
+                ],
+            )
+            for topic, name in zip(asked_topics, names, strict=True)
+        ]
+        return cls(group_id=group.group_id, topics=topics, error_code=0)
+    grouped = partitions_by_topic(part_cls, offsets, ErrorCode.NONE)
+    if not by_id:
+        topics = [topic_cls(name=name, partitions=parts) for name, parts in grouped.items()]
+    else:
+        topics = [
+            topic_cls(topic_id=info.topic_id, partitions=parts)
+            for name, parts in grouped.items()
+            if (info := broker.image.topics.get(name)) is not None
+        ]
+    return cls(group_id=group.group_id, topics=topics, error_code=0)
 
 
 # ---------------------------------------------------------------------- ListGroups -----
 async def list_groups(broker: BrokerView, request: KafkaRequest) -> Any:
+    """v4+ filters by state, v5+ by type (both case-insensitive, as Kafka): every tidelog
+    group is "classic", so a types filter without it lists none."""
     body = body_of(request)
     cls = request.response_class.ListedGroup
-    wanted = {s.lower() for s in getattr(body, "states_filter", None) or []}
+    states = {s.strip().lower() for s in getattr(body, "states_filter", None) or []}
+    types = {t.lower() for t in getattr(body, "types_filter", None) or []}
     groups = []
     for coordinator in broker.coordinators.values():
-        if not coordinator.loaded:
+        if not coordinator.loaded or (types and GROUP_TYPE not in types):
             continue
         for group in coordinator.groups.values():
-            if wanted and group.state.value.lower() not in wanted:
+            if states and group.state.value.lower() not in states:
                 continue
             if not allowed(broker, DESCRIBE, GROUP, group.group_id):
                 continue
@@ -279,7 +424,7 @@ async def list_groups(broker: BrokerView, request: KafkaRequest) -> Any:
                     group_id=group.group_id,
                     protocol_type=group.protocol_type or "",
                     group_state=group.state.value,
-                    group_type="classic",
+                    group_type=GROUP_TYPE,
                 )
             )
     return response(request, throttle_time_ms=0, error_code=0, groups=groups)
@@ -287,6 +432,8 @@ async def list_groups(broker: BrokerView, request: KafkaRequest) -> Any:
 
 # ---------------------------------------------------------------------- DescribeGroups -
 async def describe_groups(broker: BrokerView, request: KafkaRequest) -> Any:
+    """A group that does not exist: Dead, with GROUP_ID_NOT_FOUND and a message from v6
+    (KIP-1043), with no error below."""
     cls = request.response_class.DescribedGroup
     described = []
     for group_id in body_of(request).groups:
@@ -298,7 +445,11 @@ async def describe_groups(broker: BrokerView, request: KafkaRequest) -> Any:
             continue
         group = coordinator.groups.get(group_id)
         if group is None:
-            described.append(dead_group(cls, group_id, ErrorCode.NONE))
+            if request.api_version >= GROUP_ID_NOT_FOUND_DESCRIBED_MIN:
+                message = f"Group {group_id} not found."
+                described.append(dead_group(cls, group_id, ErrorCode.GROUP_ID_NOT_FOUND, message))
+            else:
+                described.append(dead_group(cls, group_id, ErrorCode.NONE))
             continue
         members = [
             cls.DescribedGroupMember(
@@ -326,10 +477,10 @@ async def describe_groups(broker: BrokerView, request: KafkaRequest) -> Any:
     return response(request, throttle_time_ms=0, groups=described)
 
 
-def dead_group(cls: Any, group_id: str, code: ErrorCode) -> Any:
+def dead_group(cls: Any, group_id: str, code: ErrorCode, message: str | None = None) -> Any:
     return cls(
         error_code=int(code),
-        error_message=None,
+        error_message=message,
         group_id=group_id,
         group_state=GroupState.DEAD.value,
         protocol_type="",

@@ -231,6 +231,7 @@ class GroupCoordinator:
         rebalance_timeout_ms: int,
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
+        reason: str | None = None,
     ) -> JoinResult:
         body = Join(
             group_id,
@@ -242,25 +243,43 @@ class GroupCoordinator:
             rebalance_timeout_ms,
             protocol_type,
             tuple(protocols),
+            reason,
         )
         result: JoinResult = await self.ask(body)
         return result
 
     async def sync(
-        self, group_id: str, *, generation: int, member_id: str, assignments: dict[str, bytes]
+        self,
+        group_id: str,
+        *,
+        generation: int,
+        member_id: str,
+        assignments: dict[str, bytes],
+        protocol_type: str | None = None,
+        protocol: str | None = None,
     ) -> tuple[str | None, str | None, bytes]:
-        """SyncGroup: (protocol type, protocol, this member's assignment)."""
-        result: SyncResult = await self.ask(
-            Sync(group_id, generation, member_id, tuple(assignments.items()))
+        """SyncGroup: (protocol type, protocol, this member's assignment). A protocol type
+        or protocol named (not None) must be the group's: INCONSISTENT_GROUP_PROTOCOL."""
+        body = Sync(
+            group_id, generation, member_id, tuple(assignments.items()), protocol_type, protocol
         )
+        result: SyncResult = await self.ask(body)
         return result.protocol_type, result.protocol, result.assignment
 
     def heartbeat(self, group_id: str, *, generation: int, member_id: str) -> None:
         self.ask_now(Heartbeat(group_id, generation, member_id))
 
-    def leave(self, group_id: str, member_ids: list[str]) -> list[ErrorCode]:
-        codes: list[ErrorCode] = self.ask_now(Leave(group_id, tuple(member_ids)))
+    def leave(
+        self, group_id: str, member_ids: list[str], reasons: tuple[str | None, ...] = ()
+    ) -> list[ErrorCode]:
+        codes: list[ErrorCode] = self.ask_now(Leave(group_id, tuple(member_ids), reasons))
         return codes
+
+    def has_group(self, group_id: str) -> bool:
+        """Whether `group_id` exists here (members, or offsets); GroupError unless this
+        node coordinates its groups now."""
+        self.check_serving()
+        return group_id in self.machine.groups
 
     async def commit(
         self,

@@ -50,6 +50,7 @@ from tidelog.protocol.kafka import (
     api_versions_response,
     iter_produce_partitions,
     join_batches,
+    request_class,
 )
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.types import Epoch, NodeId, Offset

@@ -207,12 +207,12 @@ def topic_metadata(broker: BrokerView, cls: Any, name: str, with_operations: boo
     fenced = broker.image.fenced
     for index, replicas in enumerate(info.replicas):
         key = PartitionKey(name, index)
-        leader, epoch = broker.leader_of(key)
         reported = broker.image.partitions.get((name, index))
-        if reported is not None and reported.epoch > epoch:
-            leader, epoch = reported.leader, reported.epoch  # the log knows a later leader
-        if leader not in broker.kafka_ports or leader in fenced:
-            leader = -1  # not listed (its address has not reached us yet, or fenced): retry
+        known = known_leader(broker, name, index)
+        if known is None:  # not listed (its address has not reached us yet, or fenced): retry
+            leader, epoch = -1, max(broker.leader_of(key)[1], reported.epoch if reported else -1)
+        else:
+            leader, epoch = known.leader_id, known.leader_epoch
         error = ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
         isr = list(reported.isr) if reported is not None else in_sync_nodes(broker, key, replicas)
         partitions.append(

@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
 
 from tidelog.errors import MetadataError
 from tidelog.server.acl import (
@@ -337,6 +338,26 @@ def test_only_what_is_allowed_happens(tmp_path: Path) -> None:
         )
         assert [m.value for m in reader] == [b"a1"]
         reader.close()
+        # The group's offsets of a topic alice may not describe are not hers to see, as in
+        # Kafka: left out of "every offset", refused when named.
+        assert tidelog(
+            "topics", "create", "hidden", "--partitions", "1", "--replication-factor", "1",
+            "--bootstrap-server", plain,
+        ).returncode == 0  # fmt: skip
+        committer = KafkaConsumer(bootstrap_servers=plain, group_id="g1")
+        committer.commit({TopicPartition("hidden", 0): OffsetAndMetadata(0, "", -1)})
+        committer.close()
+        everyone = KafkaAdminClient(bootstrap_servers=plain)
+        assert {tp.topic for tp in everyone.list_group_offsets({"g1": None})["g1"]} == {
+            "orders",
+            "hidden",
+        }
+        everyone.close()
+        hers = KafkaAdminClient(**alice)
+        assert {tp.topic for tp in hers.list_group_offsets({"g1": None})["g1"]} == {"orders"}
+        with pytest.raises(KafkaError):
+            hers.list_group_offsets({"g1": [TopicPartition("hidden", 0)]})
+        hers.close()
         # DENY wins over ALLOW.
         acls(plain, "add", "--deny", "User:alice", "--operation", "WRITE", "--topic", "orders")
         eventually(lambda: produced(alice, b"a2") is None, "alice's writes refused by DENY")

@@ -17,6 +17,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from tidelog.clock import monotonic_ms
@@ -305,14 +306,23 @@ Fetched = dict[tuple[str, int], CommittedOffset | None]
 
 def fetch_offsets(
     broker: BrokerView, group_id: str, asked: list[tuple[str, int]] | None
-) -> tuple[ErrorCode, Fetched]:
-    """(error, each partition's committed offset or None): every partition with an offset
-    when `asked` is None; on an error, None for each partition asked."""
+) -> tuple[ErrorCode, Fetched, set[tuple[str, int]]]:
+    """(error, each partition's committed offset or None, the partitions asked of topics
+    this principal may not describe): every partition with an offset when `asked` is None,
+    those of undescribable topics left out (as Kafka's handleOffsetFetchRequest); on an
+    error, None for each partition asked."""
     try:
         coordinator = coordinator_of(broker, group_id, DESCRIBE)
-        return ErrorCode.NONE, coordinator.fetch_offsets(group_id, asked, now_ms=monotonic_ms())
+        offsets = dict(coordinator.fetch_offsets(group_id, asked, now_ms=monotonic_ms()))
     except GroupError as error:
-        return error.code, dict.fromkeys(asked or [], None)
+        return error.code, dict.fromkeys(asked or [], None), set()
+    hidden = {key for key in offsets if not allowed(broker, DESCRIBE, TOPIC, key[0])}
+    for key in hidden:
+        if asked is None:
+            del offsets[key]
+        else:
+            offsets[key] = None
+    return ErrorCode.NONE, offsets, hidden if asked is not None else set()
 
 
 def fetched_partition(
@@ -327,11 +337,15 @@ def fetched_partition(
     )
 
 
-def partitions_by_topic(cls: Any, offsets: Fetched, code: ErrorCode) -> dict[str, list[Any]]:
-    """Each topic's answered partitions (of class `cls`), in the order of `offsets`."""
+def partitions_by_topic(
+    cls: Any, offsets: Fetched, code: ErrorCode, refused: AbstractSet[tuple[str, int]] = frozenset()
+) -> dict[str, list[Any]]:
+    """Each topic's answered partitions (of class `cls`), in the order of `offsets`; those
+    `refused` with TOPIC_AUTHORIZATION_FAILED."""
     grouped: dict[str, list[Any]] = {}
     for (topic, partition), committed in offsets.items():
-        grouped.setdefault(topic, []).append(fetched_partition(cls, partition, committed, code))
+        error = ErrorCode.TOPIC_AUTHORIZATION_FAILED if (topic, partition) in refused else code
+        grouped.setdefault(topic, []).append(fetched_partition(cls, partition, committed, error))
     return grouped
 
 
@@ -350,9 +364,11 @@ async def offset_fetch(broker: BrokerView, request: KafkaRequest) -> Any:
         if body.topics is None
         else [(t.name, p) for t in body.topics for p in t.partition_indexes]
     )
-    code, offsets = fetch_offsets(broker, body.group_id, asked)
+    code, offsets, refused = fetch_offsets(broker, body.group_id, asked)
     partition_code = code if request.api_version < 2 else ErrorCode.NONE  # v2+: top-level
-    grouped = partitions_by_topic(cls.OffsetFetchResponsePartition, offsets, partition_code)
+    grouped = partitions_by_topic(
+        cls.OffsetFetchResponsePartition, offsets, partition_code, refused
+    )
     topics = [cls(name=topic, partitions=parts) for topic, parts in grouped.items()]
     return response(request, throttle_time_ms=0, topics=topics, error_code=int(code))
 
@@ -373,7 +389,9 @@ def offset_fetch_group(broker: BrokerView, request: KafkaRequest, group: Any) ->
         if name is not None
         for p in topic.partition_indexes
     ]
-    code, offsets = fetch_offsets(broker, group.group_id, None if group.topics is None else asked)
+    code, offsets, refused = fetch_offsets(
+        broker, group.group_id, None if group.topics is None else asked
+    )
     if code is not ErrorCode.NONE:
         return cls(group_id=group.group_id, topics=[], error_code=int(code))
     if group.topics is not None:
@@ -383,7 +401,14 @@ def offset_fetch_group(broker: BrokerView, request: KafkaRequest, group: Any) ->
                 partitions=[
                     fetched_partition(part_cls, p, None, ErrorCode.UNKNOWN_TOPIC_ID)
                     if name is None
-                    else fetched_partition(part_cls, p, offsets[(name, p)], ErrorCode.NONE)
+                    else fetched_partition(
+                        part_cls,
+                        p,
+                        offsets[(name, p)],
+                        ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        if (name, p) in refused
+                        else ErrorCode.NONE,
+                    )
                     for p in topic.partition_indexes
                 ],
             )

@@ -1,0 +1,397 @@
+"""ISR mode's sans-IO heart (docs/isr.md, issue 18): the controller's partition record, its
+pure transitions, and the leader's side (`IsrLeader`). Not wired into the broker yet.
+
+No IO, no clock, no randomness: the time (`now_ms`) and the live nodes are handed in.
+Rule numbers are those of docs/isr.md.
+
+Rules of this file:
+- The record changes only through `alter_isr`, `fence`, `restarted` and `elect`; every
+  change bumps `partition_epoch` by one, a change of leader also `leader_epoch` (KIP-497).
+- `alter_isr` applies a leader's proposal only from the current leader, at the current
+  leader epoch and partition epoch, keeping the leader in an ISR within the replicas
+  (rule 3; the checks and their order are Kafka's
+  ReplicationControlManager.validateAlterPartitionData). Which replicas are caught up is
+  the leader's call (rule 5), not the controller's.
+- ELR (rule 8), as KIP-966 and Kafka's PartitionChangeBuilder.maybePopulateTargetElr: after
+  any change, when |ISR| >= min.insync.replicas (at most the replication factor) the ELR
+  is empty; otherwise ELR = (old ELR + old ISR) - new ISR - replicas that restarted. So a
+  replica removed from an ISR that is (or becomes) smaller than min.insync.replicas joins
+  the ELR, an ELR member that rejoins the ISR leaves it, and a restarted replica leaves both
+  (rule 9). This is safe only with KIP-966's strict min ISR, which `IsrLeader` keeps: the
+  HWM does not move while |committed ISR| < min.insync.replicas (Kafka's
+  Partition.maybeIncrementLeaderHW, `isUnderMinIsr`), so every ELR member holds every
+  record below the HWM.
+- `fence` removes a fenced node from the ISR even when that empties it (Kafka with ELR
+  enabled: "the ISR is allowed to be empty"; the node goes to the ELR if the ISR is then
+  below min.insync.replicas) and, if it led, takes its leadership away (leader -1, leader
+  epoch + 1), so its proposals are refused from then on. A fenced ELR member stays in the
+  ELR (it holds the data; it is just not live).
+- `elect` (rules 4, 8, 10): the first live replica, in assignment order, of the ISR; else
+  the first live ELR member (its ISR becomes that one, as Kafka); else, only when unclean
+  election is allowed, the first live replica, which then is the whole ISR and the ELR is
+  cleared (Kafka clears the ELR on an unclean election), and the result says `unclean`.
+  Kafka elects from the ELR only once the ISR is empty (dead ISR members are fenced first);
+  here an ELR member may lead while dead ISR members are still listed, which is as safe
+  (strict min ISR: it holds every committed record) and more available; those ISR members
+  then go to the ELR by the rule above.
+- Not done: KIP-903's broker epochs in a proposal. They guard against re-admitting a
+  replica that restarted and lost an unsynced tail the leader had counted; tidelog counts
+  only durable offsets (rule 9), so nothing it counted is lost in a restart.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
+
+from tidelog.types import Epoch, NodeId, Offset
+
+NO_LEADER = NodeId(-1)
+
+
+class Refusal(enum.Enum):
+    """Why the controller refused a proposal: Kafka's AlterPartition error names."""
+
+    FENCED_LEADER_EPOCH = "FENCED_LEADER_EPOCH"  # an older leader epoch
+    INVALID_REQUEST = "INVALID_REQUEST"  # not the leader, or an ISR that cannot be
+    INVALID_UPDATE_VERSION = "INVALID_UPDATE_VERSION"  # an older partition epoch
+    NOT_CONTROLLER = "NOT_CONTROLLER"  # epochs newer than this controller's record
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    """A partition as the controller keeps it in the metadata log. `isr` and `elr` are in
+    assignment order (the order of `replicas`)."""
+
+    replicas: tuple[NodeId, ...]
+    leader: NodeId
+    leader_epoch: Epoch
+    partition_epoch: int
+    isr: tuple[NodeId, ...]
+    elr: tuple[NodeId, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IsrProposal:
+    """A leader's AlterPartition: the ISR it wants, and the record it saw."""
+
+    leader: NodeId
+    leader_epoch: Epoch
+    partition_epoch: int
+    isr: tuple[NodeId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AlterResult:
+    """The controller's answer: the record after (unchanged on a refusal), and why not."""
+
+    record: PartitionRecord
+    refusal: Refusal | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.refusal is None
+
+
+@dataclass(frozen=True, slots=True)
+class Election:
+    """What `elect` decided. `leader` is NO_LEADER when nobody may lead (offline); an
+    `unclean` leader may lack acknowledged records, and the caller must say which."""
+
+    record: PartitionRecord
+    leader: NodeId
+    unclean: bool = False
+
+
+def effective_min_insync(record: PartitionRecord, min_insync: int) -> int:
+    """min.insync.replicas, at most the replication factor (Kafka's effectiveMinIsr)."""
+    return min(min_insync, len(record.replicas))
+
+
+def _ordered(record: PartitionRecord, members: Iterable[NodeId]) -> tuple[NodeId, ...]:
+    wanted = set(members)
+    return tuple(node for node in record.replicas if node in wanted)
+
+
+def _changed(
+    record: PartitionRecord,
+    *,
+    isr: Iterable[NodeId],
+    min_insync: int,
+    leader: NodeId | None = None,
+    restarted: Collection[NodeId] = (),
+    clear_elr: bool = False,
+) -> PartitionRecord:
+    """The record with a new ISR (and leader), its ELR by rule 8 and its epochs bumped; the
+    same record when nothing changes."""
+    new_isr = _ordered(record, isr)
+    if clear_elr or len(new_isr) >= effective_min_insync(record, min_insync):
+        elr: tuple[NodeId, ...] = ()
+    else:
+        elr = _ordered(
+            record,
+            (set(record.elr) | set(record.isr)) - set(new_isr) - set(restarted),
+        )
+    new_leader = record.leader if leader is None else leader
+    if (new_isr, elr, new_leader) == (record.isr, record.elr, record.leader):
+        return record
+    return replace(
+        record,
+        leader=new_leader,
+        leader_epoch=Epoch(record.leader_epoch + (new_leader != record.leader)),
+        partition_epoch=record.partition_epoch + 1,
+        isr=new_isr,
+        elr=elr,
+    )
+
+
+def alter_isr(record: PartitionRecord, proposal: IsrProposal, *, min_insync: int) -> AlterResult:
+    """Rule 3: apply a leader's ISR change only if it is current, else refuse it and change
+    nothing. A proposal that changes nothing is accepted as it stands."""
+    refusal = _refusal(record, proposal)
+    if refusal is not None:
+        return AlterResult(record, refusal)
+    return AlterResult(_changed(record, isr=proposal.isr, min_insync=min_insync))
+
+
+def _refusal(record: PartitionRecord, proposal: IsrProposal) -> Refusal | None:
+    if (
+        proposal.leader_epoch > record.leader_epoch
+        or proposal.partition_epoch > record.partition_epoch
+    ):
+        return Refusal.NOT_CONTROLLER
+    if proposal.leader_epoch < record.leader_epoch:
+        return Refusal.FENCED_LEADER_EPOCH
+    if proposal.leader != record.leader:
+        return Refusal.INVALID_REQUEST
+    if proposal.partition_epoch < record.partition_epoch:
+        return Refusal.INVALID_UPDATE_VERSION
+    if (
+        len(set(proposal.isr)) != len(proposal.isr)
+        or not set(proposal.isr) <= set(record.replicas)
+        or record.leader not in proposal.isr
+    ):
+        return Refusal.INVALID_REQUEST
+    return None
+
+
+def fence(record: PartitionRecord, node: NodeId, *, min_insync: int) -> PartitionRecord:
+    """Rule 6 (KIP-841): a fenced node leaves the ISR at once (to the ELR by rule 8) and, if
+    it led, its leadership (leader -1, leader epoch + 1); `elect` picks the next one."""
+    leader = NO_LEADER if record.leader == node else None
+    return _changed(record, isr=set(record.isr) - {node}, min_insync=min_insync, leader=leader)
+
+
+def restarted(record: PartitionRecord, node: NodeId, *, min_insync: int) -> PartitionRecord:
+    """Rule 9 (KIP-966's unclean shutdown): a node that registers again leaves the ISR, the
+    ELR and any leadership; it returns only through rule 5."""
+    leader = NO_LEADER if record.leader == node else None
+    without = replace(record, elr=tuple(n for n in record.elr if n != node))
+    changed = _changed(
+        without,
+        isr=set(record.isr) - {node},
+        min_insync=min_insync,
+        leader=leader,
+        restarted=(node,),
+    )
+    if changed is without and without != record:
+        return replace(without, partition_epoch=record.partition_epoch + 1)
+    return changed
+
+
+def elect(
+    record: PartitionRecord,
+    live: Collection[NodeId],
+    *,
+    min_insync: int,
+    unclean_allowed: bool = False,
+) -> Election:
+    """Rules 4, 8, 10: a leader for a partition whose leader is not live. A live leader is
+    kept (nothing changes); with no candidate the partition stays offline."""
+    if record.leader in live:
+        return Election(record, record.leader)
+    for node in record.replicas:
+        if node in record.isr and node in live:
+            return Election(
+                _changed(record, isr=record.isr, min_insync=min_insync, leader=node), node
+            )
+    for node in record.replicas:
+        if node in record.elr and node in live:
+            new = _changed(record, isr=(node,), min_insync=min_insync, leader=node)
+            return Election(new, node)
+    if unclean_allowed:
+        for node in record.replicas:
+            if node in live:
+                new = _changed(
+                    record, isr=(node,), min_insync=min_insync, leader=node, clear_elr=True
+                )
+                return Election(new, node, unclean=True)
+    offline = _changed(record, isr=record.isr, min_insync=min_insync, leader=NO_LEADER)
+    return Election(offline, NO_LEADER)
+
+
+# ------------------------------------------------------------------ the leader's side ------
+
+
+@dataclass(frozen=True, slots=True)
+class IsrConfig:
+    """A topic's ISR settings, as Kafka names them."""
+
+    min_insync: int = 1
+    replica_lag_time_max_ms: int = 10_000
+
+
+@dataclass(slots=True)
+class _Follower:
+    match: Offset | None = None  # durable, validated log end, as last reported
+    past_epoch_start: bool = False
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int | None = None
+    leader_leo_at_last_fetch: int = 0
+
+
+class IsrLeader:
+    """The leader of one partition in ISR mode: state in, decisions out (rules 2, 5, 6, 7).
+
+    Inputs: the committed record (`committed`), the controller's answers (`answered`), the
+    leader's own durable log end (`log_end`), each follower's durable match as it reports
+    it (`follower_fetched`), and the time (`proposal`). Outputs: `hwm`, the next ISR
+    proposal, `acks_all_allowed`. It never acts on a proposal it merely sent, except that
+    the HWM counts the maximal ISR (rule 2).
+    """
+
+    def __init__(
+        self,
+        node: NodeId,
+        record: PartitionRecord,
+        config: IsrConfig,
+        *,
+        epoch_start_offset: Offset,
+        log_end: Offset,
+        hwm: Offset,
+        now_ms: int,
+    ) -> None:
+        self.node = node
+        self.config = config
+        self.record = record
+        self.leader_epoch = record.leader_epoch
+        self.epoch_start_offset = epoch_start_offset
+        self.leo = log_end
+        self.hwm = min(hwm, log_end)
+        self.pending: IsrProposal | None = None
+        self.deposed = record.leader != node
+        # Kafka's resetReplicaState: an ISR member is taken as caught up when leadership starts.
+        self.followers = {
+            n: _Follower(last_caught_up_ms=now_ms if n in record.isr else 0)
+            for n in record.replicas
+            if n != node
+        }
+
+    # ------------------------------------------------------------ inputs --------------------
+
+    def committed(self, record: PartitionRecord) -> None:
+        """A committed record, as the metadata log delivers it. A newer one clears the pending
+        proposal (whatever became of it, it is settled); one naming another leader or
+        leader epoch deposes this leader for good."""
+        if record.partition_epoch <= self.record.partition_epoch:
+            return
+        self.record = record
+        # A proposal applies only at exactly the partition epoch it names: now never.
+        self.pending = None
+        if record.leader != self.node or record.leader_epoch != self.leader_epoch:
+            self.deposed = True
+        self._advance_hwm()
+
+    def answered(self, proposal: IsrProposal, result: AlterResult) -> None:
+        """The controller's answer to `proposal`. It settles the pending proposal only if it
+        answers that one (an answer to an older duplicate says nothing of it), and only if
+        it can never be applied later: accepted, or refused by a controller whose record is
+        past its epochs (a NOT_CONTROLLER answer comes from a controller that is behind, and
+        the current one may still apply a copy of the proposal)."""
+        self.committed(result.record)
+        if proposal == self.pending and result.refusal is not Refusal.NOT_CONTROLLER:
+            self.pending = None
+            self._advance_hwm()
+
+    def log_end(self, durable_leo: Offset) -> None:
+        """The leader's own durable log end offset."""
+        self.leo = max(self.leo, durable_leo)
+        self._advance_hwm()
+
+    def follower_fetched(
+        self, node: NodeId, durable_match: Offset, now_ms: int, *, past_epoch_start: bool
+    ) -> None:
+        """A follower's validated fetch (KAFKA-13141: never a diverged one): its durable log
+        end, and whether it fetched past the start of this leader's epoch (rule 5). Caught up
+        (rule 6) is Kafka's: at the leader's log end now, or at the log end the leader had at
+        the follower's previous fetch (then caught up as of that fetch)."""
+        state = self.followers.get(node)
+        if state is None:
+            return
+        if durable_match >= self.leo:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
+        elif state.last_fetch_ms is not None and durable_match >= state.leader_leo_at_last_fetch:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.match = durable_match
+        state.past_epoch_start = past_epoch_start
+        state.last_fetch_ms = now_ms
+        state.leader_leo_at_last_fetch = self.leo
+        self._advance_hwm()
+
+    # ------------------------------------------------------------ outputs -------------------
+
+    def maximal_isr(self) -> frozenset[NodeId]:
+        """Rule 2: the committed ISR and the pending proposal's, together."""
+        pending = self.pending.isr if self.pending is not None else ()
+        return frozenset(self.record.isr) | frozenset(pending)
+
+    def acks_all_allowed(self, min_insync: int | None = None) -> bool:
+        """Rule 7: acks=all only with |committed ISR| >= min.insync.replicas (default: the
+        topic's, as configured)."""
+        wanted = self.config.min_insync if min_insync is None else min_insync
+        return not self.deposed and len(self.record.isr) >= effective_min_insync(
+            self.record, wanted
+        )
+
+    def proposal(self, now_ms: int) -> IsrProposal | None:
+        """The next ISR change to send, if any; at most one is pending at a time. Shrink
+        (rule 6): a member not caught up for replica_lag_time_max_ms. Expand (rule 5): a
+        follower whose durable match reached the HWM and that fetched past the epoch start."""
+        if self.deposed or self.pending is not None:
+            return None
+        lag_max = self.config.replica_lag_time_max_ms
+        isr = set(self.record.isr)
+        for node, state in self.followers.items():
+            if node in isr and now_ms - state.last_caught_up_ms > lag_max:
+                isr.discard(node)
+            elif node not in isr and self._may_join(state):
+                isr.add(node)
+        isr.add(self.node)
+        new = _ordered(self.record, isr)
+        if new == self.record.isr:
+            return None
+        self.pending = IsrProposal(self.node, self.leader_epoch, self.record.partition_epoch, new)
+        self._advance_hwm()
+        return self.pending
+
+    # ------------------------------------------------------------ the rules -----------------
+
+    def _may_join(self, state: _Follower) -> bool:
+        return state.match is not None and state.past_epoch_start and state.match >= self.hwm
+
+    def _advance_hwm(self) -> None:
+        """Rule 2: min durable log end over the maximal ISR, never past the leader's own
+        durable log end, never back; not while the committed ISR is below min.insync.replicas
+        (KIP-966's strict min ISR), nor once deposed."""
+        if self.deposed or not self.acks_all_allowed():
+            return
+        candidate = self.leo
+        for node in self.maximal_isr():
+            if node == self.node:
+                continue
+            match = self.followers[node].match
+            if match is None:
+                return
+            candidate = min(candidate, match)
+        self.hwm = max(self.hwm, candidate)

@@ -31,7 +31,7 @@ from types import FrameType
 from typing import NamedTuple
 
 import tidelog
-from tidelog.testing import group_sim, sim
+from tidelog.testing import group_sim, isr_model, sim
 from tidelog.testing.group_scenario import run_group_file
 from tidelog.testing.scenario import run_file
 
@@ -43,6 +43,11 @@ HANG = f"raised CheckTimedOut: still running after {CHECK_SECONDS_MAX} s (a hang
 MODES = {"memory-3": (3, False), "memory-5": (5, False), "disk-3": (3, True), "disk-5": (5, True)}
 # The group simulator's modes (group_sim.py): coordinators over the replicated log.
 GROUP_MODES = {"groups-3": (3, False)}
+# ISR mode's abstract model (isr_model.py: core/isr.py under its random walk). Its walks
+# take milliseconds, so one "seed" of this mode is a batch of ISR_WALKS_PER_SEED walks.
+ISR_MODE = "isr"
+ISR_STEPS = 300
+ISR_WALKS_PER_SEED = 100
 
 
 class CheckTimedOut(BaseException):
@@ -72,6 +77,14 @@ class SeedCheck:
 
     def run(self) -> str | None:
         """The first violation of this seed, or None."""
+        if self.mode == ISR_MODE:
+            first = (self.seed - 1) * ISR_WALKS_PER_SEED
+            for walk in range(first, first + ISR_WALKS_PER_SEED):
+                try:
+                    isr_model.random_walk(walk, ISR_STEPS)
+                except isr_model.Violation as broken:
+                    return f"{broken}  (reproduce: isr_model.random_walk({walk}, {ISR_STEPS}))"
+            return None
         if self.mode in GROUP_MODES:
             replicas, disk = GROUP_MODES[self.mode]
             violations = group_sim.run_seed(self.seed, replicas, SIM_TICKS, disk).violations
@@ -142,7 +155,7 @@ Check = ScenarioCheck | SeedCheck
 def parse_sim(text: str) -> tuple[str, int]:
     """`MODE:SEEDS` (seeds 1..SEEDS) into (mode, seeds)."""
     mode, _, seeds = text.partition(":")
-    modes = [*MODES, *GROUP_MODES]
+    modes = [*MODES, *GROUP_MODES, ISR_MODE]
     if mode not in modes or not seeds.isdigit() or int(seeds) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected MODE:SEEDS, MODE in {modes}")
     return mode, int(seeds)

@@ -49,6 +49,7 @@ SEED_PLAN = (
     ("disk-3", 60),
     ("disk-5", 40),
     ("groups-3", 150),
+    ("isr", 20),  # 2,000 walks of ISR mode's model, in batches of 100
 )
 JOB_SECONDS_MAX = 900
 GATE_SECONDS_MAX = 1800
@@ -73,6 +74,7 @@ QUORUM = "core/quorum.py"
 STORAGE = "core/storage.py"
 PRODUCERS = "core/producers.py"
 COORDINATOR = "groups/coordinator.py"
+ISR = "core/isr.py"
 
 # Not here, because no check can catch them: counting the leader's own unsynced copy toward
 # the HWM, or a candidate's own unsynced vote. The Ready contract steps nothing between
@@ -519,6 +521,44 @@ CATALOGUE: tuple[Mutant, ...] = (
         "                raise GroupError(ErrorCode.ILLEGAL_GENERATION)\n"
         "            member.heard(now)\n        codes",
         "            member.heard(now)\n        codes",
+    ),
+    # ISR mode (docs/isr.md): judged by the abstract model's random walk (`isr` seeds).
+    Mutant(
+        "isr-hwm-over-committed-isr",
+        "rule 2: the HWM waits for the maximal ISR (the committed one and a pending proposal's)",
+        ISR,
+        "        return frozenset(self.record.isr) | frozenset(pending)",
+        "        return frozenset(self.record.isr)",
+    ),
+    Mutant(
+        "isr-no-partition-epoch-check",
+        "rule 3: a proposal applies only at the partition epoch it saw (KIP-497)",
+        ISR,
+        "    if proposal.partition_epoch < record.partition_epoch:\n"
+        "        return Refusal.INVALID_UPDATE_VERSION\n",
+        "",
+    ),
+    Mutant(
+        "isr-expand-before-epoch-start",
+        "rule 5: a follower joins the ISR only after fetching past the leader's epoch start",
+        ISR,
+        "state.match is not None and state.past_epoch_start and state.match >= self.hwm",
+        "state.match is not None and state.match >= self.hwm",
+    ),
+    Mutant(
+        "isr-any-answer-settles",
+        "a controller's answer settles only the proposal it answers, and only if final",
+        ISR,
+        "if proposal == self.pending and result.refusal is not Refusal.NOT_CONTROLLER:",
+        "if result.refusal is not None or proposal == self.pending:",
+    ),
+    Mutant(
+        "isr-no-strict-min-isr",
+        "rule 8b: no HWM advance while the committed ISR is below min.insync.replicas (KIP-966)",
+        ISR,
+        "        if self.deposed or not self.acks_all_allowed():\n            return\n"
+        "        candidate = self.leo",
+        "        if self.deposed:\n            return\n        candidate = self.leo",
     ),
 )
 

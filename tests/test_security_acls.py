@@ -358,6 +358,18 @@ def test_only_what_is_allowed_happens(tmp_path: Path) -> None:
         with pytest.raises(KafkaError):
             hers.list_group_offsets({"g1": [TopicPartition("hidden", 0)]})
         hers.close()
+        # `groups describe` says why a group cannot be described, not that it is missing.
+        config = tmp_path / "mallory.properties"
+        config.write_text(
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+            "sasl.username=mallory\nsasl.password=m-pass\n"
+        )
+        refused = tidelog(
+            "groups", "describe", "g1", "--bootstrap-server", secured,
+            "--command-config", str(config),
+        )  # fmt: skip
+        assert refused.returncode == 1
+        assert "GroupAuthorizationFailedError" in refused.stderr, refused.stderr
         # DENY wins over ALLOW.
         acls(plain, "add", "--deny", "User:alice", "--operation", "WRITE", "--topic", "orders")
         eventually(lambda: produced(alice, b"a2") is None, "alice's writes refused by DENY")

@@ -87,6 +87,11 @@ def assigned_partitions(member: dict[str, Any]) -> tuple[tuple[str, int], ...]:
 def describe_group(admin: Any, group: str) -> GroupInfo:
     found = admin.describe_groups([group])[group]
     error = found.get("error")
+    # kafka-python 3 gives a group's error as its text ("[Error 16] NotCoordinatorError:
+    # ..."); a group that does not exist (GROUP_ID_NOT_FOUND, DescribeGroups v6+) is
+    # described as Dead, as before v6, and said so by the caller.
+    if isinstance(error, str) and error and "GroupIdNotFoundError" not in error:
+        raise ClientError(f"group '{group}': {error}")
     if is_error(error):
         raise ClientError(f"group '{group}': {type(error).__name__}")
     members = tuple(

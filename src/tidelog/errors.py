@@ -9,6 +9,7 @@ derives from TidelogError all the same, so `except TidelogError` catches every o
     ├── RetriableError                 the client should retry, maybe elsewhere
     │   ├── NotLeader                  this replica does not lead; carries a leader hint
     │   ├── NotEnoughReplicas          fewer live in-sync replicas than min.insync.replicas
+    │   │   └── NotEnoughReplicasAfterAppend  ISR mode: the ISR shrank while it waited
     │   ├── OffsetNotAvailable         not readable yet (new leader's HWM, follower's HWM)
     │   └── RequestTimedOut            an acks=all produce did not commit in time
     ├── FencedEpoch                    a message or request from a stale leader epoch
@@ -69,6 +70,12 @@ class NotEnoughReplicas(RetriableError):
         super().__init__(f"{in_sync} live in-sync replicas, {required} required")
         self.in_sync = in_sync
         self.required = required
+
+
+class NotEnoughReplicasAfterAppend(NotEnoughReplicas):
+    """acks=all appended, then answered with an error: the committed ISR fell below
+    min.insync.replicas while the batch waited (ISR mode, docs/isr.md rule 7). The batch
+    may still commit later: the producer retries (idempotently, to keep one copy)."""
 
 
 class OffsetNotAvailable(RetriableError):

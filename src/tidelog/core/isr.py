@@ -339,6 +339,15 @@ class IsrLeader:
         state.leader_leo_at_last_fetch = self.leo
         self._advance_hwm()
 
+    def follower_lost(self, node: NodeId) -> None:
+        """A follower said it lost records it had reported (its storage set damage aside):
+        its match is unknown until it reports again, so it joins no ISR and, while it is a
+        member, the HWM waits (rule 2) until rule 6 takes it out."""
+        state = self.followers.get(node)
+        if state is not None:
+            state.match = None
+            state.past_epoch_start = False
+
     # ------------------------------------------------------------ outputs -------------------
 
     def maximal_isr(self) -> frozenset[NodeId]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tidelog.core.isr import IsrProposal
 from tidelog.core.producers import ProducerEntry
 from tidelog.errors import TidelogError
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
@@ -149,6 +150,9 @@ class Ready:
     2. Send `messages_after_persist` (acks and votes), which promise durable state.
     `messages` may be sent at once, before or during the persist. `completions` are
     client answers; produce acknowledgements in them are already safe to deliver.
+    `isr_proposals` (ISR mode only) go to the controller, which may be at once: they rest
+    on what followers hold durably and on the HWM, never on this Ready's writes; its
+    answers come back through `IsrReplica.on_isr_answer`.
     No `step`, `tick` or client request may reach the replica between `ready()` and
     `advance()`.
     """
@@ -165,6 +169,7 @@ class Ready:
     messages: tuple[Message, ...] = ()
     messages_after_persist: tuple[Message, ...] = ()
     completions: tuple[ProduceResult, ...] = field(default=())
+    isr_proposals: tuple[IsrProposal, ...] = ()
 
     @property
     def must_sync(self) -> bool:

@@ -123,6 +123,15 @@ class _Batch(enum.Enum):
     CONFLICTS_WITH_COMMITTED = "conflicts"  # never cut: the append is refused
 
 
+class Replication(enum.Enum):
+    """How a partition commits (docs/isr.md): a majority quorum that elects its own leaders
+    (this file), or Kafka's ISR, led by whom the controller's record names
+    (`core.isr_replica.IsrReplica`)."""
+
+    QUORUM = "quorum"
+    ISR = "isr"
+
+
 class Role(enum.Enum):
     FOLLOWER = "follower"
     PRE_CANDIDATE = "pre-candidate"
@@ -175,6 +184,9 @@ class ReplicaConfig:
     pre_vote: bool = True
     check_quorum: bool = True
     tick_ms: int = 1  # how much the clock handed to `tick(now_ms=)` moves per tick
+    # ISR mode (docs/isr.md) needs `core.isr_replica.new_replica`; quorum mode ignores these.
+    replication: Replication = Replication.QUORUM
+    replica_lag_time_max_ms: int = 10_000
 
     def __post_init__(self) -> None:
         if self.node_id not in self.replicas:
@@ -196,6 +208,8 @@ class ReplicaConfig:
             )
         if self.inflight_appends_max < 1 or self.append_bytes_max < 1:
             raise ValueError("inflight_appends_max and append_bytes_max must be positive")
+        if self.replica_lag_time_max_ms < 1:
+            raise ValueError("replica_lag_time_max_ms must be positive")
 
     @property
     def lease_ms(self) -> int:
@@ -763,6 +777,13 @@ class Replica:
     def become_leader(self) -> None:
         """Start an epoch: record it in the epoch history with a control batch (KIP-207)."""
         assert self.role is Role.CANDIDATE
+        granting = tuple(sorted(node for node, granted in self.votes.items() if granted))
+        self._begin_epoch(granting)
+
+    def _begin_epoch(self, granting: tuple[NodeId, ...]) -> None:
+        """Lead this epoch from our log end: fresh progress for every follower, and a
+        control batch of the epoch naming `granting` (the voters that elected us, or the
+        ISR that the controller's record names) as its first batch (KIP-207)."""
         self.role = Role.LEADER
         self.leader_id = self.id
         self.leader_contact_elapsed = 0
@@ -771,7 +792,6 @@ class Replica:
         end = self.log.log_end_offset
         self.progress = {peer: Progress(next_offset=end) for peer in self.peers}
         self.epoch_start_offset = end
-        granting = tuple(sorted(node for node, granted in self.votes.items() if granted))
         control = build_control_batch(
             base_offset=end,
             epoch=self.epoch,

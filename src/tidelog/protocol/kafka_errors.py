@@ -22,6 +22,7 @@ from tidelog.errors import (
     InvalidProducerEpoch,
     LogDiverged,
     NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
     NotLeader,
     OffsetNotAvailable,
     OffsetOutOfRange,
@@ -124,6 +125,7 @@ class ErrorCode(IntEnum):
 _CODE_OF_ERROR: Final[dict[type[TidelogError], ErrorCode]] = {
     NotLeader: ErrorCode.NOT_LEADER_OR_FOLLOWER,
     NotEnoughReplicas: ErrorCode.NOT_ENOUGH_REPLICAS,
+    NotEnoughReplicasAfterAppend: ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     OffsetNotAvailable: ErrorCode.OFFSET_NOT_AVAILABLE,
     RequestTimedOut: ErrorCode.REQUEST_TIMED_OUT,
     FencedEpoch: ErrorCode.FENCED_LEADER_EPOCH,

@@ -1,0 +1,380 @@
+"""ISR mode of the core replica (docs/isr.md, issue 18): a `Replica` led by whom the
+controller's committed `PartitionRecord` names, committing by the in-sync replicas.
+
+Why a subclass, not flags inside `Replica`: the quorum rules of replica.py (elections,
+pre-vote, check-quorum, the read lease, leadership transfer, Raft's Figure 8 commit rule)
+stay exactly as they are, with no `if isr` among them; ISR mode replaces only the points
+where the two modes decide differently, and shares everything else: the log, the epoch
+history and truncation by it (KIP-101/279), the follower's path, the durable-before-ack
+round, the producer states and the `Ready` contract. The points it replaces (the hooks
+below, each a method of `Replica`) are: `_tick_election`, `_tick_leader`, `campaign`,
+`transfer_leadership`, `_refusal`, `on_append_response`, `_maybe_advance_hwm`,
+`_produce_error`, `has_read_lease`, `in_sync_replicas`, `become_follower`,
+`set_min_insync_replicas`, `has_ready`, `ready` and `advance`.
+
+Rules of this file (rule numbers are those of docs/isr.md):
+1. Leadership comes only from a committed record (`on_partition_record`, rule 4): a
+   replica never campaigns, votes or steps down by check-quorum; votes and TimeoutNow
+   are refused at the door. A replica takes appends only from the leader the last record
+   it holds names, in that record's leader epoch (a later epoch it has not been told of
+   is refused; an earlier one is fenced, as in quorum mode).
+2. The replica a record names leader first makes the leader epoch and its claim on it
+   durable (the hard state: the epoch, and itself as `voted_for`), and only then leads:
+   it appends the epoch's control batch and its epoch-history entry as a quorum leader
+   does when elected. A replica leads an epoch only if it never claimed it before: one
+   that restarted holding a claim on epoch E (it may have led E, and lost part of what
+   it wrote in E) refuses to lead E again, and waits for the controller's next record
+   (rule 9: a restarted replica is taken out of the ISR and of its leadership).
+3. The leader's HWM is `IsrLeader`'s (rules 2, 8b): the minimum durable match over the
+   maximal ISR, only while |committed ISR| >= min.insync.replicas. It is fed each
+   follower's verified, durable match from its append answers (KAFKA-13141: never a
+   rejected one; a follower that says it is repairing is forgotten), with "fetched past
+   the epoch start" meaning the match is past the epoch's control batch, i.e. the
+   follower holds a batch of this epoch and so, by the log matching property, the
+   leader's log up to it (rule 5, KAFKA-7128). Unlike quorum mode, records of an earlier
+   epoch may commit by this count (the controller elects only from the ISR and ELR, which
+   hold them all), but reads still wait for the epoch start (rule 12).
+4. ISR proposals (`IsrLeader.proposal`: shrink by replica.lag.time.max.ms, expand by
+   rule 5) leave in `Ready.isr_proposals`; at most one is pending, and it is sent again
+   every election timeout until answered (a proposal may be lost). Answers come back
+   through `on_isr_answer`; the record they carry is taken as any committed record.
+5. acks=all is refused with NotEnoughReplicas while |committed ISR| <
+   min.insync.replicas (rule 7); an acks=all produce waiting when the committed ISR falls
+   below it is answered with NotEnoughReplicasAfterAppend. min.insync.replicas is the
+   topic's, 1 when unset (Kafka's default), not a majority.
+6. Reads: only below min(HWM, log end); a new leader serves none until its HWM passes
+   its epoch start (rule 12, `Replica._serving_error`). There is no read lease: the
+   leader serves while the last record it knows names it, as Kafka's does; a deposed
+   leader not yet told may serve a stale read, never an uncommitted one.
+7. Every record and answer is checked at the door (`_record_refusal`): one that cannot
+   be right changes nothing and the reason is returned.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import replace
+
+from tidelog.core.isr import (
+    NO_LEADER,
+    AlterResult,
+    IsrConfig,
+    IsrLeader,
+    IsrProposal,
+    PartitionRecord,
+    effective_min_insync,
+)
+from tidelog.core.messages import (
+    AppendRequest,
+    AppendResponse,
+    Message,
+    ProduceResult,
+    Ready,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from tidelog.core.replica import (
+    ACKS_ALL,
+    Replica,
+    ReplicaConfig,
+    Replication,
+    Rng,
+    Role,
+    _PendingProduce,
+)
+from tidelog.core.storage import LogStorage
+from tidelog.errors import (
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    NotLeader,
+    RequestTimedOut,
+    TidelogError,
+)
+from tidelog.types import EPOCH_MAX, Epoch, NodeId
+
+
+def new_replica(config: ReplicaConfig, storage: LogStorage, rng: Rng) -> Replica:
+    """The replica `config.replication` asks for."""
+    if config.replication is Replication.ISR:
+        return IsrReplica(config, storage, rng)
+    return Replica(config, storage, rng)
+
+
+class IsrReplica(Replica):
+    """One partition's replica in ISR mode. Drive it as a `Replica` (`step`, `tick`,
+    `propose`, `ready`/`advance`), and hand it every committed record of its partition
+    (`on_partition_record`) and the controller's answers (`on_isr_answer`)."""
+
+    def __init__(self, config: ReplicaConfig, storage: LogStorage, rng: Rng) -> None:
+        if config.replication is not Replication.ISR:
+            raise ValueError("IsrReplica needs replication=isr")
+        super().__init__(config, storage, rng)
+        self.record: PartitionRecord | None = None  # the latest committed record known
+        self.isr_leader: IsrLeader | None = None  # while leading
+        self.appointed: Epoch | None = None  # named leader; waiting for the claim's sync
+        self.isr_outbox: list[IsrProposal] = []
+        self.proposal_sent_tick = 0
+
+    # ================================================================== inputs ==========
+    def on_partition_record(self, record: PartitionRecord) -> str | None:
+        """A committed record of this partition (rule 4). None when taken (or already
+        known); else why it cannot be right, for the caller to log (nothing changed)."""
+        assert not self.ready_outstanding
+        refusal = self._record_refusal(record)
+        if refusal is not None:
+            return refusal
+        if self.record is not None and record.partition_epoch <= self.record.partition_epoch:
+            return None  # a copy, or older than what we hold
+        self.record = record
+        if record.leader == self.id:
+            refusal = self._on_named_leader(record)
+        else:
+            self._follow(record)
+        self._maybe_propose()
+        return refusal
+
+    def on_isr_answer(self, proposal: IsrProposal, result: AlterResult) -> str | None:
+        """The controller's answer to one of our proposals, its record committed. None
+        when taken; else why its record cannot be right (nothing changed)."""
+        assert not self.ready_outstanding
+        refusal = self.on_partition_record(result.record)
+        if refusal is not None:
+            return refusal
+        if self.isr_leader is not None:
+            self.isr_leader.answered(proposal, result)
+            self._on_isr_changed()
+            self._maybe_propose()
+        return None
+
+    def campaign(self) -> None:
+        """Never: in ISR mode the controller elects (rule 4)."""
+        assert not self.ready_outstanding
+
+    def transfer_leadership(self, target: NodeId) -> str | None:
+        assert not self.ready_outstanding
+        return f"ISR mode: the controller chooses the leader, not node {self.id}"
+
+    def set_min_insync_replicas(self, value: int | None) -> str | None:
+        refusal = super().set_min_insync_replicas(value)
+        if refusal is None and self.isr_leader is not None:
+            self.isr_leader.config = self._isr_config()
+            self._on_isr_changed()
+        return refusal
+
+    # ================================================================== the door ========
+    def _record_refusal(self, record: PartitionRecord) -> str | None:
+        """Why a committed record cannot be right here, or None (rule 7 of this file)."""
+        if set(record.replicas) != set(self.config.replicas) or len(record.replicas) != len(
+            self.config.replicas
+        ):
+            return f"a record naming replicas {record.replicas}, not {self.config.replicas}"
+        if record.leader != NO_LEADER and record.leader not in record.replicas:
+            return f"a record naming leader {record.leader}, no replica"
+        if not set(record.isr) | set(record.elr) <= set(record.replicas):
+            return f"a record with ISR {record.isr} and ELR {record.elr} beyond the replicas"
+        if not 0 <= record.leader_epoch <= EPOCH_MAX or record.partition_epoch < 0:
+            return f"a record with leader epoch {record.leader_epoch}"
+        known = self.record
+        if known is not None and record.partition_epoch <= known.partition_epoch:
+            return None  # a copy or an old one: ignored
+        if record.leader_epoch < self.epoch:
+            return f"a record of leader epoch {record.leader_epoch}, older than {self.epoch}"
+        return None
+
+    def _refusal(self, msg: Message) -> str | None:
+        """Quorum mode's door, then ISR mode's (rule 1 of this file)."""
+        refusal = super()._refusal(msg)
+        if refusal is not None:
+            return refusal
+        if isinstance(msg, VoteRequest | VoteResponse | TimeoutNow):
+            return f"ISR mode holds no elections: {type(msg).__name__} from node {msg.sender}"
+        record = self.record
+        named = record is not None and (msg.sender, msg.epoch) == (
+            record.leader,
+            record.leader_epoch,
+        )
+        if isinstance(msg, AppendRequest) and msg.epoch >= self.epoch and not named:
+            return (
+                f"an append from node {msg.sender} in epoch {msg.epoch}, which no record "
+                "here names leader of"
+            )
+        return None
+
+    # ================================================================== roles ===========
+    def _on_named_leader(self, record: PartitionRecord) -> str | None:
+        """The record names us leader (rule 2 of this file)."""
+        epoch = record.leader_epoch
+        if self.role is Role.LEADER and self.epoch == epoch:
+            assert self.isr_leader is not None
+            self.isr_leader.committed(record)  # an ISR change in our epoch
+            self._on_isr_changed()
+            return None
+        if self.appointed == epoch:
+            return None  # still making the claim durable; it leads with the latest record
+        if epoch == self.epoch and self.voted_for is not None:
+            self.become_follower(epoch, None)
+            return f"node {self.id} claimed leader epoch {epoch} before: it leads only a later one"
+        self.become_follower(epoch, None)
+        self.voted_for = self.id  # the claim, durable before we lead (`advance`)
+        self.appointed = epoch
+        self._maybe_take_leadership()
+        return None
+
+    def _follow(self, record: PartitionRecord) -> None:
+        """The record names another leader, or none (offline)."""
+        leader = None if record.leader == NO_LEADER else record.leader
+        changed = self.role is Role.LEADER or self.leader_id != leader
+        if record.leader_epoch > self.epoch or changed or self.appointed is not None:
+            self.become_follower(record.leader_epoch, leader)
+
+    def become_follower(self, epoch: Epoch, leader: NodeId | None) -> None:
+        super().become_follower(epoch, leader)
+        self.isr_leader = None
+        self.appointed = None
+        self.isr_outbox.clear()
+
+    def _maybe_take_leadership(self) -> None:
+        """Lead the epoch we were named for, once our claim on it is durable."""
+        record = self.record
+        if self.appointed is None or record is None or self.appointed != self.epoch:
+            return
+        if self.persisted_hard_state != self._hard_state():
+            return
+        assert record.leader == self.id and record.leader_epoch == self.epoch
+        self.appointed = None
+        self._begin_epoch(record.isr)
+        self.isr_leader = IsrLeader(
+            self.id,
+            record,
+            self._isr_config(),
+            epoch_start_offset=self.epoch_start_offset,
+            log_end=self.log.durable_end_offset,
+            hwm=self.hwm,
+            now_ms=self.now_ms,
+        )
+        self.proposal_sent_tick = self.tick_count
+
+    def _isr_config(self) -> IsrConfig:
+        return IsrConfig(
+            min_insync=self.config.min_insync_replicas or 1,
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+        )
+
+    # ================================================================== ticks ===========
+    def _tick_election(self) -> None:
+        """No election timer: the controller elects (rule 4)."""
+
+    def _tick_leader(self) -> None:
+        """Heartbeats, produce deadlines and ISR proposals; no check-quorum."""
+        self.heartbeat_elapsed += 1
+        if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
+            self.heartbeat_elapsed = 0
+            self._heartbeat()
+        self._expire_produces()
+        self._maybe_propose()
+
+    # ================================================================== the leader ======
+    def on_append_response(self, msg: AppendResponse) -> None:
+        super().on_append_response(msg)
+        leader = self.isr_leader
+        if self.role is not Role.LEADER or leader is None:
+            return
+        progress = self.progress[msg.sender]
+        match = progress.match_offset
+        leader.log_end(self.log.durable_end_offset)
+        if match is None or progress.repairing:
+            leader.follower_lost(msg.sender)
+        elif msg.success:
+            leader.follower_fetched(
+                msg.sender, match, self.now_ms, past_epoch_start=match > self.epoch_start_offset
+            )
+        if self._maybe_advance_hwm():
+            self._complete_produces()
+        self._maybe_propose()
+
+    def _maybe_advance_hwm(self) -> bool:
+        """The HWM is IsrLeader's (rule 3 of this file), fed our own durable log end."""
+        leader = self.isr_leader
+        if leader is None:
+            return False
+        leader.log_end(self.log.durable_end_offset)
+        if leader.hwm <= self.hwm:
+            return False
+        self._raise_hwm(leader.hwm)
+        return True
+
+    def _on_isr_changed(self) -> None:
+        """A committed record or an answer moved the ISR: the HWM may move, and acks=all
+        produces waiting below min.insync.replicas are answered with an error (rule 7)."""
+        leader = self.isr_leader
+        assert leader is not None
+        if self._maybe_advance_hwm():
+            self._complete_produces()
+        if not leader.acks_all_allowed():
+            isr, required = self._isr_counts()
+            self._fail_acks_all(NotEnoughReplicasAfterAppend(isr, required))
+
+    def _fail_acks_all(self, error: TidelogError) -> None:
+        kept: deque[_PendingProduce] = deque()
+        for pending in self.pending:
+            if pending.acks == ACKS_ALL:
+                self.completions.append(ProduceResult(pending.request_id, None, None, error))
+            else:
+                kept.append(pending)
+        self.pending = kept
+
+    def _isr_counts(self) -> tuple[int, int]:
+        """(|committed ISR|, the min.insync.replicas it needs)."""
+        leader = self.isr_leader
+        assert leader is not None
+        return len(leader.record.isr), effective_min_insync(leader.record, leader.config.min_insync)
+
+    def _maybe_propose(self) -> None:
+        """Queue the next ISR proposal, or the pending one again once an election timeout
+        passed without an answer (rule 4 of this file)."""
+        leader = self.isr_leader
+        if self.role is not Role.LEADER or leader is None:
+            return
+        proposal = leader.proposal(self.now_ms)
+        resend_due = self.tick_count - self.proposal_sent_tick >= self.config.election_ticks
+        if proposal is None and leader.pending is not None and resend_due:
+            proposal = leader.pending
+        if proposal is not None:
+            self.isr_outbox.append(proposal)
+            self.proposal_sent_tick = self.tick_count
+
+    def _produce_error(self, acks: int) -> TidelogError | None:
+        if self.role is not Role.LEADER or self.isr_leader is None:
+            return NotLeader(self.leader_id)
+        if len(self.pending) >= self.config.pending_produces_max:
+            return RequestTimedOut("too many produce requests waiting for the HWM")
+        if acks == ACKS_ALL and not self.isr_leader.acks_all_allowed():
+            return NotEnoughReplicas(*self._isr_counts())
+        return None
+
+    def has_read_lease(self, now_ms: int | None = None) -> bool:
+        """No lease in ISR mode (rule 6 of this file): the leader serves while it leads."""
+        return self.role is Role.LEADER
+
+    def in_sync_replicas(self) -> tuple[NodeId, ...]:
+        """The committed ISR, as the leader holds it; () on a follower."""
+        if self.isr_leader is None:
+            return ()
+        return self.isr_leader.record.isr
+
+    # ================================================================== output ==========
+    def has_ready(self) -> bool:
+        return bool(self.isr_outbox) or super().has_ready()
+
+    def ready(self) -> Ready:
+        ready = super().ready()
+        if self.isr_outbox:
+            proposals = tuple(self.isr_outbox)
+            self.isr_outbox.clear()
+            ready = replace(ready, isr_proposals=proposals)
+        return ready
+
+    def advance(self, ready: Ready) -> None:
+        super().advance(ready)
+        self._maybe_take_leadership()

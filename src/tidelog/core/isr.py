@@ -366,7 +366,8 @@ class IsrLeader:
     def proposal(self, now_ms: int) -> IsrProposal | None:
         """The next ISR change to send, if any; at most one is pending at a time. Shrink
         (rule 6): a member not caught up for replica_lag_time_max_ms. Expand (rule 5): a
-        follower whose durable match reached the HWM and that fetched past the epoch start."""
+        follower whose durable match reached the HWM and that fetched past the epoch start,
+        and that fetched within replica_lag_time_max_ms."""
         if self.deposed or self.pending is not None:
             return None
         lag_max = self.config.replica_lag_time_max_ms
@@ -374,7 +375,14 @@ class IsrLeader:
         for node, state in self.followers.items():
             if node in isr and now_ms - state.last_caught_up_ms > lag_max:
                 isr.discard(node)
-            elif node not in isr and self._may_join(state):
+            elif (
+                node not in isr
+                and self._may_join(state)
+                and state.last_fetch_ms is not None
+                and now_ms - state.last_fetch_ms <= lag_max
+            ):
+                # Only a follower that still fetches: one that stopped at the HWM (strict
+                # min ISR holds the HWM still) would flap in and out by rule 6.
                 isr.add(node)
         isr.add(self.node)
         new = _ordered(self.record, isr)

@@ -26,6 +26,20 @@ Commands (nodes are numbers; lists are comma-separated):
     latest N              the "latest" offset N answers (ListOffsets)
     delete-records N offset=O   DeleteRecords at the leader N (its low watermark)
     check                 every invariant of correctness.md over the cluster
+
+ISR mode (docs/isr.md): `cluster ... mode=isr [lag-ms=N]` makes every replica an
+`IsrReplica` (min-insync defaults to 1, Kafka's); the script plays the controller, whose
+record (`core.isr.PartitionRecord`) it changes with `core.isr`'s transitions and hands to
+the replicas. A leader's ISR proposal is printed as it leaves a Ready, and waits in flight.
+    record leader=N [isr=..] [elr=..] [epoch=E] [to=..]   the controller writes a record
+                          (epoch: the leader epoch, by default the last one, + 1 when the
+                          leader changes) and hands it to `to` (default: every live node)
+    publish [to=..]       hand the controller's current record to nodes again
+    fence N / restarted N / elect live=.. [unclean=true]   [to=..]   core.isr's transitions
+    alter [from=N] [to=..] [lose=true]   the controller takes the oldest proposal in flight
+                          (alter_isr), answers its leader and hands the record to `to`
+                          (default: every other live node); `lose` drops it unanswered
+    isr N                 the ISR leader N's view: committed ISR, pending proposal, followers
 """
 
 from __future__ import annotations
@@ -38,16 +52,27 @@ from pathlib import Path
 
 from kafka.record.default_records import DefaultRecordBatch
 
+from tidelog.core import isr
+from tidelog.core.isr import NO_LEADER, IsrProposal, PartitionRecord
+from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
     Message,
     ProduceResult,
+    Ready,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
-from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE, Replica, ReplicaConfig
+from tidelog.core.replica import (
+    ACKS_ALL,
+    ACKS_LEADER,
+    ACKS_NONE,
+    Replica,
+    ReplicaConfig,
+    Replication,
+)
 from tidelog.core.storage import MemoryStorage
 from tidelog.errors import StorageError, TidelogError
 from tidelog.records import read_header
@@ -104,6 +129,25 @@ def describe_error(error: TidelogError) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def describe_nodes(nodes: tuple[NodeId, ...]) -> str:
+    return "{" + ",".join(str(node) for node in nodes) + "}"
+
+
+def describe_record(record: PartitionRecord) -> str:
+    leader = "-" if record.leader == NO_LEADER else str(record.leader)
+    return (
+        f"record pe{record.partition_epoch}: leader={leader} e{record.leader_epoch} "
+        f"isr={describe_nodes(record.isr)} elr={describe_nodes(record.elr)}"
+    )
+
+
+def describe_proposal(proposal: IsrProposal) -> str:
+    return (
+        f"isr={describe_nodes(proposal.isr)} "
+        f"(e{proposal.leader_epoch} pe{proposal.partition_epoch})"
+    )
+
+
 def describe_record_batch(batch: bytes) -> str:
     header = read_header(batch)
     head = f"{header.base_offset}..{header.last_offset} e{header.epoch}"
@@ -123,6 +167,10 @@ class Scenario:
     output: list[str] = field(default_factory=list)
     produced: dict[int, tuple[str, bytes, int]] = field(default_factory=dict)
     next_request: int = 0
+    # ISR mode: the controller's record, its min.insync.replicas, proposals in flight.
+    record: PartitionRecord | None = None
+    min_insync: int = 1
+    proposals: list[tuple[NodeId, IsrProposal]] = field(default_factory=list)
 
     @property
     def c(self) -> Cluster:
@@ -164,6 +212,9 @@ class Scenario:
         del args
         replicas = int(kv.get("replicas", "3"))
 
+        replication = Replication(kv.get("mode", "quorum"))
+        self.min_insync = int(kv.get("min-insync", "1"))
+
         def config(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
             min_insync = kv.get("min-insync")
             return ReplicaConfig(
@@ -173,10 +224,13 @@ class Scenario:
                 pre_vote=kv.get("pre-vote", "true") == "true",
                 check_quorum=kv.get("check-quorum", "true") == "true",
                 append_bytes_max=int(kv.get("append-bytes-max", str(1 << 20))),
+                replication=replication,
+                replica_lag_time_max_ms=int(kv.get("lag-ms", "10000")),
             )
 
         self.cluster = Cluster(replicas=replicas, rng=random.Random(0), config=config)
         self.cluster.listeners.append(self.on_completion)
+        self.cluster.on_ready.append(self.on_ready)
 
     # ---------------------------------------------------------------- time and network --
     def cmd_campaign(self, args: list[str], kv: dict[str, str]) -> None:
@@ -373,6 +427,131 @@ class Scenario:
         self.checker.on_leader_hwm(node, latest)
         self.say(f"latest={latest}")
 
+    # ---------------------------------------------------------------- ISR mode ---------
+    def on_ready(self, node: NodeId, ready: Ready) -> None:
+        for proposal in ready.isr_proposals:
+            self.proposals.append((node, proposal))
+            self.say(f"{node}: propose {describe_proposal(proposal)}")
+
+    @property
+    def current_record(self) -> PartitionRecord:
+        if self.record is None:
+            raise ScriptError("no partition record yet: write one with `record leader=N`")
+        return self.record
+
+    def isr_input(self, node: NodeId, action: Callable[[IsrReplica], str | None]) -> None:
+        """One input to an ISR-mode replica; the reason it gives for a refusal is printed."""
+        refusals: list[str] = []
+
+        def run(replica: Replica) -> None:
+            if not isinstance(replica, IsrReplica):
+                raise ScriptError(f"node {node} is not in ISR mode (cluster ... mode=isr)")
+            refusal = action(replica)
+            if refusal is not None:
+                refusals.append(refusal)
+
+        self.c.input(node, run)
+        for refusal in refusals:
+            self.say(f"{node} refused: {refusal}")
+
+    def publish(self, kv: dict[str, str], *, default: tuple[NodeId, ...] | None = None) -> None:
+        """Hand the controller's record to `to` (or `default`, or every live node)."""
+        record = self.current_record
+        chosen = nodes_of(kv["to"]) if "to" in kv else list(default or self.c.ids)
+        for node in chosen:
+            if self.c.nodes[node].alive:
+                self.isr_input(node, lambda replica: replica.on_partition_record(record))
+
+    def change_record(self, record: PartitionRecord, kv: dict[str, str]) -> None:
+        if record != self.record:
+            self.record = record
+            self.say(describe_record(record))
+        self.publish(kv)
+
+    def cmd_record(self, args: list[str], kv: dict[str, str]) -> None:
+        del args
+        leader = NodeId(int(kv["leader"])) if kv.get("leader", "-") != "-" else NO_LEADER
+        last = self.record
+        if "epoch" in kv:
+            epoch = Epoch(int(kv["epoch"]))
+        elif last is None:
+            epoch = Epoch(1)
+        else:
+            epoch = Epoch(last.leader_epoch + (leader != last.leader))
+        isr_ = tuple(nodes_of(kv["isr"])) if "isr" in kv else self.c.ids
+        elr = tuple(nodes_of(kv.get("elr", "")))
+        partition_epoch = 0 if last is None else last.partition_epoch + 1
+        self.change_record(
+            PartitionRecord(self.c.ids, leader, epoch, partition_epoch, isr_, elr), kv
+        )
+
+    def cmd_publish(self, args: list[str], kv: dict[str, str]) -> None:
+        del args
+        self.publish(kv)
+
+    def cmd_fence(self, args: list[str], kv: dict[str, str]) -> None:
+        node = nodes_of(args[0])[0]
+        self.change_record(isr.fence(self.current_record, node, min_insync=self.min_insync), kv)
+
+    def cmd_restarted(self, args: list[str], kv: dict[str, str]) -> None:
+        node = nodes_of(args[0])[0]
+        record = isr.restarted(self.current_record, node, min_insync=self.min_insync)
+        self.change_record(record, kv)
+
+    def cmd_elect(self, args: list[str], kv: dict[str, str]) -> None:
+        del args
+        election = isr.elect(
+            self.current_record,
+            nodes_of(kv["live"]),
+            min_insync=self.min_insync,
+            unclean_allowed=kv.get("unclean", "false") == "true",
+        )
+        if election.leader == NO_LEADER:
+            self.say("no leader may be elected: offline")
+        elif election.unclean:
+            self.say(f"unclean election of node {election.leader}")
+        self.change_record(election.record, kv)
+
+    def cmd_alter(self, args: list[str], kv: dict[str, str]) -> None:
+        del args
+        wanted = set(nodes_of(kv["from"])) if "from" in kv else None
+        found = [p for p in self.proposals if wanted is None or p[0] in wanted]
+        if not found:
+            raise ScriptError("no ISR proposal in flight")
+        node, proposal = found[0]
+        self.proposals.remove(found[0])
+        if kv.get("lose") == "true":
+            self.say(f"lost: {node}: propose {describe_proposal(proposal)}")
+            return
+        result = isr.alter_isr(self.current_record, proposal, min_insync=self.min_insync)
+        refusal = result.refusal
+        verdict = "accepted" if refusal is None else f"refused {refusal.value}"
+        self.say(f"controller: {verdict}")
+        if result.record != self.record:
+            self.record = result.record
+            self.say(describe_record(result.record))
+        if self.c.nodes[node].alive:
+            self.isr_input(node, lambda replica: replica.on_isr_answer(proposal, result))
+        others = tuple(other for other in self.c.ids if other != node)
+        self.publish(kv, default=others)
+
+    def cmd_isr(self, args: list[str], kv: dict[str, str]) -> None:
+        """The ISR leader's view: committed and pending ISR, HWM, each follower."""
+        del kv
+        replica = self.c.replica(nodes_of(args[0])[0])
+        leader = replica.isr_leader if isinstance(replica, IsrReplica) else None
+        if leader is None:
+            self.say("not an ISR leader")
+            return
+        pending = "-" if leader.pending is None else describe_proposal(leader.pending)
+        self.say(f"isr={describe_nodes(leader.record.isr)} pending={pending} hwm={leader.hwm}")
+        for peer, state in sorted(leader.followers.items()):
+            match = "-" if state.match is None else state.match
+            self.say(
+                f"{peer}: match={match} past_epoch_start={str(state.past_epoch_start).lower()} "
+                f"caught_up_ms={state.last_caught_up_ms}"
+            )
+
     # ---------------------------------------------------------------- inspection -------
     def cmd_status(self, args: list[str], kv: dict[str, str]) -> None:
         del kv
@@ -386,11 +565,13 @@ class Scenario:
             epochs = " ".join(f"e{e.epoch}@{e.start_offset}" for e in log.epochs)
             leader = replica.leader_id if replica.leader_id is not None else "-"
             floor = replica.repair_floor
+            isr_leader = replica.isr_leader if isinstance(replica, IsrReplica) else None
             self.say(
                 f"{node}: {replica.role.value} e{replica.epoch} leader={leader} "
                 f"hwm={replica.hwm} leo={log.log_end_offset} durable={log.durable_end_offset} "
                 f"epochs=[{epochs}]"
                 + ("" if floor is None else f" floor=e{floor.epoch}/{floor.end_offset}")
+                + ("" if isr_leader is None else f" isr={describe_nodes(isr_leader.record.isr)}")
             )
 
     def cmd_progress(self, args: list[str], kv: dict[str, str]) -> None:

@@ -1,0 +1,247 @@
+"""ISR mode of the core replica (core/isr_replica.py): who leads, what it refuses, what it
+proposes. The scenarios of docs/isr.md are transcripts in tests/scenarios/isr/."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tidelog.core import MemoryStorage, Ready, Replica, ReplicaConfig, Role
+from tidelog.core.isr import NO_LEADER, IsrProposal, PartitionRecord, alter_isr
+from tidelog.core.isr_replica import IsrReplica, new_replica
+from tidelog.core.messages import AppendRequest, AppendResponse, VoteRequest
+from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, Replication
+from tidelog.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, NotLeader
+from tidelog.node.driver import run_round
+from tidelog.testing.sim import build_batch
+from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
+
+N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)
+NODES = (N1, N2, N3)
+LAG_MS = 5
+
+
+def config(node: NodeId = N1, *, min_insync: int | None = None) -> ReplicaConfig:
+    return ReplicaConfig(
+        node,
+        NODES,
+        min_insync_replicas=min_insync,
+        replication=Replication.ISR,
+        replica_lag_time_max_ms=LAG_MS,
+    )
+
+
+def isr_replica(
+    node: NodeId = N1, *, storage: MemoryStorage | None = None, min_insync: int | None = None
+) -> tuple[IsrReplica, MemoryStorage]:
+    storage = storage or MemoryStorage()
+    replica = new_replica(config(node, min_insync=min_insync), storage, random.Random(1))
+    assert isinstance(replica, IsrReplica)
+    return replica, storage
+
+
+def record(
+    leader: NodeId = N1,
+    *,
+    epoch: int = 1,
+    partition_epoch: int = 0,
+    isr: tuple[NodeId, ...] = NODES,
+) -> PartitionRecord:
+    return PartitionRecord(NODES, leader, Epoch(epoch), partition_epoch, isr)
+
+
+def rounds(replica: Replica, storage: MemoryStorage) -> list[Ready]:
+    """Carry out every Ready (messages go nowhere), as the node driver does."""
+    readies = []
+    while (ready := run_round(replica, storage, lambda messages: None)) is not None:
+        readies.append(ready)
+    return readies
+
+
+def proposals(readies: list[Ready]) -> list[IsrProposal]:
+    return [proposal for ready in readies for proposal in ready.isr_proposals]
+
+
+def leader(
+    *, isr: tuple[NodeId, ...] = NODES, min_insync: int | None = None
+) -> tuple[IsrReplica, MemoryStorage]:
+    replica, storage = isr_replica(min_insync=min_insync)
+    assert replica.on_partition_record(record(isr=isr)) is None
+    rounds(replica, storage)
+    assert replica.role is Role.LEADER
+    return replica, storage
+
+
+def ack(replica: IsrReplica, peer: NodeId, match: int) -> None:
+    """`peer` answers the latest append with a durable, verified match."""
+    replica.step(
+        AppendResponse(
+            peer, N1, replica.epoch, True, Offset(0), Offset(match), NO_EPOCH, 0, replica.append_seq
+        )
+    )
+
+
+# ------------------------------------------------------------------ configuration ---------
+def test_the_config_decides_the_mode() -> None:
+    quorum = ReplicaConfig(N1, NODES)
+    assert type(new_replica(quorum, MemoryStorage(), random.Random(1))) is Replica
+    with pytest.raises(ValueError, match="replication=isr"):
+        IsrReplica(quorum, MemoryStorage(), random.Random(1))
+    with pytest.raises(ValueError, match="replica_lag_time_max_ms"):
+        ReplicaConfig(N1, NODES, replica_lag_time_max_ms=0)
+
+
+# ------------------------------------------------------------------ rule 4: no elections --
+def test_a_replica_never_campaigns_votes_or_transfers() -> None:
+    replica, storage = isr_replica()
+    for now in range(100):
+        replica.tick(now_ms=now)
+        assert not any(ready.messages for ready in rounds(replica, storage))
+    replica.campaign()
+    assert replica.role is Role.FOLLOWER
+    assert not replica.has_ready()
+    vote = VoteRequest(N2, N1, Epoch(5), NO_EPOCH, Offset(0), pre_vote=False)
+    assert "no elections" in (replica.step(vote) or "")
+    assert replica.epoch == 0
+    assert replica.on_partition_record(record()) is None
+    rounds(replica, storage)
+    assert "controller chooses" in (replica.transfer_leadership(N2) or "")
+
+
+def test_appends_only_from_the_leader_a_record_names() -> None:
+    replica, _ = isr_replica(N2)
+    append = AppendRequest(N3, N2, Epoch(1), Offset(0), NO_EPOCH, (), Offset(0), 0, Offset(0))
+    assert "no record here names" in (replica.step(append) or "")
+    assert replica.on_partition_record(record(N3)) is None
+    assert replica.step(append) is None
+    assert (replica.role, replica.leader_id, replica.epoch) == (Role.FOLLOWER, N3, 1)
+    later = AppendRequest(N1, N2, Epoch(2), Offset(0), NO_EPOCH, (), Offset(0), 0, Offset(0))
+    assert "no record here names" in (replica.step(later) or "")
+    assert replica.epoch == 1
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (PartitionRecord((N1, N2), N1, Epoch(1), 0, (N1,)), "naming replicas"),
+        (PartitionRecord(NODES, NodeId(9), Epoch(1), 0, NODES), "no replica"),
+        (PartitionRecord(NODES, N1, Epoch(1), 0, (N1, NodeId(9))), "beyond the replicas"),
+        (PartitionRecord(NODES, N1, Epoch(-1), 0, NODES), "leader epoch -1"),
+    ],
+)
+def test_a_record_that_cannot_be_right_changes_nothing(bad: PartitionRecord, reason: str) -> None:
+    replica, _ = isr_replica()
+    assert reason in (replica.on_partition_record(bad) or "")
+    assert replica.record is None
+    assert not replica.has_ready()
+
+
+def test_old_records_are_ignored_and_an_older_leader_epoch_refused() -> None:
+    replica, storage = isr_replica(N2)
+    assert replica.on_partition_record(record(N1, epoch=3, partition_epoch=5)) is None
+    rounds(replica, storage)
+    assert replica.on_partition_record(record(N3, epoch=4, partition_epoch=4)) is None
+    assert replica.leader_id == N1
+    refusal = replica.on_partition_record(record(N3, epoch=2, partition_epoch=6))
+    assert "older than 3" in (refusal or "")
+    assert (replica.leader_id, replica.epoch) == (N1, 3)
+
+
+# ------------------------------------------------------------------ becoming leader ------
+def test_the_claim_is_durable_before_the_named_replica_leads() -> None:
+    replica, storage = isr_replica()
+    replica.on_partition_record(record())
+    assert replica.role is Role.FOLLOWER
+    first = replica.ready()
+    assert first.hard_state is not None
+    assert first.hard_state.voted_for == N1
+    assert not first.batches  # nothing of the epoch before the claim is durable
+    storage.save_hard_state(first.hard_state)
+    storage.sync()
+    replica.advance(first)
+    assert replica.role is Role.LEADER
+    assert replica.log.last_epoch == 1  # the epoch-start control batch, appended
+    assert replica.epoch_start_offset == 0
+    assert replica.status().in_sync_replicas == NODES
+
+
+def test_a_restarted_replica_never_leads_an_epoch_it_claimed_again() -> None:
+    _, storage = leader()  # it led epoch 1, then its process stopped
+    restarted, _ = isr_replica(storage=storage)
+    refusal = restarted.on_partition_record(record(partition_epoch=1))
+    assert "claimed leader epoch 1 before" in (refusal or "")
+    rounds(restarted, storage)
+    assert restarted.role is Role.FOLLOWER
+    assert restarted.on_partition_record(record(epoch=2, partition_epoch=2)) is None
+    rounds(restarted, storage)
+    assert (restarted.role, restarted.epoch) == (Role.LEADER, 2)
+
+
+def test_a_record_naming_another_leader_deposes_the_leader() -> None:
+    replica, storage = leader()
+    replica.propose(1, build_batch(b"a"), acks=ACKS_ALL)
+    rounds(replica, storage)
+    replica.on_partition_record(record(N2, epoch=2, partition_epoch=1))
+    (ready,) = rounds(replica, storage)
+    assert [type(c.error) for c in ready.completions] == [NotLeader]
+    assert (replica.role, replica.leader_id, replica.epoch) == (Role.FOLLOWER, N2, 2)
+    replica.on_partition_record(record(NO_LEADER, epoch=3, partition_epoch=2))
+    assert (replica.leader_id, replica.epoch) == (None, 3)
+
+
+# ------------------------------------------------------------------ the HWM and acks ------
+def test_the_hwm_waits_for_every_member_of_the_isr() -> None:
+    replica, storage = leader()
+    replica.propose(1, build_batch(b"a"), acks=ACKS_ALL)
+    rounds(replica, storage)
+    ack(replica, N2, 2)
+    assert replica.hwm == 0  # 3 is in the ISR and has not answered
+    ack(replica, N3, 1)
+    assert replica.hwm == 1
+    ack(replica, N3, 2)
+    (ready,) = rounds(replica, storage)
+    assert replica.hwm == 2
+    assert [c.base_offset for c in ready.completions] == [1]
+
+
+def test_min_insync_refuses_acks_all_and_answers_those_waiting() -> None:
+    replica, storage = leader(min_insync=2)
+    replica.propose(1, build_batch(b"a"), acks=ACKS_ALL)
+    rounds(replica, storage)
+    shrunk = record(partition_epoch=1, isr=(N1,))
+    replica.on_partition_record(shrunk)
+    replica.propose(2, build_batch(b"b"), acks=ACKS_ALL)
+    replica.propose(3, build_batch(b"c"), acks=ACKS_LEADER)
+    completions = [c for ready in rounds(replica, storage) for c in ready.completions]
+    errors = {c.request_id: type(c.error) for c in completions}
+    assert errors == {1: NotEnoughReplicasAfterAppend, 2: NotEnoughReplicas, 3: type(None)}
+    assert replica.hwm == 0  # strict min ISR: the HWM waits while the ISR is too small
+    assert replica.set_min_insync_replicas(1) is None
+    assert replica.hwm == replica.log.durable_end_offset
+
+
+# ------------------------------------------------------------------ proposals -------------
+def test_a_lagging_follower_is_proposed_out_and_a_lost_proposal_sent_again() -> None:
+    replica, storage = leader()
+    ack(replica, N2, 1)
+    ack(replica, N3, 1)
+    sent: list[IsrProposal] = []
+    for now in range(1, LAG_MS + replica.config.election_ticks + 2):
+        replica.tick(now_ms=now)
+        if now % 2 == 0:
+            ack(replica, N2, 1)  # 2 keeps up; 3 went quiet
+        sent += proposals(rounds(replica, storage))
+    assert len(sent) == 2  # the first, and once more an election timeout later
+    assert sent[0] == sent[1]
+    assert sent[0].isr == (N1, N2)
+    assert replica.record is not None
+    result = alter_isr(replica.record, sent[0], min_insync=1)
+    assert result.accepted
+    assert replica.on_isr_answer(sent[0], result) is None
+    assert replica.status().in_sync_replicas == (N1, N2)
+    settled = now
+    for later in range(settled + 1, settled + 30):
+        ack(replica, N2, 1)
+        replica.tick(now_ms=later)
+        assert not proposals(rounds(replica, storage))  # settled: nothing to send again

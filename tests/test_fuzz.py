@@ -37,7 +37,12 @@ def test_the_decoder_raises_only_protocol_errors(seed: int, raw: bool) -> None:
         request = decode_request(frame[4:])
     except ProtocolError:
         return
-    assert request.api_key is api_key
+    # What decodes is the API and version its header names (a raw mutation may rename it:
+    # bytes after a whole body are ignored, as Kafka ignores them).
+    named = struct.unpack_from(">hh", frame, 4)
+    assert (request.api_key, request.api_version) == named
+    if not raw:
+        assert (request.api_key, request.api_version) == (api_key, version)
 
 
 @pytest.mark.parametrize(("api_key", "version"), served(), ids=str)

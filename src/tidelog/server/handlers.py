@@ -145,7 +145,7 @@ async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
         topics = [asked_topic(broker, cls, topic, with_operations) for topic in asked]
     controller = broker.controller_id()
     # Never name a node the broker list lacks: clients would fail on the unknown id.
-    controller = controller if controller in broker.kafka_ports and controller not in fenced else -1
+    controller = controller if reachable(broker, controller) else -1
     cluster_operations = None  # not asked for: Kafka sends INT32_MIN
     if getattr(body, "include_cluster_authorized_operations", False):
         cluster_operations = authorized_operations(broker, CLUSTER, CLUSTER_NAME)
@@ -166,7 +166,9 @@ def asked_topic(broker: BrokerView, cls: Any, topic: Any, with_operations: bool)
     alone (UNKNOWN_TOPIC_ID when no topic has it, as Kafka answers)."""
     name = topic.name
     topic_id = getattr(topic, "topic_id", None)
-    if name is None or (topic_id is not None and topic_id != TOPIC_ID_ZERO and not name):
+    # kafka-python decodes the zero id as None: a topic named by its id alone has a null
+    # (v12+) or empty name and an id.
+    if name is None or (not name and topic_id is not None):
         name = broker.image.topic_named(topic_id) if topic_id is not None else None
         if name is None or not allowed(broker, DESCRIBE, TOPIC, name):
             return cls.MetadataResponseTopic(
@@ -208,11 +210,9 @@ def topic_metadata(broker: BrokerView, cls: Any, name: str, with_operations: boo
     for index, replicas in enumerate(info.replicas):
         key = PartitionKey(name, index)
         reported = broker.image.partitions.get((name, index))
-        known = known_leader(broker, name, index)
-        if known is None:  # not listed (its address has not reached us yet, or fenced): retry
-            leader, epoch = -1, max(broker.leader_of(key)[1], reported.epoch if reported else -1)
-        else:
-            leader, epoch = known.leader_id, known.leader_epoch
+        leader, epoch = latest_leader(broker, name, index)
+        if not reachable(broker, leader):
+            leader = -1  # not listed (its address has not reached us yet, or fenced): retry
         error = ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
         isr = list(reported.isr) if reported is not None else in_sync_nodes(broker, key, replicas)
         partitions.append(
@@ -363,17 +363,27 @@ def produce_topic_key(key: str | uuid.UUID) -> dict[str, Any]:
     return {"name": key} if isinstance(key, str) else {"topic_id": key}
 
 
-def known_leader(broker: BrokerView, topic: str, partition: int) -> LeaderAndEpoch | None:
-    """The partition's leader and epoch as this node knows them (its replica's, or a later
-    epoch the metadata log reported), when clients can reach that leader: listed in
-    Metadata (its address known here, not fenced). Kafka's getCurrentLeader."""
+def latest_leader(broker: BrokerView, topic: str, partition: int) -> LeaderAndEpoch:
+    """The partition's leader (or -1) and epoch as this node knows them: its replica's, or
+    a later epoch the metadata log reported."""
     leader, epoch = broker.leader_of(PartitionKey(topic, partition))
     reported = broker.image.partitions.get((topic, partition))
     if reported is not None and reported.epoch > epoch:
         leader, epoch = reported.leader, reported.epoch
-    if leader not in broker.kafka_ports or leader in broker.image.fenced:
-        return None
     return LeaderAndEpoch(leader, epoch)
+
+
+def reachable(broker: BrokerView, node: int) -> bool:
+    """Whether clients can reach `node`: listed in Metadata (its address known here, not
+    fenced)."""
+    return node in broker.kafka_ports and node not in broker.image.fenced
+
+
+def known_leader(broker: BrokerView, topic: str, partition: int) -> LeaderAndEpoch | None:
+    """The partition's latest leader and epoch when clients can reach that leader. Kafka's
+    getCurrentLeader."""
+    latest = latest_leader(broker, topic, partition)
+    return latest if reachable(broker, latest.leader_id) else None
 
 
 def node_endpoints(
@@ -854,7 +864,7 @@ async def delete_topics(broker: BrokerView, request: KafkaRequest) -> Any:
     results = []
     for given, topic_id in asked:
         name = given
-        if not name and topic_id is not None and topic_id != TOPIC_ID_ZERO:
+        if not name and topic_id is not None:  # the zero id decodes as None
             name = broker.image.topic_named(topic_id)
         message: str | None
         if name is None:

@@ -483,25 +483,39 @@ def node_status(node: NodeRecord, *, timeout_s: float = STATUS_TIMEOUT_S) -> dic
     return read_status(node.admin, timeout_s=timeout_s, access=access)
 
 
-def wait_ready(nodes: list[NodeRecord], *, timeout_s: float) -> None:
-    """Wait until every node's /status says ready; ClusterError on exit or timeout."""
+def still_waiting(
+    nodes: Sequence[NodeRecord], done: Callable[[NodeRecord], bool], *, timeout_s: float
+) -> list[NodeRecord]:
+    """Poll until `done(node)` has held once for every node; those it never held for
+    within `timeout_s` (empty when all did). `done` may raise to stop the wait."""
     waiting = {node.id: node for node in nodes}
 
-    def all_ready() -> bool:
+    def all_done() -> bool:
         for node in list(waiting.values()):
-            if not is_our_broker(node) and has_exited(node.pid):
-                raise ClusterError(
-                    f"node {node.id} exited during startup; "
-                    f"{Path(node.data_dir) / LOG_NAME} ends:\n{log_tail(node)}"
-                )
-            status = node_status(node)
-            if status is not None and status.get("ready") is True:
+            if done(node):
                 del waiting[node.id]
         return not waiting
 
-    if not wait_until(all_ready, timeout_s=timeout_s):
-        names = ", ".join(str(node_id) for node_id in sorted(waiting))
-        logs = ", ".join(str(Path(n.data_dir) / LOG_NAME) for n in waiting.values())
+    wait_until(all_done, timeout_s=timeout_s)
+    return sorted(waiting.values(), key=lambda node: node.id)
+
+
+def wait_ready(nodes: list[NodeRecord], *, timeout_s: float) -> None:
+    """Wait until every node's /status says ready; ClusterError on exit or timeout."""
+
+    def ready(node: NodeRecord) -> bool:
+        if not is_our_broker(node) and has_exited(node.pid):
+            raise ClusterError(
+                f"node {node.id} exited during startup; "
+                f"{Path(node.data_dir) / LOG_NAME} ends:\n{log_tail(node)}"
+            )
+        status = node_status(node)
+        return status is not None and status.get("ready") is True
+
+    waiting = still_waiting(nodes, ready, timeout_s=timeout_s)
+    if waiting:
+        names = ", ".join(str(node.id) for node in waiting)
+        logs = ", ".join(str(Path(node.data_dir) / LOG_NAME) for node in waiting)
         raise ClusterError(
             f"not ready after {timeout_s:g} s: node(s) {names}; they are still running "
             f"(see {logs}; `tidelog cluster down` stops them)"
@@ -512,17 +526,14 @@ def wait_user_known(nodes: Sequence[NodeRecord], user: str, *, timeout_s: float)
     """Wait until every node's metadata image holds the SCRAM user `user` (each learns it
     from the metadata log, a moment apart), so a client logs in at any node;
     ClusterError on timeout."""
-    waiting = {node.id: node for node in nodes}
 
-    def all_know() -> bool:
-        for node in list(waiting.values()):
-            status = node_status(node)
-            if status is not None and user in status.get("scram_users", ()):
-                del waiting[node.id]
-        return not waiting
+    def knows(node: NodeRecord) -> bool:
+        status = node_status(node)
+        return status is not None and user in status.get("scram_users", ())
 
-    if not wait_until(all_know, timeout_s=timeout_s):
-        names = ", ".join(str(node_id) for node_id in sorted(waiting))
+    waiting = still_waiting(nodes, knows, timeout_s=timeout_s)
+    if waiting:
+        names = ", ".join(str(node.id) for node in waiting)
         raise ClusterError(f"node(s) {names} did not learn the user {user} in {timeout_s:g} s")
 
 

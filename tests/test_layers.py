@@ -246,6 +246,11 @@ REPLICA_API = {
     "transfer_leadership",
     "end_offset_for_epoch",
     "set_min_insync_replicas",
+    # ISR mode (core/isr_replica.py): the controller's records and answers in.
+    "on_partition_record",
+    "on_isr_answer",
+    "partition_record",
+    "declines_leadership",
 }
 
 

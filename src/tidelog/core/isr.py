@@ -1,11 +1,13 @@
 """ISR mode's sans-IO heart (docs/isr.md, issue 18): the controller's partition record, its
-pure transitions, and the leader's side (`IsrLeader`). Not wired into the broker yet.
+pure transitions, and the leader's side (`IsrLeader`). The broker applies the transitions
+as it applies metadata commands (server/metadata.py).
 
 No IO, no clock, no randomness: the time (`now_ms`) and the live nodes are handed in.
 Rule numbers are those of docs/isr.md.
 
 Rules of this file:
-- The record changes only through `alter_isr`, `fence`, `restarted` and `elect`; every
+- The record changes only through `alter_isr`, `fence`, `restarted`, `relinquish`,
+  `elect_preferred` and `elect`; every
   change bumps `partition_epoch` by one, a change of leader also `leader_epoch` (KIP-497).
 - `alter_isr` applies a leader's proposal only from the current leader, at the current
   leader epoch and partition epoch, keeping the leader in an ISR within the replicas
@@ -229,6 +231,34 @@ def elect(
                 return Election(new, node, unclean=True)
     offline = _changed(record, isr=record.isr, min_insync=min_insync, leader=NO_LEADER)
     return Election(offline, NO_LEADER)
+
+
+def relinquish(record: PartitionRecord, node: NodeId) -> PartitionRecord:
+    """A node that stopped cleanly and starts again gives up its leadership (leader -1, a
+    new leader epoch): it never leads an epoch it claimed before a restart. It stays in
+    the ISR: it synced and closed every log, so it holds all it acknowledged."""
+    if record.leader != node:
+        return record
+    return replace(
+        record,
+        leader=NO_LEADER,
+        leader_epoch=Epoch(record.leader_epoch + 1),
+        partition_epoch=record.partition_epoch + 1,
+    )
+
+
+def elect_preferred(record: PartitionRecord, live: Collection[NodeId]) -> PartitionRecord:
+    """Kafka's preferred-replica election: the first replica leads, in a new leader epoch,
+    when it is in the ISR and live; else nothing changes."""
+    preferred = record.replicas[0]
+    if preferred == record.leader or preferred not in record.isr or preferred not in live:
+        return record
+    return replace(
+        record,
+        leader=preferred,
+        leader_epoch=Epoch(record.leader_epoch + 1),
+        partition_epoch=record.partition_epoch + 1,
+    )
 
 
 # ------------------------------------------------------------------ the leader's side ------

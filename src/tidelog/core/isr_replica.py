@@ -378,3 +378,21 @@ class IsrReplica(Replica):
     def advance(self, ready: Ready) -> None:
         super().advance(ready)
         self._maybe_take_leadership()
+
+    # ================================================================== for the broker ==
+    def partition_record(self) -> PartitionRecord | None:
+        """The latest committed record this replica took."""
+        return self.record
+
+    def declines_leadership(self) -> bool:
+        """Whether the record it holds names it leader of an epoch it will not lead (it
+        claimed that epoch before it started again: rule 2 of this file), so the
+        controller must take it out of the ISR and elect another (rule 9)."""
+        record = self.record
+        return (
+            record is not None
+            and record.leader == self.id
+            and record.leader_epoch == self.epoch
+            and self.role is not Role.LEADER
+            and self.appointed is None
+        )

@@ -4,7 +4,8 @@ the node's certificate, and a bearer token, in a secured cluster). Read-only.
 `/status` is this node's view: whether it is ready (the metadata log has a leader), who
 that is, the SCRAM users it knows (their names), its open Kafka connections and the bytes
 of requests it holds, and each partition it hosts with its role, epoch, leader, HWM, log
-start and log end offsets, replicas and in-sync replicas, and whether its replica is
+start and log end offsets, replicas and in-sync replicas (in ISR mode, the committed ISR,
+partition epoch and ELR of the controller's record), and whether its replica is
 repairing (its storage set damaged records aside and it has not fetched them again yet)
 or waits for its disk.
 """
@@ -34,6 +35,11 @@ def status(broker: BrokerView) -> dict[str, Any]:
         state = runner.replica.status()  # one frozen value: every field of one moment
         replicas = tuple(int(n) for n in state.replicas)
         reported = broker.image.partitions.get((key.topic, key.partition))
+        record = broker.image.records.get((key.topic, key.partition))
+        if record is not None:  # ISR mode: the controller's record is what Metadata answers
+            reported_isr: list[int] | None = [int(node) for node in record.isr]
+        else:
+            reported_isr = None if reported is None else list(reported.isr)
         partitions.append(
             {
                 "topic": key.topic,
@@ -47,7 +53,11 @@ def status(broker: BrokerView) -> dict[str, Any]:
                 "log_end_offset": int(state.log_end_offset),
                 "isr": in_sync_nodes(broker, key, replicas),
                 # As the metadata log holds it (the leader's report): what Metadata answers.
-                "reported_isr": None if reported is None else list(reported.isr),
+                "reported_isr": reported_isr,
+                "replication": "quorum" if record is None else "isr",
+                # ISR mode: the record's partition epoch and eligible leader replicas.
+                "partition_epoch": None if record is None else record.partition_epoch,
+                "elr": None if record is None else [int(node) for node in record.elr],
                 "repairing": state.repair_floor is not None,
                 "disk_error": None if runner.disk_error is None else str(runner.disk_error),
             }

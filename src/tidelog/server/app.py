@@ -23,6 +23,7 @@ from tidelog.address import format_address
 from tidelog.server.admin import serve_admin
 from tidelog.server.broker import Broker
 from tidelog.server.config import BrokerConfig
+from tidelog.server.isr_control import mark_clean_shutdown
 from tidelog.server.kafka_server import serve_kafka
 from tidelog.server.partition import describe_disk_error, is_disk_error
 from tidelog.server.tls import admin_context, listener_context
@@ -86,6 +87,8 @@ async def serve(broker: Broker) -> int:
     for runner in list(broker.runners.values()):
         await runner.stop()
     broker.executor.shutdown(wait=True)
+    if broker.exit_code == 0:
+        mark_clean_shutdown(broker.config.data_dir)
     return broker.exit_code
 
 

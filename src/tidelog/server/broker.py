@@ -34,11 +34,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from tidelog.clock import monotonic_ms, wall_ms
 from tidelog.core.messages import Message
-from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Role
+from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Replication, Role
 from tidelog.errors import RequestTimedOut
 from tidelog.node.driver import apply_committed, open_replica
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
@@ -54,6 +54,7 @@ from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
 from tidelog.server.groups import GroupConfig, GroupCoordinator
+from tidelog.server.isr_control import IsrControl, clean_start
 from tidelog.server.leadership import controlled_shutdown, hand_over, rebalance
 from tidelog.server.metadata import (
     METADATA_TOPIC,
@@ -101,8 +102,21 @@ FORWARDABLE = frozenset(
         "upsert_scram",
         "delete_scram",
         "partition_state",  # a leader's report (server/truth.py)
+        # ISR mode (server/isr_control.py)
+        "alter_partition",
+        "register_broker",
+        "replica_restarted",
+        "shutdown_broker",
+        "elect_preferred",
     }
 )
+# The field naming the node a forwarded command speaks for: only that node may send it.
+SPEAKS_FOR: Final = {
+    "alter_partition": "leader",
+    "register_broker": "node",
+    "replica_restarted": "node",
+    "shutdown_broker": "node",
+}
 Outcome = tuple[ErrorCode, str | None, int]
 """A metadata command's error code, the error's message, and the log's offset after it."""
 
@@ -154,6 +168,7 @@ class Broker:
         self.unopened: dict[PartitionKey, TopicInfo] = {}
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
         self.truth = ClusterTruth(self)
+        self.isr = IsrControl(self, clean=clean_start(config.data_dir))
 
     # ---------------------------------------------------------------- partitions -------
     def partition_dir(self, key: PartitionKey) -> Path:
@@ -174,6 +189,8 @@ class Broker:
             heartbeat_ticks=self.config.heartbeat_ticks,
             min_insync_replicas=config.min_insync_replicas,
             tick_ms=self.config.tick_ms,
+            replication=Replication.ISR if config.isr_mode else Replication.QUORUM,
+            replica_lag_time_max_ms=max(1, self.config.replica_lag_time_max_ms),
         )
 
         def start_replica(storage: DiskStorage) -> Replica:
@@ -200,6 +217,9 @@ class Broker:
             self.coordinators[key.partition] = coordinator
             on_round = coordinator.on_round
         runner.on_round = on_round
+        if config.isr_mode:
+            runner.on_proposals = self.isr.propose
+            runner.on_set_aside = lambda runner: self.isr.report_restarted(runner.key)
         self.runners[key] = runner
         return runner
 
@@ -227,6 +247,8 @@ class Broker:
     def on_change(self, change: Change) -> None:
         for topic in change.created:
             self.create_replicas(topic)
+        for topic_name, partition in change.records:
+            self.isr.hand_record(PartitionKey(topic_name, partition))
         for topic in change.altered:
             self.reconfigure(topic)
         for topic in change.deleted:
@@ -267,7 +289,9 @@ class Broker:
                 continue
             self.unopened.pop(key, None)
             log.info("hosting %s-%d (replicas %s)", topic.name, partition, list(nodes))
-            if replicas[0] == self.node_id and runner.replica.status().epoch == 0:
+            if topic.config.isr_mode:
+                self.isr.hand_record(key)  # the controller names its leader
+            elif replicas[0] == self.node_id and runner.replica.status().epoch == 0:
                 runner.submit(Replica.campaign)  # the preferred leader starts at once
 
     def open_unopened(self) -> None:
@@ -498,6 +522,9 @@ class Broker:
 
     # ---------------------------------------------------------------- leadership -------
     def elect_preferred(self, key: PartitionKey, leader: NodeId, epoch: int) -> None:
+        if self.isr.record_of(key) is not None:
+            self.isr.elect_preferred(key)  # the controller's choice in ISR mode
+            return
         if leader != self.node_id:
             self.transport.send(key, [ElectPreferred(self.node_id, leader, Epoch(epoch))])
             return
@@ -522,6 +549,7 @@ class Broker:
         how many partitions this node still leads after `controlled_shutdown_timeout_ms`."""
         self.stopping_nodes.add(self.node_id)
         self.send_notices()
+        await self.isr.shut_down()
         return await controlled_shutdown(self, self.config.controlled_shutdown_timeout_ms / 1000)
 
     # ---------------------------------------------------------------- time -------------
@@ -548,6 +576,7 @@ class Broker:
                 self.send_notices()
                 self.maybe_create_offsets_topic()
                 self.truth.step()
+                self.isr.step()
             if (
                 self.config.auto_leader_rebalance
                 and self.ticks % rebalance_every == 0
@@ -574,6 +603,15 @@ def forwarded_command(request: ForwardRequest) -> dict[str, Any] | None:
     except ValueError:
         return None
     if not isinstance(command, dict) or command.get("type") not in FORWARDABLE:
+        return None
+    speaker = SPEAKS_FOR.get(command["type"])
+    if speaker is not None and command.get(speaker) != request.sender:
+        log.warning(
+            "refused a %s from node %d speaking for node %r",
+            command["type"],
+            request.sender,
+            command.get(speaker),
+        )
         return None
     return command
 

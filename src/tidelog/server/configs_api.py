@@ -4,7 +4,8 @@ topic's configs, as Kafka's admin clients and tools read and change them.
 Rules of this file:
 - A TOPIC resource answers every config tidelog knows (`TOPIC_CONFIG_NAMES`), or those
   asked for: the value given at creation (source TOPIC_CONFIG), else the value in force
-  (source DEFAULT_CONFIG; min.insync.replicas defaults to a majority of the replicas),
+  (source DEFAULT_CONFIG; min.insync.replicas defaults to a majority of the replicas in
+  quorum mode, 1 in ISR mode),
   with its type (v3+) and, when asked, its documentation.
   DESCRIBE_CONFIGS on the topic is needed when the authorizer is on.
 - A BROKER resource answers no configs (none are settable); any other type is refused
@@ -13,9 +14,10 @@ Rules of this file:
   defaults, as in Kafka); IncrementalAlterConfigs sets (0) or deletes (1) single ones
   (APPEND and SUBTRACT are for list configs: tidelog's topics have none, INVALID_CONFIG).
   The resulting set is parsed as at creation (a bad value is refused with Kafka's
-  message, nothing changes), then written to the metadata log (`alter_configs`); every
-  replica follows it: retention and segments at once, min.insync.replicas too. ALTER_CONFIGS
-  on the topic with an authorizer; internal topics cannot be altered.
+  message, nothing changes; `replication.mode` is fixed at creation), then written to the
+  metadata log (`alter_configs`); every replica follows it: retention and segments at
+  once, min.insync.replicas too. ALTER_CONFIGS on the topic with an authorizer; internal
+  topics cannot be altered.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final, NamedTuple
 
-from tidelog.core.quorum import majority
 from tidelog.errors import MetadataError
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
@@ -31,7 +32,7 @@ from tidelog.server.acl import ALTER_CONFIGS, DESCRIBE_CONFIGS, TOPIC
 from tidelog.server.answers import body_of, response
 from tidelog.server.authorize import allowed
 from tidelog.server.metadata import INTERNAL_TOPICS, TopicInfo
-from tidelog.server.topic_config import TOPIC_CONFIG_NAMES, TopicConfig
+from tidelog.server.topic_config import TOPIC_CONFIG_NAMES, TopicConfig, keep_fixed
 from tidelog.server.view import BrokerView
 
 Handler = Callable[[BrokerView, KafkaRequest], Awaitable[Any]]
@@ -44,7 +45,7 @@ DEFAULT_CONFIG_SOURCE: Final = 5
 
 # Kafka's ConfigType of each topic config (DescribeConfigs v3+) and its documentation
 # (asked for with IncludeDocumentation), as Kafka's TopicConfig describes them.
-INT, LONG, LIST = 3, 5, 7
+BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
 CONFIG_TYPES: Final = {
     "min.insync.replicas": INT,
     "retention.ms": LONG,
@@ -52,6 +53,8 @@ CONFIG_TYPES: Final = {
     "segment.bytes": INT,
     "max.message.bytes": INT,
     "cleanup.policy": LIST,
+    "replication.mode": STRING,
+    "unclean.leader.election.enable": BOOLEAN,
 }
 CONFIG_DOCS: Final = {
     "min.insync.replicas": "The minimum number of replicas that must acknowledge a write "
@@ -63,6 +66,11 @@ CONFIG_DOCS: Final = {
     "segment.bytes": "The segment file size for the log: retention deletes whole segments.",
     "max.message.bytes": "The largest record batch size allowed, after compression.",
     "cleanup.policy": "The retention policy of old log segments: delete.",
+    "replication.mode": "How the high-water mark is computed: quorum (what a majority of the "
+    "replicas holds) or isr (the minimum log end over the in-sync replicas, as Kafka); fixed "
+    "when the topic is created.",
+    "unclean.leader.election.enable": "In isr mode, whether a replica outside the in-sync "
+    "and eligible replicas may be elected as a last resort, even though data loss may occur.",
 }
 
 
@@ -106,12 +114,14 @@ def in_force(info: TopicInfo) -> dict[str, str]:
     config = info.config
     factor = len(info.replicas[0]) if info.replicas else 1
     return {
-        "min.insync.replicas": str(config.min_insync_replicas or majority(factor)),
+        "min.insync.replicas": str(config.min_insync(factor)),
         "retention.ms": str(-1 if config.retention_ms is None else config.retention_ms),
         "retention.bytes": str(-1 if config.retention_bytes is None else config.retention_bytes),
         "segment.bytes": str(config.segment_bytes),
         "max.message.bytes": str(config.max_message_bytes),
         "cleanup.policy": config.cleanup_policy,
+        "replication.mode": config.replication_mode,
+        "unclean.leader.election.enable": str(config.unclean_leader_election).lower(),
     }
 
 
@@ -182,6 +192,7 @@ async def alter(
     info = broker.image.topics[name]
     try:
         TopicConfig.parse(configs, replication_factor=len(info.replicas[0]))
+        keep_fixed(info.configs, configs)
     except MetadataError as error:
         return ErrorCode[error.code], str(error)
     if validate_only or configs == info.configs:

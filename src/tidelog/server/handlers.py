@@ -214,7 +214,13 @@ def topic_metadata(broker: BrokerView, cls: Any, name: str, with_operations: boo
         if not reachable(broker, leader):
             leader = -1  # not listed (its address has not reached us yet, or fenced): retry
         error = ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE
-        isr = list(reported.isr) if reported is not None else in_sync_nodes(broker, key, replicas)
+        record = broker.image.records.get((name, index))
+        if record is not None:  # ISR mode: the committed ISR
+            isr = [int(node) for node in record.isr]
+        elif reported is not None:
+            isr = list(reported.isr)
+        else:
+            isr = in_sync_nodes(broker, key, replicas)
         partitions.append(
             topic_cls.MetadataResponsePartition(
                 error_code=int(error),
@@ -370,6 +376,9 @@ def latest_leader(broker: BrokerView, topic: str, partition: int) -> LeaderAndEp
     reported = broker.image.partitions.get((topic, partition))
     if reported is not None and reported.epoch > epoch:
         leader, epoch = reported.leader, reported.epoch
+    record = broker.image.records.get((topic, partition))  # ISR mode: the controller's
+    if record is not None and record.leader_epoch > epoch:
+        leader, epoch = int(record.leader), int(record.leader_epoch)
     return LeaderAndEpoch(leader, epoch)
 
 

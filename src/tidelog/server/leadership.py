@@ -17,6 +17,9 @@ Rules of this file:
   leads, or says why not: ELECTION_NOT_NEEDED when it leads already,
   PREFERRED_LEADER_NOT_AVAILABLE when it is not in sync or did not take over in time.
   UNCLEAN elections are refused: a replica out of sync would lose acknowledged records.
+- ISR mode (docs/isr.md): the controller moves leaderships, not the leaders: controlled
+  shutdown asks it first (server/isr_control.py), and a preferred-leader election is its
+  `elect_preferred` command.
 - The automatic rebalance (Kafka's auto.leader.rebalance.enable), every
   `leader_imbalance_check_interval_ms`: a leader hands a partition over to its preferred
   replica when that replica is in sync and the share of the partitions it prefers but does
@@ -31,6 +34,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
+from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.replica import Replica, ReplicaStatus, Role
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
@@ -81,7 +85,14 @@ def hand_over(
 
 
 def led(runners: Iterable[PartitionRunner]) -> list[PartitionRunner]:
-    return [runner for runner in runners if runner.replica.status().role is Role.LEADER]
+    """The partitions led here whose leader hands over (quorum mode; in ISR mode the
+    controller moves leaderships: server/isr_control.py)."""
+    return [
+        runner
+        for runner in runners
+        if runner.replica.status().role is Role.LEADER
+        and not isinstance(runner.replica, IsrReplica)
+    ]
 
 
 async def controlled_shutdown(broker: BrokerView, timeout_s: float) -> int:
@@ -139,15 +150,17 @@ def rebalance(broker: BrokerView, threshold_percent: int) -> int:
     """The automatic rebalance's check (see the rules); how many handovers it asked for."""
     shares = preferred_shares(broker)
     asked = 0
-    for runner in led(broker.runners.values()):
+    for runner in list(broker.runners.values()):
         status = runner.replica.status()
+        if status.role is not Role.LEADER:
+            continue
         preferred = preferred_of(status)
         if preferred == broker.node_id or preferred not in status.in_sync_replicas:
             continue
         if preferred in broker.stopping_nodes:
             continue
         if shares.get(preferred, 0.0) * 100 > threshold_percent:
-            hand_over(runner, preferred)
+            broker.elect_preferred(runner.key, broker.node_id, int(status.epoch))
             asked += 1
     if asked:
         log.info("leader rebalance: handing %d partitions to their preferred replicas", asked)

@@ -19,6 +19,18 @@ Rules of this file:
   AlterPartition; a state of an older epoch than the one held changes nothing), and the
   brokers the controller fenced for missing their heartbeats (`fence_broker`,
   `unfence_broker`).
+- ISR mode (docs/isr.md): a partition of a topic with `replication.mode=isr` has a
+  `PartitionRecord` here (leader, leader epoch, partition epoch, ISR, ELR), changed only by
+  core/isr.py's transitions as commands are applied: created with the topic (its first
+  leader elected among the live replicas); `alter_partition` (a leader's AlterPartition,
+  refused unless current: rule 3); `fence_broker` and `shutdown_broker` (the node leaves
+  every ISR and leadership, rule 6); `register_broker` (a node that starts again: after an
+  unclean stop it leaves every ISR and ELR, rule 9; after a clean one it gives up only its
+  leaderships); `replica_restarted` (one replica that started again, on a disk error or a
+  repair, or that will not lead an epoch it claimed before); `elect_preferred`. After each,
+  a partition with no live leader gets one by `isr.elect` (rules 4, 8, 10), live meaning
+  not fenced. What changed is in `Change.records`, for the broker to hand to its replicas;
+  the answer to a proposal is kept (`answers`) for the node that proposed it.
 """
 
 from __future__ import annotations
@@ -29,13 +41,17 @@ import json
 import logging
 import string
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from tidelog.core import isr
+from tidelog.core.isr import NO_LEADER, AlterResult, IsrProposal, PartitionRecord
 from tidelog.errors import MetadataError
 from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, ScramCredential
 from tidelog.server.acl import Acl, acl_of
 from tidelog.server.topic_config import TopicConfig
+from tidelog.types import Epoch, NodeId
 
 METADATA_TOPIC = "__cluster_metadata"
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -89,6 +105,7 @@ class Change:
     created: tuple[TopicInfo, ...] = ()
     deleted: tuple[TopicInfo, ...] = ()
     altered: tuple[TopicInfo, ...] = ()
+    records: tuple[tuple[str, int], ...] = ()  # ISR-mode partitions whose record changed
 
 
 def place_replicas(
@@ -172,6 +189,9 @@ class MetadataImage:
         self.acls: set[Acl] = set()  # create_acls, delete_acls
         self.partitions: dict[tuple[str, int], PartitionState] = {}  # partition_state
         self.fenced: set[int] = set()  # fence_broker, unfence_broker
+        # ISR mode: each partition's record, and the last answer to a leader's proposal.
+        self.records: dict[tuple[str, int], PartitionRecord] = {}
+        self.answers: dict[tuple[str, int], tuple[IsrProposal, AlterResult]] = {}
         self.applied_offset = 0  # every command below this offset is applied
 
     def topic_named(self, topic_id: uuid.UUID) -> str | None:
@@ -215,13 +235,23 @@ class MetadataImage:
             if kind == "partition_state":
                 self._partition_state(command)
                 return Change()
-            if kind in ("fence_broker", "unfence_broker"):
+            if kind in ("fence_broker", "unfence_broker", "shutdown_broker"):
                 node = _node(command.get("node"))
-                if kind == "fence_broker":
-                    self.fenced.add(node)
-                else:
+                if kind == "unfence_broker":
                     self.fenced.discard(node)
-                return Change()
+                    return self._elect_all()
+                self.fenced.add(node)
+                return self._change_records(
+                    node, lambda r, m: isr.fence(r, NodeId(node), min_insync=m)
+                )
+            if kind == "register_broker":
+                return self._register(command)
+            if kind == "alter_partition":
+                return self._alter_partition(command)
+            if kind == "replica_restarted":
+                return self._replica_restarted(command)
+            if kind == "elect_preferred":
+                return self._elect_preferred(command)
             raise MetadataError("INVALID_REQUEST", f"unknown command type {kind!r}")
         except (MetadataError, ValueError) as error:
             log.error(
@@ -247,7 +277,7 @@ class MetadataImage:
         config = TopicConfig.parse(configs, replication_factor=len(replicas[0]))
         info = TopicInfo(name, replicas, topic_id_of(offset, name), dict(configs), config)
         self.topics[name] = info
-        return Change(created=(info,))
+        return Change(created=(info,), records=self._new_records(info, 0))
 
     def _upsert_scram(self, command: dict[str, Any]) -> Change:
         """A user's salted SCRAM credential (never a password), as validated at the door."""
@@ -297,7 +327,7 @@ class MetadataImage:
             raise MetadataError("INVALID_PARTITIONS", f"more than {PARTITIONS_MAX} partitions")
         grown = replace(info, replicas=info.replicas + added)
         self.topics[info.name] = grown
-        return Change(created=(grown,))
+        return Change(created=(grown,), records=self._new_records(grown, info.partitions))
 
     def _partition_state(self, command: dict[str, Any]) -> None:
         topic = self.topics.get(_string(command, "topic"))
@@ -325,7 +355,145 @@ class MetadataImage:
             return Change()
         for partition in range(info.partitions):
             self.partitions.pop((info.name, partition), None)
+            self.records.pop((info.name, partition), None)
+            self.answers.pop((info.name, partition), None)
         return Change(deleted=(info,))
+
+    # ---------------------------------------------------------------- ISR mode ---------
+    def _live(self, record: PartitionRecord) -> set[NodeId]:
+        return {node for node in record.replicas if node not in self.fenced}
+
+    def _settled(self, key: tuple[str, int], record: PartitionRecord) -> PartitionRecord:
+        """`record` with a leader elected when its leader is not live (rules 4, 8, 10)."""
+        if record.leader != NO_LEADER and record.leader not in self.fenced:
+            return record
+        config = self.topics[key[0]].config
+        election = isr.elect(
+            record,
+            self._live(record),
+            min_insync=config.min_insync(len(record.replicas)),
+            unclean_allowed=config.unclean_leader_election,
+        )
+        if election.unclean:
+            log.warning(
+                "%s-%d: unclean leader election: node %d leads in epoch %d though it was in "
+                "neither the ISR nor the ELR (unclean.leader.election.enable=true); records "
+                "acknowledged beyond its log end are lost (each replica logs what it gives up)",
+                key[0],
+                key[1],
+                election.leader,
+                election.record.leader_epoch,
+            )
+        elif election.leader == NO_LEADER and record.leader != NO_LEADER:
+            log.warning(
+                "%s-%d: offline: no live replica of the ISR %s or ELR %s to lead it "
+                "(unclean.leader.election.enable=false)",
+                key[0],
+                key[1],
+                list(record.isr),
+                list(record.elr),
+            )
+        return election.record
+
+    def _set_record(self, key: tuple[str, int], record: PartitionRecord) -> bool:
+        settled = self._settled(key, record)
+        if self.records.get(key) == settled:
+            return False
+        self.records[key] = settled
+        return True
+
+    def _new_records(self, info: TopicInfo, first: int) -> tuple[tuple[str, int], ...]:
+        """The first record of each new partition of an ISR-mode topic: every replica in
+        the ISR (all are empty), led by the first live one (`elect`)."""
+        if not info.config.isr_mode:
+            return ()
+        keys = []
+        for partition in range(first, info.partitions):
+            replicas = tuple(NodeId(node) for node in info.replicas[partition])
+            key = (info.name, partition)
+            self._set_record(key, PartitionRecord(replicas, NO_LEADER, Epoch(0), 0, replicas))
+            keys.append(key)
+        return tuple(keys)
+
+    def _change_records(
+        self, node: int, change: Callable[[PartitionRecord, int], PartitionRecord]
+    ) -> Change:
+        """Apply `change` (with the topic's min.insync.replicas) to every record naming
+        `node` among its replicas, then elect where no live leader is left."""
+        keys = []
+        for key, record in sorted(self.records.items()):
+            if node not in record.replicas:
+                continue
+            config = self.topics[key[0]].config
+            changed = change(record, config.min_insync(len(record.replicas)))
+            if self._set_record(key, changed):
+                keys.append(key)
+        return Change(records=tuple(keys))
+
+    def _elect_all(self) -> Change:
+        """Elect a leader for every partition that has none (a node came back)."""
+        keys = [
+            key for key, record in sorted(self.records.items()) if self._set_record(key, record)
+        ]
+        return Change(records=tuple(keys))
+
+    def _register(self, command: dict[str, Any]) -> Change:
+        """A node started again: after an unclean stop it leaves every ISR and ELR (rule
+        9); after a clean one (it synced and closed every log) it gives up its leaderships
+        only, since it will not lead an epoch it claimed before a restart."""
+        node = NodeId(_node(command.get("node")))
+        clean = command.get("clean")
+        if not isinstance(clean, bool):
+            raise MetadataError("INVALID_REQUEST", "clean is not a boolean")
+        if clean:
+            return self._change_records(node, lambda r, m: isr.relinquish(r, node))
+        return self._change_records(node, lambda r, m: isr.restarted(r, node, min_insync=m))
+
+    def _isr_key(self, command: dict[str, Any]) -> tuple[tuple[str, int], PartitionRecord]:
+        topic = _string(command, "topic")
+        partition = command.get("partition")
+        if not isinstance(partition, int) or isinstance(partition, bool):
+            raise MetadataError("INVALID_REQUEST", "partition is not a number")
+        record = self.records.get((topic, partition))
+        if record is None:
+            raise MetadataError("INVALID_REQUEST", f"no ISR-mode partition {topic}-{partition}")
+        return (topic, partition), record
+
+    def _alter_partition(self, command: dict[str, Any]) -> Change:
+        """A leader's AlterPartition (rule 3): applied only when current."""
+        key, record = self._isr_key(command)
+        isr_value = command.get("isr")
+        if not isinstance(isr_value, list):
+            raise MetadataError("INVALID_REQUEST", "isr is not a list")
+        proposal = IsrProposal(
+            NodeId(_node(command.get("leader"))),
+            Epoch(_node(command.get("leader_epoch"))),
+            _node(command.get("partition_epoch")),
+            tuple(NodeId(_node(node)) for node in isr_value),
+        )
+        config = self.topics[key[0]].config
+        result = isr.alter_isr(record, proposal, min_insync=config.min_insync(len(record.replicas)))
+        changed = self._set_record(key, result.record)
+        self.answers[key] = (proposal, replace(result, record=self.records[key]))
+        return Change(records=(key,) if changed else ())
+
+    def _replica_restarted(self, command: dict[str, Any]) -> Change:
+        """One replica started again on its log (rule 9), for that partition alone."""
+        key, record = self._isr_key(command)
+        node = NodeId(_node(command.get("node")))
+        if node not in record.replicas:
+            raise MetadataError("INVALID_REQUEST", f"node {node} is no replica of {key}")
+        if _node(command.get("leader_epoch")) != record.leader_epoch:
+            return Change()  # about a leader epoch that is over: nothing to change
+        config = self.topics[key[0]].config
+        changed = isr.restarted(record, node, min_insync=config.min_insync(len(record.replicas)))
+        return Change(records=(key,) if self._set_record(key, changed) else ())
+
+    def _elect_preferred(self, command: dict[str, Any]) -> Change:
+        """The preferred replica leads, if it is in the ISR and live (a new leader epoch)."""
+        key, record = self._isr_key(command)
+        changed = isr.elect_preferred(record, self._live(record))
+        return Change(records=(key,) if self._set_record(key, changed) else ())
 
 
 def _node(value: object) -> int:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import TypeVar
 
+from tidelog.core.isr import IsrProposal
 from tidelog.core.messages import Message, ProduceResult
 from tidelog.core.replica import Replica
 from tidelog.core.storage import RepairFloor
@@ -137,6 +138,9 @@ class PartitionRunner:
         self.fatal = fatal
         self.disk = disk
         self.on_round = on_round
+        # ISR mode (server/isr_control.py): a leader's ISR proposals, and damage set aside.
+        self.on_proposals: Callable[[PartitionRunner, Sequence[IsrProposal]], None] | None = None
+        self.on_set_aside: Callable[[PartitionRunner], None] | None = None
         self.inputs: deque[Action] = deque()
         self.futures: dict[int, asyncio.Future[ProduceResult]] = {}
         self.next_request = 0
@@ -256,6 +260,8 @@ class PartitionRunner:
         if ready is None:
             return False
         self._complete(ready.completions)
+        if ready.isr_proposals and self.on_proposals is not None:
+            self.on_proposals(self, ready.isr_proposals)
         if ready.must_sync:
             await asyncio.get_running_loop().run_in_executor(self.executor, self.storage.sync)
             self.disk.on_sync()
@@ -286,6 +292,8 @@ class PartitionRunner:
         else:
             log.warning("%s: %s: not found when read again (index rebuilt)", name, damage)
         self._adopt(self.storage, replica, NotLeader(None))
+        if set_aside and self.on_set_aside is not None:
+            self.on_set_aside(self)
 
     async def _wait_for_disk(self, error: OSError) -> None:
         """A write or fsync failed: reopen the log from disk until the disk takes it (see

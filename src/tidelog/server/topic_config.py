@@ -9,6 +9,12 @@ Rules of this file:
   64 bits, no fractions, each within Kafka's range for that config.
 - Only what tidelog implements is accepted: `cleanup.policy` takes `delete` (compaction is
   not implemented); any other name is an unknown config.
+- `replication.mode` (tidelog's own, docs/isr.md) is `quorum` (the default: the HWM is
+  what a majority holds) or `isr` (Kafka's: the HWM is the minimum log end over the
+  in-sync replicas the controller committed). It is fixed at creation: `keep_fixed`
+  refuses an alteration that changes it. `unclean.leader.election.enable` (Kafka's, false
+  by default) matters in ISR mode only; quorum mode never elects a replica that lacks
+  committed records.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tidelog.core.quorum import majority
 from tidelog.errors import MetadataError
 from tidelog.wal import WalConfig
 from tidelog.wal.segment import SEGMENT_BYTES_MAX
@@ -26,6 +33,7 @@ LONG_MAX = 2**63 - 1
 MAX_MESSAGE_BYTES_DEFAULT = 1_048_588  # Kafka's message.max.bytes: 1 MiB + 12
 SEGMENT_BYTES_MIN = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0
 CLEANUP_POLICIES = ("delete",)
+REPLICATION_MODES = ("quorum", "isr")
 
 
 def _number(name: str, text: str, *, kind: str, low: int, high: int) -> int:
@@ -61,6 +69,19 @@ class TopicConfig:
     segment_bytes: int = 1024 * 1024 * 1024
     max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT
     cleanup_policy: str = "delete"
+    replication_mode: str = "quorum"  # or "isr"
+    unclean_leader_election: bool = False
+
+    @property
+    def isr_mode(self) -> bool:
+        return self.replication_mode == "isr"
+
+    def min_insync(self, replication_factor: int) -> int:
+        """min.insync.replicas in force: as set, else Kafka's 1 in ISR mode and a majority
+        of the replicas in quorum mode."""
+        if self.min_insync_replicas is not None:
+            return self.min_insync_replicas
+        return 1 if self.isr_mode else majority(replication_factor)
 
     @classmethod
     def parse(cls, configs: Mapping[str, str | None], *, replication_factor: int) -> TopicConfig:
@@ -142,6 +163,50 @@ def _cleanup_policy(name: str, text: str, replication_factor: int) -> tuple[str,
     return "cleanup_policy", "delete"
 
 
+def _choice(field_name: str, choices: tuple[str, ...]) -> Parser:
+    def parse(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
+        del replication_factor
+        value = text.strip().lower()
+        if value not in choices:
+            raise MetadataError(
+                "INVALID_CONFIG",
+                f"Invalid value {text} for configuration {name}: String must be one of: "
+                + ", ".join(choices),
+            )
+        return field_name, value
+
+    return parse
+
+
+def _boolean(field_name: str) -> Parser:
+    choose = _choice(field_name, ("true", "false"))
+
+    def parse(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
+        try:
+            return field_name, choose(name, text, replication_factor)[1] == "true"
+        except MetadataError:
+            raise MetadataError(
+                "INVALID_CONFIG",
+                f"Invalid value {text} for configuration {name}: Expected value to be "
+                "either true or false",
+            ) from None
+
+    return parse
+
+
+def keep_fixed(held: Mapping[str, str], wanted: Mapping[str, str]) -> None:
+    """Raise MetadataError (INVALID_CONFIG) when an alteration would change the replication
+    mode, which is fixed at creation (an absent value meaning the default)."""
+    name = "replication.mode"
+    before = TopicConfig.parse({name: held.get(name, "quorum")}, replication_factor=1)
+    after = TopicConfig.parse({name: wanted.get(name, "quorum")}, replication_factor=1)
+    if before.replication_mode != after.replication_mode:
+        raise MetadataError(
+            "INVALID_CONFIG",
+            f"{name} is fixed when a topic is created: it stays {before.replication_mode}",
+        )
+
+
 _PARSERS: dict[str, Parser] = {
     "min.insync.replicas": _min_insync,
     "retention.ms": _duration_or_forever("retention_ms", "LONG"),
@@ -149,5 +214,7 @@ _PARSERS: dict[str, Parser] = {
     "segment.bytes": _segment_bytes,
     "max.message.bytes": _max_message_bytes,
     "cleanup.policy": _cleanup_policy,
+    "replication.mode": _choice("replication_mode", REPLICATION_MODES),
+    "unclean.leader.election.enable": _boolean("unclean_leader_election"),
 }
 TOPIC_CONFIG_NAMES = frozenset(_PARSERS)

@@ -79,6 +79,9 @@ class ClusterTruth:
         for key, runner in list(broker.runners.items()):
             if key.topic == METADATA_TOPIC or key in self.in_flight:
                 continue
+            if (key.topic, key.partition) in broker.image.records:
+                continue  # ISR mode: the controller's record is the truth
+
             status = runner.replica.status()
             if status.role is not Role.LEADER:
                 continue
@@ -117,7 +120,11 @@ class ClusterTruth:
             if node not in fenced and now - heard > session_s:
                 log.warning("fencing node %d: not heard from for %.1f s", node, now - heard)
                 self.commit(("fence", node), {"type": "fence_broker", "node": node})
-            elif node in fenced and now - heard < HEARD_RECENTLY_S:
+            elif (
+                node in fenced
+                and now - heard < HEARD_RECENTLY_S
+                and node not in broker.stopping_nodes  # fenced by its controlled shutdown
+            ):
                 log.info("unfencing node %d: heard from again", node)
                 self.commit(("unfence", node), {"type": "unfence_broker", "node": node})
 

@@ -1,0 +1,226 @@
+"""ISR mode on one node (docs/isr.md): between its ISR-mode replicas and the controller's
+partition records in the metadata log.
+
+Rules of this file:
+- A replica learns who leads only from the committed record (rule 4): each record the
+  image changes is handed to the replica here, read from the image when the replica takes
+  it (so a replay of the metadata log hands only the latest), and every few ticks each
+  replica is checked to hold the image's record (a replica started again, on a disk error
+  or a repair, holds none). A record older than the epoch the replica is in is the image
+  being behind the replica (the metadata log is replayed): not handed, a later one comes.
+- A leader's ISR proposal (`Ready.isr_proposals`) is committed as `alter_partition` (rule 3:
+  the controller refuses it unless current); one per partition is in flight, the replica
+  sends it again after an election timeout when it is lost. Once committed and applied
+  here, the controller's answer (kept by the image) goes back to the replica.
+- A replica that will not lead the epoch a record names it for (it claimed that epoch
+  before it started again: it may have lost part of what it wrote in it) is reported as
+  restarted (`replica_restarted`, for that leader epoch only), so the controller takes it
+  out of the ISR and elects another leader; so is a replica whose storage set damaged
+  records aside (rule 9).
+- A node that starts registers once (`register_broker`), saying whether it stopped cleanly
+  (`CLEAN_SHUTDOWN_FILE`, written once every log is closed, removed at start): after an
+  unclean stop it leaves every ISR and ELR, after a clean one only its leaderships.
+- A node that stops (SIGTERM) asks the controller to move its ISR-mode leaderships and
+  take it out of every ISR first (`shutdown_broker`, Kafka's controlled shutdown), for at
+  most SHUTDOWN_WAIT_S, and only while some other node is not stopping too (in `cluster
+  down` nobody is left to take over).
+- Preferred-leader elections (ElectLeaders, the automatic rebalance) are the controller's
+  `elect_preferred`: the preferred replica leads when it is in the ISR and live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+
+from tidelog.core.isr import AlterResult, IsrProposal, PartitionRecord
+from tidelog.core.isr_replica import IsrReplica
+from tidelog.core.replica import Replica
+from tidelog.protocol.kafka_errors import ErrorCode
+from tidelog.protocol.peer import PartitionKey
+from tidelog.server.partition import PartitionRunner
+from tidelog.server.view import BrokerView
+
+log = logging.getLogger("tidelog.isr")
+
+CLEAN_SHUTDOWN_FILE: Final = ".clean_shutdown"
+SHUTDOWN_WAIT_S: Final = 10.0
+SHUTDOWN_POLL_S: Final = 0.05
+
+
+def clean_start(data_dir: Path) -> bool:
+    """Whether this node stopped cleanly last time; the mark is removed (a crash from now
+    on is an unclean stop)."""
+    mark = data_dir / CLEAN_SHUTDOWN_FILE
+    clean = mark.exists()
+    mark.unlink(missing_ok=True)
+    return clean
+
+
+def mark_clean_shutdown(data_dir: Path) -> None:
+    """Every log is closed (synced): the next start is a clean one."""
+    (data_dir / CLEAN_SHUTDOWN_FILE).touch()
+
+
+class IsrControl:
+    """This node's ISR-mode replicas and the controller's records (see the rules)."""
+
+    def __init__(self, broker: BrokerView, *, clean: bool) -> None:
+        self.broker = broker
+        self.clean = clean
+        self.registered = False
+        self.in_flight: set[object] = set()
+
+    def record_of(self, key: PartitionKey) -> PartitionRecord | None:
+        return self.broker.image.records.get((key.topic, key.partition))
+
+    # ---------------------------------------------------------------- records ----------
+    def hand_record(self, key: PartitionKey) -> None:
+        """Hand the partition's replica here the image's record (as of when it takes it)."""
+        runner = self.broker.runners.get(key)
+        if runner is not None and self.record_of(key) is not None:
+            runner.submit(partial(self._take_record, key))
+
+    def _take_record(self, key: PartitionKey, replica: Replica) -> None:
+        record = self.record_of(key)
+        if not isinstance(replica, IsrReplica) or record is None:
+            return
+        if record.leader_epoch < replica.status().epoch:
+            return  # the image is behind this replica (a replay): a later record comes
+        refusal = replica.on_partition_record(record)
+        if refusal is not None:
+            log.warning("%s-%d: %s", key.topic, key.partition, refusal)
+        if replica.declines_leadership():
+            self.report_restarted(key, record)
+
+    def refresh(self) -> None:
+        """Every ISR-mode replica here holds the image's record (see the rules)."""
+        for key, runner in list(self.broker.runners.items()):
+            record = self.record_of(key)
+            replica = runner.replica
+            if record is None or not isinstance(replica, IsrReplica) or runner.busy:
+                continue
+            if replica.partition_record() != record:
+                self.hand_record(key)
+            elif replica.declines_leadership():
+                self.report_restarted(key, record)
+
+    def report_restarted(self, key: PartitionKey, record: PartitionRecord | None = None) -> None:
+        """Tell the controller this replica started again (rule 9), for the leader epoch
+        of `record` (the image's when None)."""
+        record = record or self.record_of(key)
+        if record is None:
+            return
+        command = {
+            "type": "replica_restarted",
+            "topic": key.topic,
+            "partition": key.partition,
+            "node": int(self.broker.node_id),
+            "leader_epoch": int(record.leader_epoch),
+        }
+        self.commit(("restarted", key, record.leader_epoch), command)
+
+    # ---------------------------------------------------------------- proposals --------
+    def propose(self, runner: PartitionRunner, proposals: Sequence[IsrProposal]) -> None:
+        """Commit a leader's latest proposal as `alter_partition`, then answer it."""
+        key, proposal = runner.key, proposals[-1]
+        tag = ("alter", key)
+        if tag in self.in_flight:
+            return  # the replica sends it again after an election timeout if lost
+        command = {
+            "type": "alter_partition",
+            "topic": key.topic,
+            "partition": key.partition,
+            "leader": int(proposal.leader),
+            "leader_epoch": int(proposal.leader_epoch),
+            "partition_epoch": proposal.partition_epoch,
+            "isr": [int(node) for node in proposal.isr],
+        }
+
+        def answer() -> None:
+            held = self.broker.image.answers.get((key.topic, key.partition))
+            if held is not None and held[0] == proposal and self.broker.runners.get(key) is runner:
+                runner.submit(partial(take_answer, key, proposal, held[1]))
+
+        self.commit(tag, command, answer)
+
+    # ---------------------------------------------------------------- the node ---------
+    def step(self) -> None:
+        """Every few ticks: register once, and check every replica holds its record."""
+        if not self.registered:
+            command = {"type": "register_broker", "node": int(self.broker.node_id)}
+            self.commit("register", {**command, "clean": self.clean}, self._on_registered)
+        self.refresh()
+
+    def _on_registered(self) -> None:
+        self.registered = True
+
+    def leads_any(self) -> bool:
+        return any(
+            isinstance(runner.replica, IsrReplica) for runner in self.broker.runners.values()
+        )
+
+    async def shut_down(self) -> None:
+        """Controlled shutdown of this node's ISR-mode replicas (see the rules)."""
+        broker = self.broker
+        others = set(broker.all_nodes) - {broker.node_id}
+        if not self.leads_any() or others <= broker.stopping_nodes:
+            return
+        command = {"type": "shutdown_broker", "node": int(broker.node_id)}
+        commit = asyncio.get_running_loop().create_task(broker.commit_metadata(command))
+        deadline = time.monotonic() + SHUTDOWN_WAIT_S
+        while not commit.done():
+            if others <= broker.stopping_nodes:  # the whole cluster stops: nobody to take over
+                commit.cancel()
+                return
+            if time.monotonic() >= deadline:
+                commit.cancel()
+                log.warning("controlled shutdown of the ISR-mode replicas: no answer in time")
+                return
+            await asyncio.wait({commit}, timeout=SHUTDOWN_POLL_S)
+        code, message = commit.result()
+        if code is not ErrorCode.NONE:
+            log.warning("controlled shutdown of the ISR-mode replicas: %s %s", code.name, message)
+
+    def elect_preferred(self, key: PartitionKey) -> None:
+        command = {"type": "elect_preferred", "topic": key.topic, "partition": key.partition}
+        self.commit(("preferred", key), command)
+
+    # ---------------------------------------------------------------- commits ----------
+    def commit(
+        self, tag: object, command: dict[str, Any], then: Callable[[], None] | None = None
+    ) -> None:
+        """Commit `command` (one per tag at a time); `then()` once applied here."""
+        if tag in self.in_flight:
+            return
+        self.in_flight.add(tag)
+
+        async def run() -> None:
+            try:
+                code, message = await self.broker.commit_metadata(command)
+                if code is ErrorCode.NONE:
+                    if then is not None:
+                        then()
+                else:
+                    log.debug("%s not committed (asked again): %s %s", command, code, message)
+            finally:
+                self.in_flight.discard(tag)
+
+        asyncio.get_running_loop().create_task(run())
+
+
+def take_answer(
+    key: PartitionKey, proposal: IsrProposal, result: AlterResult, replica: Replica
+) -> None:
+    if not isinstance(replica, IsrReplica):
+        return
+    if result.record.leader_epoch < replica.status().epoch:
+        return
+    refusal = replica.on_isr_answer(proposal, result)
+    if refusal is not None:
+        log.warning("%s-%d: answer not taken: %s", key.topic, key.partition, refusal)

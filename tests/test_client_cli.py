@@ -159,7 +159,10 @@ def test_topics_create_list_describe_delete(cluster: LiveCluster) -> None:
     listing = json.loads(ok(cluster, "topics", "list", "--json").stdout)
     assert listing == {"topics": listed(cluster)}
     lines = ok(cluster, "topics", "describe", "orders").stdout.splitlines()
-    assert lines[0] == "Topic: orders\tPartitionCount: 2\tReplicationFactor: 3"
+    assert (
+        lines[0]
+        == "Topic: orders\tPartitionCount: 2\tReplicationFactor: 3\tReplicationMode: quorum"
+    )
     for number, line in enumerate(lines[1:]):
         match = PARTITION_LINE.fullmatch(line)
         assert match is not None, line
@@ -169,8 +172,8 @@ def test_topics_create_list_describe_delete(cluster: LiveCluster) -> None:
         assert set(match["isr"].split(",")) <= set(match["replicas"].split(","))
     every = ok(cluster, "topics", "describe").stdout.splitlines()
     assert {
-        "Topic: audit\tPartitionCount: 1\tReplicationFactor: 1",
-        "Topic: orders\tPartitionCount: 2\tReplicationFactor: 3",
+        "Topic: audit\tPartitionCount: 1\tReplicationFactor: 1\tReplicationMode: quorum",
+        "Topic: orders\tPartitionCount: 2\tReplicationFactor: 3\tReplicationMode: quorum",
     } <= {line for line in every if not line.startswith("\t")}
     assert ok(cluster, "topics", "delete", "audit").stdout == "Deleted topic audit.\n"
     assert json.loads(ok(cluster, "topics", "delete", "orders", "--json").stdout) == {
@@ -254,7 +257,7 @@ def test_describe_json_without_a_local_cluster(cluster: LiveCluster) -> None:
     create(cluster, "pair", partitions=1, factor=2)
     # A node that hosts no replica of "pair" learns its leader from the leader's notices.
     [row] = poll(lambda: led_rows(cluster, "pair"))
-    assert sorted(row) == ["isr", "leader", "partition", "replicas", "topic"]
+    assert sorted(row) == ["isr", "leader", "partition", "replicas", "replication_mode", "topic"]
     assert (row["topic"], row["partition"]) == ("pair", 0)
     assert len(row["replicas"]) == 2
     assert row["leader"] in row["isr"]
@@ -287,7 +290,10 @@ def test_describe_adds_each_replicas_state_from_admin_status(local_cluster: Live
         return lines if fully_replicated(lines, hwm) else None
 
     header, partition, *replica_rows = poll(replicated_lines)
-    assert header == "Topic: replicated\tPartitionCount: 1\tReplicationFactor: 3"
+    assert (
+        header
+        == "Topic: replicated\tPartitionCount: 1\tReplicationFactor: 3\tReplicationMode: quorum"
+    )
     match = PARTITION_LINE.fullmatch(partition)
     assert match is not None, partition
     leader, replicas = int(match["leader"]), [int(n) for n in match["replicas"].split(",")]

@@ -49,6 +49,7 @@ from tidelog.tools.client_kafka import (
     list_topics,
     min_insync_of,
     parse_offset_time,
+    topic_configs_of,
 )
 from tidelog.tools.client_options import client_options, json_option, reports_errors
 from tidelog.tools.client_records import (
@@ -203,14 +204,19 @@ def replica_line(node_id: int, status: ReplicaStatus | None) -> str:
 def describe_lines(
     partitions: list[PartitionMetadata],
     statuses: dict[tuple[str, int, int], ReplicaStatus] | None,
+    modes: dict[str, str] | None = None,
 ) -> Iterator[str]:
-    """kafka-topics --describe's lines; per replica lines when `statuses` is not None."""
+    """kafka-topics --describe's lines, with each topic's replication mode when known; per
+    replica lines when `statuses` is not None."""
     by_topic: dict[str, list[PartitionMetadata]] = {}
     for p in partitions:
         by_topic.setdefault(p.topic, []).append(p)
     for topic, members in by_topic.items():
         factor = len(members[0].replicas) if members else 0
-        yield f"Topic: {topic}\tPartitionCount: {len(members)}\tReplicationFactor: {factor}"
+        mode = (modes or {}).get(topic)
+        yield f"Topic: {topic}\tPartitionCount: {len(members)}\tReplicationFactor: {factor}" + (
+            "" if mode is None else f"\tReplicationMode: {mode}"
+        )
         for p in members:
             yield kafka_partition_line(p)
             if statuses is None:
@@ -222,12 +228,14 @@ def describe_lines(
 def describe_json(
     partitions: list[PartitionMetadata],
     statuses: dict[tuple[str, int, int], ReplicaStatus] | None,
+    modes: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for p in partitions:
         row: dict[str, Any] = {
             "topic": p.topic,
             "partition": p.partition,
+            "replication_mode": (modes or {}).get(p.topic),
             "leader": p.leader,
             "replicas": list(p.replicas),
             "isr": list(p.isr),
@@ -318,8 +326,12 @@ def topics_describe(
     """Describe topic NAME (or every topic), one line per partition as kafka-topics does:
 
     \b
-    Topic: t	PartitionCount: 1	ReplicationFactor: 3
+    Topic: t	PartitionCount: 1	ReplicationFactor: 3	ReplicationMode: quorum
         Topic: t	Partition: 0	Leader: 1	Replicas: 1,2,3	Isr: 1,2,3
+
+    ReplicationMode is the topic's replication.mode: quorum (the HWM is what a majority
+    holds) or isr (the minimum log end over the in-sync replicas the controller committed;
+    Isr is that committed ISR).
 
     With a running local cluster (--data-dir, $TIDELOG_DATA_DIR or ./data), each
     partition line is followed by one line per replica from its broker's admin /status:
@@ -327,7 +339,7 @@ def topics_describe(
     broker does not answer). --under-replicated-partitions, --unavailable-partitions and
     --under-min-isr-partitions keep only such partitions, as kafka-topics does.
 
-    --json: [{"topic", "partition", "leader", "replicas": [..], "isr": [..],
+    --json: [{"topic", "partition", "replication_mode", "leader", "replicas": [..], "isr": [..],
     "replica_status": [{"node_id", "role", "epoch", "log_start_offset", "hwm",
     "log_end_offset"} or null, one per replica]}]; replica_status only with a local cluster.
     """
@@ -348,13 +360,23 @@ def topics_describe(
     if cluster is not None and client.bootstrap in local_bootstraps(cluster):
         access = access_for(local_cluster_directory())
         statuses = replica_statuses(admin_addresses(cluster), access)
+    modes = replication_modes(client, sorted({p.topic for p in partitions}))
     if as_json:
-        echo_json(describe_json(partitions, statuses))
+        echo_json(describe_json(partitions, statuses, modes))
     elif table:
         render_table(partitions, statuses)
     else:
-        for line in describe_lines(partitions, statuses):
+        for line in describe_lines(partitions, statuses, modes):
             click.echo(line)
+
+
+def replication_modes(client: ClientSettings, topics: list[str]) -> dict[str, str]:
+    """Each topic's replication.mode (quorum or isr); {} when DescribeConfigs is refused."""
+    try:
+        found = topic_configs_of(client, topics, ["replication.mode"])
+    except ClientError:
+        return {}
+    return {topic: configs["replication.mode"] for topic, configs in found.items() if configs}
 
 
 # produce and consume

@@ -383,22 +383,31 @@ def describe_topics(client: ClientSettings, topics: list[str] | None) -> list[Pa
     return ask_admin(client, lambda admin: describe_partitions(admin, topics))
 
 
-def min_insync_of(client: ClientSettings, topics: list[str]) -> dict[str, int]:
-    """Each topic's min.insync.replicas in force (DescribeConfigs)."""
+def topic_configs_of(
+    client: ClientSettings, topics: list[str], names: list[str]
+) -> dict[str, dict[str, str]]:
+    """Each topic's configs `names` in force (DescribeConfigs): topic -> name -> value."""
     from kafka.admin import ConfigResource, ConfigResourceType  # noqa: PLC0415
 
     if not topics:
         return {}
-    resources = [
-        ConfigResource(ConfigResourceType.TOPIC, topic, ["min.insync.replicas"]) for topic in topics
-    ]
+    resources = [ConfigResource(ConfigResourceType.TOPIC, topic, names) for topic in topics]
 
     def ask(admin: Any) -> Any:
         return admin.describe_configs(resources, config_filter="all")
 
     found = ask_admin(client, ask, needs="DescribeConfigs")["topic"]
     return {
-        topic: int(configs["min.insync.replicas"]["value"])
+        topic: {name: str(configs[name]["value"]) for name in names if name in configs}
+        for topic, configs in found.items()
+    }
+
+
+def min_insync_of(client: ClientSettings, topics: list[str]) -> dict[str, int]:
+    """Each topic's min.insync.replicas in force (DescribeConfigs)."""
+    found = topic_configs_of(client, topics, ["min.insync.replicas"])
+    return {
+        topic: int(configs["min.insync.replicas"])
         for topic, configs in found.items()
         if "min.insync.replicas" in configs
     }

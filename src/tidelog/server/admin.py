@@ -63,8 +63,11 @@ def status(broker: BrokerView) -> dict[str, Any]:
             }
         )
     controller = broker.controller_id()
-    # Ready: a metadata leader exists and this node can tell clients every broker's address.
-    ready = controller >= 0 and all(node in broker.kafka_ports for node in broker.all_nodes)
+    # Ready: a metadata leader exists and this node can tell clients the address of every
+    # broker that is not fenced (one that is down stays fenced until it is back).
+    ready = controller >= 0 and all(
+        node in broker.kafka_ports or node in broker.image.fenced for node in broker.all_nodes
+    )
     return {
         "node_id": int(broker.node_id),
         "ready": ready,

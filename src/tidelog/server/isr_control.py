@@ -172,20 +172,25 @@ class IsrControl:
         if not self.leads_any() or others <= broker.stopping_nodes:
             return
         command = {"type": "shutdown_broker", "node": int(broker.node_id)}
-        commit = asyncio.get_running_loop().create_task(broker.commit_metadata(command))
+        loop = asyncio.get_running_loop()
         deadline = time.monotonic() + SHUTDOWN_WAIT_S
-        while not commit.done():
-            if others <= broker.stopping_nodes:  # the whole cluster stops: nobody to take over
+        outcome = "no answer in time"
+        while time.monotonic() < deadline:
+            commit = loop.create_task(broker.commit_metadata(command))
+            while not commit.done() and time.monotonic() < deadline:
+                if others <= broker.stopping_nodes:  # the whole cluster stops: nobody takes over
+                    commit.cancel()
+                    return
+                await asyncio.wait({commit}, timeout=SHUTDOWN_POLL_S)
+            if not commit.done():
                 commit.cancel()
+                break
+            code, message = commit.result()
+            if code is ErrorCode.NONE:
                 return
-            if time.monotonic() >= deadline:
-                commit.cancel()
-                log.warning("controlled shutdown of the ISR-mode replicas: no answer in time")
-                return
-            await asyncio.wait({commit}, timeout=SHUTDOWN_POLL_S)
-        code, message = commit.result()
-        if code is not ErrorCode.NONE:
-            log.warning("controlled shutdown of the ISR-mode replicas: %s %s", code.name, message)
+            outcome = f"{code.name} {message}"  # no controller for a moment: ask again
+            await asyncio.sleep(SHUTDOWN_POLL_S)
+        log.warning("controlled shutdown of the ISR-mode replicas: %s", outcome)
 
     def elect_preferred(self, key: PartitionKey) -> None:
         command = {"type": "elect_preferred", "topic": key.topic, "partition": key.partition}

@@ -18,12 +18,14 @@ import random
 import socket
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from confluent_kafka import Producer
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.protocol.parser import KafkaProtocol
@@ -70,12 +72,12 @@ def eventually(
         time.sleep(interval_s)
 
 
-def free_base_port() -> int:
+def free_base_port(nodes: int = 3) -> int:
     rng = random.Random()
     for _ in range(50):
         base = rng.randrange(20_000, 40_000)
         offsets = (0, 100, 200, 300, 400)
-        if all(port_free(base + offset + i) for offset in offsets for i in range(3)):
+        if all(port_free(base + offset + i) for offset in offsets for i in range(nodes)):
             return base
     raise RuntimeError("no free port range on 127.0.0.1")
 
@@ -100,17 +102,18 @@ def tidelog(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]
 
 
 class LiveCluster:
-    def __init__(self, directory: Path, *, secure: bool = False) -> None:
+    def __init__(self, directory: Path, *, secure: bool = False, nodes: int = 3) -> None:
         self.directory = directory
+        self.nodes = tuple(range(1, nodes + 1))
         up = tidelog(
             "cluster",
             "up",
             "--nodes",
-            "3",
+            str(nodes),
             "--data-dir",
             str(directory),
             "--base-port",
-            str(free_base_port()),
+            str(free_base_port(nodes)),
             *(["--secure"] if secure else []),
         )
         if up.returncode != 0:  # it may have started nodes before it failed: end them
@@ -171,7 +174,7 @@ class LiveCluster:
 
     def leader_of(self, topic: str, partition: int = 0) -> int:
         """The node that says it leads the partition (`cluster status`)."""
-        for node in (1, 2, 3):
+        for node in self.nodes:
             leads = self.node_status(node).get("leads", [])
             if f"{topic}-{partition}" in leads:  # type: ignore[operator]
                 return node
@@ -254,3 +257,67 @@ def one_broker(directory: Path, base: int, listen: str, *flags: str) -> Iterator
         finally:
             broker.terminate()
             broker.wait(timeout=30)
+
+
+class ProducerLoad(threading.Thread):
+    """Numbered records to one partition at a bounded rate, by an idempotent acks=all
+    confluent-kafka producer, until `records` are sent, `stop()` or `deadline_s`; keeps
+    what was acknowledged (value -> offset) and when (monotonic seconds), and what failed."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        records: int = 10_000,
+        rate_per_s: float = 200.0,
+        deadline_s: float = 120.0,
+        **config: Any,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.records = records
+        self.rate_per_s = rate_per_s
+        self.deadline_s = deadline_s
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 60_000,
+                "retry.backoff.ms": 50,
+                "topic.metadata.refresh.interval.ms": 1000,
+                **config,
+            }
+        )
+        self.acked: dict[bytes, int] = {}
+        self.acked_at: list[float] = []  # in acknowledgement order
+        self.failed: list[str] = []
+        self.stopping = threading.Event()
+
+    def delivered(self, error: object, message: Any) -> None:
+        if error is not None:
+            self.failed.append(str(error))
+            return
+        self.acked[message.value()] = message.offset()
+        self.acked_at.append(time.monotonic())
+
+    def acked_since(self, moment: float) -> int:
+        """How many acknowledgements came after `moment` (monotonic seconds)."""
+        return sum(1 for at in self.acked_at if at > moment)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        started = time.monotonic()
+        for number in range(self.records):
+            while number > (time.monotonic() - started) * self.rate_per_s:
+                self.producer.poll(0.005)
+            if self.stopping.is_set() or time.monotonic() - started > self.deadline_s:
+                break
+            value = f"r{number:07d}".encode()
+            self.producer.produce(self.topic, value=value, partition=0, on_delivery=self.delivered)
+            self.producer.poll(0)
+        self.producer.flush(60)

@@ -1,0 +1,159 @@
+"""ISR mode with real processes and real clients (docs/isr.md, scenario isr-04 live).
+
+Five nodes (the metadata log, a majority of all nodes, survives two of them down), a topic
+with `replication.mode=isr`, replication factor 3 and min.insync.replicas=1. An idempotent
+acks=all confluent-kafka producer writes numbered records throughout while the test kills
+the partition's leader (SIGKILL), then the next one: with one replica of three left, the
+controller shrinks the ISR to it and writes are acknowledged again, which a majority quorum
+cannot do. Then both come back and rejoin the ISR. Every acknowledged record is in the
+final log exactly once, at its offset, and the three replicas hold the same batches.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from tidelog.status import read_status
+from tidelog.testing.live import LiveCluster, ProducerLoad, create_topic, eventually, poll, tidelog
+
+TOPIC = "isr"
+ACK_DEADLINE_S = 45.0  # a failover: the broker session timeout (9 s) and the client's retries
+
+
+def partition_status(cluster: LiveCluster, node: int) -> dict[str, Any] | None:
+    entry = cluster.record["nodes"][node - 1]
+    status = read_status(entry["admin"])
+    if status is None:
+        return None
+    return next((p for p in status["partitions"] if p["topic"] == TOPIC), None)
+
+
+def leader_status(cluster: LiveCluster, among: tuple[int, ...]) -> dict[str, Any] | None:
+    for node in among:
+        found = partition_status(cluster, node)
+        if found is not None and found["role"] == "leader":
+            return found
+    return None
+
+
+def replicas_of(cluster: LiveCluster) -> tuple[int, ...]:
+    found = poll(
+        lambda: next(
+            (s for n in cluster.nodes if (s := partition_status(cluster, n)) is not None), None
+        ),
+        "a replica of the topic",
+    )
+    return tuple(found["replicas"])
+
+
+def kill(cluster: LiveCluster, node: int) -> float:
+    result = tidelog("cluster", "kill", "--data-dir", str(cluster.directory), "--node", str(node))
+    assert result.returncode == 0, result.stderr
+    return time.monotonic()
+
+
+def dump(directory: Path) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [sys.executable, "-m", "tidelog", "dump-log", "--json", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_isr_mode_writes_on_with_two_of_three_replicas_down(tmp_path: Path) -> None:
+    cluster = LiveCluster(tmp_path, nodes=5)
+    try:
+        create_topic(
+            cluster.bootstrap,
+            TOPIC,
+            partitions=1,
+            configs={"replication.mode": "isr", "min.insync.replicas": "1"},
+        )
+        replicas = replicas_of(cluster)
+        described = tidelog("topics", "describe", TOPIC, "--bootstrap-server", cluster.bootstrap)
+        assert "ReplicationMode: isr" in described.stdout, described.stdout + described.stderr
+        eventually(lambda: leader_status(cluster, replicas), "a leader")
+        load = ProducerLoad(cluster.bootstrap, TOPIC, records=20_000, rate_per_s=150)
+        load.start()
+        try:
+            eventually(lambda: len(load.acked) >= 100, "writes before the faults")
+            first = poll(lambda: leader_status(cluster, replicas), "a leader")["leader"]
+            killed_at = kill(cluster, first)
+            survivors = tuple(n for n in replicas if n != first)
+            eventually(
+                lambda: load.acked_since(killed_at) > 0,
+                "a write acknowledged after the first kill",
+                deadline_s=ACK_DEADLINE_S,
+            )
+            second = poll(lambda: leader_status(cluster, survivors), "a new leader")["leader"]
+            killed_at = kill(cluster, second)
+            last = next(n for n in survivors if n != second)
+            eventually(
+                lambda: load.acked_since(killed_at) > 0,
+                "a write acknowledged with one replica of three left",
+                deadline_s=ACK_DEADLINE_S,
+            )
+            alone = poll(lambda: leader_status(cluster, (last,)), "the last replica leads")
+            assert alone["reported_isr"] == [last]  # the committed ISR: it alone
+            for node in (first, second):
+                restart = tidelog(
+                    "cluster", "restart", "--data-dir", str(tmp_path), "--node", str(node)
+                )
+                assert restart.returncode == 0, restart.stderr
+            eventually(
+                lambda: (
+                    len((leader_status(cluster, replicas) or {}).get("reported_isr") or []) == 3
+                ),
+                "both back in the ISR",
+            )
+            back_at = time.monotonic()
+            eventually(lambda: load.acked_since(back_at) > 50, "writes with the ISR whole")
+        finally:
+            load.stop()
+            load.join(90)
+        assert not load.is_alive()
+        check_outcome(cluster, load, replicas)
+    finally:
+        cluster.down()
+
+
+def check_outcome(cluster: LiveCluster, load: ProducerLoad, replicas: tuple[int, ...]) -> None:
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
+    )
+    partition = TopicPartition(TOPIC, 0)
+    consumer.assign([partition])
+    consumer.seek_to_beginning(partition)
+    final = {record.offset: record.value for record in consumer}
+    consumer.close()
+    by_value: dict[bytes, list[int]] = {}
+    for offset, value in final.items():
+        by_value.setdefault(value, []).append(offset)
+    assert len(load.acked) > 500
+    lost = [v for v, offset in load.acked.items() if by_value.get(v) != [offset]]
+    assert lost == [], f"{len(lost)} acknowledged records lost or moved"
+    assert all(len(offsets) == 1 for offsets in by_value.values()), "a record is in the log twice"
+    hwm = max(final) + 1
+
+    def batches(node: int) -> list[tuple[Any, ...]]:
+        found = dump(cluster.directory / f"node-{node}" / f"{TOPIC}-0")
+        return [
+            (b["baseOffset"], b["partitionLeaderEpoch"], b["crc"])
+            for b in found
+            if b["lastOffset"] < hwm
+        ]
+
+    eventually(
+        lambda: len({tuple(batches(node)) for node in replicas}) == 1,
+        "the replicas hold the same batches",
+    )

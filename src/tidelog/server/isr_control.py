@@ -93,10 +93,11 @@ class IsrControl:
         if record.leader_epoch < replica.status().epoch:
             return  # the image is behind this replica (a replay): a later record comes
         refusal = replica.on_partition_record(record)
-        if refusal is not None:
-            log.warning("%s-%d: %s", key.topic, key.partition, refusal)
-        if replica.declines_leadership():
+        if replica.declines_leadership():  # expected after a restart: the controller is told
+            log.info("%s-%d: %s", key.topic, key.partition, refusal)
             self.report_restarted(key, record)
+        elif refusal is not None:
+            log.warning("%s-%d: %s", key.topic, key.partition, refusal)
 
     def refresh(self) -> None:
         """Every ISR-mode replica here holds the image's record (see the rules)."""

@@ -3,9 +3,11 @@
 A confluent-kafka producer (acks=all, idempotent) writes numbered records while the test
 kills the partition's leader with SIGKILL, pauses another node (SIGSTOP) for longer than an
 election timeout, resumes it and restarts the killed node; a kafka-python consumer reads
-throughout. Then: every acknowledged record is in the log exactly once; offsets are
-contiguous; every record the consumer read is at the same offset in the final log; the HWM
-the consumer saw never went back; all replicas hold identical batches below the HWM.
+throughout, in each replication mode (in ISR mode the controller elects the new leader
+once the killed one's session ends). Then: every acknowledged record is in the log exactly
+once; offsets are contiguous; every record the consumer read is at the same offset in the
+final log; the HWM the consumer saw never went back; all replicas hold identical batches
+below the HWM.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, TopicPartition
 
@@ -114,10 +117,13 @@ def dump(directory: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines()]
 
 
-def test_acknowledged_records_survive_a_killed_leader_and_a_paused_node(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["quorum", "isr"])
+def test_acknowledged_records_survive_a_killed_leader_and_a_paused_node(
+    tmp_path: Path, mode: str
+) -> None:
     cluster = LiveCluster(tmp_path)
     try:
-        create_topic(cluster.bootstrap, TOPIC, partitions=1)
+        create_topic(cluster.bootstrap, TOPIC, partitions=1, configs={"replication.mode": mode})
         producer, consumer = ProducerThread(cluster.bootstrap), ConsumerThread(cluster.bootstrap)
         producer.start()
         consumer.start()

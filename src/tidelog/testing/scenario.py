@@ -36,9 +36,16 @@ the replicas. A leader's ISR proposal is printed as it leaves a Ready, and waits
                           leader changes) and hands it to `to` (default: every live node)
     publish [to=..]       hand the controller's current record to nodes again
     fence N / restarted N / elect live=.. [unclean=true]   [to=..]   core.isr's transitions
-    alter [from=N] [to=..] [lose=true]   the controller takes the oldest proposal in flight
-                          (alter_isr), answers its leader and hands the record to `to`
-                          (default: every other live node); `lose` drops it unanswered
+    alter [from=N] [to=..] [lose=true] [answer=now|late|never] [copy=true] [stale=K]
+                          the controller takes the oldest proposal in flight (alter_isr),
+                          answers its leader and hands the record to `to` (default: every
+                          other live node); `lose` drops it unanswered. A controller failover
+                          (isr-05): `answer=never`, the controller fails after committing,
+                          before answering; `answer=late`, the answer waits for `answer`;
+                          `copy=true`, a copy of the proposal stays in flight (delivered
+                          twice); `stale=K`, it reaches a controller that is no longer active,
+                          K records behind: judged by that record, it commits nothing
+    answer                deliver the oldest answer that `alter answer=late` held back
     isr N                 the ISR leader N's view: committed ISR, pending proposal, followers
 """
 
@@ -171,6 +178,8 @@ class Scenario:
     record: PartitionRecord | None = None
     min_insync: int = 1
     proposals: list[tuple[NodeId, IsrProposal]] = field(default_factory=list)
+    history: list[PartitionRecord] = field(default_factory=list)  # every record committed
+    late_answers: list[tuple[NodeId, IsrProposal, isr.AlterResult]] = field(default_factory=list)
 
     @property
     def c(self) -> Cluster:
@@ -463,10 +472,15 @@ class Scenario:
                 self.isr_input(node, lambda replica: replica.on_partition_record(record))
 
     def change_record(self, record: PartitionRecord, kv: dict[str, str]) -> None:
+        self.commit_record(record)
+        self.publish(kv)
+
+    def commit_record(self, record: PartitionRecord) -> None:
+        """The controller commits `record` to the metadata log (printed when it changed)."""
         if record != self.record:
             self.record = record
+            self.history.append(record)
             self.say(describe_record(record))
-        self.publish(kv)
 
     def cmd_record(self, args: list[str], kv: dict[str, str]) -> None:
         del args
@@ -519,21 +533,58 @@ class Scenario:
         if not found:
             raise ScriptError("no ISR proposal in flight")
         node, proposal = found[0]
-        self.proposals.remove(found[0])
+        if kv.get("copy") != "true":
+            self.proposals.remove(found[0])
         if kv.get("lose") == "true":
             self.say(f"lost: {node}: propose {describe_proposal(proposal)}")
             return
+        if "stale" in kv:
+            self.alter_at_stale_controller(node, proposal, int(kv["stale"]))
+            return
         result = isr.alter_isr(self.current_record, proposal, min_insync=self.min_insync)
         refusal = result.refusal
-        verdict = "accepted" if refusal is None else f"refused {refusal.value}"
-        self.say(f"controller: {verdict}")
-        if result.record != self.record:
-            self.record = result.record
-            self.say(describe_record(result.record))
-        if self.c.nodes[node].alive:
+        self.say(f"controller: {'accepted' if refusal is None else f'refused {refusal.value}'}")
+        self.commit_record(result.record)
+        answer = kv.get("answer", "now")
+        if answer == "late":
+            self.late_answers.append((node, proposal, result))
+        elif answer == "never":
+            self.say("controller: failed before answering")
+        elif self.c.nodes[node].alive:
             self.isr_input(node, lambda replica: replica.on_isr_answer(proposal, result))
         others = tuple(other for other in self.c.ids if other != node)
         self.publish(kv, default=others)
+
+    def alter_at_stale_controller(self, node: NodeId, proposal: IsrProposal, behind: int) -> None:
+        """A controller that is no longer active, `behind` records short of the metadata
+        log, judges the proposal by the record it has: it can commit nothing, so it either
+        refuses (answered with its old record) or fails to commit (no answer)."""
+        if not 0 < behind < len(self.history):
+            raise ScriptError(f"stale={behind}: the metadata log holds {len(self.history)} records")
+        record = self.history[-1 - behind]
+        result = isr.alter_isr(record, proposal, min_insync=self.min_insync)
+        refusal = result.refusal
+        self.say(
+            f"stale controller at pe{record.partition_epoch}: "
+            + ("cannot commit, no answer" if refusal is None else f"refused {refusal.value}")
+        )
+        if refusal is not None and self.c.nodes[node].alive:
+            answer = isr.AlterResult(record, refusal)
+            self.isr_input(node, lambda replica: replica.on_isr_answer(proposal, answer))
+
+    def cmd_answer(self, args: list[str], kv: dict[str, str]) -> None:
+        del args, kv
+        if not self.late_answers:
+            raise ScriptError("no answer held back (alter answer=late)")
+        node, proposal, result = self.late_answers.pop(0)
+        refusal = result.refusal
+        verdict = "accepted" if refusal is None else f"refused {refusal.value}"
+        self.say(
+            f"{node} hears: {verdict} to {describe_proposal(proposal)}, "
+            f"with record pe{result.record.partition_epoch}"
+        )
+        if self.c.nodes[node].alive:
+            self.isr_input(node, lambda replica: replica.on_isr_answer(proposal, result))
 
     def cmd_isr(self, args: list[str], kv: dict[str, str]) -> None:
         """The ISR leader's view: committed and pending ISR, HWM, each follower."""

@@ -25,7 +25,8 @@ Commands (nodes are numbers; lists are comma-separated):
     fetch N offset=O [epoch=E] [bytes=B]   a consumer fetch at N
     latest N              the "latest" offset N answers (ListOffsets)
     delete-records N offset=O   DeleteRecords at the leader N (its low watermark)
-    check                 every invariant of correctness.md over the cluster
+    check [final=false]   every invariant of correctness.md over the cluster (`final=false`:
+                          only those of every step, not the convergence of the end)
 
 ISR mode (docs/isr.md): `cluster ... mode=isr [lag-ms=N]` makes every replica an
 `IsrReplica` (min-insync defaults to 1, Kafka's); the script plays the controller, whose
@@ -83,7 +84,7 @@ from tidelog.core.replica import (
 from tidelog.core.storage import MemoryStorage
 from tidelog.errors import StorageError, TidelogError
 from tidelog.records import read_header
-from tidelog.testing.checker import Checker
+from tidelog.testing.checker import Checker, batch_identity
 from tidelog.testing.cluster import Cluster, Envelope
 from tidelog.testing.sim import build_batch
 from tidelog.testing.trace import describe_batches
@@ -142,9 +143,10 @@ def describe_nodes(nodes: tuple[NodeId, ...]) -> str:
 
 def describe_record(record: PartitionRecord) -> str:
     leader = "-" if record.leader == NO_LEADER else str(record.leader)
+    unclean = "" if record.unclean_epoch is None else f" unclean=e{record.unclean_epoch}"
     return (
         f"record pe{record.partition_epoch}: leader={leader} e{record.leader_epoch} "
-        f"isr={describe_nodes(record.isr)} elr={describe_nodes(record.elr)}"
+        f"isr={describe_nodes(record.isr)} elr={describe_nodes(record.elr)}{unclean}"
     )
 
 
@@ -180,6 +182,11 @@ class Scenario:
     proposals: list[tuple[NodeId, IsrProposal]] = field(default_factory=list)
     history: list[PartitionRecord] = field(default_factory=list)  # every record committed
     late_answers: list[tuple[NodeId, IsrProposal, isr.AlterResult]] = field(default_factory=list)
+    # After an unclean election: its leader epoch, and the replicas the checker leaves
+    # alone until their HWM is checked against the new leader's log (they may give up
+    # committed records, which the checker would call lost).
+    unclean_epoch: Epoch | None = None
+    unchecked: set[NodeId] = field(default_factory=set)
 
     @property
     def c(self) -> Cluster:
@@ -206,6 +213,8 @@ class Scenario:
         if self.cluster is None:
             return
         for node, sim_node in self.cluster.nodes.items():
+            if node in self.unchecked and not self.checked_again(node, sim_node.replica):
+                continue
             if sim_node.replica is not None:
                 self.checker.check_replica(
                     node,
@@ -441,6 +450,59 @@ class Scenario:
         for proposal in ready.isr_proposals:
             self.proposals.append((node, proposal))
             self.say(f"{node}: propose {describe_proposal(proposal)}")
+        for given in ready.given_up:
+            self.say(
+                f"{node}: gave up committed offsets {given.start_offset}.."
+                f"{given.end_offset - 1} to leader {given.leader} of epoch {given.leader_epoch} "
+                f"(unclean election in epoch {given.unclean_epoch})"
+            )
+
+    def forget_lost(self, leader: NodeId, epoch: Epoch) -> None:
+        """An unclean election of `leader` in `epoch`: its log is the truth from now on.
+        Name the committed records it lacks (the first offset where its log leaves the
+        checker's history, to the history's end) and take them out of the history and
+        the acknowledged writes; leave every other replica unchecked until its HWM is
+        checked against a leader of this history (`checked_again`)."""
+        checker, replica = self.checker, self.c.replica(leader)
+        cut = 0
+        while cut < checker.committed_end:
+            known = checker.history[cut]
+            held = replica.log.read(
+                Offset(cut), end_offset=Offset(known.next_offset), max_bytes=1 << 30
+            )
+            if len(held) != 1 or batch_identity(held[0]) != known.identity:
+                break
+            cut = known.next_offset
+        if cut < checker.committed_end:
+            self.say(f"lost: committed offsets {cut}..{checker.committed_end - 1}")
+        for offset in [offset for offset in checker.history if offset >= cut]:
+            del checker.history[offset]
+        checker.committed_end = cut
+        checker.acked = {key: at for key, at in checker.acked.items() if at < cut}
+        checker.unverified_acks = [(at, key) for at, key in checker.unverified_acks if at < cut]
+        checker.committed_identities = {
+            key: at for key, at in checker.committed_identities.items() if at < cut
+        }
+        checker.checked = {node: min(end, cut) for node, end in checker.checked.items()}
+        checker.leader_hwm_max = min(checker.leader_hwm_max, cut)
+        checker.node_hwm_max = {node: min(hwm, cut) for node, hwm in checker.node_hwm_max.items()}
+        self.unclean_epoch = epoch
+        self.unchecked = {node for node in self.c.ids if node != leader}
+
+    def checked_again(self, node: NodeId, replica: Replica | None) -> bool:
+        """Whether `node`, unchecked since the unclean election, knows of it and has had
+        its HWM checked against a leader since: then the checker takes it up again, its
+        HWM allowed to have gone back once."""
+        if not isinstance(replica, IsrReplica) or replica.record is None:
+            return False
+        unclean = replica.record.unclean_epoch
+        if unclean is None or self.unclean_epoch is None or unclean < self.unclean_epoch:
+            return False
+        if not replica.hwm_checked():
+            return False
+        self.unchecked.discard(node)
+        self.checker.hwm_seen.pop(node, None)
+        return True
 
     @property
     def current_record(self) -> PartitionRecord:
@@ -495,9 +557,9 @@ class Scenario:
         isr_ = tuple(nodes_of(kv["isr"])) if "isr" in kv else self.c.ids
         elr = tuple(nodes_of(kv.get("elr", "")))
         partition_epoch = 0 if last is None else last.partition_epoch + 1
-        self.change_record(
-            PartitionRecord(self.c.ids, leader, epoch, partition_epoch, isr_, elr), kv
-        )
+        unclean = None if last is None else last.unclean_epoch  # history is kept
+        record = PartitionRecord(self.c.ids, leader, epoch, partition_epoch, isr_, elr, unclean)
+        self.change_record(record, kv)
 
     def cmd_publish(self, args: list[str], kv: dict[str, str]) -> None:
         del args
@@ -524,6 +586,7 @@ class Scenario:
             self.say("no leader may be elected: offline")
         elif election.unclean:
             self.say(f"unclean election of node {election.leader}")
+            self.forget_lost(election.leader, election.record.leader_epoch)
         self.change_record(election.record, kv)
 
     def cmd_alter(self, args: list[str], kv: dict[str, str]) -> None:
@@ -645,10 +708,16 @@ class Scenario:
                 self.say("  " + describe_record_batch(batch))
 
     def cmd_check(self, args: list[str], kv: dict[str, str]) -> None:
-        del args, kv
+        """Every invariant; with `final=false` only those of every step, not the end's
+        (every acknowledged write on every replica): for a partition left offline."""
+        del args
         replicas = dict(self.c.live_replicas())
+        for node in sorted(self.unchecked & set(replicas)):
+            del replicas[node]
+            self.say(f"not checked: node {node}, not yet checked against the unclean leader")
         self.observe()
-        self.checker.check_final(replicas)
+        if kv.get("final", "true") == "true":
+            self.checker.check_final(replicas)
         if self.checker.violations:
             for violation in self.checker.violations:
                 self.say(f"VIOLATION {violation}")

@@ -8,12 +8,13 @@ import random
 import pytest
 
 from tidelog.core import MemoryStorage, Ready, Replica, ReplicaConfig, Role
-from tidelog.core.isr import NO_LEADER, IsrProposal, PartitionRecord, alter_isr
+from tidelog.core.isr import NO_LEADER, GivenUp, IsrProposal, PartitionRecord, alter_isr, elect
 from tidelog.core.isr_replica import IsrReplica, new_replica
 from tidelog.core.messages import AppendRequest, AppendResponse, VoteRequest
 from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, Replication
 from tidelog.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, NotLeader
 from tidelog.node.driver import run_round
+from tidelog.records import stamp
 from tidelog.testing.sim import build_batch
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
@@ -245,3 +246,87 @@ def test_a_lagging_follower_is_proposed_out_and_a_lost_proposal_sent_again() -> 
         ack(replica, N2, 1)
         replica.tick(now_ms=later)
         assert not proposals(rounds(replica, storage))  # settled: nothing to send again
+
+
+# ------------------------------------------------------------------ unclean recovery ------
+def append_from(
+    leader_node: NodeId, epoch: int, prev: int, prev_epoch: int, batches: list[tuple[int, int]]
+) -> AppendRequest:
+    """An append to N2 of one-record batches (base offset, epoch), the leader's HWM high."""
+    stamped = tuple(
+        stamp(build_batch(b"x"), base_offset=Offset(base), epoch=Epoch(batch_epoch))
+        for base, batch_epoch in batches
+    )
+    return AppendRequest(
+        leader_node,
+        N2,
+        Epoch(epoch),
+        Offset(prev),
+        Epoch(prev_epoch),
+        stamped,
+        Offset(9),
+        0,
+        Offset(0),
+    )
+
+
+def follower_that_committed_three() -> tuple[IsrReplica, MemoryStorage]:
+    """N2, following N1 in epoch 1, holding offsets 0..2 of epoch 1, all committed."""
+    replica, storage = isr_replica(N2)
+    replica.on_partition_record(record(N1))
+    rounds(replica, storage)
+    assert replica.step(append_from(N1, 1, 0, NO_EPOCH, [(0, 1), (1, 1), (2, 1)])) is None
+    rounds(replica, storage)
+    assert replica.hwm == 3
+    return replica, storage
+
+
+def unclean_record(*, unclean: bool) -> PartitionRecord:
+    """N3, which holds only offset 0, elected in epoch 2 (outside the ISR and ELR)."""
+    return PartitionRecord(
+        NODES, N3, Epoch(2), 1, (N3,), unclean_epoch=Epoch(2) if unclean else None
+    )
+
+
+def test_after_an_unclean_election_a_follower_gives_up_and_names_what_it_committed() -> None:
+    replica, storage = follower_that_committed_three()
+    assert replica.on_partition_record(unclean_record(unclean=True)) is None
+    # N3's first append: its log up to its epoch start (1) matches ours; our HWM (3) is
+    # beyond it, unchecked: no reads until it is.
+    assert replica.step(append_from(N3, 2, 1, 1, [])) is None
+    rounds(replica, storage)
+    assert replica.hwm == 3
+    assert isinstance(replica.fetch(Offset(0), max_bytes=1 << 20).error, NotLeader)
+    assert replica.step(append_from(N3, 2, 1, 1, [(1, 2)])) is None
+    (ready, *_) = rounds(replica, storage)
+    assert ready.given_up == (GivenUp(Offset(1), Offset(3), N3, Epoch(2), Epoch(2)),)
+    assert ready.truncate_to == 1
+    assert (replica.log.log_end_offset, replica.hwm, replica.log.last_epoch) == (2, 2, 2)
+    fetched = replica.fetch(Offset(0), max_bytes=1 << 20)
+    assert fetched.error is None
+    assert fetched.hwm == 2
+
+
+def test_without_an_unclean_election_a_follower_never_gives_up_what_it_committed() -> None:
+    replica, storage = follower_that_committed_three()
+    assert replica.on_partition_record(unclean_record(unclean=False)) is None
+    assert replica.step(append_from(N3, 2, 1, 1, [(1, 2)])) is None
+    readies = rounds(replica, storage)
+    assert not any(ready.given_up or ready.truncate_to is not None for ready in readies)
+    assert not any(ready.messages_after_persist for ready in readies)  # refused: no answer
+    assert (replica.log.log_end_offset, replica.hwm) == (3, 3)
+
+
+def test_an_unclean_election_is_recorded_with_its_epoch_and_checked_at_the_door() -> None:
+    base = PartitionRecord(NODES, N1, Epoch(3), 4, (N1,), elr=(N1,))
+    election = elect(base, live=(N2,), min_insync=2, unclean_allowed=True)
+    assert (election.leader, election.unclean) == (N2, True)
+    assert election.record.unclean_epoch == election.record.leader_epoch == 4
+    assert not base.may_give_up(Epoch(9))
+    assert election.record.may_give_up(Epoch(4))
+    assert not election.record.may_give_up(Epoch(3))
+    clean = elect(base, live=(N1,), min_insync=2)
+    assert clean.record.unclean_epoch is None
+    replica, _ = isr_replica(N2)
+    bad = PartitionRecord(NODES, N1, Epoch(1), 0, NODES, unclean_epoch=Epoch(2))
+    assert "unclean election in epoch 2" in (replica.on_partition_record(bad) or "")

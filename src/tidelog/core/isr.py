@@ -31,7 +31,9 @@ Rules of this file:
 - `elect` (rules 4, 8, 10): the first live replica, in assignment order, of the ISR; else
   the first live ELR member (its ISR becomes that one, as Kafka); else, only when unclean
   election is allowed, the first live replica, which then is the whole ISR and the ELR is
-  cleared (Kafka clears the ELR on an unclean election), and the result says `unclean`.
+  cleared (Kafka clears the ELR on an unclean election), and the result says `unclean`;
+  the record then carries `unclean_epoch`, its new leader epoch, so that replicas holding
+  committed records the new leader lacks give them up, and say so (`GivenUp`).
   Kafka elects from the ELR only once the ISR is empty (dead ISR members are fenced first);
   here an ELR member may lead while dead ISR members are still listed, which is as safe
   (strict min ISR: it holds every committed record) and more available; those ISR members
@@ -72,6 +74,29 @@ class PartitionRecord:
     partition_epoch: int
     isr: tuple[NodeId, ...]
     elr: tuple[NodeId, ...] = ()
+    # The leader epoch of the last unclean election (rule 10), kept by every later change:
+    # from then on a replica may give up records it had committed (`may_give_up`).
+    unclean_epoch: Epoch | None = None
+
+    def may_give_up(self, leader_epoch: Epoch) -> bool:
+        """Rule 10: whether a replica following the leader of `leader_epoch` may truncate
+        below its own HWM, giving up records it had committed. Only when an unclean election
+        has happened at or before that epoch: its leader's log is the truth, and records
+        committed before it that the leader lacks are lost. Otherwise never (rule 11)."""
+        return self.unclean_epoch is not None and leader_epoch >= self.unclean_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class GivenUp:
+    """Records [start_offset, end_offset) that a replica had committed and gave up to the
+    leader `leader` of `leader_epoch`, after the unclean election of `unclean_epoch`
+    (rule 10): the caller logs them, naming the partition."""
+
+    start_offset: Offset
+    end_offset: Offset
+    leader: NodeId
+    leader_epoch: Epoch
+    unclean_epoch: Epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +253,7 @@ def elect(
                 new = _changed(
                     record, isr=(node,), min_insync=min_insync, leader=node, clear_elr=True
                 )
-                return Election(new, node, unclean=True)
+                return Election(replace(new, unclean_epoch=new.leader_epoch), node, unclean=True)
     offline = _changed(record, isr=record.isr, min_insync=min_insync, leader=NO_LEADER)
     return Election(offline, NO_LEADER)
 

@@ -10,7 +10,8 @@ round, the producer states and the `Ready` contract. The points it replaces (the
 below, each a method of `Replica`) are: `_tick_election`, `_tick_leader`, `campaign`,
 `transfer_leadership`, `_refusal`, `on_append_response`, `_maybe_advance_hwm`,
 `_produce_error`, `has_read_lease`, `in_sync_replicas`, `become_follower`,
-`set_min_insync_replicas`, `has_ready`, `ready` and `advance`.
+`set_min_insync_replicas`, `has_ready`, `ready` and `advance`; and, for unclean recovery
+only, `_compare_batch`, `_append_from_leader` and `_serving_error`.
 
 Rules of this file (rule numbers are those of docs/isr.md):
 1. Leadership comes only from a committed record (`on_partition_record`, rule 4): a
@@ -48,6 +49,13 @@ Rules of this file (rule numbers are those of docs/isr.md):
    leader not yet told may serve a stale read, never an uncommitted one.
 7. Every record and answer is checked at the door (`_record_refusal`): one that cannot
    be right changes nothing and the reason is returned.
+8. Unclean recovery (rule 10): a replica never truncates below its HWM (rule 11), except
+   when the record it holds says an unclean election happened at or before the epoch of
+   the leader it follows (`PartitionRecord.may_give_up`): then a batch of that leader
+   that conflicts with one committed here is taken, the HWM drops to its base, and the
+   records given up are named in `Ready.given_up` (`_compare_batch`). A follower whose HWM
+   was not checked against a leader's log since the unclean election (a successful append
+   reaching it) serves no reads: what it calls committed may be given up.
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ from dataclasses import replace
 from tidelog.core.isr import (
     NO_LEADER,
     AlterResult,
+    GivenUp,
     IsrConfig,
     IsrLeader,
     IsrProposal,
@@ -81,6 +90,7 @@ from tidelog.core.replica import (
     Replication,
     Rng,
     Role,
+    _Batch,
     _PendingProduce,
 )
 from tidelog.core.storage import LogStorage
@@ -91,7 +101,8 @@ from tidelog.errors import (
     RequestTimedOut,
     TidelogError,
 )
-from tidelog.types import EPOCH_MAX, Epoch, NodeId
+from tidelog.records import BatchHeader
+from tidelog.types import EPOCH_MAX, Epoch, NodeId, Offset
 
 
 def new_replica(config: ReplicaConfig, storage: LogStorage, rng: Rng) -> Replica:
@@ -115,6 +126,10 @@ class IsrReplica(Replica):
         self.appointed: Epoch | None = None  # named leader; waiting for the claim's sync
         self.isr_outbox: list[IsrProposal] = []
         self.proposal_sent_tick = 0
+        # Rule 8 of this file: the leader epoch in which our HWM was last found within a
+        # leader's log, and the committed records given up since the last Ready.
+        self.hwm_checked_epoch: Epoch | None = None
+        self.given_up: list[GivenUp] = []
 
     # ================================================================== inputs ==========
     def on_partition_record(self, record: PartitionRecord) -> str | None:
@@ -175,6 +190,9 @@ class IsrReplica(Replica):
             return f"a record with ISR {record.isr} and ELR {record.elr} beyond the replicas"
         if not 0 <= record.leader_epoch <= EPOCH_MAX or record.partition_epoch < 0:
             return f"a record with leader epoch {record.leader_epoch}"
+        unclean = record.unclean_epoch
+        if unclean is not None and not 0 <= unclean <= record.leader_epoch:
+            return f"a record with an unclean election in epoch {unclean}"
         known = self.record
         if known is not None and record.partition_epoch <= known.partition_epoch:
             return None  # a copy or an old one: ignored
@@ -243,6 +261,7 @@ class IsrReplica(Replica):
             return
         assert record.leader == self.id and record.leader_epoch == self.epoch
         self.appointed = None
+        self.hwm_checked_epoch = self.epoch  # our log is the truth of this epoch
         self._begin_epoch(record.isr)
         self.isr_leader = IsrLeader(
             self.id,
@@ -363,9 +382,52 @@ class IsrReplica(Replica):
             return ()
         return self.isr_leader.record.isr
 
+    # ================================================================== unclean recovery
+    def _compare_batch(self, header: BatchHeader) -> _Batch:
+        """Quorum mode's comparison; but a leader's batch conflicting with a committed one
+        here is taken, giving up what we committed from its base on, when an unclean
+        election allows it (rule 8 of this file)."""
+        taken = super()._compare_batch(header)
+        record = self.record
+        if (
+            taken is _Batch.CONFLICTS_WITH_COMMITTED
+            and record is not None
+            and record.may_give_up(self.epoch)
+            and self.role is Role.FOLLOWER
+            and self.leader_id == record.leader
+            and header.base_offset >= self.log.log_start_offset
+        ):
+            unclean = record.unclean_epoch
+            assert unclean is not None
+            given_up = GivenUp(header.base_offset, self.hwm, record.leader, self.epoch, unclean)
+            self.given_up.append(given_up)
+            self.hwm = header.base_offset  # back, below what we committed (rule 10)
+            return _Batch.NEW
+        return taken
+
+    def _append_from_leader(
+        self, prev_offset: Offset, batches: tuple[bytes, ...], headers: list[BatchHeader]
+    ) -> Offset | None:
+        end = super()._append_from_leader(prev_offset, batches, headers)
+        if end is not None and end >= self.hwm:
+            self.hwm_checked_epoch = self.epoch  # all we call committed is the leader's
+        return end
+
+    def hwm_checked(self) -> bool:
+        """False while our HWM may cover records an unclean election gave up: not checked
+        against a leader's log since (rule 8 of this file)."""
+        unclean = None if self.record is None else self.record.unclean_epoch
+        checked = self.hwm_checked_epoch
+        return unclean is None or (checked is not None and checked >= unclean)
+
+    def _serving_error(self, now_ms: int | None) -> TidelogError | None:
+        if self.role is Role.FOLLOWER and not self.hwm_checked():
+            return NotLeader(self.leader_id)
+        return super()._serving_error(now_ms)
+
     # ================================================================== output ==========
     def has_ready(self) -> bool:
-        return bool(self.isr_outbox) or super().has_ready()
+        return bool(self.isr_outbox or self.given_up) or super().has_ready()
 
     def ready(self) -> Ready:
         ready = super().ready()
@@ -373,6 +435,9 @@ class IsrReplica(Replica):
             proposals = tuple(self.isr_outbox)
             self.isr_outbox.clear()
             ready = replace(ready, isr_proposals=proposals)
+        if self.given_up:
+            ready = replace(ready, given_up=tuple(self.given_up))
+            self.given_up.clear()
         return ready
 
     def advance(self, ready: Ready) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidelog.core.isr import IsrProposal
+from tidelog.core.isr import GivenUp, IsrProposal
 from tidelog.core.producers import ProducerEntry
 from tidelog.errors import TidelogError
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
@@ -152,7 +152,10 @@ class Ready:
     client answers; produce acknowledgements in them are already safe to deliver.
     `isr_proposals` (ISR mode only) go to the controller, which may be at once: they rest
     on what followers hold durably and on the HWM, never on this Ready's writes; its
-    answers come back through `IsrReplica.on_isr_answer`.
+    answers come back through `IsrReplica.on_isr_answer`. `given_up` (ISR mode only, after
+    an unclean election) names committed records this replica gave up: the caller logs
+    them, and its storage lowers its HWM (and any HWM checkpoint) to the first of them
+    before the truncation in step 1, which then cuts below the old HWM.
     No `step`, `tick` or client request may reach the replica between `ready()` and
     `advance()`.
     """
@@ -170,6 +173,7 @@ class Ready:
     messages_after_persist: tuple[Message, ...] = ()
     completions: tuple[ProduceResult, ...] = field(default=())
     isr_proposals: tuple[IsrProposal, ...] = ()
+    given_up: tuple[GivenUp, ...] = ()
 
     @property
     def must_sync(self) -> bool:

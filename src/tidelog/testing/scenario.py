@@ -25,7 +25,8 @@ Commands (nodes are numbers; lists are comma-separated):
     fetch N offset=O [epoch=E] [bytes=B]   a consumer fetch at N
     latest N              the "latest" offset N answers (ListOffsets)
     delete-records N offset=O   DeleteRecords at the leader N (its low watermark)
-    check                 every invariant of correctness.md over the cluster
+    check [final=false]   every invariant of correctness.md over the cluster (`final=false`:
+                          only those of every step, not the convergence of the end)
 
 ISR mode (docs/isr.md): `cluster ... mode=isr [lag-ms=N]` makes every replica an
 `IsrReplica` (min-insync defaults to 1, Kafka's); the script plays the controller, whose
@@ -36,9 +37,16 @@ the replicas. A leader's ISR proposal is printed as it leaves a Ready, and waits
                           leader changes) and hands it to `to` (default: every live node)
     publish [to=..]       hand the controller's current record to nodes again
     fence N / restarted N / elect live=.. [unclean=true]   [to=..]   core.isr's transitions
-    alter [from=N] [to=..] [lose=true]   the controller takes the oldest proposal in flight
-                          (alter_isr), answers its leader and hands the record to `to`
-                          (default: every other live node); `lose` drops it unanswered
+    alter [from=N] [to=..] [lose=true] [answer=now|late|never] [copy=true] [stale=K]
+                          the controller takes the oldest proposal in flight (alter_isr),
+                          answers its leader and hands the record to `to` (default: every
+                          other live node); `lose` drops it unanswered. A controller failover
+                          (isr-05): `answer=never`, the controller fails after committing,
+                          before answering; `answer=late`, the answer waits for `answer`;
+                          `copy=true`, a copy of the proposal stays in flight (delivered
+                          twice); `stale=K`, it reaches a controller that is no longer active,
+                          K records behind: judged by that record, it commits nothing
+    answer                deliver the oldest answer that `alter answer=late` held back
     isr N                 the ISR leader N's view: committed ISR, pending proposal, followers
 """
 
@@ -76,7 +84,7 @@ from tidelog.core.replica import (
 from tidelog.core.storage import MemoryStorage
 from tidelog.errors import StorageError, TidelogError
 from tidelog.records import read_header
-from tidelog.testing.checker import Checker
+from tidelog.testing.checker import Checker, batch_identity
 from tidelog.testing.cluster import Cluster, Envelope
 from tidelog.testing.sim import build_batch
 from tidelog.testing.trace import describe_batches
@@ -135,9 +143,10 @@ def describe_nodes(nodes: tuple[NodeId, ...]) -> str:
 
 def describe_record(record: PartitionRecord) -> str:
     leader = "-" if record.leader == NO_LEADER else str(record.leader)
+    unclean = "" if record.unclean_epoch is None else f" unclean=e{record.unclean_epoch}"
     return (
         f"record pe{record.partition_epoch}: leader={leader} e{record.leader_epoch} "
-        f"isr={describe_nodes(record.isr)} elr={describe_nodes(record.elr)}"
+        f"isr={describe_nodes(record.isr)} elr={describe_nodes(record.elr)}{unclean}"
     )
 
 
@@ -171,6 +180,13 @@ class Scenario:
     record: PartitionRecord | None = None
     min_insync: int = 1
     proposals: list[tuple[NodeId, IsrProposal]] = field(default_factory=list)
+    history: list[PartitionRecord] = field(default_factory=list)  # every record committed
+    late_answers: list[tuple[NodeId, IsrProposal, isr.AlterResult]] = field(default_factory=list)
+    # After an unclean election: its leader epoch, and the replicas the checker leaves
+    # alone until their HWM is checked against the new leader's log (they may give up
+    # committed records, which the checker would call lost).
+    unclean_epoch: Epoch | None = None
+    unchecked: set[NodeId] = field(default_factory=set)
 
     @property
     def c(self) -> Cluster:
@@ -197,6 +213,8 @@ class Scenario:
         if self.cluster is None:
             return
         for node, sim_node in self.cluster.nodes.items():
+            if node in self.unchecked and not self.checked_again(node, sim_node.replica):
+                continue
             if sim_node.replica is not None:
                 self.checker.check_replica(
                     node,
@@ -432,6 +450,59 @@ class Scenario:
         for proposal in ready.isr_proposals:
             self.proposals.append((node, proposal))
             self.say(f"{node}: propose {describe_proposal(proposal)}")
+        for given in ready.given_up:
+            self.say(
+                f"{node}: gave up committed offsets {given.start_offset}.."
+                f"{given.end_offset - 1} to leader {given.leader} of epoch {given.leader_epoch} "
+                f"(unclean election in epoch {given.unclean_epoch})"
+            )
+
+    def forget_lost(self, leader: NodeId, epoch: Epoch) -> None:
+        """An unclean election of `leader` in `epoch`: its log is the truth from now on.
+        Name the committed records it lacks (the first offset where its log leaves the
+        checker's history, to the history's end) and take them out of the history and
+        the acknowledged writes; leave every other replica unchecked until its HWM is
+        checked against a leader of this history (`checked_again`)."""
+        checker, replica = self.checker, self.c.replica(leader)
+        cut = 0
+        while cut < checker.committed_end:
+            known = checker.history[cut]
+            held = replica.log.read(
+                Offset(cut), end_offset=Offset(known.next_offset), max_bytes=1 << 30
+            )
+            if len(held) != 1 or batch_identity(held[0]) != known.identity:
+                break
+            cut = known.next_offset
+        if cut < checker.committed_end:
+            self.say(f"lost: committed offsets {cut}..{checker.committed_end - 1}")
+        for offset in [offset for offset in checker.history if offset >= cut]:
+            del checker.history[offset]
+        checker.committed_end = cut
+        checker.acked = {key: at for key, at in checker.acked.items() if at < cut}
+        checker.unverified_acks = [(at, key) for at, key in checker.unverified_acks if at < cut]
+        checker.committed_identities = {
+            key: at for key, at in checker.committed_identities.items() if at < cut
+        }
+        checker.checked = {node: min(end, cut) for node, end in checker.checked.items()}
+        checker.leader_hwm_max = min(checker.leader_hwm_max, cut)
+        checker.node_hwm_max = {node: min(hwm, cut) for node, hwm in checker.node_hwm_max.items()}
+        self.unclean_epoch = epoch
+        self.unchecked = {node for node in self.c.ids if node != leader}
+
+    def checked_again(self, node: NodeId, replica: Replica | None) -> bool:
+        """Whether `node`, unchecked since the unclean election, knows of it and has had
+        its HWM checked against a leader since: then the checker takes it up again, its
+        HWM allowed to have gone back once."""
+        if not isinstance(replica, IsrReplica) or replica.record is None:
+            return False
+        unclean = replica.record.unclean_epoch
+        if unclean is None or self.unclean_epoch is None or unclean < self.unclean_epoch:
+            return False
+        if not replica.hwm_checked():
+            return False
+        self.unchecked.discard(node)
+        self.checker.hwm_seen.pop(node, None)
+        return True
 
     @property
     def current_record(self) -> PartitionRecord:
@@ -463,10 +534,15 @@ class Scenario:
                 self.isr_input(node, lambda replica: replica.on_partition_record(record))
 
     def change_record(self, record: PartitionRecord, kv: dict[str, str]) -> None:
+        self.commit_record(record)
+        self.publish(kv)
+
+    def commit_record(self, record: PartitionRecord) -> None:
+        """The controller commits `record` to the metadata log (printed when it changed)."""
         if record != self.record:
             self.record = record
+            self.history.append(record)
             self.say(describe_record(record))
-        self.publish(kv)
 
     def cmd_record(self, args: list[str], kv: dict[str, str]) -> None:
         del args
@@ -481,9 +557,9 @@ class Scenario:
         isr_ = tuple(nodes_of(kv["isr"])) if "isr" in kv else self.c.ids
         elr = tuple(nodes_of(kv.get("elr", "")))
         partition_epoch = 0 if last is None else last.partition_epoch + 1
-        self.change_record(
-            PartitionRecord(self.c.ids, leader, epoch, partition_epoch, isr_, elr), kv
-        )
+        unclean = None if last is None else last.unclean_epoch  # history is kept
+        record = PartitionRecord(self.c.ids, leader, epoch, partition_epoch, isr_, elr, unclean)
+        self.change_record(record, kv)
 
     def cmd_publish(self, args: list[str], kv: dict[str, str]) -> None:
         del args
@@ -510,6 +586,7 @@ class Scenario:
             self.say("no leader may be elected: offline")
         elif election.unclean:
             self.say(f"unclean election of node {election.leader}")
+            self.forget_lost(election.leader, election.record.leader_epoch)
         self.change_record(election.record, kv)
 
     def cmd_alter(self, args: list[str], kv: dict[str, str]) -> None:
@@ -519,21 +596,58 @@ class Scenario:
         if not found:
             raise ScriptError("no ISR proposal in flight")
         node, proposal = found[0]
-        self.proposals.remove(found[0])
+        if kv.get("copy") != "true":
+            self.proposals.remove(found[0])
         if kv.get("lose") == "true":
             self.say(f"lost: {node}: propose {describe_proposal(proposal)}")
             return
+        if "stale" in kv:
+            self.alter_at_stale_controller(node, proposal, int(kv["stale"]))
+            return
         result = isr.alter_isr(self.current_record, proposal, min_insync=self.min_insync)
         refusal = result.refusal
-        verdict = "accepted" if refusal is None else f"refused {refusal.value}"
-        self.say(f"controller: {verdict}")
-        if result.record != self.record:
-            self.record = result.record
-            self.say(describe_record(result.record))
-        if self.c.nodes[node].alive:
+        self.say(f"controller: {'accepted' if refusal is None else f'refused {refusal.value}'}")
+        self.commit_record(result.record)
+        answer = kv.get("answer", "now")
+        if answer == "late":
+            self.late_answers.append((node, proposal, result))
+        elif answer == "never":
+            self.say("controller: failed before answering")
+        elif self.c.nodes[node].alive:
             self.isr_input(node, lambda replica: replica.on_isr_answer(proposal, result))
         others = tuple(other for other in self.c.ids if other != node)
         self.publish(kv, default=others)
+
+    def alter_at_stale_controller(self, node: NodeId, proposal: IsrProposal, behind: int) -> None:
+        """A controller that is no longer active, `behind` records short of the metadata
+        log, judges the proposal by the record it has: it can commit nothing, so it either
+        refuses (answered with its old record) or fails to commit (no answer)."""
+        if not 0 < behind < len(self.history):
+            raise ScriptError(f"stale={behind}: the metadata log holds {len(self.history)} records")
+        record = self.history[-1 - behind]
+        result = isr.alter_isr(record, proposal, min_insync=self.min_insync)
+        refusal = result.refusal
+        self.say(
+            f"stale controller at pe{record.partition_epoch}: "
+            + ("cannot commit, no answer" if refusal is None else f"refused {refusal.value}")
+        )
+        if refusal is not None and self.c.nodes[node].alive:
+            answer = isr.AlterResult(record, refusal)
+            self.isr_input(node, lambda replica: replica.on_isr_answer(proposal, answer))
+
+    def cmd_answer(self, args: list[str], kv: dict[str, str]) -> None:
+        del args, kv
+        if not self.late_answers:
+            raise ScriptError("no answer held back (alter answer=late)")
+        node, proposal, result = self.late_answers.pop(0)
+        refusal = result.refusal
+        verdict = "accepted" if refusal is None else f"refused {refusal.value}"
+        self.say(
+            f"{node} hears: {verdict} to {describe_proposal(proposal)}, "
+            f"with record pe{result.record.partition_epoch}"
+        )
+        if self.c.nodes[node].alive:
+            self.isr_input(node, lambda replica: replica.on_isr_answer(proposal, result))
 
     def cmd_isr(self, args: list[str], kv: dict[str, str]) -> None:
         """The ISR leader's view: committed and pending ISR, HWM, each follower."""
@@ -594,10 +708,16 @@ class Scenario:
                 self.say("  " + describe_record_batch(batch))
 
     def cmd_check(self, args: list[str], kv: dict[str, str]) -> None:
-        del args, kv
+        """Every invariant; with `final=false` only those of every step, not the end's
+        (every acknowledged write on every replica): for a partition left offline."""
+        del args
         replicas = dict(self.c.live_replicas())
+        for node in sorted(self.unchecked & set(replicas)):
+            del replicas[node]
+            self.say(f"not checked: node {node}, not yet checked against the unclean leader")
         self.observe()
-        self.checker.check_final(replicas)
+        if kv.get("final", "true") == "true":
+            self.checker.check_final(replicas)
         if self.checker.violations:
             for violation in self.checker.violations:
                 self.say(f"VIOLATION {violation}")

@@ -115,6 +115,18 @@ class IsrReplica(Replica):
         self.appointed: Epoch | None = None  # named leader; waiting for the claim's sync
         self.isr_outbox: list[IsrProposal] = []
         self.proposal_sent_tick = 0
+        self.clock_read = False  # `now_ms` reads 0 until a tick hands in the clock
+
+    def tick(self, *, now_ms: int | None = None, wall_clock_ms: int | None = None) -> None:
+        """As `Replica.tick`. A leader named before the clock was first handed in dated its
+        followers by a clock reading 0: they are dated from the clock's first reading, or
+        every one of them would look lagging since the clock's zero (rule 6)."""
+        assert not self.ready_outstanding
+        if now_ms is not None and not self.clock_read:
+            self.clock_read = True
+            if self.isr_leader is not None:
+                self.isr_leader.clock_started(now_ms)
+        super().tick(now_ms=now_ms, wall_clock_ms=wall_clock_ms)
 
     # ================================================================== inputs ==========
     def on_partition_record(self, record: PartitionRecord) -> str | None:

@@ -228,7 +228,8 @@ def test_a_lagging_follower_is_proposed_out_and_a_lost_proposal_sent_again() -> 
     ack(replica, N2, 1)
     ack(replica, N3, 1)
     sent: list[IsrProposal] = []
-    for now in range(1, LAG_MS + replica.config.election_ticks + 2):
+    # The clock first reads 1: the followers are dated from then.
+    for now in range(1, LAG_MS + replica.config.election_ticks + 3):
         replica.tick(now_ms=now)
         if now % 2 == 0:
             ack(replica, N2, 1)  # 2 keeps up; 3 went quiet
@@ -330,3 +331,26 @@ def test_an_unclean_election_is_recorded_with_its_epoch_and_checked_at_the_door(
     replica, _ = isr_replica(N2)
     bad = PartitionRecord(NODES, N1, Epoch(1), 0, NODES, unclean_epoch=Epoch(2))
     assert "unclean election in epoch 2" in (replica.on_partition_record(bad) or "")
+
+
+# ------------------------------------------------------------------ found by the simulator -
+def test_a_leader_named_before_its_first_tick_dates_its_followers_by_the_clock() -> None:
+    """Found by the simulator (ISR mode): a replica named leader before its first tick dated
+    its followers by a clock reading 0, so at the first tick of a clock that starts large
+    every follower looked lagging since then and was proposed out of the ISR. A follower
+    outside the ISR that joins before it ever reached the log end was proposed out at the
+    next tick just so."""
+    replica, storage = leader(isr=(N1, N2))
+    replica.tick(now_ms=1_000_000)
+    assert proposals(rounds(replica, storage)) == []
+    ack(replica, N2, int(replica.log.log_end_offset))
+    rounds(replica, storage)
+    replica.propose(1, build_batch(b"a"), acks=ACKS_LEADER)
+    rounds(replica, storage)
+    ack(replica, N3, int(replica.hwm))  # at the HWM, short of the log end: it may join
+    (expand,) = proposals(rounds(replica, storage))
+    assert expand.isr == NODES
+    result = alter_isr(replica.record or record(), expand, min_insync=1)
+    assert replica.on_isr_answer(expand, result) is None
+    replica.tick(now_ms=1_000_001)
+    assert proposals(rounds(replica, storage)) == []

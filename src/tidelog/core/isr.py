@@ -336,11 +336,11 @@ class IsrLeader:
         self.hwm = min(hwm, log_end)
         self.pending: IsrProposal | None = None
         self.deposed = record.leader != node
-        # Kafka's resetReplicaState: an ISR member is taken as caught up when leadership starts.
+        # Kafka's resetReplicaState takes an ISR member as caught up when leadership starts;
+        # every follower is dated so here, so that one that joins before it ever reached
+        # the log end is not taken out at once as lagging since the clock's zero.
         self.followers = {
-            n: _Follower(last_caught_up_ms=now_ms if n in record.isr else 0)
-            for n in record.replicas
-            if n != node
+            n: _Follower(last_caught_up_ms=now_ms) for n in record.replicas if n != node
         }
 
     # ------------------------------------------------------------ inputs --------------------
@@ -368,6 +368,14 @@ class IsrLeader:
         if proposal == self.pending and result.refusal is not Refusal.NOT_CONTROLLER:
             self.pending = None
             self._advance_hwm()
+
+    def clock_started(self, now_ms: int) -> None:
+        """The leader's clock was read for the first time, at `now_ms`: what was dated
+        before it (by a clock that read 0) is dated from now instead."""
+        for state in self.followers.values():
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
+            if state.last_fetch_ms is not None:
+                state.last_fetch_ms = max(state.last_fetch_ms, now_ms)
 
     def log_end(self, durable_leo: Offset) -> None:
         """The leader's own durable log end offset."""

@@ -130,6 +130,18 @@ class IsrReplica(Replica):
         # leader's log, and the committed records given up since the last Ready.
         self.hwm_checked_epoch: Epoch | None = None
         self.given_up: list[GivenUp] = []
+        self.clock_read = False  # `now_ms` reads 0 until a tick hands in the clock
+
+    def tick(self, *, now_ms: int | None = None, wall_clock_ms: int | None = None) -> None:
+        """As `Replica.tick`. A leader named before the clock was first handed in dated its
+        followers by a clock reading 0: they are dated from the clock's first reading, or
+        every one of them would look lagging since the clock's zero (rule 6)."""
+        assert not self.ready_outstanding
+        if now_ms is not None and not self.clock_read:
+            self.clock_read = True
+            if self.isr_leader is not None:
+                self.isr_leader.clock_started(now_ms)
+        super().tick(now_ms=now_ms, wall_clock_ms=wall_clock_ms)
 
     # ================================================================== inputs ==========
     def on_partition_record(self, record: PartitionRecord) -> str | None:

@@ -198,8 +198,14 @@ class Cluster:
         self.on_step: list[Callable[[], None]] = []  # after each input taken from a backlog
         self.on_message: list[MessageListener] = []  # after a replica stepped a message
         self.on_ready: list[ReadyListener] = []  # as a replica hands out a Ready
+        # After a replica advanced, before its backlog (ISR mode: a leader alone in its ISR
+        # commits in `advance`, and the checker must see that before what waited).
+        self.on_advance: list[Callable[[], None]] = []
         self.stops: Counter[str] = Counter()  # fail-stops by cause: EIO, ENOSPC, corrupt
         self.topology_version = 0  # changes whenever a node or a link goes up or down
+        # Whether a fault may crash a node now (ISR mode keeps the last good copy up);
+        # None: any node. A disk error stops a node all the same.
+        self.crash_allowed: Callable[[NodeId], bool] | None = None
         self.trace: Callable[[str], None] | None = None
         for sim_node in self.nodes.values():
             sim_node.start()
@@ -342,6 +348,8 @@ class Cluster:
             sim_node.durable_hwm = ready.hwm
         sim_node.persisting = None
         finish_round(replica, ready, self.send)
+        for hook in self.on_advance:
+            hook()
         self.step_backlog(sim_node, replica)
 
     def step_backlog(self, sim_node: SimNode, replica: Replica) -> None:
@@ -391,10 +399,14 @@ class Cluster:
                 listener(node, result)
 
     # ---------------------------------------------------------------- faults -------------
-    def crash(self, node: NodeId) -> None:
-        """Power cut: everything not synced is lost, in memory and on disk."""
+    def crash(self, node: NodeId, *, fail_stop: bool = False) -> None:
+        """Power cut: everything not synced is lost, in memory and on disk. A fault's crash
+        may be vetoed (`crash_allowed`); a fail-stop's never is."""
         sim_node = self.nodes[node]
         if sim_node.replica is None:
+            return
+        if not fail_stop and self.crash_allowed is not None and not self.crash_allowed(node):
+            self.note(f"crash {node} spared: it holds the last good copy")
             return
         self.note(f"crash {node}")
         sim_node.replica = None
@@ -433,7 +445,7 @@ class Cluster:
         """The node stops on a disk error: a crash, never a retry."""
         self.note(f"fail-stop {node}: {cause}")
         self.stops[cause] += 1
-        self.crash(node)
+        self.crash(node, fail_stop=True)
         self.topology_version += 1
 
     def repair_damaged_nodes(self) -> bool:

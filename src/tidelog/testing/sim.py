@@ -2,6 +2,7 @@
 
     python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|5] [--ticks T]
                                   [--disk] [--jobs J] [--faults full|classic] [--trace]
+                                  [--mode quorum|isr]
 
 Each seed first draws its settings (`faults.py`): min.insync.replicas (a majority, or above
 it: 3 of 3, 4 of 5), pre-vote and check-quorum on or off, one batch per append or up to
@@ -22,11 +23,31 @@ found damaged (by its own read, a client's or the checker's) sets the damage asi
 starts again with a repair floor, as the broker does, and catches up from its leader.
 A failing seed prints the command that reproduces it; `--trace` prints every event of a
 seed. The last lines count the disk faults and say `N seeds, V violations`.
+
+`--mode isr` runs ISR mode (docs/isr.md) instead of the majority quorum, the default (whose
+seeds run as they did before ISR mode existed): every replica is an `IsrReplica`, led by a
+simulated controller (`isr_sim.py`) that holds the partition record and changes it only by
+core/isr.py's transitions. Proposals, answers, records and heartbeats cross faulty links
+(dropped, delayed, duplicated, late, replayed; links to the controller cut on their own);
+the controller fences a node silent for a session timeout, elects from the ISR or ELR,
+marks a node that comes back in a new incarnation as restarted, and fails over (proposals
+in flight lost or kept, stale NOT_CONTROLLER answers carrying older records). Each seed
+draws min.insync.replicas (1..RF), replica.lag.time.max.ms, the session timeout and the
+failover rate besides the settings above; check-quorum is off (ISR mode has no lease),
+unclean election is never allowed, and bits never flip (with an ISR of one, a damaged
+batch set aside is the last copy gone: no fault model of a safe run). A crash spares the
+last good copy (the only member of the ISR and ELR up in the incarnation the controller
+knows); a disk error stops it all the same, and a partition whose ISR and ELR are empty is
+offline for good (counted, not a violation). The checker adds ISR mode's invariants: every
+acknowledged acks=all record in the durable log of every member of the committed ISR and
+ELR; the record's epochs never go back; the HWM a consumer saw never goes back; and the
+liveness phase asks the controller to elect a leader that commits a new write.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import sys
 import time
@@ -36,8 +57,17 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from tidelog.core.isr import NO_LEADER
 from tidelog.core.messages import ProduceResult
-from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE, Replica, ReplicaConfig, Role
+from tidelog.core.replica import (
+    ACKS_ALL,
+    ACKS_LEADER,
+    ACKS_NONE,
+    Replica,
+    ReplicaConfig,
+    Replication,
+    Role,
+)
 from tidelog.errors import (
     FencedEpoch,
     LogDiverged,
@@ -53,6 +83,7 @@ from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster, SimMemoryStorage, SimStorage
 from tidelog.testing.disk import SimDiskStorage, wal_config
 from tidelog.testing.faults import MICROS_PER_TICK, Faults, Settings, heal_disks, replica_config
+from tidelog.testing.isr_sim import HEARTBEAT_TICKS, IsrChecks, IsrSettings, SimController
 from tidelog.testing.monitors import LeaseMonitor, ProbeMonitor, ProgressMonitor, QuorumMonitor
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
@@ -64,6 +95,7 @@ LIVENESS_TICKS_MAX = 1500  # catching a far-behind follower up one batch per app
 PROGRESS_TICKS_MAX = 300
 FOLLOWER_STUCK_TICKS_MAX = 100
 PAIRS_EVERY_TICKS = 20  # how often any two replicas' committed prefixes are compared
+CONTROLLER_CUT_SHARE = 0.5  # ISR mode: links to the controller are cut and healed this often
 CONSUMERS = 3
 FETCH_BYTES_MAX = 16 * 1024
 
@@ -84,6 +116,7 @@ class Consumer:
     position: Offset = field(default_factory=lambda: Offset(0))
     last_epoch: Epoch = NO_EPOCH
     leader_epoch: Epoch = NO_EPOCH  # the newest leader epoch it knows of (KIP-320)
+    hwm_seen: int = 0  # the highest HWM a leader answered it with
 
 
 @dataclass
@@ -111,6 +144,9 @@ class Workload:
     # the leader epoch they know, which fences it (KIP-320). With it, the lease alone must
     # keep every leader's answers fresh.
     send_leader_epoch: bool = False
+    # ISR mode: the HWM a client saw never goes back, for that client, across leader changes.
+    client_hwm_check: bool = False
+    on_acked: list[Callable[[int, bytes], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.cluster.listeners.append(self.on_completion)
@@ -214,6 +250,8 @@ class Workload:
             if acks == ACKS_ALL and result.base_offset is not None:
                 self.acked_all += 1
                 self.checker.on_acked(result.base_offset, batch)
+                for acked in self.on_acked:
+                    acked(result.base_offset, batch)
                 for listener in self.on_acked_all:
                     listener()
             return
@@ -263,6 +301,8 @@ class Workload:
             return
         if replica.role is Role.LEADER:
             self.checker.on_leader_hwm(node, result.hwm)
+            if self.client_hwm_check:
+                self.check_client_hwm(node, consumer, result.hwm)
         self.checker.on_read(node, result.batches)
         for batch in result.batches:
             header = read_header(batch)
@@ -270,6 +310,13 @@ class Workload:
                 consumer.position = header.next_offset
                 consumer.last_epoch = header.epoch
             consumer.leader_epoch = max(consumer.leader_epoch, header.epoch)
+
+    def check_client_hwm(self, node: NodeId, consumer: Consumer, hwm: int) -> None:
+        if hwm < consumer.hwm_seen:
+            self.checker.fail(
+                f"leader {node} answered a consumer HWM {hwm} after it saw {consumer.hwm_seen}"
+            )
+        consumer.hwm_seen = max(consumer.hwm_seen, hwm)
 
     def ask_latest(self, node: NodeId, replica: Replica) -> None:
         """ListOffsets "latest" (the HWM) from a leader: it never goes back either."""
@@ -301,10 +348,15 @@ class Run:
     trace: Callable[[str], None] | None = None
     classic: bool = False  # the classic fault model (faults.py), so old seeds replay
     offsets_log: bool = False  # a log of group coordinators (group_sim.py): they write it
+    isr: bool = False  # ISR mode (isr_sim.py): IsrReplicas led by a simulated controller
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
-        if self.classic:
+        self.controller: SimController | None = None
+        self.isr_checks: IsrChecks | None = None
+        if self.isr:
+            settings = self.init_isr()
+        elif self.classic:
             self.retention_bytes: int | None = None
             self.cluster = self.new_cluster(replica_config)
             self.settings = settings = Settings.draw_classic(self.rng, self.replicas)
@@ -341,6 +393,43 @@ class Run:
         self.produce_rate = settings.produce_rate  # none in the liveness phase
         self.producing = True  # bursty writes (settings.burst_ticks) pause by turns
         self.note(f"settings {settings}")
+        if self.isr:
+            self.start_controller()
+
+    def init_isr(self) -> Settings:
+        """ISR mode's settings and cluster: the quorum settings drawn as in quorum mode,
+        then ISR mode's own from a generator of their own; no check-quorum (ISR mode has no
+        lease), min.insync.replicas anything from 1 to the replication factor, and no bit
+        flips (a damaged log set aside loses acknowledged records when it held the last
+        copy, which ISR mode with a small ISR allows: no fault model of a safe run)."""
+        drawn = Settings.draw(self.rng, self.replicas)
+        self.isr_rng = random.Random(self.rng.getrandbits(64))
+        self.isr_settings = isr = IsrSettings.draw(self.isr_rng, self.replicas, MICROS_PER_TICK)
+        self.settings = settings = dataclasses.replace(
+            drawn, check_quorum=False, min_insync_replicas=isr.min_insync
+        )
+        self.retention_bytes = settings.retention_bytes
+
+        def config(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
+            return dataclasses.replace(
+                settings.replica_config(node, members),
+                replication=Replication.ISR,
+                replica_lag_time_max_ms=isr.replica_lag_time_max_ms,
+            )
+
+        self.cluster = self.new_cluster(config)
+        self.faults = Faults.draw(self.rng, settings, disk=self.disk, ticks=self.ticks)
+        self.faults.corruption_rate = 0.0
+        return settings
+
+    def start_controller(self) -> None:
+        self.note(f"ISR settings {self.isr_settings}")
+        self.workload.client_hwm_check = True
+        self.cluster.on_advance.append(self.check)
+        controller = SimController(self.cluster, self.isr_settings, self.isr_rng)
+        self.controller = controller
+        self.isr_checks = IsrChecks(self.cluster, controller, self.checker)
+        self.workload.on_acked.append(self.isr_checks.on_acked)
 
     def new_cluster(self, config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig]) -> Cluster:
         cluster = Cluster(replicas=self.replicas, rng=self.rng, config=config, storage=self.storage)
@@ -382,6 +471,10 @@ class Run:
             if cluster.nodes[node].clock.ticks_at(now, MICROS_PER_TICK):
                 cluster.tick(node)
                 self.check()
+                self.maybe_heartbeat(node)
+        if self.controller is not None:
+            self.controller.tick(faults=faults is not None)
+            self.check()
         if self.settings.burst_ticks and self.rng.random() < 1 / (
             self.settings.burst_ticks * MICROS_PER_TICK
         ):
@@ -393,9 +486,19 @@ class Run:
             self.workload.consume()
         if faults is not None:
             self.step_faults(faults)
-        self.progress.check()
+        if self.controller is None:  # its bound assumes elections among the replicas
+            self.progress.check()
         if now % (PAIRS_EVERY_TICKS * MICROS_PER_TICK) == 0:
             self.compare_committed()
+            if self.isr_checks is not None:
+                self.isr_checks.check_batches()
+
+    def maybe_heartbeat(self, node: NodeId) -> None:
+        """ISR mode: a node heartbeats to the controller every HEARTBEAT_TICKS of its clock."""
+        if self.controller is None:
+            return
+        if self.cluster.clock_ms(node) // MICROS_PER_TICK % HEARTBEAT_TICKS == 0:
+            self.controller.heartbeat(node)
 
     def step_faults(self, faults: Faults) -> None:
         """The safety phase's extras: DeleteRecords, retention, faults."""
@@ -410,6 +513,13 @@ class Run:
             self.check()
         faults.maybe_inject(self.cluster, self.rng)
         self.check()
+        controller = self.controller
+        if controller is not None:
+            roll = controller.rng.random()
+            if roll < faults.partition_rate * CONTROLLER_CUT_SHARE:
+                controller.cut_link()
+            elif roll < faults.partition_rate * CONTROLLER_CUT_SHARE + faults.heal_rate:
+                controller.heal()
 
     def retain(self, node: NodeId) -> None:
         """Retention on one node: its storage deletes below the saved HWM, then the
@@ -448,6 +558,8 @@ class Run:
                 self.trace_state(node, replica)
         self.checker.check_matches(self.live())
         self.checker.verify_acks()
+        if self.isr_checks is not None:
+            self.isr_checks.check_ends()
 
     def repair_damaged(self, error: StorageError) -> None:
         """A read found a damaged log: its node repairs (a StorageError with no log
@@ -509,6 +621,8 @@ class Run:
         cluster.replay_rate = 0.0
         cluster.in_order = True
         heal_disks(cluster)
+        if self.controller is not None:
+            self.controller.heal(for_good=True)
         for node in cluster.ids:
             cluster.restart(node)
 
@@ -530,8 +644,24 @@ class Run:
             if ticked and self.workload.acked_all > acked_before and self.converged() is None:
                 self.check_final()
                 return
+            if ticked and self.offline_for_good():
+                return
         reason = self.converged() or "no acks=all write committed"
         self.checker.fail(f"liveness: not converged after {LIVENESS_TICKS_MAX} ticks: {reason}")
+
+    def offline_for_good(self) -> bool:
+        """ISR mode: the committed ISR and ELR are empty (every replica that held the
+        acknowledged records restarted): with unclean election off nobody may lead again
+        (docs/isr.md, isr-06). Counted, not a violation; no acks=all write may commit."""
+        controller = self.controller
+        if controller is None or not controller.available:
+            return False
+        record = controller.record
+        if record.isr or record.elr or record.leader != NO_LEADER:
+            return False
+        self.note("offline for good: no ISR, no ELR, unclean election off")
+        self.cluster.stops["offline"] += 1
+        return True
 
     def check_final(self) -> None:
         try:
@@ -560,10 +690,19 @@ class Mode(NamedTuple):
     ticks: int
     disk: bool = False
     classic: bool = False
+    isr: bool = False
 
 
 def run_seed(seed: int, mode: Mode, trace: bool = False) -> SeedResult:
-    run = Run(seed, mode.replicas, mode.ticks, mode.disk, print if trace else None, mode.classic)
+    run = Run(
+        seed,
+        mode.replicas,
+        mode.ticks,
+        mode.disk,
+        print if trace else None,
+        mode.classic,
+        isr=mode.isr,
+    )
     return run.run()
 
 
@@ -573,6 +712,7 @@ def reproduce_command(seed: int, mode: Mode) -> str:
         f"--replicas {mode.replicas} --ticks {mode.ticks}"
         + (" --disk" if mode.disk else "")
         + (" --faults classic" if mode.classic else "")
+        + (" --mode isr" if mode.isr else "")
     )
 
 
@@ -597,11 +737,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the fault model; classic replays seeds found before scenarios 19-22",
     )
     parser.add_argument(
+        "--mode",
+        choices=("quorum", "isr"),
+        default="quorum",
+        help="how the partition commits: a majority quorum, or Kafka's ISR with a controller",
+    )
+    parser.add_argument(
         "--trace", action="store_true", help="print every event of the seed (with --seeds 1)"
     )
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.ticks < 1 or args.jobs < 1:
         parser.error("--seeds, --ticks and --jobs must be positive")
+    if args.mode == "isr" and args.faults == "classic":
+        parser.error("--faults classic replays quorum-mode seeds: not with --mode isr")
     if args.trace and args.seeds != 1:
         parser.error("--trace prints the events of one seed: use it with --seeds 1")
     return args
@@ -614,6 +762,8 @@ STOP_LABELS = {
     "bit flips": "bits flipped in committed batches",
     "repair": "repairs (a damaged batch set aside, the replica restarted)",
 }
+# ISR mode's too: partitions left offline for good (no ISR, no ELR; unclean election off).
+ISR_STOP_LABELS = {**STOP_LABELS, "offline": "offline for good"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -622,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     violations = 0
     stops: Counter[str] = Counter()
-    mode = Mode(args.replicas, args.ticks, args.disk, args.faults == "classic")
+    mode = Mode(args.replicas, args.ticks, args.disk, args.faults == "classic", args.mode == "isr")
     modes, traces = [mode] * len(seeds), [args.trace] * len(seeds)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         parallel = args.jobs > 1 and not args.trace
@@ -639,8 +789,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"seed {seed}: {result.violations[0]}  (reproduce: {command})")
     elapsed = time.monotonic() - started
     print(f"# {args.seeds / elapsed * 60:.0f} seeds per minute ({elapsed:.1f} s)", file=sys.stderr)
+    labels = ISR_STOP_LABELS if mode.isr else STOP_LABELS
     if stops:
-        print("# " + ", ".join(f"{label}: {stops[key]}" for key, label in STOP_LABELS.items()))
+        print("# " + ", ".join(f"{label}: {stops[key]}" for key, label in labels.items()))
     print(f"{args.seeds} seeds, {violations} violations")
     return 0 if violations == 0 else 1
 

@@ -1,0 +1,413 @@
+"""ISR mode in the randomized simulator (docs/isr.md): the controller, its faulty links to
+the replicas, and the invariants ISR mode adds to the checker's.
+
+`SimController` plays the controller of one partition: it holds the committed
+`PartitionRecord` and changes it only through core/isr.py's transitions (`alter_isr`,
+`fence`, `restarted`, `elect`). It is sans-IO like the core: the simulator hands it the
+real time (`now`, in microticks), and it draws from its own `random.Random`.
+
+Rules of this file:
+- Every exchange with the controller crosses a faulty link: a replica's heartbeat (its
+  incarnation, Kafka's broker epoch), its ISR proposals (`Ready.isr_proposals`), the
+  controller's answers (`IsrReplica.on_isr_answer`) and its records
+  (`IsrReplica.on_partition_record`). Each copy is dropped, delayed, duplicated, delivered
+  late or once more that late, at the rates the cluster's network has (so the liveness
+  phase's heal heals these links too); a link may also be cut on its own.
+- A heartbeat is answered with the current record (as a broker's metadata fetch would
+  bring it), so a lost record is only late. A node silent for `session_timeout` is fenced
+  (`fence`, KIP-841); a heartbeat from a new incarnation, a node that restarted, marks it
+  `restarted` (rule 9) first. A heartbeat from an older incarnation, delivered late, says
+  nothing.
+- Whenever the record names no leader, or a fenced one, the controller elects (`elect`)
+  among the nodes not fenced. Unclean election is never allowed here.
+- A failover makes the controller unavailable for a while: proposals in flight to it are
+  lost or kept (each at random), so one is applied once or never (a copy applied later is
+  refused by its partition epoch, rule 3); while it fails over, a proposal is dropped or
+  answered NOT_CONTROLLER with an older record (a controller that is behind). The new one
+  starts every session afresh. The record, committed in the metadata log, survives.
+- `IsrChecks` holds ISR mode's invariants over the controller's committed record.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tidelog.core import isr
+from tidelog.core.isr import NO_LEADER, AlterResult, IsrProposal, PartitionRecord, Refusal
+from tidelog.core.isr_replica import IsrReplica
+from tidelog.core.replica import Replica
+from tidelog.records import read_header
+from tidelog.testing.checker import READ_BYTES_MAX, Checker, batch_identity
+from tidelog.testing.cluster import Cluster
+from tidelog.types import Epoch, NodeId, Offset
+
+CONTROLLER = NodeId(0)
+HEARTBEAT_TICKS = 2  # a node heartbeats every this many ticks of its own clock
+HISTORY_MAX = 32  # records a controller that is behind may still hold
+FAILOVER_TICKS = (5, 40)
+STALE_ANSWER_SHARE = 0.3
+CUT_RATE_SHARE = 0.5  # of the partition rate: a node's link to the controller is cut
+
+
+@dataclass(frozen=True, slots=True)
+class IsrSettings:
+    """What an ISR-mode seed draws beside the quorum settings."""
+
+    min_insync: int
+    replica_lag_time_max_ms: int
+    session_timeout: int  # microticks without a heartbeat before a node is fenced
+    failover_rate: float  # per microtick, in the safety phase
+
+    @classmethod
+    def draw(cls, rng: random.Random, replicas: int, micros_per_tick: int) -> IsrSettings:
+        return cls(
+            min_insync=rng.randint(1, replicas),
+            replica_lag_time_max_ms=rng.choice((3, 10, 30)) * micros_per_tick,
+            session_timeout=rng.choice((8, 20, 40)) * micros_per_tick,
+            failover_rate=rng.choice((0.0, 0.0005, 0.002)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    node: NodeId
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Proposed:
+    node: NodeId
+    proposal: IsrProposal
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSent:
+    node: NodeId
+    record: PartitionRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    node: NodeId
+    proposal: IsrProposal
+    result: AlterResult
+
+
+ToController = Heartbeat | Proposed
+ToNode = RecordSent | Answered
+
+
+@dataclass(slots=True)
+class _Letter:
+    deliver_at: int
+    seq: int
+    item: ToController | ToNode
+
+
+@dataclass
+class SimController:
+    """The controller and its links (see the module's docstring)."""
+
+    cluster: Cluster
+    settings: IsrSettings
+    rng: random.Random
+    record: PartitionRecord = field(init=False)
+    history: list[PartitionRecord] = field(default_factory=list)
+    last_heard: dict[NodeId, int] = field(default_factory=dict)
+    incarnations: dict[NodeId, int] = field(default_factory=dict)
+    fenced: set[NodeId] = field(default_factory=set)
+    cut: set[NodeId] = field(default_factory=set)  # nodes whose link to it is cut
+    failover_until: int = 0
+    failover_rate: float = 0.0
+    in_flight: list[_Letter] = field(default_factory=list)
+    seq: int = 0
+    link_clear: dict[tuple[NodeId, NodeId], int] = field(default_factory=dict)
+    on_record: list[Callable[[PartitionRecord], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ids = self.cluster.ids
+        self.record = PartitionRecord(ids, ids[0], Epoch(1), 0, ids)
+        self.failover_rate = self.settings.failover_rate
+        for node, sim_node in self.cluster.nodes.items():
+            self.last_heard[node] = 0
+            self.incarnations[node] = sim_node.incarnation
+        self.cluster.on_ready.append(self.on_ready)
+        self.cluster.crash_allowed = self.may_crash
+        for node in ids:
+            self.send(RecordSent(node, self.record))
+
+    @property
+    def min_insync(self) -> int:
+        return self.settings.min_insync
+
+    def note(self, text: str) -> None:
+        self.cluster.note(f"controller: {text}")
+
+    # ------------------------------------------------------------ the record ------------
+    def change(self, record: PartitionRecord, why: str) -> None:
+        """Commit a new record and publish it to every replica."""
+        if record == self.record:
+            return
+        assert record.partition_epoch > self.record.partition_epoch
+        self.history = [*self.history[-HISTORY_MAX + 1 :], self.record]
+        self.record = record
+        leader = "-" if record.leader == NO_LEADER else str(record.leader)
+        self.note(
+            f"{why}: pe{record.partition_epoch} leader={leader} e{record.leader_epoch} "
+            f"isr={record.isr} elr={record.elr}"
+        )
+        for listener in self.on_record:
+            listener(record)
+        for node in self.cluster.ids:
+            self.send(RecordSent(node, record))
+
+    def maybe_elect(self) -> None:
+        record = self.record
+        if record.leader != NO_LEADER and record.leader not in self.fenced:
+            return
+        live = [node for node in self.cluster.ids if node not in self.fenced]
+        election = isr.elect(record, live, min_insync=self.min_insync)
+        self.change(election.record, f"elect {election.leader}")
+
+    @property
+    def available(self) -> bool:
+        return self.cluster.now >= self.failover_until
+
+    # ------------------------------------------------------------ inputs ----------------
+    def tick(self, *, faults: bool) -> None:
+        """Once per microtick: failovers, deliveries, session timeouts, elections."""
+        now = self.cluster.now
+        if faults and self.failover_rate and self.rng.random() < self.failover_rate:
+            self.fail_over()
+        if not self.available:
+            self.deliver_due(now)
+            return
+        if self.failover_until and now == self.failover_until:
+            self.note("a new controller takes over")
+            for node in self.last_heard:
+                self.last_heard[node] = now  # a new controller starts every session afresh
+        self.deliver_due(now)
+        for node in self.cluster.ids:
+            if (
+                node not in self.fenced
+                and now - self.last_heard[node] > self.settings.session_timeout
+            ):
+                self.fenced.add(node)
+                self.note(f"session of {node} expired")
+                self.change(
+                    isr.fence(self.record, node, min_insync=self.min_insync), f"fence {node}"
+                )
+        self.maybe_elect()
+
+    def fail_over(self) -> None:
+        low, high = FAILOVER_TICKS
+        self.failover_until = self.cluster.now + self.rng.randint(low, high) * 10
+        self.note(f"fails over until t={self.failover_until}")
+        kept = []
+        for letter in self.in_flight:
+            if isinstance(letter.item, Proposed) and self.rng.random() < 0.5:
+                self.note(f"proposal from {letter.item.node} lost in the failover")
+                continue
+            kept.append(letter)
+        self.in_flight = kept
+
+    def on_heartbeat(self, beat: Heartbeat) -> None:
+        node = beat.node
+        known = self.incarnations[node]
+        if beat.incarnation < known:
+            return  # from before a restart, delivered late
+        self.last_heard[node] = self.cluster.now
+        if beat.incarnation > known:
+            self.incarnations[node] = beat.incarnation
+            record = isr.restarted(self.record, node, min_insync=self.min_insync)
+            self.change(record, f"{node} restarted")
+        if node in self.fenced:
+            self.fenced.discard(node)
+            self.note(f"unfence {node}")
+        self.maybe_elect()
+        self.send(RecordSent(node, self.record))
+
+    def on_proposal(self, proposed: Proposed) -> None:
+        proposal = proposed.proposal
+        if not self.available:
+            older = [r for r in self.history if r.partition_epoch < proposal.partition_epoch]
+            if older and self.rng.random() < STALE_ANSWER_SHARE:
+                stale = AlterResult(self.rng.choice(older), Refusal.NOT_CONTROLLER)
+                self.send(Answered(proposed.node, proposal, stale))
+            return
+        result = isr.alter_isr(self.record, proposal, min_insync=self.min_insync)
+        self.change(result.record, f"alter from {proposed.node} ({result.refusal})")
+        self.send(Answered(proposed.node, proposal, result))
+
+    def on_ready(self, node: NodeId, ready: object) -> None:
+        for proposal in getattr(ready, "isr_proposals", ()):
+            self.send(Proposed(node, proposal))
+
+    def heartbeat(self, node: NodeId) -> None:
+        """A node's heartbeat leaves (the simulator calls it on the node's ticks)."""
+        sim_node = self.cluster.nodes[node]
+        if sim_node.replica is not None and not self.cluster.is_paused(node):
+            self.send(Heartbeat(node, sim_node.incarnation))
+
+    # ------------------------------------------------------------ the links -------------
+    def send(self, item: ToController | ToNode) -> None:
+        cluster = self.cluster
+        if item.node in self.cut or self.rng.random() < cluster.drop_rate:
+            return
+        copies = 2 if self.rng.random() < cluster.duplicate_rate else 1
+        for _ in range(copies):
+            long = cluster.long_delay_rate and self.rng.random() < cluster.long_delay_rate
+            self.schedule(item, cluster.long_delay_range if long else cluster.delay_range)
+        if cluster.replay_rate and self.rng.random() < cluster.replay_rate:
+            self.schedule(item, cluster.long_delay_range)
+
+    def schedule(self, item: ToController | ToNode, delay_range: tuple[int, int]) -> None:
+        deliver_at = self.cluster.now + self.rng.randint(*delay_range)
+        if self.cluster.in_order:
+            to_controller = isinstance(item, Heartbeat | Proposed)
+            link = (item.node, CONTROLLER) if to_controller else (CONTROLLER, item.node)
+            deliver_at = max(deliver_at, self.link_clear.get(link, 0))
+            self.link_clear[link] = deliver_at
+        self.seq += 1
+        self.in_flight.append(_Letter(deliver_at, self.seq, item))
+
+    def deliver_due(self, now: int) -> None:
+        due = sorted(
+            (letter for letter in self.in_flight if letter.deliver_at <= now),
+            key=lambda letter: (letter.deliver_at, letter.seq),
+        )
+        if not due:
+            return
+        self.in_flight = [letter for letter in self.in_flight if letter.deliver_at > now]
+        for letter in due:
+            self.deliver(letter.item)
+
+    def deliver(self, item: ToController | ToNode) -> None:
+        if isinstance(item, Heartbeat):
+            if self.available:
+                self.on_heartbeat(item)
+        elif isinstance(item, Proposed):
+            self.on_proposal(item)
+        elif isinstance(item, RecordSent):
+            record = item.record
+            self.to_replica(item.node, lambda replica: replica.on_partition_record(record))
+        else:
+            answered = item
+            self.to_replica(
+                item.node, lambda replica: replica.on_isr_answer(answered.proposal, answered.result)
+            )
+
+    def to_replica(self, node: NodeId, action: Callable[[IsrReplica], str | None]) -> None:
+        def run(replica: Replica) -> None:
+            assert isinstance(replica, IsrReplica)
+            refusal = action(replica)
+            if refusal is not None:
+                self.cluster.note(f"{node} refused: {refusal}")
+
+        self.cluster.input(node, run)
+
+    # ------------------------------------------------------------ faults ----------------
+    def may_crash(self, node: NodeId) -> bool:
+        """A fault may crash `node` unless it is the last good copy: the only member of the
+        committed ISR and ELR that is up in the incarnation the controller knows (a
+        restarted one leaves both, rule 9). Crashing it would leave the partition offline
+        for good, unclean election being off; disk errors still may."""
+        good = [
+            member
+            for member in self.record.replicas
+            if (member in self.record.isr or member in self.record.elr)
+            and self.cluster.nodes[member].replica is not None
+            and self.cluster.nodes[member].incarnation == self.incarnations[member]
+        ]
+        return good != [node]
+
+    def cut_link(self) -> None:
+        node = self.rng.choice(self.cluster.ids)
+        self.cut.add(node)
+        self.note(f"link to {node} cut")
+
+    def heal(self, *, for_good: bool = False) -> None:
+        if self.cut:
+            self.note("links healed")
+        self.cut.clear()
+        if for_good:
+            self.failover_rate = 0.0
+
+
+@dataclass
+class IsrChecks:
+    """ISR mode's invariants (docs/isr.md), over the controller's committed record:
+    - every acknowledged acks=all record is in the durable log of every member of the
+      committed ISR and ELR, at its offset (unless deleted there since, below its log
+      start), at every step: its durable log end at every step, the batches themselves
+      whenever the record changes and every `PAIRS_EVERY_TICKS`;
+    - the partition epoch and the leader epoch never go back;
+    - what a client saw of a leader's HWM never goes back for that client (`Workload`)."""
+
+    cluster: Cluster
+    controller: SimController
+    checker: Checker
+    last_record: PartitionRecord | None = None
+    acked_end: int = 0
+
+    def __post_init__(self) -> None:
+        self.controller.on_record.append(self.on_record)
+
+    def on_acked(self, base_offset: int, batch: bytes) -> None:
+        self.acked_end = max(self.acked_end, read_header(batch).next_offset)
+
+    def on_record(self, record: PartitionRecord) -> None:
+        last = self.last_record
+        if last is not None and (
+            record.partition_epoch <= last.partition_epoch
+            or record.leader_epoch < last.leader_epoch
+        ):
+            self.checker.fail(f"controller: record went back from {last} to {record}")
+        self.last_record = record
+        self.check_batches()
+
+    def members(self) -> list[NodeId]:
+        record = self.controller.record
+        return [n for n in record.replicas if n in record.isr or n in record.elr]
+
+    def check_ends(self) -> None:
+        """Every member holds durably at least up to the last acknowledged record."""
+        for node in self.members():
+            end, _ = self.durable_bounds(node)
+            if end < self.acked_end:
+                self.checker.fail(
+                    f"node {node}, in ISR/ELR {self.controller.record.isr}/"
+                    f"{self.controller.record.elr}, holds durably up to {end}, below the "
+                    f"acknowledged {self.acked_end}"
+                )
+
+    def check_batches(self) -> None:
+        for node in self.members():
+            end, start = self.durable_bounds(node)
+            batches = self.durable_batches(node, start, end)
+            present: dict[int, bytes] = {
+                read_header(b).base_offset: batch_identity(b) for b in batches
+            }
+            for identity, offset in self.checker.acked.items():
+                if offset >= start and present.get(offset) != identity:
+                    self.checker.fail(
+                        f"node {node}, in ISR/ELR of pe{self.controller.record.partition_epoch}, "
+                        f"lacks the acknowledged write at {offset} in its durable log"
+                    )
+                    return
+
+    def durable_bounds(self, node: NodeId) -> tuple[int, int]:
+        """(durable log end, log start) of a node, up or down."""
+        sim_node = self.cluster.nodes[node]
+        replica = sim_node.replica
+        if replica is not None:
+            return replica.log.durable_end_offset, replica.log.log_start_offset
+        state = sim_node.storage.load()
+        return state.log_end_offset, state.log_start_offset
+
+    def durable_batches(self, node: NodeId, start: int, end: int) -> list[bytes]:
+        sim_node = self.cluster.nodes[node]
+        source = sim_node.replica.log if sim_node.replica is not None else sim_node.storage
+        return source.read(Offset(start), end_offset=Offset(end), max_bytes=READ_BYTES_MAX)

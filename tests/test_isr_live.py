@@ -12,13 +12,14 @@ final log exactly once, at its offset, and the three replicas hold the same batc
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tidelog.status import read_status
 from tidelog.testing.live import LiveCluster, ProducerLoad, create_topic, eventually, poll, tidelog
@@ -157,3 +158,80 @@ def check_outcome(cluster: LiveCluster, load: ProducerLoad, replicas: tuple[int,
         lambda: len({tuple(batches(node)) for node in replicas}) == 1,
         "the replicas hold the same batches",
     )
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[int]:
+    """Each value written with acks=all; the offsets acknowledged."""
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", retries=20, request_timeout_ms=10_000
+    )
+    try:
+        futures = [producer.send(topic, value, partition=0) for value in values]
+        return [future.get(timeout=60).offset for future in futures]
+    finally:
+        producer.close()
+
+
+def test_an_unclean_election_brings_a_partition_back_and_names_what_was_lost(
+    tmp_path: Path,
+) -> None:
+    """isr-06 live: the ISR shrinks to the leader alone, which acknowledges writes, then
+    dies; with unclean.leader.election.enable a replica outside the ISR takes over, and the
+    old leader, back, gives up what only it held, and says so."""
+    cluster = LiveCluster(tmp_path, nodes=5)
+    topic = "unclean"
+    configs = {
+        "replication.mode": "isr",
+        "min.insync.replicas": "1",
+        "unclean.leader.election.enable": "true",
+    }
+    try:
+        create_topic(cluster.bootstrap, topic, partitions=1, configs=configs)
+        first = produce(cluster.bootstrap, topic, [b"a%d" % i for i in range(10)])
+
+        def status_of(among: tuple[int, ...]) -> dict[str, Any] | None:
+            for node in among:
+                status = read_status(cluster.record["nodes"][node - 1]["admin"])
+                for p in (status or {}).get("partitions", []):
+                    if p["topic"] == topic and p["role"] == "leader":
+                        return dict(p)
+            return None
+
+        leading = poll(lambda: status_of(cluster.nodes), "a leader")
+        leader, replicas = leading["leader"], tuple(leading["replicas"])
+        followers = [n for n in replicas if n != leader]
+        for node in followers:
+            kill(cluster, node)
+        eventually(
+            lambda: (status_of((leader,)) or {}).get("reported_isr") == [leader],
+            "the ISR shrunk to the leader alone",
+        )
+        alone = produce(cluster.bootstrap, topic, [b"b%d" % i for i in range(10)])
+        assert alone[0] > first[-1]
+        kill(cluster, leader)
+        restart = tidelog(
+            "cluster", "restart", "--data-dir", str(tmp_path), "--node", str(followers[0])
+        )
+        assert restart.returncode == 0, restart.stderr
+        poll(lambda: status_of((followers[0],)), "the unclean election", deadline_s=45)
+        logs = "".join(cluster.log_of(node) for node in cluster.nodes)
+        assert "unclean leader election" in logs
+        after = produce(cluster.bootstrap, topic, [b"c%d" % i for i in range(5)])
+        assert after[0] <= alone[-1]  # the new leader's log is the truth: offsets written again
+        restart = tidelog("cluster", "restart", "--data-dir", str(tmp_path), "--node", str(leader))
+        assert restart.returncode == 0, restart.stderr
+        named = poll(
+            lambda: re.search(r"gave up offsets (\d+)\.\.(\d+)", cluster.log_of(leader)),
+            "the old leader names what it gave up",
+        )
+        assert int(named[1]) <= alone[0] and int(named[2]) >= alone[-1]
+        consumer = KafkaConsumer(
+            bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
+        )
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek_to_beginning(TopicPartition(topic, 0))
+        values = [record.value for record in consumer]
+        consumer.close()
+        assert values == [b"a%d" % i for i in range(10)] + [b"c%d" % i for i in range(5)]
+    finally:
+        cluster.down()

@@ -95,6 +95,12 @@ class LogStorage(Protocol):
 
     def save_hwm(self, hwm: Offset) -> None: ...
 
+    def lower_hwm(self, offset: Offset) -> None:
+        """Lower the saved HWM (and any checkpoint of it, durably) to `offset`, so a
+        truncation may cut below the old one: only for records an ISR-mode replica gives
+        up after an unclean election (`Ready.given_up`, docs/isr.md rule 10)."""
+        ...
+
     def advance_log_start(
         self, offset: Offset, *, producers: tuple[ProducerEntry, ...] | None = None
     ) -> None:
@@ -288,6 +294,9 @@ class MemoryStorage:
 
     def save_hwm(self, hwm: Offset) -> None:
         self._working.hwm = hwm
+
+    def lower_hwm(self, offset: Offset) -> None:
+        self._working.hwm = Offset(min(self._working.hwm, offset))
 
     def advance_log_start(
         self, offset: Offset, *, producers: tuple[ProducerEntry, ...] | None = None

@@ -95,6 +95,8 @@ def write_ready(storage: LogStorage, ready: Ready) -> None:
             prev_epoch=ready.reset_prev_epoch,
             producers=ready.producers,
         )
+    for lost in ready.given_up:  # ISR mode: committed records given up (unclean election)
+        storage.lower_hwm(lost.start_offset)
     if ready.truncate_to is not None:
         storage.truncate_to(offset=ready.truncate_to)
     if ready.batches:

@@ -94,7 +94,8 @@ class IsrControl:
             return  # the image is behind this replica (a replay): a later record comes
         refusal = replica.on_partition_record(record)
         if replica.declines_leadership():  # expected after a restart: the controller is told
-            log.info("%s-%d: %s", key.topic, key.partition, refusal)
+            if refusal is not None:
+                log.info("%s-%d: %s", key.topic, key.partition, refusal)
             self.report_restarted(key, record)
         elif refusal is not None:
             log.warning("%s-%d: %s", key.topic, key.partition, refusal)

@@ -33,7 +33,8 @@ from concurrent.futures import Executor
 from typing import TypeVar
 
 from tidelog.core.isr import IsrProposal
-from tidelog.core.messages import Message, ProduceResult
+from tidelog.core.isr_replica import IsrReplica
+from tidelog.core.messages import Message, ProduceResult, Ready
 from tidelog.core.replica import Replica
 from tidelog.core.storage import RepairFloor
 from tidelog.errors import NotLeader, StorageError, TidelogError
@@ -256,9 +257,11 @@ class PartitionRunner:
             self.inputs.popleft()(self.replica)
         # Stepping an acknowledgement may move the HWM before any Ready.
         self._maybe_wake_fetchers()
+        log_end = self.storage.log_end_offset
         ready = begin_round(self.replica, self.storage, self._send)
         if ready is None:
             return False
+        self._name_what_is_given_up(ready, log_end)
         self._complete(ready.completions)
         if ready.isr_proposals and self.on_proposals is not None:
             self.on_proposals(self, ready.isr_proposals)
@@ -272,6 +275,41 @@ class PartitionRunner:
         if self.on_round is not None:
             self.on_round(self)
         return True
+
+    def _name_what_is_given_up(self, ready: Ready, log_end: Offset) -> None:
+        """ISR mode, after an unclean election (docs/isr.md rule 10): log the records this
+        replica gives up to the new leader's log, those it had committed (`given_up`) and
+        those above its HWM, which its old leader may have acknowledged."""
+        name = f"{self.key.topic}-{self.key.partition}"
+        for lost in ready.given_up:
+            log.error(
+                "%s: gave up offsets %d..%d, committed here, to leader %d of epoch %d after the "
+                "unclean election of epoch %d: those records are lost",
+                name,
+                lost.start_offset,
+                lost.end_offset - 1,
+                lost.leader,
+                lost.leader_epoch,
+                lost.unclean_epoch,
+            )
+        replica = self.replica
+        if ready.truncate_to is None or not isinstance(replica, IsrReplica):
+            return
+        record = replica.partition_record()
+        if record is None or not record.may_give_up(record.leader_epoch):
+            return
+        start = max([ready.truncate_to, *(lost.end_offset for lost in ready.given_up)])
+        if start < log_end:
+            log.error(
+                "%s: gave up offsets %d..%d to leader %d of epoch %d after the unclean election "
+                "of epoch %d: any of them its old leader acknowledged is lost",
+                name,
+                start,
+                log_end - 1,
+                record.leader,
+                record.leader_epoch,
+                record.unclean_epoch,
+            )
 
     def _send(self, messages: tuple[Message, ...]) -> None:
         self.send(self.key, messages)

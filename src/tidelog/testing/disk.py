@@ -132,6 +132,9 @@ class SimDiskStorage:
     def save_hwm(self, hwm: Offset) -> None:
         self.log.save_hwm(hwm)
 
+    def lower_hwm(self, offset: Offset) -> None:
+        self.log.lower_hwm(offset)
+
     def advance_log_start(
         self, offset: Offset, *, producers: tuple[ProducerEntry, ...] | None = None
     ) -> None:

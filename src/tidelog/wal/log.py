@@ -282,6 +282,17 @@ class DiskStorage:
             end = header.next_offset
         self._write_active(pending)
 
+    def lower_hwm(self, offset: Offset) -> None:
+        """Lower the HWM to `offset`, and its checkpoint at once, durably (ISR mode gives up
+        records committed here after an unclean election, then truncates below the old
+        HWM: `LogStorage.lower_hwm`)."""
+        self._hwm = Offset(min(self._hwm, offset))
+        if self._hwm_checkpointed > self._hwm:
+            ckpt.write_checkpoints(
+                self._fs, self.directory, {ckpt.HWM: ckpt.offset_rows(self._hwm)}
+            )
+            self._hwm_checkpointed = self._hwm
+
     def save_hwm(self, hwm: Offset) -> None:
         """The HWM is checkpointed by `sync()`, at most every hwm_checkpoint_interval_ms."""
         assert hwm >= self._hwm_checkpointed

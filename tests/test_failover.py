@@ -13,64 +13,20 @@ below the HWM.
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from kafka import KafkaConsumer, TopicPartition
 
-from tidelog.testing.live import (
-    LiveCluster,
-    create_topic,
-    tidelog,
-)
+from tidelog.testing.live import LiveCluster, ProducerLoad, create_topic, dump_log, tidelog
 
 TOPIC = "faults"
 RECORDS = 3000
 RATE_PER_S = 600
 DEADLINE_S = 90.0
 PAUSE_S = 1.5  # election timeout: 10 to 20 ticks of 50 ms
-
-
-class ProducerThread(threading.Thread):
-    """Numbered records at a bounded rate; remembers what was acknowledged, and where."""
-
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "message.timeout.ms": 60_000,
-                "retry.backoff.ms": 50,
-            }
-        )
-        self.acked: dict[bytes, int] = {}
-        self.failed: list[str] = []
-
-    def delivered(self, error: object, message: object) -> None:
-        if error is not None:
-            self.failed.append(str(error))
-            return
-        self.acked[message.value()] = message.offset()  # type: ignore[attr-defined]
-
-    def run(self) -> None:
-        started = time.monotonic()
-        for number in range(RECORDS):
-            while number > (time.monotonic() - started) * RATE_PER_S:
-                self.producer.poll(0.005)
-            self.producer.produce(
-                TOPIC, value=f"r{number:05d}".encode(), on_delivery=self.delivered
-            )
-            self.producer.poll(0)
-        self.producer.flush(DEADLINE_S)
 
 
 class ConsumerThread(threading.Thread):
@@ -106,17 +62,6 @@ class ConsumerThread(threading.Thread):
         consumer.close()
 
 
-def dump(directory: Path) -> list[dict[str, object]]:
-    out = subprocess.run(
-        [sys.executable, "-m", "tidelog", "dump-log", "--json", str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    return [json.loads(line) for line in out.splitlines()]
-
-
 @pytest.mark.parametrize("mode", ["quorum", "isr"])
 def test_acknowledged_records_survive_a_killed_leader_and_a_paused_node(
     tmp_path: Path, mode: str
@@ -124,7 +69,10 @@ def test_acknowledged_records_survive_a_killed_leader_and_a_paused_node(
     cluster = LiveCluster(tmp_path)
     try:
         create_topic(cluster.bootstrap, TOPIC, partitions=1, configs={"replication.mode": mode})
-        producer, consumer = ProducerThread(cluster.bootstrap), ConsumerThread(cluster.bootstrap)
+        producer = ProducerLoad(
+            cluster.bootstrap, TOPIC, records=RECORDS, rate_per_s=RATE_PER_S, deadline_s=DEADLINE_S
+        )
+        consumer = ConsumerThread(cluster.bootstrap)
         producer.start()
         consumer.start()
         time.sleep(1.0)  # let records flow before the faults
@@ -162,7 +110,7 @@ def test_acknowledged_records_survive_a_killed_leader_and_a_paused_node(
 
 
 def check_outcome(
-    cluster: LiveCluster, producer: ProducerThread, consumer: ConsumerThread, directory: Path
+    cluster: LiveCluster, producer: ProducerLoad, consumer: ConsumerThread, directory: Path
 ) -> None:
     final = read_final_log(cluster)
     by_value: dict[bytes, list[int]] = {}
@@ -177,7 +125,7 @@ def check_outcome(
     for offset, value in consumer.read.items():
         assert final.get(offset) == value, f"consumer read {value!r} at {offset}"
     assert consumer.hwms == sorted(consumer.hwms), "the HWM a consumer saw went back"
-    batches = {node: dump(directory / f"node-{node}" / f"{TOPIC}-0") for node in (1, 2, 3)}
+    batches = {node: dump_log(directory / f"node-{node}" / f"{TOPIC}-0") for node in (1, 2, 3)}
     for node_batches in batches.values():  # contiguous: each batch starts where the last ended
         for before, after in itertools.pairwise(node_batches):
             assert after["baseOffset"] == before["lastOffset"] + 1  # type: ignore[operator]

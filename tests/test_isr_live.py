@@ -11,10 +11,7 @@ final log exactly once, at its offset, and the three replicas hold the same batc
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,15 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tidelog.status import read_status
-from tidelog.testing.live import LiveCluster, ProducerLoad, create_topic, eventually, poll, tidelog
+from tidelog.testing.live import (
+    LiveCluster,
+    ProducerLoad,
+    create_topic,
+    dump_log,
+    eventually,
+    poll,
+    tidelog,
+)
 
 TOPIC = "isr"
 ACK_DEADLINE_S = 45.0  # a failover: the broker session timeout (9 s) and the client's retries
@@ -58,17 +63,6 @@ def kill(cluster: LiveCluster, node: int) -> float:
     result = tidelog("cluster", "kill", "--data-dir", str(cluster.directory), "--node", str(node))
     assert result.returncode == 0, result.stderr
     return time.monotonic()
-
-
-def dump(directory: Path) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [sys.executable, "-m", "tidelog", "dump-log", "--json", str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    return [json.loads(line) for line in out.splitlines()]
 
 
 def test_isr_mode_writes_on_with_two_of_three_replicas_down(tmp_path: Path) -> None:
@@ -147,7 +141,7 @@ def check_outcome(cluster: LiveCluster, load: ProducerLoad, replicas: tuple[int,
     hwm = max(final) + 1
 
     def batches(node: int) -> list[tuple[Any, ...]]:
-        found = dump(cluster.directory / f"node-{node}" / f"{TOPIC}-0")
+        found = dump_log(cluster.directory / f"node-{node}" / f"{TOPIC}-0")
         return [
             (b["baseOffset"], b["partitionLeaderEpoch"], b["crc"])
             for b in found

@@ -11,69 +11,26 @@ the application. The longest stall of acknowledgements is printed (a figure, not
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from tidelog.protocol.kafka_errors import ErrorCode
-from tidelog.testing.live import DEADLINE_S, LiveCluster, create_topic, eventually, tidelog
+from tidelog.testing.live import (
+    DEADLINE_S,
+    LiveCluster,
+    ProducerLoad,
+    create_topic,
+    eventually,
+    tidelog,
+)
 
 TOPIC = "handover"
 PARTITIONS = 3
 RATE_PER_S = 300
 RECORDS_MAX = 60_000
 PREFERRED = 0  # ElectLeaders' election type
-
-
-class Load(threading.Thread):
-    """Numbered records at a bounded rate until stopped (and at most RECORDS_MAX); keeps
-    what was acknowledged, what failed, and when each acknowledgement came."""
-
-    def __init__(self, bootstrap: str) -> None:
-        super().__init__(daemon=True)
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 5,
-                "message.timeout.ms": 60_000,
-                "retry.backoff.ms": 20,
-                "topic.metadata.refresh.interval.ms": 1000,
-            }
-        )
-        self.acked: set[bytes] = set()
-        self.failed: list[str] = []
-        self.ack_times: list[float] = []
-        self.stop = threading.Event()
-
-    def delivered(self, error: object, message: Any) -> None:
-        if error is not None:
-            self.failed.append(str(error))
-            return
-        self.acked.add(message.value())
-        self.ack_times.append(time.monotonic())
-
-    def run(self) -> None:
-        started = time.monotonic()
-        for number in range(RECORDS_MAX):
-            if self.stop.is_set():
-                break
-            while number > (time.monotonic() - started) * RATE_PER_S:
-                self.producer.poll(0.005)
-            value = f"r{number:06d}".encode()
-            self.producer.produce(TOPIC, value=value, on_delivery=self.delivered)
-            self.producer.poll(0)
-        self.producer.flush(DEADLINE_S)
-
-    def longest_stall_s(self) -> float:
-        times = sorted(self.ack_times)
-        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
 def leaders_and_preferred(bootstrap: str) -> tuple[dict[int, int], dict[int, int]]:
@@ -120,11 +77,19 @@ def election_codes(bootstrap: str) -> list[int]:
 
 def test_restarts_hand_leadership_over_and_elections_give_it_back(tmp_path: Path) -> None:
     cluster = LiveCluster(tmp_path / "cluster")
-    load: Load | None = None
+    load: ProducerLoad | None = None
     try:
         create_topic(cluster.bootstrap, TOPIC, partitions=PARTITIONS)
         cluster.wait_hosted_everywhere(TOPIC, PARTITIONS)
-        load = Load(cluster.bootstrap)
+        load = ProducerLoad(
+            cluster.bootstrap,
+            TOPIC,
+            records=RECORDS_MAX,
+            rate_per_s=RATE_PER_S,
+            deadline_s=DEADLINE_S * 10,
+            partition=None,
+            **{"retry.backoff.ms": 20},
+        )
         load.start()
         eventually(lambda: len(load.acked) >= 300, "the load is acknowledged")
         leaders, preferred = leaders_and_preferred(cluster.bootstrap)
@@ -164,13 +129,13 @@ def test_restarts_hand_leadership_over_and_elections_give_it_back(tmp_path: Path
 
         acked_before = len(load.acked)
         eventually(lambda: len(load.acked) > acked_before + 300, "the load goes on")
-        load.stop.set()
+        load.stop()
         load.join(timeout=DEADLINE_S)
         assert not load.is_alive()
         assert load.failed == [], load.failed[:5]
         values = read_back(cluster.bootstrap, len(load.acked))
         assert len(values) == len(set(values)), "a record was written twice"
-        assert set(values) >= load.acked, "an acknowledged record is missing"
+        assert set(values) >= set(load.acked), "an acknowledged record is missing"
         print(
             f"\n{len(load.acked)} records acknowledged, 0 errors; longest stall of "
             f"acknowledgements {stall_before_roll * 1000:.0f} ms through a restart and an "
@@ -179,5 +144,5 @@ def test_restarts_hand_leadership_over_and_elections_give_it_back(tmp_path: Path
         )
     finally:
         if load is not None:
-            load.stop.set()
+            load.stop()
         cluster.down()

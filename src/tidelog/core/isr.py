@@ -264,12 +264,7 @@ def relinquish(record: PartitionRecord, node: NodeId) -> PartitionRecord:
     the ISR: it synced and closed every log, so it holds all it acknowledged."""
     if record.leader != node:
         return record
-    return replace(
-        record,
-        leader=NO_LEADER,
-        leader_epoch=Epoch(record.leader_epoch + 1),
-        partition_epoch=record.partition_epoch + 1,
-    )
+    return _led_by(record, NO_LEADER)
 
 
 def elect_preferred(record: PartitionRecord, live: Collection[NodeId]) -> PartitionRecord:
@@ -278,9 +273,14 @@ def elect_preferred(record: PartitionRecord, live: Collection[NodeId]) -> Partit
     preferred = record.replicas[0]
     if preferred == record.leader or preferred not in record.isr or preferred not in live:
         return record
+    return _led_by(record, preferred)
+
+
+def _led_by(record: PartitionRecord, leader: NodeId) -> PartitionRecord:
+    """The record with `leader` (or NO_LEADER) in a new leader epoch, ISR and ELR kept."""
     return replace(
         record,
-        leader=preferred,
+        leader=leader,
         leader_epoch=Epoch(record.leader_epoch + 1),
         partition_epoch=record.partition_epoch + 1,
     )

@@ -44,6 +44,7 @@ from tidelog.core.replica import Replica
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.partition import PartitionRunner
+from tidelog.server.truth import commit_once
 from tidelog.server.view import BrokerView
 
 log = logging.getLogger("tidelog.isr")
@@ -198,27 +199,10 @@ class IsrControl:
         command = {"type": "elect_preferred", "topic": key.topic, "partition": key.partition}
         self.commit(("preferred", key), command)
 
-    # ---------------------------------------------------------------- commits ----------
     def commit(
         self, tag: object, command: dict[str, Any], then: Callable[[], None] | None = None
     ) -> None:
-        """Commit `command` (one per tag at a time); `then()` once applied here."""
-        if tag in self.in_flight:
-            return
-        self.in_flight.add(tag)
-
-        async def run() -> None:
-            try:
-                code, message = await self.broker.commit_metadata(command)
-                if code is ErrorCode.NONE:
-                    if then is not None:
-                        then()
-                else:
-                    log.debug("%s not committed (asked again): %s %s", command, code, message)
-            finally:
-                self.in_flight.discard(tag)
-
-        asyncio.get_running_loop().create_task(run())
+        commit_once(self.broker, self.in_flight, tag, command, then)
 
 
 def take_answer(

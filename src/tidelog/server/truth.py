@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from tidelog.core.replica import ReplicaStatus, Role
@@ -130,16 +131,31 @@ class ClusterTruth:
 
     # ---------------------------------------------------------------- commits ----------
     def commit(self, tag: object, command: dict[str, Any]) -> None:
-        if tag in self.in_flight:
-            return
-        self.in_flight.add(tag)
+        commit_once(self.broker, self.in_flight, tag, command)
 
-        async def run() -> None:
-            try:
-                code, message = await self.broker.commit_metadata(command)
-                if code is not ErrorCode.NONE:
-                    log.debug("%s not committed (will retry): %s %s", command, code, message)
-            finally:
-                self.in_flight.discard(tag)
 
-        asyncio.get_running_loop().create_task(run())
+def commit_once(
+    broker: BrokerView,
+    in_flight: set[object],
+    tag: object,
+    command: dict[str, Any],
+    then: Callable[[], None] | None = None,
+) -> None:
+    """Commit `command` in the background unless one of the same `tag` is in flight; call
+    `then()` once it is applied here. A command not committed is asked again by its
+    caller's next step."""
+    if tag in in_flight:
+        return
+    in_flight.add(tag)
+
+    async def run() -> None:
+        try:
+            code, message = await broker.commit_metadata(command)
+            if code is not ErrorCode.NONE:
+                log.debug("%s not committed (will retry): %s %s", command, code, message)
+            elif then is not None:
+                then()
+        finally:
+            in_flight.discard(tag)
+
+    asyncio.get_running_loop().create_task(run())

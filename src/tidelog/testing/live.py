@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import json
 import random
 import socket
@@ -260,9 +261,10 @@ def one_broker(directory: Path, base: int, listen: str, *flags: str) -> Iterator
 
 
 class ProducerLoad(threading.Thread):
-    """Numbered records to one partition at a bounded rate, by an idempotent acks=all
-    confluent-kafka producer, until `records` are sent, `stop()` or `deadline_s`; keeps
-    what was acknowledged (value -> offset) and when (monotonic seconds), and what failed."""
+    """Numbered records to `partition` (None: the producer's partitioner) at a bounded
+    rate, by an idempotent acks=all confluent-kafka producer, until `records` are sent,
+    `stop()` or `deadline_s`; keeps what was acknowledged (value -> offset) and when
+    (monotonic seconds), and what failed. `config` adds to or overrides the producer's."""
 
     def __init__(
         self,
@@ -272,10 +274,12 @@ class ProducerLoad(threading.Thread):
         records: int = 10_000,
         rate_per_s: float = 200.0,
         deadline_s: float = 120.0,
+        partition: int | None = 0,
         **config: Any,
     ) -> None:
         super().__init__(daemon=True)
         self.topic = topic
+        self.partition = partition
         self.records = records
         self.rate_per_s = rate_per_s
         self.deadline_s = deadline_s
@@ -307,6 +311,11 @@ class ProducerLoad(threading.Thread):
         """How many acknowledgements came after `moment` (monotonic seconds)."""
         return sum(1 for at in self.acked_at if at > moment)
 
+    def longest_stall_s(self) -> float:
+        """The longest time between two acknowledgements."""
+        times = sorted(self.acked_at)
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
     def stop(self) -> None:
         self.stopping.set()
 
@@ -318,6 +327,23 @@ class ProducerLoad(threading.Thread):
             if self.stopping.is_set() or time.monotonic() - started > self.deadline_s:
                 break
             value = f"r{number:07d}".encode()
-            self.producer.produce(self.topic, value=value, partition=0, on_delivery=self.delivered)
+            if self.partition is None:
+                self.producer.produce(self.topic, value=value, on_delivery=self.delivered)
+            else:
+                self.producer.produce(
+                    self.topic, value=value, partition=self.partition, on_delivery=self.delivered
+                )
             self.producer.poll(0)
         self.producer.flush(60)
+
+
+def dump_log(directory: Path) -> list[dict[str, Any]]:
+    """A partition directory's batches as `tidelog dump-log --json` prints them."""
+    out = subprocess.run(
+        [sys.executable, "-m", "tidelog", "dump-log", "--json", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines()]

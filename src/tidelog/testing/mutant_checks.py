@@ -64,6 +64,7 @@ class Catch(NamedTuple):
 
 
 GROUP_SCENARIOS = "group_scenarios"  # beside the transcripts
+ISR_SCENARIOS = "isr"  # under them: ISR mode's transcripts (docs/isr.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +103,10 @@ class SeedCheck:
 
 @dataclass(frozen=True, slots=True)
 class ScenarioCheck:
-    """Every transcript of a directory, and of the group transcripts beside it
-    (`group_scenarios/`). They are cheap, so all of them run; the catch names first a
-    transcript that broke an invariant or raised, else the first that differs."""
+    """Every transcript of a directory and of ISR mode's under it (`isr/`), and of the
+    group transcripts beside it (`group_scenarios/`). They are cheap, so all of them run;
+    the catch names first a transcript that broke an invariant or raised, else the first
+    that differs."""
 
     directory: Path
 
@@ -114,7 +116,9 @@ class ScenarioCheck:
 
     def transcripts(self) -> list[tuple[Path, Callable[[Path], list[str]]]]:
         groups = self.directory.parent / GROUP_SCENARIOS
-        return [(path, run_file) for path in sorted(self.directory.glob("*.txt"))] + [
+        isr = self.directory / ISR_SCENARIOS
+        paths = sorted(self.directory.glob("*.txt")) + sorted(isr.glob("*.txt"))
+        return [(path, run_file) for path in paths] + [
             (path, run_group_file) for path in sorted(groups.glob("*.txt"))
         ]
 

@@ -75,6 +75,7 @@ STORAGE = "core/storage.py"
 PRODUCERS = "core/producers.py"
 COORDINATOR = "groups/coordinator.py"
 ISR = "core/isr.py"
+ISR_REPLICA = "core/isr_replica.py"
 
 # Not here, because no check can catch them: counting the leader's own unsynced copy toward
 # the HWM, or a candidate's own unsynced vote. The Ready contract steps nothing between
@@ -522,7 +523,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "            member.heard(now)\n        codes",
         "            member.heard(now)\n        codes",
     ),
-    # ISR mode (docs/isr.md): judged by the abstract model's random walk (`isr` seeds).
+    # ISR mode (docs/isr.md): judged by the abstract model's random walk (`isr` seeds)
+    # and by ISR mode's transcripts.
     Mutant(
         "isr-hwm-over-committed-isr",
         "rule 2: the HWM waits for the maximal ISR (the committed one and a pending proposal's)",
@@ -559,6 +561,23 @@ CATALOGUE: tuple[Mutant, ...] = (
         "        if self.deposed or not self.acks_all_allowed():\n            return\n"
         "        candidate = self.leo",
         "        if self.deposed:\n            return\n        candidate = self.leo",
+    ),
+    # ISR mode's unclean recovery (rule 10): judged by the isr-06 transcripts.
+    Mutant(
+        "isr-gives-up-without-unclean-election",
+        "rules 10, 11: a replica truncates below its HWM only when the record says an "
+        "unclean election happened at or before its leader's epoch",
+        ISR,
+        "return self.unclean_epoch is not None and leader_epoch >= self.unclean_epoch",
+        "return True",
+    ),
+    Mutant(
+        "isr-unchecked-follower-serves-reads",
+        "rule 10: a follower whose HWM was not checked against a leader since an unclean "
+        "election serves no reads (it may give those records up)",
+        ISR_REPLICA,
+        "if self.role is Role.FOLLOWER and not self.hwm_checked():",
+        "if False:",
     ),
 )
 

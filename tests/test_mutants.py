@@ -87,6 +87,7 @@ def test_the_default_scenarios_are_this_repository_s() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # every mutant against the model walks and the transcripts
 def test_the_baseline_passes_and_every_mutant_is_caught() -> None:
     report = run_gate(list(CATALOGUE), mutants.DEFAULT_SCENARIOS, workers=2)
     assert report.passed, text_report(report)

@@ -161,9 +161,10 @@ class Connection:
         IncompleteReadError (the client went away)."""
         while True:
             try:
-                head = await asyncio.wait_for(
-                    self.reader.readexactly(FRAME_HEADER_SIZE), self.idle_s
-                )
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the read in a
+                # task of its own, a loop iteration more for every request.
+                async with asyncio.timeout(self.idle_s):
+                    head = await self.reader.readexactly(FRAME_HEADER_SIZE)
                 break
             except TimeoutError:
                 if not self.handling and self.answers.empty():
@@ -176,7 +177,8 @@ class Connection:
             )
         await self.budget.acquire(size)
         try:
-            payload = await asyncio.wait_for(self.reader.readexactly(size), self.idle_s)
+            async with asyncio.timeout(self.idle_s):
+                payload = await self.reader.readexactly(size)
             return self.codec.request_of(payload), size
         except TimeoutError:
             self.budget.release(size)

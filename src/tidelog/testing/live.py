@@ -34,6 +34,7 @@ from kafka.protocol.parser import KafkaProtocol
 from tidelog.client_config import read_properties
 from tidelog.status import access_for, read_status
 
+EPHEMERAL_PORT_MIN = 32_768
 PORT_SPAN = 403  # base .. base+2 Kafka, +100.. peers, +200.. admin, +300.. SSL, +400.. SASL
 DEADLINE_S = 60.0
 POLL_S = 0.05
@@ -76,7 +77,9 @@ def eventually(
 def free_base_port(nodes: int = 3) -> int:
     rng = random.Random()
     for _ in range(50):
-        base = rng.randrange(20_000, 40_000)
+        # Below Linux's ephemeral range (32768-60999): a client's own port, taken while a
+        # test node is down, must never be one of that node's ports when it restarts.
+        base = rng.randrange(20_000, EPHEMERAL_PORT_MIN - PORT_SPAN - 1)
         offsets = (0, 100, 200, 300, 400)
         if all(port_free(base + offset + i) for offset in offsets for i in range(nodes)):
             return base

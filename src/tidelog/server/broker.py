@@ -68,6 +68,7 @@ from tidelog.server.metadata import (
 from tidelog.server.partition import (
     DiskHealth,
     PartitionRunner,
+    Syncs,
     is_disk_error,
 )
 from tidelog.server.peers import PeerTransport
@@ -164,6 +165,7 @@ class Broker:
         self.forwarded: dict[int, tuple[NodeId, asyncio.Future[Outcome]]] = {}
         self.forwarding = 0  # commands of other nodes this node is committing
         self.disk = DiskHealth()
+        self.syncs = Syncs(self.executor, self.transport.flush)
         # Partitions whose log could not be opened (a failing disk): opened again later.
         self.unopened: dict[PartitionKey, TopicInfo] = {}
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
@@ -205,6 +207,7 @@ class Broker:
                 executor=self.executor,
                 fatal=self.fatal,
                 disk=self.disk,
+                syncs=self.syncs,
             )
         except BaseException:
             storage.release()

@@ -282,20 +282,20 @@ async def produce(broker: BrokerView, request: KafkaRequest) -> Any:
         log.info("produce refused: %s", str(refusal)[:LOGGED_MESSAGE_MAX])
         answers = [refused(refusal, -1)] * len(parts)
     else:
-        answers = await asyncio.gather(
-            *(
-                produce_partition(
-                    broker,
-                    names[part.topic],
-                    part.partition,
-                    records=part.records,
-                    acks=body.acks,
-                    timeout_s=timeout_s,
-                    api_version=request.api_version,
-                )
-                for part in parts
+        appends = [
+            produce_partition(
+                broker,
+                names[part.topic],
+                part.partition,
+                records=part.records,
+                acks=body.acks,
+                timeout_s=timeout_s,
+                api_version=request.api_version,
             )
-        )
+            for part in parts
+        ]
+        # One partition (the usual) is awaited in this task: gather would add one.
+        answers = [await appends[0]] if len(appends) == 1 else await asyncio.gather(*appends)
     if request.api_version >= PRODUCE_LEADER_HINT_MIN:
         answers = [
             with_leader(broker, names[part.topic], part.partition, answer)
@@ -430,8 +430,9 @@ async def produce_partition(
         return PartitionAnswer(
             ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
-    start = int(runner.replica.status().log_start_offset)
-    if runner.replica.status().role is not Role.LEADER:
+    replica = runner.replica
+    start = int(replica.log.log_start_offset)
+    if replica.role is not Role.LEADER:
         return PartitionAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER, log_start_offset=start)
     rules = BatchRules(api_version, info.config.max_message_bytes, f"{topic}-{partition}")
     try:
@@ -442,9 +443,8 @@ async def produce_partition(
         )
         return refused(refusal, start)
     try:
-        result = await asyncio.wait_for(
-            runner.produce(batch, ACKS_ALL if acks == -1 else acks), timeout_s or None
-        )
+        async with asyncio.timeout(timeout_s or None):  # not wait_for: no task of its own
+            result = await runner.produce(batch, ACKS_ALL if acks == -1 else acks)
     except TimeoutError:
         return PartitionAnswer(ErrorCode.REQUEST_TIMED_OUT, log_start_offset=start)
     except asyncio.CancelledError:

@@ -2,9 +2,14 @@
 
 Rules of this file:
 - Inputs (ticks, peer messages, produce requests) queue up and are stepped together; then
-  one `Ready` is carried out: write, send `messages`, fsync in a worker thread, send
-  `messages_after_persist`, `advance` (tidelog.node.driver). Inputs that arrive during the
-  fsync wait for the next round, so one fsync covers them all (group commit).
+  one `Ready` is carried out: write, send `messages`, fsync, send `messages_after_persist`,
+  `advance` (tidelog.node.driver). Inputs that arrive during the fsync wait for the next
+  round, so one fsync covers them all (group commit).
+- The fsync runs in a worker thread, or on the loop itself when the round wrote little and
+  no other sync of the node is in a thread (`Syncs`): a lone record is then not handed to a
+  thread and back (two thread wakeups, the second behind the loop's hold on the GIL), and
+  what the round sends leaves before the loop blocks. A sync on the loop that took longer
+  than `SYNC_INLINE_SLOW_S` sends every sync of the node to the threads for a while.
 - Nothing steps the replica between `ready()` and `advance()`.
 - Damage a read found (StorageError with the log marked `needs_repair`, by a round or by a
   Fetch) is repaired in this partition alone, at the start of its next round: the log sets
@@ -56,6 +61,9 @@ DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 DISK_RETRY_S_MIN = 0.1
 DISK_RETRY_S_MAX = 5.0
 DISK_QUIET_S = 5.0  # a disk that took every write this long after a failure is well again
+SYNC_INLINE_BYTES_MAX = 64 << 10  # a round that wrote at most this may sync on the loop
+SYNC_INLINE_SLOW_S = 0.002
+SYNC_INLINE_BACKOFF_S = 1.0
 
 
 def is_disk_error(error: BaseException) -> bool:
@@ -108,6 +116,55 @@ class DiskHealth:
             self.failure = None
 
 
+class Syncs:
+    """Where the rounds of one node's partitions fsync: on the loop when the round wrote
+    little, no sync is in a worker thread, and no sync on the loop was slow lately; else in
+    `executor` (see the module's rules). `flush` sends what the rounds queued for the peers
+    (the transport's), called before and after a sync on the loop."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        flush: Callable[[], None] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.executor = executor
+        self.flush = flush
+        self.clock = clock
+        self.in_threads = 0
+        self.inline_after = 0.0  # a slow sync on the loop: threads only until then
+
+    def inline(self, written_bytes: int) -> bool:
+        return (
+            written_bytes <= SYNC_INLINE_BYTES_MAX
+            and self.in_threads == 0
+            and self.clock() >= self.inline_after
+        )
+
+    async def sync(self, storage: DiskStorage, written_bytes: int) -> bool:
+        """`storage.sync()`, here or in a thread; True when it ran on the loop."""
+        if self.inline(written_bytes):
+            if self.flush is not None:
+                self.flush()  # the peers' messages leave before the loop blocks
+            started = self.clock()
+            storage.sync()
+            if self.clock() - started > SYNC_INLINE_SLOW_S:
+                self.inline_after = self.clock() + SYNC_INLINE_BACKOFF_S
+            return True
+        self.in_threads += 1
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.executor, storage.sync)
+        finally:
+            self.in_threads -= 1
+        return False
+
+    def sent(self) -> None:
+        """After a round that synced on the loop: its acknowledgements leave now."""
+        if self.flush is not None:
+            self.flush()
+
+
 def describe_disk_error(error: OSError) -> str:
     """'disk full (No space left on device: PATH)', or 'disk error (...)'."""
     full = error.errno in (errno.ENOSPC, errno.EDQUOT)
@@ -129,6 +186,7 @@ class PartitionRunner:
         fatal: Callable[[BaseException], None],
         disk: DiskHealth,
         on_round: Callable[[PartitionRunner], None] | None = None,
+        syncs: Syncs | None = None,
     ) -> None:
         self.key = key
         self.storage = storage
@@ -139,6 +197,7 @@ class PartitionRunner:
         self.fatal = fatal
         self.disk = disk
         self.on_round = on_round
+        self.syncs = Syncs(executor) if syncs is None else syncs
         # ISR mode (server/isr_control.py): a leader's ISR proposals, and damage set aside.
         self.on_proposals: Callable[[PartitionRunner, Sequence[IsrProposal]], None] | None = None
         self.on_set_aside: Callable[[PartitionRunner], None] | None = None
@@ -214,11 +273,12 @@ class PartitionRunner:
 
     async def wait_for_hwm(self, seen: Offset, timeout_s: float) -> None:
         """Return once the HWM is past `seen`, or after `timeout_s` (long-poll fetch)."""
-        if self.replica.status().hwm > seen or timeout_s <= 0:
+        if self.replica.hwm > seen or timeout_s <= 0:
             return
         event = self.hwm_moved
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
         except TimeoutError:
             return
 
@@ -255,20 +315,26 @@ class PartitionRunner:
             await self._repair()
         while self.inputs:
             self.inputs.popleft()(self.replica)
-        # Stepping an acknowledgement may move the HWM before any Ready.
-        self._maybe_wake_fetchers()
         log_end = self.storage.log_end_offset
         ready = begin_round(self.replica, self.storage, self._send)
         if ready is None:
+            self._maybe_wake_fetchers()  # stepping an acknowledgement may move the HWM
             return False
         self._name_what_is_given_up(ready, log_end)
+        # The produce requests a moved HWM completes are answered before the fetchers
+        # it wakes: both resume in the next loop iteration, in this order.
         self._complete(ready.completions)
+        self._maybe_wake_fetchers()
         if ready.isr_proposals and self.on_proposals is not None:
             self.on_proposals(self, ready.isr_proposals)
+        inline = False
         if ready.must_sync:
-            await asyncio.get_running_loop().run_in_executor(self.executor, self.storage.sync)
+            written = sum(len(batch) for batch in ready.batches)
+            inline = await self.syncs.sync(self.storage, written)
             self.disk.on_sync()
         finish_round(self.replica, ready, self._send)
+        if inline:
+            self.syncs.sent()
         self._maybe_wake_fetchers()
         self._log_role_change()
         self._log_repair_change()
@@ -392,10 +458,11 @@ class PartitionRunner:
         return StorageError(f"{self.key.topic}-{self.key.partition} takes no writes{reason}")
 
     def _log_role_change(self) -> None:
-        status = self.replica.status()
-        role = (status.role, status.epoch, status.leader_id)
+        replica = self.replica  # read as attributes: this runs after every round
+        role = (replica.role, replica.epoch, replica.leader_id)
         if role != self.seen_role:
             self.seen_role = role
+            status = replica.status()
             log.info(
                 "%s-%d: %s in epoch %d (leader %s, hwm %d, log end %d)",
                 self.key.topic,
@@ -408,7 +475,7 @@ class PartitionRunner:
             )
 
     def _log_repair_change(self) -> None:
-        floor = self.replica.status().repair_floor
+        floor = self.replica.repair_floor
         if floor == self.seen_floor:
             return
         name = f"{self.key.topic}-{self.key.partition}"
@@ -434,7 +501,7 @@ class PartitionRunner:
                 future.set_result(result)
 
     def _maybe_wake_fetchers(self) -> None:
-        hwm = self.replica.status().hwm
+        hwm = self.replica.hwm
         if hwm != self.hwm_announced:
             self.hwm_announced = hwm
             self._wake_fetchers()

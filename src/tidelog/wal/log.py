@@ -10,7 +10,11 @@ Rules of this file:
   happened), fsyncs the directory if a segment was created or removed, then replaces the
   checkpoints that changed. `save_hard_state` is durable when the next `sync()` returns.
 - The leader-epoch history is derived from the batches: a batch of a larger epoch adds
-  (epoch, base offset); a truncation removes the entries at or above its offset.
+  (epoch, base offset); a truncation removes the entries at or above its offset. Its
+  checkpoint lags (a sync writes it once the data is durable; recovery derives it from the
+  segments it scans), so a log start move checkpoints it, trimmed to the new start, BEFORE
+  deleting any segment: the deleted batches may be all that tells the epoch of the record
+  before the log start.
 - Never below the HWM: truncation below the checkpointed HWM is a bug (assert); retention
   and `advance_log_start` never pass the HWM saved with `save_hwm`.
 - The recovery point is the base of a segment below which every batch was synced and every
@@ -462,13 +466,26 @@ class DiskStorage:
             ckpt.write_checkpoints(self._fs, self.directory, {ckpt.PRODUCERS: rows})
 
     def _move_log_start(self, offset: Offset, producers: tuple[ProducerEntry, ...] | None) -> None:
-        """Checkpoint the producer snapshot, then the new log start, then remove the
-        segments below it: after a crash in between, the checkpoint hides what was not
-        removed yet."""
+        """Checkpoint the producer snapshot, then the new log start with the epoch history
+        trimmed to it, then remove the segments below it: after a crash in between, the
+        checkpoints hide what was not removed yet. The epochs go first because the
+        segments removed may be all that tells the epoch of the record before the log
+        start (the leader-epoch checkpoint lags until a sync covers what recovery derived
+        from them)."""
         assert offset <= self._hwm
         self._save_producers(producers)
         self.log_start_offset = offset
-        files = {ckpt.LOG_START_OFFSET: ckpt.offset_rows(offset)}
+        kept = 0
+        while kept < len(self._segments) - 1 and self._segments[kept].end_offset <= offset:
+            kept += 1
+        doomed, self._segments = self._segments[:kept], self._segments[kept:]
+        first = self._trim_epochs()
+        durable = self._durable_epochs(first)
+        files = {
+            ckpt.LOG_START_OFFSET: ckpt.offset_rows(offset),
+            ckpt.LEADER_EPOCH: ckpt.epoch_rows(durable),
+        }
+        self._epochs_dirty = durable != self._epochs
         if self._hwm_checkpointed < offset:
             # The log start never passes the HWM, after a crash too. Checkpoint the log
             # start itself, not the HWM in memory: that may lie beyond what is synced here,
@@ -476,12 +493,17 @@ class DiskStorage:
             self._hwm_checkpointed = offset
             files[ckpt.HWM] = ckpt.offset_rows(offset)
         ckpt.write_checkpoints(self._fs, self.directory, files)
-        while len(self._segments) > 1 and self._segments[0].end_offset <= offset:
-            segment = self._segments.pop(0)
+        for segment in doomed:
             self._forget(segment)
             segment.delete()
         self._fs.fsync_dir(self.directory)
-        self._trim_epochs()
+
+    def _durable_epochs(self, first: Offset) -> list[EpochEntry]:
+        """The epoch history a checkpoint may hold now: the entry of the record before
+        `first` (the first offset the log holds) and those of batches a completed sync
+        made durable, never one that only unsynced bytes tell (a crash may take them)."""
+        limit = max(first, self.synced_end_offset)
+        return [entry for entry in self._epochs if entry.start_offset < limit]
 
     # --- time index -------------------------------------------------------------------
     def offset_for_timestamp(self, timestamp: int) -> tuple[Offset, int] | None:
@@ -563,9 +585,10 @@ class DiskStorage:
         if extend_epochs(self._epochs, header):
             self._epochs_dirty = True
 
-    def _trim_epochs(self) -> None:
+    def _trim_epochs(self) -> Offset:
         """Keep the history from the record before the batch holding the log start on
-        (`trim_epochs`); from the first segment's base when that batch cannot be read."""
+        (`trim_epochs`); from the first segment's base when that batch cannot be read.
+        The offset it was trimmed to (the first one the log holds)."""
         first = self._segments[0].base_offset
         segment = self._segments[0]
         if segment.base_offset < self.log_start_offset < segment.end_offset:
@@ -575,6 +598,7 @@ class DiskStorage:
         if trimmed != self._epochs:
             self._epochs = trimmed
             self._epochs_dirty = True
+        return first
 
     def _should_roll(self, header: BatchHeader, pending_bytes: int) -> bool:
         active = self._segments[-1]

@@ -494,6 +494,80 @@ def _node_endpoints_tags(endpoints: Sequence[NodeEndpoint]) -> bytes:
     return _tagged(_NODE_ENDPOINTS_TAG, bytes(value))
 
 
+PRODUCE_FLEXIBLE_MIN: Final = 9  # compact lengths and tagged fields (KIP-482)
+_PRODUCED_V3 = struct.Struct(">ihqq")  # index, error, base offset, log append time
+_CURRENT_LEADER_PRODUCE_TAG = 0  # ProduceResponse PartitionProduceResponse
+
+
+class ProducedPartition(NamedTuple):
+    """One partition of a Produce response. `record_errors` and `error_message` are written
+    from v8, `current_leader` from v10 (tagged) when given."""
+
+    partition_index: int
+    error_code: int
+    base_offset: int = -1
+    log_start_offset: int = -1
+    record_errors: tuple[tuple[int, str | None], ...] = ()
+    error_message: str | None = None
+    current_leader: LeaderAndEpoch | None = None
+
+
+ProducedTopic = tuple[str | uuid.UUID, list[ProducedPartition]]
+"""A topic of a Produce response: its name, or from v13 its id, and its partitions."""
+
+
+def encode_produce_response(
+    version: int, topics: list[ProducedTopic], node_endpoints: Sequence[NodeEndpoint] = ()
+) -> RawResponse:
+    """A Produce response body of `version` (v3-v13), byte for byte what kafka-python
+    encodes, without building its objects (a Produce is answered on the path of every
+    acknowledged write). No log append time (-1), no throttle."""
+    assert 3 <= version <= 13
+    assert not node_endpoints or version >= PRODUCE_LEADER_HINT_MIN
+    flexible = version >= PRODUCE_FLEXIBLE_MIN
+    out = bytearray(_count(len(topics), flexible=flexible))
+    for key, partitions in topics:
+        if version >= PRODUCE_TOPIC_ID_MIN:
+            assert isinstance(key, uuid.UUID)
+            out += key.bytes
+        else:
+            assert isinstance(key, str)
+            out += _string(key, flexible=flexible)
+        out += _count(len(partitions), flexible=flexible)
+        for part in partitions:
+            out += _PRODUCED_V3.pack(part.partition_index, part.error_code, part.base_offset, -1)
+            if version >= 5:
+                out += _I64.pack(part.log_start_offset)
+            if version >= 8:
+                out += _count(len(part.record_errors), flexible=flexible)
+                for batch_index, message in part.record_errors:
+                    out += _I32.pack(batch_index) + _nullable_string(message, flexible=flexible)
+                    if flexible:
+                        out += _NO_TAGS
+                out += _nullable_string(part.error_message, flexible=flexible)
+            if flexible:
+                leader = part.current_leader if version >= PRODUCE_LEADER_HINT_MIN else None
+                out += (
+                    _NO_TAGS
+                    if leader is None
+                    else _tagged(
+                        _CURRENT_LEADER_PRODUCE_TAG, _LEADER_AND_EPOCH.pack(*leader) + _NO_TAGS
+                    )
+                )
+        if flexible:
+            out += _NO_TAGS
+    out += _I32.pack(0)  # throttle time
+    if flexible:
+        out += _node_endpoints_tags(node_endpoints)
+    return RawResponse([bytes(out)])
+
+
+def _nullable_string(text: str | None, *, flexible: bool) -> bytes:
+    if text is None:
+        return _NULL_COMPACT if flexible else _I16.pack(-1)
+    return _string(text, flexible=flexible)
+
+
 class ProducePartition(NamedTuple):
     """One partition's data in a Produce request; `records` are raw batch bytes. `topic`
     is the topic's name, or from v13 its id (TOPIC_ID_ZERO when the client sent zeros)."""

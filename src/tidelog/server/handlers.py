@@ -51,9 +51,11 @@ from tidelog.protocol.kafka import (
     KafkaRequest,
     LeaderAndEpoch,
     NodeEndpoint,
+    ProducedPartition,
     RawResponse,
     api_versions_response,
     encode_fetch_response,
+    encode_produce_response,
     iter_produce_partitions,
     join_batches,
 )
@@ -301,22 +303,11 @@ async def produce(broker: BrokerView, request: KafkaRequest) -> Any:
             with_leader(broker, names[part.topic], part.partition, answer)
             for part, answer in zip(parts, answers, strict=True)
         ]
-    cls = request.response_class
-    by_topic: dict[str | uuid.UUID, list[Any]] = {}
+    by_topic: dict[str | uuid.UUID, list[ProducedPartition]] = {}
     for part, answer in zip(parts, answers, strict=True):
-        found = by_topic.setdefault(part.topic, [])
-        found.append(partition_response(cls.TopicProduceResponse, part.partition, answer))
-    topics = [
-        cls.TopicProduceResponse(partition_responses=found, **produce_topic_key(key))
-        for key, found in by_topic.items()
-    ]
+        by_topic.setdefault(part.topic, []).append(produced(part.partition, answer))
     endpoints = node_endpoints(broker, [answer.leader for answer in answers])
-    return response(
-        request,
-        responses=topics,
-        throttle_time_ms=0,
-        node_endpoints=[cls.NodeEndpoint(*node, rack=None) for node in endpoints],
-    )
+    return encode_produce_response(request.api_version, list(by_topic.items()), endpoints)
 
 
 def with_leader(
@@ -329,23 +320,15 @@ def with_leader(
     return answer._replace(leader=known_leader(broker, topic, partition))
 
 
-def partition_response(cls: Any, index: int, answer: PartitionAnswer) -> Any:
-    partition_cls = cls.PartitionProduceResponse
-    leader = answer.leader
-    return partition_cls(
-        index=index,
+def produced(index: int, answer: PartitionAnswer) -> ProducedPartition:
+    return ProducedPartition(
+        partition_index=index,
         error_code=int(answer.error),
         base_offset=answer.base_offset,
-        log_append_time_ms=-1,
         log_start_offset=answer.log_start_offset,
-        record_errors=[
-            partition_cls.BatchIndexAndErrorMessage(
-                batch_index=record, batch_index_error_message=message
-            )
-            for record, message in answer.record_errors
-        ],
+        record_errors=answer.record_errors,
         error_message=answer.message,
-        current_leader=None if leader is None else partition_cls.LeaderIdAndEpoch(*leader),
+        current_leader=answer.leader,
     )
 
 
@@ -362,11 +345,6 @@ def name_of(broker: BrokerView, key: str | uuid.UUID) -> str | None:
     """The topic a request names: by name, or (Fetch v13+, Produce v13) by id; None when
     no topic has that id (KIP-516: UNKNOWN_TOPIC_ID)."""
     return key if isinstance(key, str) else broker.image.topic_named(key)
-
-
-def produce_topic_key(key: str | uuid.UUID) -> dict[str, Any]:
-    """The field naming a topic in a Produce response: its name, or from v13 its id."""
-    return {"name": key} if isinstance(key, str) else {"topic_id": key}
 
 
 def latest_leader(broker: BrokerView, topic: str, partition: int) -> LeaderAndEpoch:

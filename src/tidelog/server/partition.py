@@ -61,8 +61,8 @@ DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 DISK_RETRY_S_MIN = 0.1
 DISK_RETRY_S_MAX = 5.0
 DISK_QUIET_S = 5.0  # a disk that took every write this long after a failure is well again
-SYNC_INLINE_BYTES_MAX = 64 << 10  # a round that wrote at most this may sync on the loop
-SYNC_INLINE_SLOW_S = 0.002
+SYNC_INLINE_BYTES_MAX = 4096  # a round that wrote at most this may sync on the loop
+SYNC_INLINE_SLOW_S = 0.02  # far beyond a small fsync; far below an election timeout
 SYNC_INLINE_BACKOFF_S = 1.0
 
 

@@ -30,7 +30,6 @@ table tidelog advertises, and the choice of response header. Rules:
 
 from __future__ import annotations
 
-import io
 import struct
 import uuid
 import warnings
@@ -665,15 +664,28 @@ def decode_request(payload: bytes) -> KafkaRequest:
 
 def _decode_header(payload: bytes, *, flexible: bool) -> tuple[int, str | None, int]:
     """(correlation id, client id, position of the body) of a request header v1 or v2."""
-    stream = io.BytesIO(payload)
+    decoder = _HEADER_DECODERS[flexible]
     try:
-        header = RequestHeader.decode(stream, flexible=flexible)
+        header, end = decoder(memoryview(payload), 0)
     except _DECODE_ERRORS as error:
         raise ProtocolError(f"malformed request header: {bounded(repr(error))}") from error
-    if stream.tell() > len(payload):
+    if end > len(payload):
         raise ProtocolError("request header runs past the end of its frame")
     client_id = header.client_id
-    return int(header.correlation_id), None if client_id is None else str(client_id), stream.tell()
+    return int(header.correlation_id), None if client_id is None else str(client_id), end
+
+
+def _header_decoder(flexible: bool) -> Any:
+    """kafka-python's generated decoder of request header v2 (flexible) or v1: what
+    `RequestHeader.decode` runs, without its stream, and telling where it stopped."""
+    struct_ = RequestHeader._struct
+    version = RequestHeader._flexible_versions[0] if flexible else RequestHeader._valid_versions[0]
+    return struct_.compiled_decode_from(
+        version, compact=False, tagged=flexible, data_class=RequestHeader
+    )
+
+
+_HEADER_DECODERS: Final = {flexible: _header_decoder(flexible) for flexible in (False, True)}
 
 
 _Decoder = Callable[[memoryview, int], tuple[Any, int]]

@@ -610,6 +610,10 @@ def read_records(
 
 
 async def wait_any(waits: list[HwmWait], timeout_s: float) -> None:
+    if len(waits) == 1:  # one partition (the usual): waited in this task, none of its own
+        runner, hwm = waits[0]
+        await runner.wait_for_hwm(hwm, min(timeout_s, FETCH_WAIT_MS_MAX / 1000))
+        return
     tasks = [
         asyncio.ensure_future(runner.wait_for_hwm(hwm, FETCH_WAIT_MS_MAX / 1000))
         for runner, hwm in waits

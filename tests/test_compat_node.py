@@ -12,6 +12,7 @@ asserted here as that client's own behaviour, not worked around.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -23,7 +24,14 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
-from tidelog.testing.live import LiveCluster, create_topic, eventually, poll, tidelog
+from tidelog.testing.live import (
+    LiveCluster,
+    create_topic,
+    dump_log,
+    eventually,
+    poll,
+    tidelog,
+)
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "compat" / "node"
 RUN_S = 60.0  # one script's run; each script also stops itself at its --timeout-ms
@@ -270,6 +278,109 @@ class Stream(threading.Thread):
         return [line for line in list(self.lines) if "offset" in line]
 
 
+# What a broker logs when it answers a produce as a retry (tidelog.server.handlers.log_retry).
+RETRY_ANSWER = re.compile(
+    r"produce to (?P<partition>\S+): producer (?P<producer>\d+) epoch \d+ "
+    r"sequences (?P<sequence>\d+)\.\.\d+ are at offset (?P<offset>\d+) already"
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a partition holds after the run: each offset's value (read by kafka-python),
+    the producer id and sequence of the batch there (`tidelog dump-log`), and the produces
+    the brokers answered as retries of a batch in their log (producer, sequence, offset)."""
+
+    held: dict[int, str]
+    sequenced: dict[int, tuple[int, int]]
+    retries: frozenset[tuple[int, int, int]]
+
+
+def evidence_of(
+    cluster: LiveCluster, topic: str, node: int, log: list[tuple[int, str]]
+) -> Evidence:
+    batches = dump_log(cluster.directory / f"node-{node}" / f"{topic}-0")
+    sequenced = {
+        b["baseOffset"]: (b["producerId"], b["baseSequence"])
+        for b in batches
+        if "error" not in b and not b["isControl"]
+    }
+    retries = frozenset(
+        (int(m["producer"]), int(m["sequence"]), int(m["offset"]))
+        for n in cluster.nodes
+        for m in RETRY_ANSWER.finditer(cluster.log_of(n))
+        if m["partition"] == f"{topic}-0"
+    )
+    return Evidence(dict(log), sequenced, retries)
+
+
+def not_a_reused_sequence(lines: list[dict[str, Any]], acks: list[int], n: int, e: Evidence) -> str:
+    """Why the n-th acknowledgement, whose record is not in the log at its offset, is not the
+    clients' known sequence reuse, or "" when it is. Both clients advance a partition's
+    sequence number only when a send is acknowledged (kafkajs gives it back when a send
+    fails, @platformatic/kafka counts it up on an answer only), so the records of the next
+    send after one it reported failed carry the failed send's sequence number. When that
+    failed send was written after all (its answer lost with the killed leader), the new
+    leader answers the next send as a retry of it, with its offset, as Kafka does: the
+    client reports its record acknowledged there, and it is written nowhere. That, and
+    nothing else, is accepted here: the record is nowhere in the log; its offset holds a
+    record of a send the client reported failed since its previous acknowledgement; the
+    batch there has the sequence number between those of the acknowledgements before and
+    after it, of the same producer (each acknowledged send took the next one); and a broker
+    logged that it answered exactly that producer's sequence as a retry of that offset. A
+    record tidelog acknowledged and then truncated leaves at its offset nothing, a control
+    batch or a later record, and fails here; so does one found at another offset. What this
+    cannot tell from the client's loss is a committed record overwritten by a record of an
+    earlier send under the same producer sequence: neither can the protocol, whose brokers
+    deduplicate by producer, epoch and sequence alone (Kafka's too)."""
+    line = lines[acks[n]]
+    offset = line["offset"]
+    if line["acked"] in e.held.values():
+        return "it is in the log at another offset"
+    since = acks[n - 1] + 1 if n else 0
+    failed = {other["failed"] for other in lines[since : acks[n]] if "failed" in other}
+    if e.held.get(offset) not in failed:
+        return f"offset {offset} holds {e.held.get(offset)!r}, no send reported failed before it"
+    if offset not in e.sequenced:
+        return f"no batch of an idempotent producer at offset {offset}"
+    producer, sequence = e.sequenced[offset]
+    for neighbour, step in ((n - 1, -1), (n + 1, 1)):
+        if 0 <= neighbour < len(acks):
+            at = lines[acks[neighbour]]["offset"]
+            if e.sequenced.get(at) != (producer, sequence + step):
+                return (
+                    f"the acknowledgement at offset {at} has {e.sequenced.get(at)}, "
+                    f"not sequence {sequence + step} of producer {producer}"
+                )
+    if (producer, sequence, offset) not in e.retries:
+        return f"no broker answered sequence {sequence} of producer {producer} as a retry"
+    return ""
+
+
+def unwritten_acknowledgements(lines: list[dict[str, Any]], e: Evidence) -> list[str]:
+    """Asserts that every record the client reported acknowledged is in the log at its
+    offset, or is one the client itself never had written (`not_a_reused_sequence`);
+    returns those."""
+    where = {value: offset for offset, value in e.held.items()}
+    acks = [i for i, line in enumerate(lines) if "offset" in line]
+    unwritten = []
+    for n, i in enumerate(acks):
+        line = lines[i]
+        if where.get(line["acked"]) == line["offset"]:
+            continue
+        reason = not_a_reused_sequence(lines, acks, n, e)
+        if reason:
+            near = range(line["offset"] - 3, line["offset"] + 4)
+            raise AssertionError(
+                f"acknowledged, then lost: {line} ({reason}); the client's lines around it: "
+                f"{lines[max(i - 5, 0) : i + 3]}; the log around it: "
+                f"{[(o, e.held.get(o), e.sequenced.get(o)) for o in near]}; "
+                f"answered as retries: {sorted(e.retries)}"
+            )
+        unwritten.append(line["acked"])
+    return unwritten
+
+
 def test_a_killed_leader_loses_no_acknowledged_record(
     cluster: LiveCluster, client: Client, tmp_path: Path
 ) -> None:
@@ -315,13 +426,65 @@ def test_a_killed_leader_loses_no_acknowledged_record(
     log = [(r.offset, r.value.decode()) for r in read_partitions(cluster, topic, 1)]
     values = [value for _, value in log]
     assert len(values) == len(set(values)), "a record is in the log twice"
-    where = {value: offset for offset, value in log}
-    for line in acked:
-        assert where.get(line["acked"]) == line["offset"], line
+    survivor = next(node for node in cluster.nodes if node != leader)
+    unwritten = unwritten_acknowledgements(stream.lines, evidence_of(cluster, topic, survivor, log))
     errors = sorted(
         {line["error"][:160] for line in stream.lines if "failed" in line and "error" in line}
     )
     print(
         f"{client.name}: {len(acked)} acknowledged, {summary['failed']} failed (of 600), "
-        f"{len(log)} in the log; leader {leader} killed after {acked_before_kill}; {errors}"
+        f"{len(log)} in the log; leader {leader} killed after {acked_before_kill}; {errors}; "
+        f"acknowledged on a failed send's sequence and so never written: {unwritten}"
     )
+
+
+# The verdict alone, on what a run could leave: producer 7, a new leader's control batch at 4.
+REUSED = [
+    {"acked": "s0", "partition": 0, "offset": 1},
+    {"acked": "s1", "partition": 0, "offset": 2},
+    {"failed": "s2", "error": "Connection closed"},  # written at 3, its answer lost
+    {"failed": "s3", "error": "connect ECONNREFUSED"},
+    {"acked": "s4", "partition": 0, "offset": 3},  # sequence 2 again: answered as s2's retry
+    {"acked": "s5", "partition": 0, "offset": 5},
+]
+REUSED_LOG = Evidence(
+    held={1: "s0", 2: "s1", 3: "s2", 5: "s5"},
+    sequenced={1: (7, 0), 2: (7, 1), 3: (7, 2), 5: (7, 3)},
+    retries=frozenset({(7, 2, 3)}),
+)
+
+
+def test_an_acknowledgement_on_a_failed_sends_sequence_is_the_clients_loss() -> None:
+    assert unwritten_acknowledgements(REUSED, REUSED_LOG) == ["s4"]
+
+
+@pytest.mark.parametrize(
+    ("lines", "evidence", "reason"),
+    [
+        (  # no broker answered it as a retry: s4 may have been written, then overwritten
+            REUSED,
+            Evidence(REUSED_LOG.held, REUSED_LOG.sequenced, frozenset()),
+            "no broker answered sequence 2",
+        ),
+        (  # s4 took sequence 2 and was truncated; s5 (sequence 3) then went to offset 3
+            [*REUSED[:2], {"acked": "s4", "partition": 0, "offset": 3}, REUSED[5]],
+            Evidence({1: "s0", 2: "s1", 3: "s5"}, {1: (7, 0), 2: (7, 1), 3: (7, 3)}, frozenset()),
+            "holds 's5', no send reported failed",
+        ),
+        (  # s2 was written, s4 acknowledged at 3 took a sequence of its own and was lost
+            REUSED,
+            Evidence(REUSED_LOG.held, {**REUSED_LOG.sequenced, 5: (7, 4)}, REUSED_LOG.retries),
+            "not sequence 3 of producer 7",
+        ),
+        (  # the record is in the log, at another offset than the one acknowledged
+            REUSED,
+            Evidence({**REUSED_LOG.held, 6: "s4"}, REUSED_LOG.sequenced, REUSED_LOG.retries),
+            "at another offset",
+        ),
+    ],
+)
+def test_an_acknowledged_record_lost_otherwise_fails_the_verdict(
+    lines: list[dict[str, Any]], evidence: Evidence, reason: str
+) -> None:
+    with pytest.raises(AssertionError, match=reason):
+        unwritten_acknowledgements(lines, evidence)

@@ -182,7 +182,30 @@ def test_a_retried_idempotent_batch_gets_its_first_offsets_and_is_not_appended()
     replica.propose(2, idempotent(b"a", 0, records=2), acks=ACKS_ALL)
     (again,) = [c for r in persist(replica, storage) for c in r.completions]
     assert (again.request_id, again.base_offset, again.next_offset) == (2, 1, 3)
+    assert again.retried
     assert replica.log.log_end_offset == 3
+
+
+def test_a_batch_that_reuses_a_logged_batchs_sequences_is_answered_as_that_batch() -> None:
+    """As Kafka does, a retry is known by its producer, epoch and sequences alone: a batch
+    that carries other records under the sequences of one in the log is answered with that
+    batch's offsets, marked `retried`, and never written. (A client that gives a failed
+    send's sequence numbers to its next records meets this: tests/test_compat_node.py.)"""
+    replica, storage = lone_leader()
+    replica.propose(1, idempotent(b"s203", 0), acks=ACKS_ALL)
+    replica.propose(2, idempotent(b"s204", 1), acks=ACKS_ALL)  # its answer never arrives
+    replica.propose(3, idempotent(b"s207", 1), acks=ACKS_ALL)  # the next send, sequence 1
+    replica.propose(4, idempotent(b"s208", 2), acks=ACKS_ALL)
+    answers = {c.request_id: c for r in persist(replica, storage) for c in r.completions}
+    assert {i: (a.base_offset, a.retried, a.error) for i, a in answers.items()} == {
+        1: (1, False, None),
+        2: (2, False, None),
+        3: (2, True, None),
+        4: (3, False, None),
+    }
+    batches = replica.fetch(Offset(1), max_bytes=1 << 20).batches
+    assert [read_header(b).base_offset for b in batches] == [1, 2, 3]
+    assert [b"s207" in b for b in batches] == [False, False, False]
 
 
 def test_idempotent_sequence_gaps_and_old_epochs_are_refused() -> None:

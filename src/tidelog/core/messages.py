@@ -118,12 +118,15 @@ Message = AppendRequest | AppendResponse | VoteRequest | VoteResponse | TimeoutN
 
 @dataclass(frozen=True, slots=True)
 class ProduceResult:
-    """The completion of one produce request: the offsets it got, or why it failed."""
+    """The completion of one produce request: the offsets it got, or why it failed.
+    `retried`: the batch repeated one already in the log (the same producer, epoch and
+    sequences), so it was not appended again and the offsets are those that batch got."""
 
     request_id: int
     base_offset: Offset | None
     next_offset: Offset | None
     error: TidelogError | None
+    retried: bool = False
 
 
 @dataclass(frozen=True, slots=True)

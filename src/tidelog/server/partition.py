@@ -40,7 +40,7 @@ from typing import TypeVar
 from tidelog.core.isr import IsrProposal
 from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.messages import Message, ProduceResult, Ready
-from tidelog.core.replica import Replica
+from tidelog.core.replica import Replica, ReplicaStatus
 from tidelog.core.storage import RepairFloor
 from tidelog.errors import NotLeader, StorageError, TidelogError
 from tidelog.node.driver import begin_round, finish_round
@@ -214,7 +214,7 @@ class PartitionRunner:
         self.hwm_announced = status.hwm  # the HWM long-polling fetchers were woken for
         self.seen_role = (status.role, status.epoch, status.leader_id)
         self.seen_floor: RepairFloor | None = None
-        self._log_repair_change()
+        self._log_repair_change(status)
 
     # ---------------------------------------------------------------- inputs -----------
     def submit(self, action: Action) -> None:
@@ -273,7 +273,7 @@ class PartitionRunner:
 
     async def wait_for_hwm(self, seen: Offset, timeout_s: float) -> None:
         """Return once the HWM is past `seen`, or after `timeout_s` (long-poll fetch)."""
-        if self.replica.hwm > seen or timeout_s <= 0:
+        if self.replica.status().hwm > seen or timeout_s <= 0:
             return
         event = self.hwm_moved
         try:
@@ -335,9 +335,7 @@ class PartitionRunner:
         finish_round(self.replica, ready, self._send)
         if inline:
             self.syncs.sent()
-        self._maybe_wake_fetchers()
-        self._log_role_change()
-        self._log_repair_change()
+        self._after_round(self.replica.status())
         if self.on_round is not None:
             self.on_round(self)
         return True
@@ -444,8 +442,9 @@ class PartitionRunner:
         self.storage = storage
         self._fail_pending(error)
         self._wake_fetchers()
-        self._log_role_change()
-        self._log_repair_change()
+        status = self.replica.status()
+        self._log_role_change(status)
+        self._log_repair_change(status)
 
     def _fail_pending(self, error: TidelogError) -> None:
         for request_id, future in self.futures.items():
@@ -457,12 +456,16 @@ class PartitionRunner:
         reason = "" if self.disk_error is None else f": {describe_disk_error(self.disk_error)}"
         return StorageError(f"{self.key.topic}-{self.key.partition} takes no writes{reason}")
 
-    def _log_role_change(self) -> None:
-        replica = self.replica  # read as attributes: this runs after every round
-        role = (replica.role, replica.epoch, replica.leader_id)
+    def _after_round(self, status: ReplicaStatus) -> None:
+        """Wake the fetchers, log a role or repair change: one status for the three."""
+        self._maybe_wake_fetchers(status)
+        self._log_role_change(status)
+        self._log_repair_change(status)
+
+    def _log_role_change(self, status: ReplicaStatus) -> None:
+        role = (status.role, status.epoch, status.leader_id)
         if role != self.seen_role:
             self.seen_role = role
-            status = replica.status()
             log.info(
                 "%s-%d: %s in epoch %d (leader %s, hwm %d, log end %d)",
                 self.key.topic,
@@ -474,8 +477,8 @@ class PartitionRunner:
                 status.log_end_offset,
             )
 
-    def _log_repair_change(self) -> None:
-        floor = self.replica.repair_floor
+    def _log_repair_change(self, status: ReplicaStatus) -> None:
+        floor = status.repair_floor
         if floor == self.seen_floor:
             return
         name = f"{self.key.topic}-{self.key.partition}"
@@ -500,8 +503,8 @@ class PartitionRunner:
             if future is not None and not future.done():
                 future.set_result(result)
 
-    def _maybe_wake_fetchers(self) -> None:
-        hwm = self.replica.hwm
+    def _maybe_wake_fetchers(self, status: ReplicaStatus | None = None) -> None:
+        hwm = (self.replica.status() if status is None else status).hwm
         if hwm != self.hwm_announced:
             self.hwm_announced = hwm
             self._wake_fetchers()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -43,6 +44,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tidelog.tools.perf import CONSUMER_DEFAULTS
+
 HERE = Path(__file__).resolve().parent
 HOST = "127.0.0.1"
 RECORD_BYTES = 100
@@ -55,6 +58,12 @@ POLL_S = 0.2
 GO_ENV = {"GO111MODULE": "off", "GOPATH": "/usr/share/gocode", "GOFLAGS": "-mod=mod"}
 APT_HINT = "apt-get install -y golang-go golang-github-nats-io-go-nats-dev etcd-server etcd-client"
 
+KCAT_SETTINGS = (
+    "fetch.max.bytes",
+    "max.partition.fetch.bytes",
+    "queued.max.messages.kbytes",
+    "queued.min.messages",
+)
 Results = dict[str, dict[str, list[float]]]
 
 
@@ -160,11 +169,15 @@ def bench_tidelog(directory: Path, args: argparse.Namespace, out: dict[str, floa
 
 def kcat_consume(bootstrap: str, topic: str, records: int) -> float:
     """Records/s of one kcat consumer reading `records` from the start of every partition
-    (one offset printed per record, thrown away), from its start to its exit."""
+    (one offset printed per record, thrown away), from its start to its exit, with the
+    fetch and queue settings of `tidelog perf consume`."""
     if shutil.which("kcat") is None:
         raise BenchError("kcat is needed: make kcat (apt-get install kcat)")
+    # The fetch and queue settings of `tidelog perf consume` (CONSUMER_DEFAULTS): with
+    # librdkafka's own, a consumer faster than 100,000 queued records waits a second.
+    settings = [("-X", f"{key}={CONSUMER_DEFAULTS[key]}") for key in KCAT_SETTINGS]
     argv = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
-            "-c", str(records), "-f", "%o\\n"]  # fmt: skip
+            "-c", str(records), "-f", "%o\\n", *itertools.chain(*settings)]  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600,
                           check=False)  # fmt: skip

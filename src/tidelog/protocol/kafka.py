@@ -342,6 +342,7 @@ FETCH_TOPIC_ID_MIN: Final = 13  # topics named by id, in requests and responses 
 FETCH_NODE_ENDPOINTS_MIN: Final = 16  # the response's NodeEndpoints tagged field (KIP-951)
 PRODUCE_LEADER_HINT_MIN: Final = 10  # CurrentLeader and NodeEndpoints (KIP-951)
 PRODUCE_TOPIC_ID_MIN: Final = 13  # topics named by id (KIP-516)
+PRODUCE_FLEXIBLE_MIN: Final = 9  # compact lengths and tagged fields (KIP-482)
 TOPIC_ID_ZERO: Final = uuid.UUID(int=0)
 """Kafka's Uuid.ZERO_UUID: no topic has it. kafka-python decodes it as None."""
 
@@ -357,6 +358,7 @@ _NO_ABORTED = _I32.pack(-1)
 _NO_TAGS = b"\x00"  # an empty tagged-field section (flexible versions)
 _NULL_COMPACT = b"\x00"  # a null compact array or string
 _CURRENT_LEADER_TAG = 1  # FetchResponse PartitionData
+_CURRENT_LEADER_PRODUCE_TAG = 0  # ProduceResponse PartitionProduceResponse
 _NODE_ENDPOINTS_TAG = 0  # FetchResponse and ProduceResponse, top level
 
 
@@ -477,10 +479,12 @@ def _tagged(tag: int, value: bytes) -> bytes:
     return b"\x01" + uvarint(tag) + uvarint(len(value)) + value
 
 
-def _current_leader_tags(leader: LeaderAndEpoch | None) -> bytes:
+def _current_leader_tags(leader: LeaderAndEpoch | None, tag: int = _CURRENT_LEADER_TAG) -> bytes:
+    """The tagged fields of a partition naming its current leader (Fetch's tag, or
+    Produce's), or none."""
     if leader is None:
         return _NO_TAGS
-    return _tagged(_CURRENT_LEADER_TAG, _LEADER_AND_EPOCH.pack(*leader) + _NO_TAGS)
+    return _tagged(tag, _LEADER_AND_EPOCH.pack(*leader) + _NO_TAGS)
 
 
 def _node_endpoints_tags(endpoints: Sequence[NodeEndpoint]) -> bytes:
@@ -493,9 +497,7 @@ def _node_endpoints_tags(endpoints: Sequence[NodeEndpoint]) -> bytes:
     return _tagged(_NODE_ENDPOINTS_TAG, bytes(value))
 
 
-PRODUCE_FLEXIBLE_MIN: Final = 9  # compact lengths and tagged fields (KIP-482)
 _PRODUCED_V3 = struct.Struct(">ihqq")  # index, error, base offset, log append time
-_CURRENT_LEADER_PRODUCE_TAG = 0  # ProduceResponse PartitionProduceResponse
 
 
 class ProducedPartition(NamedTuple):
@@ -546,13 +548,7 @@ def encode_produce_response(
                 out += _nullable_string(part.error_message, flexible=flexible)
             if flexible:
                 leader = part.current_leader if version >= PRODUCE_LEADER_HINT_MIN else None
-                out += (
-                    _NO_TAGS
-                    if leader is None
-                    else _tagged(
-                        _CURRENT_LEADER_PRODUCE_TAG, _LEADER_AND_EPOCH.pack(*leader) + _NO_TAGS
-                    )
-                )
+                out += _current_leader_tags(leader, _CURRENT_LEADER_PRODUCE_TAG)
         if flexible:
             out += _NO_TAGS
     out += _I32.pack(0)  # throttle time

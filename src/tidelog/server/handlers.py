@@ -410,8 +410,7 @@ async def produce_partition(
         return PartitionAnswer(
             ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         )
-    replica = runner.replica
-    status = replica.status()
+    status = runner.replica.status()
     start = int(status.log_start_offset)
     if status.role is not Role.LEADER:
         return PartitionAnswer(ErrorCode.NOT_LEADER_OR_FOLLOWER, log_start_offset=start)

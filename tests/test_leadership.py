@@ -4,7 +4,8 @@ Under an idempotent acks=all load on three partitions: a node restarted with SIG
 (`tidelog cluster restart`) first hands every leadership it holds over (controlled
 shutdown); afterwards it leads nothing, and a preferred-leader election (ElectLeaders, as
 kafka-python's admin client sends it) gives every partition back to its first replica; a
-second one is not needed (`tidelog leaders elect` says so). Then `tidelog cluster roll`
+second one is not needed (`tidelog leaders elect` says so); the leaders count those
+handovers (`tidelog_leadership_transfers_total`). Then `tidelog cluster roll`
 restarts all three nodes in turn. No record is lost or written twice, and no error reaches
 the application. The longest stall of acknowledgements is printed (a figure, not a limit).
 """
@@ -23,6 +24,8 @@ from tidelog.testing.live import (
     ProducerLoad,
     create_topic,
     eventually,
+    sample,
+    scrape,
     tidelog,
 )
 
@@ -113,6 +116,12 @@ def test_restarts_hand_leadership_over_and_elections_give_it_back(tmp_path: Path
         assert ErrorCode.NONE in codes, codes  # partition 0 went back to its first replica
         # (The broker that answered knows at once; another may learn it a moment later.)
         eventually(lambda: leaders_and_preferred(cluster.bootstrap)[0] == preferred)
+        # The election was carried out by handovers, which the leaders count.
+        handovers = sum(
+            sample(scrape(node["admin"]), "tidelog_leadership_transfers_total") or 0
+            for node in cluster.record["nodes"]
+        )
+        assert handovers >= 1
         again = election_codes(cluster.bootstrap)
         assert set(again) == {ErrorCode.ELECTION_NOT_NEEDED}, again
         listed = tidelog("leaders", "elect", "--all", "--bootstrap-server", cluster.bootstrap)

@@ -5,6 +5,11 @@ so a test can cut exactly the links of one node. Cut the partition leader away: 
 must elect a new leader, and the old one must stop serving reads; it must already refuse
 them by the time the new leader exists (its read lease has run out). After healing, all
 three converge.
+
+The metrics count what a replica did to converge: a leader cut away with a record it
+could not commit truncates it when it is back (`tidelog_log_truncations_total`), and a
+follower cut away while the log start passed its log end starts its log again at the
+leader's log start (`tidelog_log_resets_total`).
 """
 
 from __future__ import annotations
@@ -17,12 +22,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from kafka import KafkaProducer
 from kafka.protocol.parser import KafkaProtocol
 
 from tidelog.protocol.kafka import _APIS, ApiKey
 from tidelog.status import read_status
-from tidelog.testing.live import collect_leaked_sockets, create_topic, poll
+from tidelog.testing.live import (
+    collect_leaked_sockets,
+    create_topic,
+    poll,
+    sample,
+    scrape,
+    tidelog,
+)
 from tidelog.testing.proxy import CutMode, TcpProxy
 
 NODES = (1, 2, 3)
@@ -214,4 +227,67 @@ def test_cutting_the_leader_away_elects_another_and_the_old_stops_reading(
             == 1
         ),
         "all replicas converged after healing",
+    )
+
+
+def test_a_truncation_and_a_reset_are_counted_where_they_happen(cluster: ProxiedCluster) -> None:
+    wait_for(lambda: all((cluster.status(n) or {}).get("ready") for n in NODES), "cluster ready")
+    create_topic(cluster.bootstrap, TOPIC, partitions=1)
+
+    def produce(bootstrap: str, count: int) -> None:
+        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        for i in range(count):
+            producer.send(TOPIC, value=f"r-{i}".encode()).get(timeout=DEADLINE_S)
+        producer.close()
+
+    def counted(node: int, name: str) -> float | None:
+        return sample(scrape(f"127.0.0.1:{cluster.admin[node]}"), name, topic=TOPIC, partition=0)
+
+    def log_end(node: int) -> int:
+        return int((cluster.partition(node) or {}).get("log_end_offset", -1))
+
+    produce(cluster.bootstrap, 5)
+    old = wait_for(lambda: stable_leader(cluster), "a leader that serves reads")
+    others = [n for n in NODES if n != old]
+    committed = log_end(old)
+    cluster.isolate(old, CutMode.RESET)
+    # Asked of the old leader alone: it appends, and cannot commit.
+    outcomes: list[object] = []
+    lone = Producer(
+        {"bootstrap.servers": f"127.0.0.1:{cluster.kafka[old]}", "message.timeout.ms": 3000}
+    )
+    lone.produce(
+        TOPIC, b"never committed", partition=0, on_delivery=lambda e, m: outcomes.append(e)
+    )
+    lone.flush(DEADLINE_S)
+    assert len(outcomes) == 1 and outcomes[0] is not None, outcomes
+    assert log_end(old) == committed + 1
+    new = wait_for(
+        lambda: next(
+            (n for n in others if (cluster.partition(n) or {}).get("role") == "leader"), None
+        ),
+        "a new leader among the others",
+    )
+    produce(",".join(f"127.0.0.1:{cluster.kafka[n]}" for n in others), 3)
+    assert counted(old, "tidelog_log_truncations_total") is None
+    cluster.heal()
+    wait_for(lambda: counted(old, "tidelog_log_truncations_total") == 1, "the truncation counted")
+    wait_for(lambda: log_end(old) == log_end(new), "the old leader caught up")
+
+    behind = next(n for n in NODES if n != new)
+    cluster.isolate(behind, CutMode.RESET)
+    reachable = ",".join(f"127.0.0.1:{cluster.kafka[n]}" for n in NODES if n != behind)
+    produce(reachable, 4)
+    cut = log_end(new) - 1
+    deleted = tidelog(
+        "delete-records", TOPIC, "--partition", "0", "--offset", str(cut),
+        "--bootstrap-server", f"127.0.0.1:{cluster.kafka[new]}",
+    )  # fmt: skip
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    assert counted(behind, "tidelog_log_resets_total") is None
+    cluster.heal()
+    wait_for(lambda: counted(behind, "tidelog_log_resets_total") == 1, "the reset counted")
+    wait_for(
+        lambda: (cluster.partition(behind) or {}).get("log_start_offset") == cut,
+        "the follower starts where its leader does",
     )

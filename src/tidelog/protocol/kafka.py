@@ -399,6 +399,7 @@ class RawResponse:
     they are, so record bytes read from a segment file are never copied into a frame."""
 
     chunks: list[bytes | memoryview]
+    error_codes: tuple[int, ...] = ()  # the partitions' error codes other than NONE
 
     @property
     def size_bytes(self) -> int:
@@ -420,9 +421,12 @@ def encode_fetch_response(
     head = bytearray(_FETCH_TOP_V7 if version >= 7 else _FETCH_TOP_V4)
     head += _count(len(topics), flexible=flexible)
     chunks: list[bytes | memoryview] = []
+    errors: list[int] = []
     for key, partitions in topics:
         head += _fetch_topic_key(version, key) + _count(len(partitions), flexible=flexible)
         for part in partitions:
+            if part.error_code:
+                errors.append(part.error_code)
             assert flexible or part.current_leader is None  # a tagged field: v12+
             head += _fetch_partition_head(version, part)
             if part.records:
@@ -436,7 +440,7 @@ def encode_fetch_response(
     if flexible:
         head += _node_endpoints_tags(node_endpoints)
     chunks.append(bytes(head))
-    return RawResponse(chunks)
+    return RawResponse(chunks, tuple(errors))
 
 
 def _count(count: int, *, flexible: bool) -> bytes:
@@ -527,6 +531,7 @@ def encode_produce_response(
     assert not node_endpoints or version >= PRODUCE_LEADER_HINT_MIN
     flexible = version >= PRODUCE_FLEXIBLE_MIN
     out = bytearray(_count(len(topics), flexible=flexible))
+    errors: list[int] = []
     for key, partitions in topics:
         if version >= PRODUCE_TOPIC_ID_MIN:
             assert isinstance(key, uuid.UUID)
@@ -536,6 +541,8 @@ def encode_produce_response(
             out += _string(key, flexible=flexible)
         out += _count(len(partitions), flexible=flexible)
         for part in partitions:
+            if part.error_code:
+                errors.append(part.error_code)
             out += _PRODUCED_V3.pack(part.partition_index, part.error_code, part.base_offset, -1)
             if version >= 5:
                 out += _I64.pack(part.log_start_offset)
@@ -554,7 +561,7 @@ def encode_produce_response(
     out += _I32.pack(0)  # throttle time
     if flexible:
         out += _node_endpoints_tags(node_endpoints)
-    return RawResponse([bytes(out)])
+    return RawResponse([bytes(out)], tuple(errors))
 
 
 def _nullable_string(text: str | None, *, flexible: bool) -> bytes:

@@ -1,7 +1,9 @@
-"""The admin endpoint: `GET /status` (JSON) for tools and tests, over HTTP/1.0 (HTTPS with
-the node's certificate, and a bearer token, in a secured cluster). Read-only.
+"""The admin endpoint: `GET /status` (JSON) for tools and tests, and `GET /metrics`
+(Prometheus' text format), over HTTP/1.0 (HTTPS with the node's certificate, and a bearer
+token, in a secured cluster). Read-only.
 
-`/status` is this node's view (`server/snapshot.py` says what it holds).
+`/status` is this node's view (`server/snapshot.py` says what it holds); `/metrics` is
+described in `server/metrics.py`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import hmac
 import json
 import ssl
 
+from tidelog.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tidelog.server.snapshot import status
 from tidelog.server.view import BrokerView
 
@@ -47,14 +50,20 @@ async def serve_admin(
             writer.close()
             return
         line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+        kind = "application/json"
+        path = line[1].split("?", 1)[0] if len(line) >= 2 and line[0] == "GET" else None
         if not authorized(head):
             code, body = "401 Unauthorized", b'{"error": "a bearer token is required"}'
-        elif len(line) >= 2 and line[0] == "GET" and line[1] == "/status":
+        elif path == "/status":
             code, body = "200 OK", json.dumps(status(broker)).encode()
+        elif path == "/metrics" and broker.metrics.enabled:
+            code, body, kind = "200 OK", broker.metrics.render(), METRICS_CONTENT_TYPE
+        elif path == "/metrics":
+            code, body = "404 Not Found", b'{"error": "metrics are off (--no-metrics)"}'
         else:
             code, body = "404 Not Found", b'{"error": "not found"}'
         writer.write(
-            f"HTTP/1.0 {code}\r\nContent-Type: application/json\r\n"
+            f"HTTP/1.0 {code}\r\nContent-Type: {kind}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
             + body
         )

@@ -26,6 +26,7 @@ from tidelog.server.config import BrokerConfig
 from tidelog.server.isr_control import mark_clean_shutdown
 from tidelog.server.kafka_server import serve_kafka
 from tidelog.server.partition import describe_disk_error, is_disk_error
+from tidelog.server.snapshot import StateCollector
 from tidelog.server.tls import admin_context, listener_context
 
 log = logging.getLogger("tidelog.broker")
@@ -56,6 +57,7 @@ async def serve(broker: Broker) -> int:
     ]
     for warning in exposure_warnings(config):
         log.warning("%s", warning)
+    broker.metrics.watch(StateCollector(broker))
     admin = (
         await serve_admin(
             broker,

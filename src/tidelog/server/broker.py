@@ -65,6 +65,7 @@ from tidelog.server.metadata import (
     encode_command,
     place_replicas,
 )
+from tidelog.server.metrics import NULL_METRICS, NodeMetrics
 from tidelog.server.partition import (
     DiskHealth,
     PartitionRunner,
@@ -165,7 +166,8 @@ class Broker:
         self.forwarded: dict[int, tuple[NodeId, asyncio.Future[Outcome]]] = {}
         self.forwarding = 0  # commands of other nodes this node is committing
         self.disk = DiskHealth()
-        self.syncs = Syncs(self.executor, self.transport.flush)
+        self.metrics = NodeMetrics() if config.metrics else NULL_METRICS
+        self.syncs = Syncs(self.executor, self.transport.flush, metrics=self.metrics)
         # Partitions whose log could not be opened (a failing disk): opened again later.
         self.unopened: dict[PartitionKey, TopicInfo] = {}
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
@@ -208,6 +210,7 @@ class Broker:
                 fatal=self.fatal,
                 disk=self.disk,
                 syncs=self.syncs,
+                metrics=self.metrics,
             )
         except BaseException:
             storage.release()

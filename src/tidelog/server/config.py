@@ -168,6 +168,8 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 10_000
     broker_session_timeout_ms: int = 9_000
     auto_leader_rebalance: bool = True
+    # Prometheus metrics at the admin address's /metrics (server/metrics.py).
+    metrics: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
     leader_imbalance_per_broker_percentage: int = 10
     queued_max_request_bytes: int = 256 * 1024 * 1024
@@ -431,7 +433,7 @@ def convert(key: str, value: object, *, name: str) -> object:
     if key in ("cluster_id", "log_level", "ssl_client_auth"):
         text = expect(str, value, name=name)
         return text.lower() if key == "log_level" else text
-    if key in ("fsync", "authorizer"):
+    if key in ("fsync", "authorizer", "metrics"):
         return expect(bool, value, name=name)
     if key == "super_users":
         text = expect(str, value, name=name)

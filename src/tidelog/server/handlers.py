@@ -92,6 +92,7 @@ from tidelog.server.metadata import (
     quoted,
     validate_topic,
 )
+from tidelog.server.metrics import timed
 from tidelog.server.partition import PartitionRunner, is_disk_error
 from tidelog.server.sasl import SASL_HANDLERS
 from tidelog.server.topics_api import TOPICS_HANDLERS
@@ -422,6 +423,7 @@ async def produce_partition(
             "produce to %s-%d refused: %s", topic, partition, str(refusal)[:LOGGED_MESSAGE_MAX]
         )
         return refused(refusal, start)
+    took = timed()
     try:
         async with asyncio.timeout(timeout_s or None):  # not wait_for: no task of its own
             result = await runner.produce(batch, ACKS_ALL if acks == -1 else acks)
@@ -434,6 +436,8 @@ async def produce_partition(
     base = -1 if result.base_offset is None else int(result.base_offset)
     if result.retried:
         log_retry(topic, partition, batch, base)
+    elif acks == -1:
+        broker.metrics.committed(took())
     return PartitionAnswer(ErrorCode.NONE, base, start)
 
 

@@ -23,6 +23,7 @@ import asyncio
 import functools
 import logging
 import ssl
+import time
 from typing import Any
 
 from tidelog.protocol.framing import FRAME_HEADER_SIZE, FRAME_SIZE, ProtocolError
@@ -38,6 +39,7 @@ from tidelog.server.answers import client_host
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import Listener
 from tidelog.server.handlers import handle
+from tidelog.server.metrics import ERROR_CLOSED, error_names
 from tidelog.server.session import (
     BEFORE_AUTHENTICATION,
     Session,
@@ -52,7 +54,7 @@ log = logging.getLogger("tidelog.kafka")
 INFLIGHT_REQUESTS_MAX = 64
 TLS_HANDSHAKE_S = 10.0
 Address = tuple[str, int]
-Answer = tuple[KafkaRequest, "asyncio.Task[Any]"]
+Answer = tuple[KafkaRequest, "asyncio.Task[Any]", float]  # and when it was read
 
 
 async def serve_kafka(
@@ -122,6 +124,7 @@ class Connection:
         try:
             while (received := await self.next_request()) is not None:
                 request, size = received
+                started = time.perf_counter()
                 state = session()
                 if state.needs_sasl and request.api_key not in BEFORE_AUTHENTICATION:
                     self.budget.release(size)
@@ -142,13 +145,21 @@ class Connection:
                 task.add_done_callback(self.handling.discard)
                 task.add_done_callback(functools.partial(self.release, size))
                 if request.expects_response:
-                    await self.answers.put((request, task))
+                    await self.answers.put((request, task, started))
+                elif self.broker.metrics.enabled:  # acks=0: counted once handled
+                    task.add_done_callback(
+                        functools.partial(self.count_unanswered, request.api_key.name, started)
+                    )
                 # Keep no handled request in this frame (see `write_responses`).
                 del received, request, task
         except ProtocolError as error:
             log.warning("closing the connection from %s: %s", self.peer, error)
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
+
+    def count_unanswered(self, api: str, started: float, task: asyncio.Task[Any]) -> None:
+        failed = task.cancelled() or task.exception() is not None
+        self.broker.metrics.request(api, time.perf_counter() - started, [ERROR_CLOSED] * failed)
 
     def release(self, size: int, task: asyncio.Task[Any]) -> None:
         """A request was handled (or cancelled): its bytes go back to the budget."""
@@ -194,31 +205,37 @@ class Connection:
         and then vanishes ends the drain with an error whose traceback keeps this frame
         alive until a garbage collection, so its 50 MiB would outlive the connection."""
         while True:
-            request, task = await self.answers.get()
-            frames = await self.frames_of(request, task)
+            request, task, started = await self.answers.get()
+            answered = await self.frames_of(request, task)
             del task
-            if frames is None:
+            api = request.api_key.name
+            if answered is None:
+                self.broker.metrics.request(api, time.perf_counter() - started, [ERROR_CLOSED])
                 return
+            frames, errors = answered
             self.writer.writelines(frames)
-            del frames
+            del frames, answered
             try:
                 await self.writer.drain()
             except (ConnectionError, OSError):
                 return
+            self.broker.metrics.request(api, time.perf_counter() - started, errors)
             self.answers.task_done()
             if session().close_after_reply:
                 return  # a failed authentication: answered, then closed
 
     async def frames_of(
         self, request: KafkaRequest, task: asyncio.Task[Any]
-    ) -> list[bytes | memoryview] | None:
-        """The frames answering `request` once `task` has handled it; None when the
-        connection must close (a malformed request, or a bug: one log line)."""
+    ) -> tuple[list[bytes | memoryview], list[str]] | None:
+        """The frames answering `request` once `task` has handled it, and the errors they
+        answer (for the metrics); None when the connection must close (a malformed
+        request, or a bug: one log line)."""
         try:
             body = await task
+            errors = error_names(body) if self.broker.metrics.enabled else []
             if isinstance(body, RawResponse):
-                return self.codec.send_raw_response(request, body)
-            return [self.codec.send_response(request, body)]
+                return self.codec.send_raw_response(request, body), errors
+            return [self.codec.send_response(request, body)], errors
         except ProtocolError as error:
             log.warning("closing the connection from %s: %s", self.peer, error)
         except Exception as error:  # a bug: one line, and this connection only

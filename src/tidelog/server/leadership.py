@@ -80,6 +80,8 @@ def hand_over(
         refusal = replica.transfer_leadership(chosen)
         if refusal is not None:
             log.info("%s: no handover to node %d: %s", runner.key, chosen, refusal)
+        else:
+            runner.metrics.transferred()
 
     runner.submit(transfer)
 

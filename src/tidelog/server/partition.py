@@ -40,11 +40,12 @@ from typing import TypeVar
 from tidelog.core.isr import IsrProposal
 from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.messages import Message, ProduceResult, Ready
-from tidelog.core.replica import Replica, ReplicaStatus
+from tidelog.core.replica import Replica, ReplicaStatus, Role
 from tidelog.core.storage import RepairFloor
 from tidelog.errors import NotLeader, StorageError, TidelogError
 from tidelog.node.driver import begin_round, finish_round
 from tidelog.protocol.peer import PartitionKey
+from tidelog.server.metrics import NULL_METRICS, NodeMetrics
 from tidelog.types import Offset
 from tidelog.wal import DiskStorage
 
@@ -128,10 +129,12 @@ class Syncs:
         flush: Callable[[], None] | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        metrics: NodeMetrics = NULL_METRICS,
     ) -> None:
         self.executor = executor
         self.flush = flush
         self.clock = clock
+        self.metrics = metrics
         self.in_threads = 0
         self.inline_after = 0.0  # a slow sync on the loop: threads only until then
 
@@ -149,20 +152,32 @@ class Syncs:
                 self.flush()  # the peers' messages leave before the loop blocks
             started = self.clock()
             storage.sync()
-            if self.clock() - started > SYNC_INLINE_SLOW_S:
+            took = self.clock() - started
+            if took > SYNC_INLINE_SLOW_S:
                 self.inline_after = self.clock() + SYNC_INLINE_BACKOFF_S
+            self.metrics.fsynced(took, written_bytes)
             return True
         self.in_threads += 1
         try:
-            await asyncio.get_running_loop().run_in_executor(self.executor, storage.sync)
+            took = await asyncio.get_running_loop().run_in_executor(
+                self.executor, timed_sync, storage, self.clock
+            )
         finally:
             self.in_threads -= 1
+        self.metrics.fsynced(took, written_bytes)
         return False
 
     def sent(self) -> None:
         """After a round that synced on the loop: its acknowledgements leave now."""
         if self.flush is not None:
             self.flush()
+
+
+def timed_sync(storage: DiskStorage, clock: Callable[[], float]) -> float:
+    """`storage.sync()` in a worker thread; the seconds it took there."""
+    started = clock()
+    storage.sync()
+    return clock() - started
 
 
 def describe_disk_error(error: OSError) -> str:
@@ -187,6 +202,7 @@ class PartitionRunner:
         disk: DiskHealth,
         on_round: Callable[[PartitionRunner], None] | None = None,
         syncs: Syncs | None = None,
+        metrics: NodeMetrics = NULL_METRICS,
     ) -> None:
         self.key = key
         self.storage = storage
@@ -198,6 +214,7 @@ class PartitionRunner:
         self.disk = disk
         self.on_round = on_round
         self.syncs = Syncs(executor) if syncs is None else syncs
+        self.metrics = metrics
         # ISR mode (server/isr_control.py): a leader's ISR proposals, and damage set aside.
         self.on_proposals: Callable[[PartitionRunner, Sequence[IsrProposal]], None] | None = None
         self.on_set_aside: Callable[[PartitionRunner], None] | None = None
@@ -321,6 +338,10 @@ class PartitionRunner:
             self._maybe_wake_fetchers()  # stepping an acknowledgement may move the HWM
             return False
         self._name_what_is_given_up(ready, log_end)
+        if ready.truncate_to is not None:
+            self.metrics.truncated(self.key.topic, self.key.partition)
+        if ready.reset_to is not None:
+            self.metrics.reset(self.key.topic, self.key.partition)
         # The produce requests a moved HWM completes are answered before the fetchers
         # it wakes: both resume in the next loop iteration, in this order.
         self._complete(ready.completions)
@@ -465,6 +486,8 @@ class PartitionRunner:
     def _log_role_change(self, status: ReplicaStatus) -> None:
         role = (status.role, status.epoch, status.leader_id)
         if role != self.seen_role:
+            if status.role is Role.LEADER:
+                self.metrics.elected(self.key.topic, self.key.partition)
             self.seen_role = role
             log.info(
                 "%s-%d: %s in epoch %d (leader %s, hwm %d, log end %d)",

@@ -12,8 +12,13 @@ and the committed offset of every consumer group this node coordinates (it leads
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from tidelog.protocol.peer import PartitionKey
 from tidelog.server.handlers import in_sync_nodes
 from tidelog.server.metadata import METADATA_TOPIC
 from tidelog.server.view import BrokerView
@@ -101,3 +106,108 @@ def group_offsets(broker: BrokerView, hwms: dict[tuple[str, int], int]) -> list[
                     }
                 )
     return rows
+
+
+class StateCollector(Collector):
+    """The gauges, from one `status()` of the node per scrape."""
+
+    def __init__(self, broker: BrokerView) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self.broker
+        state = status(broker)
+        node = str(state["node_id"])
+        labels = ["topic", "partition", "node"]
+
+        def family(name: str, documentation: str, names: list[str] = labels) -> Any:
+            return GaugeMetricFamily(name, documentation, labels=names)
+
+        log_start = family("tidelog_partition_log_start_offset", "The log start offset.")
+        hwm = family("tidelog_partition_high_watermark", "The HWM: offsets below it are committed.")
+        log_end = family("tidelog_partition_log_end_offset", "The offset after the log's last.")
+        epoch = family("tidelog_partition_leader_epoch", "The leader epoch this replica is in.")
+        isr = family("tidelog_partition_in_sync_replicas", "The ISR's size, as this node sees it.")
+        replicas = family("tidelog_partition_replicas", "The partition's replication factor.")
+        role = family("tidelog_partition_role", "1 for the replica's role.", [*labels, "role"])
+        under_replicated = under_min_isr = 0
+        for part in state["partitions"]:
+            values = [part["topic"], str(part["partition"]), node]
+            log_start.add_metric(values, part["log_start_offset"])
+            hwm.add_metric(values, part["hwm"])
+            log_end.add_metric(values, part["log_end_offset"])
+            epoch.add_metric(values, part["epoch"])
+            isr.add_metric(values, len(part["isr"]))
+            replicas.add_metric(values, len(part["replicas"]))
+            role.add_metric([*values, part["role"]], 1)
+            if part["role"] == "leader":
+                in_sync, factor = len(part["isr"]), len(part["replicas"])
+                under_replicated += in_sync < factor
+                topic = broker.image.topics.get(part["topic"])
+                if topic is not None and in_sync < topic.config.min_insync(factor):
+                    under_min_isr += 1
+        yield from (log_start, hwm, log_end, epoch, isr, replicas, role)
+
+        controller = state["metadata_leader"] == state["node_id"]
+        yield _gauge(
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Partitions this node leads whose ISR is smaller than their replicas.",
+            under_replicated,
+        )
+        yield _gauge(
+            "kafka_server_replicamanager_underminisrpartitioncount",
+            "Partitions this node leads whose ISR is below min.insync.replicas.",
+            under_min_isr,
+        )
+        yield _gauge(
+            "kafka_controller_kafkacontroller_activecontrollercount",
+            "1 on the metadata log's leader (the controller), else 0.",
+            int(controller),
+        )
+        yield _gauge(
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "On the controller: partitions with no leader, or one that is fenced.",
+            offline_partitions(broker) if controller else 0,
+        )
+
+        committed = family(
+            "tidelog_consumer_group_committed_offset",
+            "A group's committed offset (at its coordinator).",
+            ["group", "topic", "partition"],
+        )
+        lag = family(
+            "tidelog_consumer_group_lag",
+            "Records between the partition's HWM (at the coordinator) and the group's "
+            "committed offset.",
+            ["group", "topic", "partition"],
+        )
+        for row in state["groups"]:
+            values = [row["group"], row["topic"], str(row["partition"])]
+            committed.add_metric(values, row["committed_offset"])
+            if row["lag"] is not None:
+                lag.add_metric(values, row["lag"])
+        yield committed
+        yield lag
+        yield _gauge(
+            "tidelog_connections", "Open Kafka client connections.", state["kafka_connections"]
+        )
+        yield _gauge(
+            "tidelog_queued_request_bytes",
+            "Bytes of Kafka requests read and not yet answered (queued.max.request.bytes).",
+            state["request_bytes_held"],
+        )
+        yield _gauge("tidelog_ready", "1 once the node serves clients.", int(state["ready"]))
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def offline_partitions(broker: BrokerView) -> int:
+    """Partitions of the metadata image whose leader this node does not know or knows fenced."""
+    offline = 0
+    for name, topic in broker.image.topics.items():
+        for partition in range(topic.partitions):
+            leader, _ = broker.leader_of(PartitionKey(name, partition))
+            offline += leader < 0 or leader in broker.image.fenced
+    return offline

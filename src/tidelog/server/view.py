@@ -19,6 +19,7 @@ from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
 from tidelog.server.groups import GroupCoordinator
 from tidelog.server.metadata import MetadataImage
+from tidelog.server.metrics import NodeMetrics
 from tidelog.server.partition import PartitionRunner
 from tidelog.types import NodeId
 
@@ -45,6 +46,7 @@ class BrokerView(Protocol):
     stopping_nodes: set[NodeId]  # nodes shutting down (this one too): no leadership for them
     request_bytes: RequestBytes
     rng: random.Random
+    metrics: NodeMetrics  # counters and histograms of /metrics (NULL_METRICS when off)
 
     @property
     def kafka_ports(self) -> dict[NodeId, int]:

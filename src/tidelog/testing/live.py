@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from confluent_kafka import Producer
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.protocol.parser import KafkaProtocol
+from prometheus_client.parser import text_string_to_metric_families
 
 from tidelog.client_config import read_properties
 from tidelog.status import access_for, read_status
@@ -235,6 +237,28 @@ def create_topic(
         eventually(led, f"a leader for every partition of {name}")
     finally:
         admin.close()
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+"""A scrape: {(sample name, its labels): value}."""
+
+
+def scrape(admin: str) -> Samples:
+    """A plaintext node's `GET /metrics`, read by prometheus-client's own parser."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://{admin}/metrics", timeout=DEADLINE_S) as reply:
+        assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = reply.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample(samples: Samples, name: str, **labels: str | int) -> float | None:
+    """The value of one sample of a scrape, or None when it has none."""
+    return samples.get((name, frozenset((key, str(value)) for key, value in labels.items())))
 
 
 def collect_leaked_sockets() -> None:

@@ -82,6 +82,12 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     "(default: on).",
 )
 @click.option(
+    "--metrics/--no-metrics",
+    default=None,
+    help="Count requests, fsyncs, commits and elections for GET /metrics on the admin "
+    "address (default: on).",
+)
+@click.option(
     "--leader-imbalance-check-interval-ms",
     type=int,
     help="How often the leader rebalance checks (default 300000).",

@@ -1,7 +1,8 @@
 """The admin endpoint: `GET /status` (JSON) for tools and tests, over HTTP/1.0 (HTTPS with
 the node's certificate, and a bearer token, in a secured cluster). Read-only.
 
-`/status` is this node's view (`server/snapshot.py` says what it holds).
+`/status` is this node's view (`server/snapshot.py` says what it holds). `/` and `/ui` are
+the live page, `/events` its stream of the whole cluster (`server/live_page.py`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hmac
 import json
 import ssl
 
+from tidelog.server.live_page import LivePage
 from tidelog.server.snapshot import status
 from tidelog.server.view import BrokerView
 
@@ -29,6 +31,7 @@ async def serve_admin(
     """Serve `GET /status`; over HTTPS with `tls`, and only to a request that bears
     `token` (`Authorization: Bearer TOKEN`) when there is one (401 otherwise)."""
     wanted = None if token is None else f"bearer {token}".encode()
+    page = LivePage(broker, token=token)
 
     def authorized(head: bytes) -> bool:
         if wanted is None:
@@ -47,6 +50,9 @@ async def serve_admin(
             writer.close()
             return
         line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+        if len(line) >= 2 and line[0] == "GET" and page.serves(line[1]):
+            await page.answer(line[1], reader, writer, authorized=authorized(head))
+            return
         if not authorized(head):
             code, body = "401 Unauthorized", b'{"error": "a bearer token is required"}'
         elif len(line) >= 2 and line[0] == "GET" and line[1] == "/status":

@@ -105,20 +105,26 @@ def screenshot(out: Path) -> None:
     driver = None
     try:
         create_topic(cluster.bootstrap, "orders", partitions=3)
-        load = ProducerLoad(cluster.bootstrap, "orders", records=3000, partition=None)
-        load.run()
+        for partition, records in enumerate((900, 1200, 700)):
+            ProducerLoad(
+                cluster.bootstrap, "orders", records=records, partition=partition, rate_per_s=2000
+            ).run()
         consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="billing")
-        consumer.commit(
-            {TopicPartition("orders", p): OffsetAndMetadata(400, "", -1) for p in range(3)}
-        )
+        committed = {
+            TopicPartition("orders", p): OffsetAndMetadata(o, "", -1)
+            for p, o in enumerate((850, 400, 650))
+        }
+        consumer.commit(committed)
         consumer.close()
         admin = cluster.record["nodes"][0]["admin"]
         driver = headless_chromium()
         driver.get(f"http://{admin}/")
         victim = cluster.record["nodes"][2]
-        os.kill(victim["pid"], signal.SIGKILL)
-        more = ProducerLoad(cluster.bootstrap, "orders", records=600, partition=None)
-        more.run()
+        os.kill(victim["pid"], signal.SIGKILL)  # a broker of the cluster this started
+        for partition in range(3):
+            ProducerLoad(
+                cluster.bootstrap, "orders", records=300, partition=partition, rate_per_s=2000
+            ).run()
         eventually(
             lambda: read_page(driver)["nodes"].get(str(victim["id"]), {}).get("state") == "down",
             "the killed node shown DOWN",

@@ -4,7 +4,8 @@ describe`), then one node killed (SIGKILL, by the PID its cluster recorded) whil
 keep coming.
 
 The cluster is the module's (`cluster` in conftest.py); the test that kills a node runs
-last. Every wait polls with a deadline.
+last. A secure cluster of its own shows the stream only to the token, and its node reads
+its peers' status over HTTPS with the cluster's CA and token. Every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,6 +134,59 @@ def test_the_page_and_its_stream_are_routes_of_the_admin_endpoint(cluster: LiveC
     ui = tidelog("ui", "--data-dir", str(cluster.directory), "--no-open")
     assert ui.returncode == 0, ui.stderr
     assert ui.stdout.strip() == f"http://{cluster.record['nodes'][0]['admin']}/"
+
+
+def events_of(sock: socket.socket, *, count: int) -> list[dict[str, Any]]:
+    """The next `count` pictures of an event stream whose head was read (`open_stream`)."""
+    data, pictures = b"", []
+    deadline = time.monotonic() + DEADLINE_S
+    while len(pictures) < count:
+        assert time.monotonic() < deadline, f"{count} events: not within {DEADLINE_S} s"
+        chunk = sock.recv(1 << 16)
+        assert chunk, "the stream ended"
+        data += chunk
+        *events, data = data.split(b"\n\n")
+        pictures += [json.loads(e[len(b"data: ") :]) for e in events if e.startswith(b"data: ")]
+    return pictures
+
+
+def test_a_secure_cluster_shows_its_page_to_the_token_only(tmp_path: Path) -> None:
+    secure = LiveCluster(tmp_path / "secure", secure=True)
+    try:
+        admin = secure.record["nodes"][0]["admin"]
+        certs = secure.directory / "certs"
+        token = (certs / "admin.token").read_text().strip()
+        context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        host, port = admin.rsplit(":", 1)
+
+        def ask(path: str) -> tuple[socket.socket, bytes]:
+            raw = socket.create_connection((host, int(port)), timeout=SOCKET_TIMEOUT_S)
+            sock = context.wrap_socket(raw, server_hostname=host)
+            sock.sendall(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = sock.recv(1)
+                assert chunk, "the admin endpoint closed the connection"
+                head += chunk
+            return sock, head.split(b"\r\n", 1)[0]
+
+        for path, expected in [("/", b"200 OK"), ("/events", b"401 Unauthorized")]:
+            sock, status = ask(path)
+            sock.close()
+            assert status == b"HTTP/1.0 " + expected, path
+        sock, status = ask(f"/events?token={token}")
+        try:
+            assert status == b"HTTP/1.0 200 OK"
+            # The node asked its peers over HTTPS with the cluster's CA and token: all up.
+            pictures = events_of(sock, count=3)
+            assert [n["up"] for n in pictures[-1]["nodes"]] == [True, True, True]
+        finally:
+            sock.close()
+        ui = tidelog("ui", "--data-dir", str(secure.directory), "--no-open")
+        assert ui.returncode == 0, ui.stderr
+        assert ui.stdout.strip() == f"https://{admin}/#token={token}"
+    finally:
+        secure.down()
 
 
 @pytest.fixture

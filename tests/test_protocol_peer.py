@@ -69,6 +69,13 @@ _ANNOTATION_BOUNDS: dict[str, tuple[int, int]] = {
     "int": INT64,
 }
 _BATCHES = "tuple[bytes,...]"
+PORTS = (0, 65_535)  # a BrokerNotice refuses any other port
+
+
+def bounds_of(field: dataclasses.Field[object]) -> tuple[int, int]:
+    if field.name.endswith("_port"):
+        return PORTS
+    return _ANNOTATION_BOUNDS[_annotation(field).removesuffix("|None")]
 
 
 def _annotation(field: dataclasses.Field[object]) -> str:
@@ -93,7 +100,7 @@ def extreme(cls: type[Message], side: int) -> Message:
     for field in dataclasses.fields(cls):
         base = _annotation(field).removesuffix("|None")
         if base in _ANNOTATION_BOUNDS and field.name != "sender":
-            given[field.name] = _ANNOTATION_BOUNDS[base][side]
+            given[field.name] = bounds_of(field)[side]
         elif base == "bool":
             given[field.name] = bool(side)
         elif base == _BATCHES:
@@ -165,19 +172,20 @@ def test_the_schema_fingerprint_follows_the_layouts() -> None:
     assert len({layout.description for layout in _LAYOUT_BY_CLASS.values()}) == len(MESSAGE_TAGS)
 
 
-def strategy_of(annotation: str) -> st.SearchStrategy[object]:
+def strategy_of(field: dataclasses.Field[object]) -> st.SearchStrategy[object]:
+    annotation = _annotation(field)
     base = annotation.removesuffix("|None")
     if base == _BATCHES:
         return st.lists(st.binary(max_size=300), max_size=4).map(tuple)
     found: st.SearchStrategy[object] = (
-        st.booleans() if base == "bool" else st.integers(*_ANNOTATION_BOUNDS[base])
+        st.booleans() if base == "bool" else st.integers(*bounds_of(field))
     )
     return found if base == annotation else st.none() | found
 
 
 def messages_of(cls: type[Message]) -> st.SearchStrategy[Message]:
     fields = {
-        field.name: strategy_of(_annotation(field))
+        field.name: strategy_of(field)
         for field in dataclasses.fields(cls)
         if field.name != "sender"
     }
@@ -292,3 +300,26 @@ def test_encoder_refuses_a_frame_over_its_limit() -> None:
     message = make(AppendRequest, batches=(b"x" * 1000,))
     with pytest.raises(FrameTooLarge):
         encoder.encode_frame([(PartitionKey("t", 0), message)])
+
+
+def test_broker_notice_names_its_admin_port() -> None:
+    notice = make(BrokerNotice, recipient=NodeId(2), kafka_port=9092, admin_port=9292)
+    assert round_trip([(PartitionKey("__metadata", 0), notice)]) == [
+        (PartitionKey("__metadata", 0), notice)
+    ]
+    assert notice.ports() == {"PLAINTEXT": 9092}  # the admin port is no Kafka listener
+
+
+@pytest.mark.parametrize("port", [-1, 65_536, 2**40])
+@pytest.mark.parametrize("field", ["kafka_port", "admin_port"])
+def test_a_broker_notice_with_a_port_out_of_range_is_malformed(field: str, port: int) -> None:
+    with pytest.raises(ValueError, match="outside"):
+        make(BrokerNotice, **{field: port})
+    # The same values as a peer would send them: packed as the layout lays them out.
+    layout = _LAYOUT_BY_CLASS[BrokerNotice]
+    values = {name.name: 0 for name in dataclasses.fields(BrokerNotice)}
+    values.update(sender=SENDER, recipient=2, stopping=False, **{field: port})
+    item = layout.item.pack(layout.tag, 0, 0, *values.values())
+    payload = struct.pack(">BHIH", 2, 1, 1, 1) + b"t" + item
+    _, decoder = connected_decoder()
+    expect_protocol_error(decoder, frame(payload), "outside")

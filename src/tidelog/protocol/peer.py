@@ -14,7 +14,9 @@ Rules:
   message definitions refuse each other instead of misreading each other.
 - Record batches travel as raw length-prefixed bytes, never decoded here.
 - Every size is bounded (PEER_FRAME_SIZE_MAX, PEER_FRAME_ITEMS_MAX, ...); malformed input
-  raises ProtocolError, after which the stream is dead and must be closed.
+  raises ProtocolError, after which the stream is dead and must be closed. A message type
+  may check its values when it is built (BrokerNotice its ports): a value it refuses
+  (ValueError) makes the frame malformed too.
 
 Frame payload (big-endian):
     kind u8 = 1 (handshake): version u16 | fingerprint u32 | node id i32 | cluster id str16
@@ -57,6 +59,7 @@ PEER_FRAME_SIZE_MAX: Final = 128 * 1024 * 1024  # two of the largest record batc
 PEER_FRAME_ITEMS_MAX: Final = 65_535
 TOPIC_NAME_SIZE_MAX: Final = 249  # Kafka's limit
 CLUSTER_ID_SIZE_MAX: Final = 255
+PORT_MAX: Final = 65_535
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,7 +75,11 @@ class LeaderNotice:
 @dataclasses.dataclass(frozen=True, slots=True)
 class BrokerNotice:
     """`sender` serves Kafka clients on these ports of its peer host, one per security
-    protocol (0: no such listener), for Metadata on each listener."""
+    protocol (0: no such listener), for Metadata on each listener, and its admin endpoint
+    on `admin_port` of that host (0: none), for the live page of another node.
+
+    A port outside 0-65535 is refused on construction (ValueError), so a frame that names
+    one does not decode (ProtocolError)."""
 
     sender: NodeId
     recipient: NodeId
@@ -82,6 +89,18 @@ class BrokerNotice:
     sasl_plaintext_port: int = 0
     sasl_ssl_port: int = 0
     stopping: bool = False  # it is shutting down: hand it no leadership
+    admin_port: int = 0
+
+    def __post_init__(self) -> None:
+        for port in (
+            self.kafka_port,
+            self.ssl_port,
+            self.sasl_plaintext_port,
+            self.sasl_ssl_port,
+            self.admin_port,
+        ):
+            if not 0 <= port <= PORT_MAX:
+                raise ValueError(f"port {port} outside 0-{PORT_MAX}")
 
     def ports(self) -> dict[str, int]:
         """The listeners it names: {protocol: port}."""
@@ -91,7 +110,7 @@ class BrokerNotice:
             "SASL_PLAINTEXT": self.sasl_plaintext_port,
             "SASL_SSL": self.sasl_ssl_port,
         }
-        return {protocol: port for protocol, port in ports.items() if 0 < port <= 65535}
+        return {protocol: port for protocol, port in ports.items() if port > 0}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

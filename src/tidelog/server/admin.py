@@ -3,7 +3,8 @@
 token, in a secured cluster). Read-only.
 
 `/status` is this node's view (`server/snapshot.py` says what it holds); `/metrics` is
-described in `server/metrics.py`.
+described in `server/metrics.py`. `/` and `/ui` are the live page, `/events` its stream of
+the whole cluster (`server/live_page.py`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hmac
 import json
 import ssl
 
+from tidelog.server.live_page import LivePage
 from tidelog.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tidelog.server.snapshot import status
 from tidelog.server.view import BrokerView
@@ -29,9 +31,11 @@ async def serve_admin(
     tls: ssl.SSLContext | None = None,
     token: str | None = None,
 ) -> asyncio.Server:
-    """Serve `GET /status`; over HTTPS with `tls`, and only to a request that bears
-    `token` (`Authorization: Bearer TOKEN`) when there is one (401 otherwise)."""
+    """Serve `GET /status`, `/metrics` and the live page; over HTTPS with `tls`, and only
+    to a request that bears `token` (`Authorization: Bearer TOKEN`) when there is one (401
+    otherwise)."""
     wanted = None if token is None else f"bearer {token}".encode()
+    page = LivePage(broker, token=token)
 
     def authorized(head: bytes) -> bool:
         if wanted is None:
@@ -50,6 +54,9 @@ async def serve_admin(
             writer.close()
             return
         line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+        if len(line) >= 2 and line[0] == "GET" and page.serves(line[1]):
+            await page.answer(line[1], reader, writer, authorized=authorized(head))
+            return
         kind = "application/json"
         path = line[1].split("?", 1)[0] if len(line) >= 2 and line[0] == "GET" else None
         if not authorized(head):

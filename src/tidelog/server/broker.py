@@ -12,8 +12,9 @@ Rules of this file:
   here too. The controller takes at most FORWARDED_MAX at a time and only the command
   types of FORWARDABLE; a command is validated again when it is applied.
 - Leaders tell the nodes that do not host their partition who leads (LeaderNotice), and
-  every node tells the others its Kafka port (BrokerNotice), so any node can answer a
-  Metadata request for any partition.
+  every node tells the others its Kafka ports and admin port (BrokerNotice), so any node
+  can answer a Metadata request for any partition, and gather the cluster's status for
+  its live page.
 - SIGTERM stops the node cleanly (`tidelog.server.app` wires and runs it): listeners
   close, each partition finishes its round and closes its log.
 - A disk that fails (ENOSPC, EIO, ...) stops no node: a partition whose log cannot be
@@ -149,6 +150,9 @@ class Broker:
         self.ticks = 0
         self.stopping = asyncio.Event()
         self.stopping_nodes: set[NodeId] = set()  # from BrokerNotices, and this node's own
+        # Each other node's admin port on its peer host, from its BrokerNotices (the live
+        # page gathers their status there).
+        self.admin_ports: dict[NodeId, int] = {}
         self.request_bytes = RequestBytes(config.queued_max_request_bytes)
         self.kafka_connections = 0
         self.exit_code = 0
@@ -474,6 +478,10 @@ class Broker:
             elif isinstance(msg, BrokerNotice):
                 for protocol, port in msg.ports().items():
                     self.listener_ports.setdefault(protocol, {})[peer] = port
+                if msg.admin_port:
+                    self.admin_ports[peer] = msg.admin_port
+                else:
+                    self.admin_ports.pop(peer, None)
                 if msg.stopping:
                     self.stopping_nodes.add(peer)
                 else:
@@ -503,8 +511,9 @@ class Broker:
         return self.config.listen[0]
 
     def notice_to(self, peer: NodeId) -> BrokerNotice:
-        """Our Kafka ports, one per listener protocol."""
+        """Our Kafka ports, one per listener protocol, and our admin port."""
         ports = {listener.protocol: listener.address[1] for listener in self.config.listeners}
+        admin = self.config.admin_listen
         return BrokerNotice(
             self.node_id,
             peer,
@@ -514,6 +523,7 @@ class Broker:
             sasl_plaintext_port=ports.get("SASL_PLAINTEXT", 0),
             sasl_ssl_port=ports.get("SASL_SSL", 0),
             stopping=self.node_id in self.stopping_nodes,
+            admin_port=0 if admin is None else admin[1],
         )
 
     def send_notices(self) -> None:

@@ -8,6 +8,7 @@ may hand it any object that has them.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import random
 from typing import Any, Protocol
@@ -44,6 +45,8 @@ class BrokerView(Protocol):
     coordinators: dict[int, GroupCoordinator]  # by __consumer_offsets partition
     kafka_connections: int
     stopping_nodes: set[NodeId]  # nodes shutting down (this one too): no leadership for them
+    stopping: asyncio.Event  # set when this node stops (SIGTERM)
+    admin_ports: dict[NodeId, int]  # the other nodes' admin ports on their peer hosts
     request_bytes: RequestBytes
     rng: random.Random
     metrics: NodeMetrics  # counters and histograms of /metrics (NULL_METRICS when off)

@@ -57,6 +57,7 @@ def test_flags_alone_give_the_defaults() -> None:
     assert (config.heartbeat_ticks, config.default_partitions) == (2, 1)
     assert config.default_replication_factor == 3
     assert (config.fsync, config.flush_interval_ms, config.log_level) == (True, None, "info")
+    assert config.log_format == "text"
 
 
 def test_replication_factor_defaults_to_at_most_three() -> None:
@@ -72,7 +73,8 @@ def test_file_values_under_flags(tmp_path: Path) -> None:
         'node_id = 1\ndata_dir = "/tmp/tidelog-config-test/node-1"\n'
         'listen = "127.0.0.1:9092"\nadmin_listen = "127.0.0.1:9292"\n'
         "tick_ms = 20\nfsync = false\nflush_interval_ms = 100\n"
-        'log_level = "DEBUG"\n[peers]\n"1" = "127.0.0.1:9201"\n"2" = "127.0.0.1:9202"\n'
+        'log_level = "DEBUG"\nlog_format = "JSON"\n'
+        '[peers]\n"1" = "127.0.0.1:9201"\n"2" = "127.0.0.1:9202"\n'
     )
     config = load_config({"tick_ms": 30, "election_ticks": None}, path)
     assert config.node_id == 1
@@ -80,6 +82,7 @@ def test_file_values_under_flags(tmp_path: Path) -> None:
     assert config.admin_listen == ("127.0.0.1", 9292)
     assert config.peers == {1: ("127.0.0.1", 9201), 2: ("127.0.0.1", 9202)}
     assert (config.fsync, config.flush_interval_ms, config.log_level) == (False, 100, "debug")
+    assert config.log_format == "json"
     assert config.default_replication_factor == 2
 
 
@@ -163,6 +166,19 @@ def test_valid_flags_reach_the_broker(run_calls: list[BrokerConfig]) -> None:
     assert (config.tick_ms, config.log_level) == (10, "warning")
 
 
+def test_the_log_format_flag_takes_text_or_json_and_names_itself_when_wrong(
+    run_calls: list[BrokerConfig],
+) -> None:
+    code, stderr = invoke([*base_args(), "--log-format", "xml"])
+    assert code == 2
+    assert "--log-format" in stderr and "'xml' is not one of 'text', 'json'" in stderr
+    assert run_calls == []
+    assert invoke([*base_args(), "--log-format", "JSON"]) == (0, "")
+    assert [config.log_format for config in run_calls] == ["json"]
+    with pytest.raises(ConfigError, match=r"^--log-format: 'yaml' is not one of"):
+        load_config(flags(log_format="yaml"), None)  # a value that did not come through click
+
+
 def test_a_missing_required_flag_names_both_sources(run_calls: list[BrokerConfig]) -> None:
     code, stderr = invoke(["--node-id", "1", "--peers", "1@127.0.0.1:9201"])
     assert code == 2
@@ -179,6 +195,8 @@ BAD_FILES = [
     ('cluster_id = "a b"\n', "error: --cluster-id: 'a b' must be 1-64 letters"),
     ("heartbeat_ticks = 10\n", "error: --heartbeat-ticks 10 must be less than"),
     ("default_replication_factor = 4\n", "error: --default-replication-factor: 4 is out of"),
+    ('log_format = "xml"\n', "error: --log-format: 'xml' is not one of ('text', 'json')"),
+    ("log_format = 1\n", "error: log_format in {path}: expected str, got int 1"),
 ]
 
 

@@ -70,7 +70,7 @@ def test_plan_write_and_read_cluster_json(tmp_path: Path) -> None:
         "ssl": "",
         "sasl": "",
     }
-    assert data["secure"] is False
+    assert (data["secure"], data["log_format"]) == (False, "text")
     assert read_cluster(tmp_path) == record.with_pid(2, 1234)
     secure = plan_cluster(tmp_path, nodes=3, base_port=9092, secure=True).node(3)
     assert (secure.ssl, secure.sasl) == ("127.0.0.1:9394", "127.0.0.1:9494")

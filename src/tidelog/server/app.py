@@ -17,7 +17,6 @@ import asyncio
 import ipaddress
 import logging
 import signal
-import sys
 
 from tidelog.address import format_address
 from tidelog.server.admin import serve_admin
@@ -25,6 +24,7 @@ from tidelog.server.broker import Broker
 from tidelog.server.config import BrokerConfig
 from tidelog.server.isr_control import mark_clean_shutdown
 from tidelog.server.kafka_server import serve_kafka
+from tidelog.server.logs import configure_logging
 from tidelog.server.partition import describe_disk_error, is_disk_error
 from tidelog.server.snapshot import StateCollector
 from tidelog.server.tls import admin_context, listener_context
@@ -127,10 +127,8 @@ def exposure_warnings(config: BrokerConfig) -> list[str]:
 
 def run(config: BrokerConfig) -> int:
     """Run one node in the foreground until SIGTERM; returns the exit code."""
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=config.log_level.upper(),
-        format=f"%(asctime)s node-{config.node_id} %(levelname)s %(name)s: %(message)s",
+    configure_logging(  # a no-op after `tidelog broker` set it up (server/logs.py)
+        log_level=config.log_level, log_format=config.log_format, node_id=config.node_id
     )
     import uvloop  # noqa: PLC0415
 

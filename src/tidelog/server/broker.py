@@ -57,6 +57,7 @@ from tidelog.server.config import BrokerConfig
 from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.isr_control import IsrControl, clean_start
 from tidelog.server.leadership import controlled_shutdown, hand_over, rebalance
+from tidelog.server.logs import partition_fields
 from tidelog.server.metadata import (
     METADATA_TOPIC,
     OFFSETS_TOPIC,
@@ -298,7 +299,13 @@ class Broker:
                 self.unopened[key] = topic
                 continue
             self.unopened.pop(key, None)
-            log.info("hosting %s-%d (replicas %s)", topic.name, partition, list(nodes))
+            log.info(
+                "hosting %s-%d (replicas %s)",
+                topic.name,
+                partition,
+                list(nodes),
+                extra=partition_fields(topic.name, partition),
+            )
             if topic.config.isr_mode:
                 self.isr.hand_record(key)  # the controller names its leader
             elif replicas[0] == self.node_id and runner.replica.status().epoch == 0:
@@ -322,7 +329,12 @@ class Broker:
             if runner is not None:
                 await runner.stop()
                 shutil.rmtree(self.partition_dir(key), ignore_errors=True)
-                log.info("deleted %s-%d", topic.name, partition)
+                log.info(
+                    "deleted %s-%d",
+                    topic.name,
+                    partition,
+                    extra=partition_fields(topic.name, partition),
+                )
 
     async def propose_metadata(self, command: dict[str, Any]) -> Any:
         """Write one command to the metadata log with acks=all (the controller only)."""

@@ -33,6 +33,7 @@ from typing import NamedTuple, TypeVar
 from tidelog.address import format_address
 from tidelog.address import parse_address as parse_host_port
 from tidelog.errors import TidelogError
+from tidelog.server.logs import LOG_FORMATS
 from tidelog.server.tls import TlsError, TlsFiles, peer_contexts
 
 NODE_ID_MAX = 2**31 - 1
@@ -149,6 +150,7 @@ class BrokerConfig:
     fsync: bool = True
     flush_interval_ms: int | None = None
     log_level: str = "info"
+    log_format: str = "text"  # one of LOG_FORMATS (server/logs.py): text, or JSON lines
     offsets_topic_partitions: int = 4
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
@@ -280,6 +282,8 @@ def check_values(config: BrokerConfig) -> None:
     )
     if config.log_level not in LOG_LEVELS:
         raise ConfigError(f"--log-level: {config.log_level!r} is not one of {LOG_LEVELS}")
+    if config.log_format not in LOG_FORMATS:
+        raise ConfigError(f"--log-format: {config.log_format!r} is not one of {LOG_FORMATS}")
 
 
 def not_listed(node_id: object, peers: dict[int, Address]) -> ConfigError:
@@ -430,9 +434,9 @@ def convert(key: str, value: object, *, name: str) -> object:
         return parse_peers(expect(str, value, name=name), name=name)
     if key in ("data_dir", "admin_token_file", *SSL_KEYS):
         return Path(expect(str, value, name=name))
-    if key in ("cluster_id", "log_level", "ssl_client_auth"):
+    if key in ("cluster_id", "log_level", "log_format", "ssl_client_auth"):
         text = expect(str, value, name=name)
-        return text.lower() if key == "log_level" else text
+        return text.lower() if key in ("log_level", "log_format") else text
     if key in ("fsync", "authorizer", "metrics"):
         return expect(bool, value, name=name)
     if key == "super_users":

@@ -84,6 +84,7 @@ from tidelog.server.configs_api import CONFIGS_HANDLERS, config_entries
 from tidelog.server.epochs_api import EPOCHS_HANDLERS
 from tidelog.server.group_api import GROUP_HANDLERS
 from tidelog.server.leadership import LEADERSHIP_HANDLERS
+from tidelog.server.logs import partition_fields
 from tidelog.server.metadata import (
     INTERNAL_TOPICS,
     METADATA_TOPIC,
@@ -420,7 +421,11 @@ async def produce_partition(
         batch = validate_batch(records, rules)
     except InvalidBatch as refusal:
         log.info(
-            "produce to %s-%d refused: %s", topic, partition, str(refusal)[:LOGGED_MESSAGE_MAX]
+            "produce to %s-%d refused: %s",
+            topic,
+            partition,
+            str(refusal)[:LOGGED_MESSAGE_MAX],
+            extra=partition_fields(topic, partition, status.epoch),
         )
         return refused(refusal, start)
     took = timed()
@@ -452,7 +457,7 @@ def log_retry(topic: str, partition: int, batch: bytes, base: int) -> None:
         "produce to %s-%d: producer %d epoch %d sequences %d..%d are at offset %d already: "
         "answered as a retry, not appended",
         topic, partition, header.producer_id, header.producer_epoch, header.base_sequence,
-        last_sequence_of(header), base,
+        last_sequence_of(header), base, extra=partition_fields(topic, partition),
     )  # fmt: skip
 
 
@@ -605,12 +610,26 @@ def read_partition(
             runner, offset, bounds.hwm, max(1, min(part.partition_max_bytes, budget))
         )
     except StorageError as error:  # a batch failed its CRC: never served; it is repaired
-        log.error("fetch %s-%d at %d: %s", topic, part.partition, offset, error)
+        log.error(
+            "fetch %s-%d at %d: %s",
+            topic,
+            part.partition,
+            offset,
+            error,
+            extra=partition_fields(topic, part.partition, replica.status().epoch),
+        )
         return answer(error_code_for(error)), None
     except OSError as error:  # the disk fails to read: this partition only
         if not is_disk_error(error):
             raise
-        log.error("fetch %s-%d at %d: %s", topic, part.partition, offset, error)
+        log.error(
+            "fetch %s-%d at %d: %s",
+            topic,
+            part.partition,
+            offset,
+            error,
+            extra=partition_fields(topic, part.partition, replica.status().epoch),
+        )
         return answer(ErrorCode.KAFKA_STORAGE_ERROR), None
     wait = None if records else (runner, bounds.hwm)
     return answer(ErrorCode.NONE, int(bounds.hwm), int(bounds.log_start_offset), records), wait

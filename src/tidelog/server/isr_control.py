@@ -43,6 +43,7 @@ from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.replica import Replica
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
+from tidelog.server.logs import partition_fields
 from tidelog.server.partition import PartitionRunner
 from tidelog.server.truth import commit_once
 from tidelog.server.view import BrokerView
@@ -94,12 +95,13 @@ class IsrControl:
         if record.leader_epoch < replica.status().epoch:
             return  # the image is behind this replica (a replay): a later record comes
         refusal = replica.on_partition_record(record)
+        fields = partition_fields(key.topic, key.partition, record.leader_epoch)
         if replica.declines_leadership():  # expected after a restart: the controller is told
             if refusal is not None:
-                log.info("%s-%d: %s", key.topic, key.partition, refusal)
+                log.info("%s-%d: %s", key.topic, key.partition, refusal, extra=fields)
             self.report_restarted(key, record)
         elif refusal is not None:
-            log.warning("%s-%d: %s", key.topic, key.partition, refusal)
+            log.warning("%s-%d: %s", key.topic, key.partition, refusal, extra=fields)
 
     def refresh(self) -> None:
         """Every ISR-mode replica here holds the image's record (see the rules)."""
@@ -214,4 +216,10 @@ def take_answer(
         return
     refusal = replica.on_isr_answer(proposal, result)
     if refusal is not None:
-        log.warning("%s-%d: answer not taken: %s", key.topic, key.partition, refusal)
+        log.warning(
+            "%s-%d: answer not taken: %s",
+            key.topic,
+            key.partition,
+            refusal,
+            extra=partition_fields(key.topic, key.partition, result.record.leader_epoch),
+        )

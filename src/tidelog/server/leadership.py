@@ -42,6 +42,7 @@ from tidelog.protocol.peer import PartitionKey
 from tidelog.server.acl import ALTER
 from tidelog.server.answers import body_of, response
 from tidelog.server.authorize import cluster_allowed
+from tidelog.server.logs import partition_fields
 from tidelog.server.partition import PartitionRunner
 from tidelog.server.view import BrokerView
 from tidelog.types import NodeId
@@ -79,7 +80,14 @@ def hand_over(
             return
         refusal = replica.transfer_leadership(chosen)
         if refusal is not None:
-            log.info("%s: no handover to node %d: %s", runner.key, chosen, refusal)
+            key = runner.key
+            log.info(
+                "%s: no handover to node %d: %s",
+                key,
+                chosen,
+                refusal,
+                extra=partition_fields(key.topic, key.partition, status.epoch),
+            )
         else:
             runner.metrics.transferred()
 

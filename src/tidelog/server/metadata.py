@@ -50,6 +50,7 @@ from tidelog.core.isr import NO_LEADER, AlterResult, IsrProposal, PartitionRecor
 from tidelog.errors import MetadataError
 from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, ScramCredential
 from tidelog.server.acl import Acl, acl_of
+from tidelog.server.logs import partition_fields
 from tidelog.server.topic_config import TopicConfig
 from tidelog.types import Epoch, NodeId
 
@@ -383,6 +384,7 @@ class MetadataImage:
                 key[1],
                 election.leader,
                 election.record.leader_epoch,
+                extra=partition_fields(key[0], key[1], election.record.leader_epoch),
             )
         elif election.leader == NO_LEADER and record.leader != NO_LEADER:
             log.warning(
@@ -392,6 +394,7 @@ class MetadataImage:
                 key[1],
                 list(record.isr),
                 list(record.elr),
+                extra=partition_fields(key[0], key[1], record.leader_epoch),
             )
         return election.record
 

@@ -45,6 +45,7 @@ from tidelog.core.storage import RepairFloor
 from tidelog.errors import NotLeader, StorageError, TidelogError
 from tidelog.node.driver import begin_round, finish_round
 from tidelog.protocol.peer import PartitionKey
+from tidelog.server.logs import partition_fields
 from tidelog.server.metrics import NULL_METRICS, NodeMetrics
 from tidelog.types import Offset
 from tidelog.wal import DiskStorage
@@ -87,7 +88,8 @@ class DiskHealth:
         self.failed_at = 0.0
         self.synced_since = False
 
-    def on_failure(self, key: PartitionKey, error: OSError) -> None:
+    def on_failure(self, key: PartitionKey, error: OSError, *, epoch: int | None = None) -> None:
+        """A write, fsync or open of partition `key` (in `epoch`, if known) failed."""
         if self.failure is None:
             log.error(
                 "%s-%d: %s; this node acknowledges no write until the disk takes them "
@@ -95,6 +97,7 @@ class DiskHealth:
                 key.topic,
                 key.partition,
                 describe_disk_error(error),
+                extra=partition_fields(key.topic, key.partition, epoch),
             )
         self.failure = error
         self.failed_at = self.clock()
@@ -240,7 +243,7 @@ class PartitionRunner:
         if self.stopped or self.disk_error is not None:
             return
         if len(self.inputs) >= INPUTS_MAX:
-            log.warning("%s: input queue full, dropping an input", self.key)
+            log.warning("%s: input queue full, dropping an input", self.key, extra=self._fields())
             return
         self.inputs.append(action)
         if self.task is None:
@@ -376,6 +379,7 @@ class PartitionRunner:
                 lost.leader,
                 lost.leader_epoch,
                 lost.unclean_epoch,
+                extra=self._fields(lost.leader_epoch),
             )
         replica = self.replica
         if ready.truncate_to is None or not isinstance(replica, IsrReplica):
@@ -394,7 +398,15 @@ class PartitionRunner:
                 record.leader,
                 record.leader_epoch,
                 record.unclean_epoch,
+                extra=self._fields(record.leader_epoch),
             )
+
+    def _fields(self, epoch: int | None = None) -> dict[str, object]:
+        """The structured fields of a log line about this partition (server/logs.py), in
+        `epoch`, or in the replica's epoch now."""
+        if epoch is None:
+            epoch = self.replica.status().epoch
+        return partition_fields(self.key.topic, self.key.partition, epoch)
 
     def _send(self, messages: tuple[Message, ...]) -> None:
         self.send(self.key, messages)
@@ -410,10 +422,18 @@ class PartitionRunner:
             replica = await loop.run_in_executor(self.executor, self.open_replica, self.storage)
         finally:
             self.busy = False
+        fields = self._fields()  # the epoch the damage was found in
         if set_aside:
-            log.error("%s: %s: set aside; this partition repairs, the others go on", name, damage)
+            log.error(
+                "%s: %s: set aside; this partition repairs, the others go on",
+                name,
+                damage,
+                extra=fields,
+            )
         else:
-            log.warning("%s: %s: not found when read again (index rebuilt)", name, damage)
+            log.warning(
+                "%s: %s: not found when read again (index rebuilt)", name, damage, extra=fields
+            )
         self._adopt(self.storage, replica, NotLeader(None))
         if set_aside and self.on_set_aside is not None:
             self.on_set_aside(self)
@@ -424,7 +444,7 @@ class PartitionRunner:
         self.disk_error = error
         # Within an outage each try waits longer than the last, across reopens too.
         ongoing = self.disk.failure is not None
-        self.disk.on_failure(self.key, error)
+        self.disk.on_failure(self.key, error, epoch=self.replica.status().epoch)
         self._fail_pending(self.storage_error())
         delay = min(self.disk_retry_s * 2, DISK_RETRY_S_MAX) if ongoing else DISK_RETRY_S_MIN
         while not self.stopped:
@@ -498,6 +518,7 @@ class PartitionRunner:
                 status.leader_id,
                 status.hwm,
                 status.log_end_offset,
+                extra=self._fields(status.epoch),
             )
 
     def _log_repair_change(self, status: ReplicaStatus) -> None:
@@ -505,8 +526,11 @@ class PartitionRunner:
         if floor == self.seen_floor:
             return
         name = f"{self.key.topic}-{self.key.partition}"
+        fields = self._fields(status.epoch)
         if floor is None:
-            log.info("%s: repaired: its log is as far as before the damage again", name)
+            log.info(
+                "%s: repaired: its log is as far as before the damage again", name, extra=fields
+            )
         else:
             end = "an unknown offset" if floor.end_offset is None else f"offset {floor.end_offset}"
             log.warning(
@@ -517,6 +541,7 @@ class PartitionRunner:
                 self.storage.directory,
                 end,
                 floor.epoch,
+                extra=fields,
             )
         self.seen_floor = floor
 
@@ -564,5 +589,6 @@ class PartitionRunner:
                 self.key.topic,
                 self.key.partition,
                 describe_disk_error(error),
+                extra=self._fields(),
             )
             self.storage.release()

@@ -3,7 +3,8 @@ and the one way tests wait (`poll`, `eventually`: polling with a deadline, never
 sleep).
 
 `LiveCluster` runs `tidelog cluster up` on a free port range in a directory of its own and
-`tidelog cluster down` at the end; it never signals a process it did not start. A secure one
+`tidelog cluster down` at the end; it never signals a process it did not start. Its brokers
+log in `log_format` (`cluster up --log-format`; None: the default, text). A secure one
 (`secure=True`) denies anonymous clients, so tests reach it as the user `admin` over SASL_SSL:
 `sasl_bootstrap` and `sasl_settings` (kafka-python's keyword arguments, from its
 `client-sasl.properties`).
@@ -108,7 +109,14 @@ def tidelog(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]
 
 
 class LiveCluster:
-    def __init__(self, directory: Path, *, secure: bool = False, nodes: int = 3) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        secure: bool = False,
+        nodes: int = 3,
+        log_format: str | None = None,
+    ) -> None:
         self.directory = directory
         self.nodes = tuple(range(1, nodes + 1))
         up = tidelog(
@@ -121,6 +129,7 @@ class LiveCluster:
             "--base-port",
             str(free_base_port(nodes)),
             *(["--secure"] if secure else []),
+            *([] if log_format is None else ["--log-format", log_format]),
         )
         if up.returncode != 0:  # it may have started nodes before it failed: end them
             tidelog("cluster", "down", "--data-dir", str(directory))

@@ -11,8 +11,6 @@ Rules of this file:
 from __future__ import annotations
 
 import importlib
-import logging
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -20,11 +18,11 @@ from typing import cast
 import click
 
 from tidelog.server.config import LOG_LEVELS, BrokerConfig, ConfigError, load_config
+from tidelog.server.logs import LOG_FORMATS, configure_logging
 
 EXIT_CONFIG_ERROR = 2
 EXIT_NO_BROKER = 1
 BROKER_MODULE = "tidelog.server.app"
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 @click.command("broker")
@@ -51,6 +49,12 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 @click.option("--tick-ms", type=int, help="Milliseconds per tick (default 50).")
 @click.option("--election-ticks", type=int, help="Ticks without a leader before an election.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False))
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    help="text (the default), or json: one JSON object per line, with topic, partition "
+    "and epoch fields on a partition's lines.",
+)
 @click.option("--ssl-ca", help="The cluster's CA certificate (PEM): peer links become mutual TLS.")
 @click.option("--ssl-cert", help="This node's certificate (PEM), naming its node id.")
 @click.option("--ssl-key", help="This node's private key (PEM).")
@@ -115,7 +119,10 @@ def broker(config_file: Path | None, **flags: object) -> None:
     except ConfigError as error:
         click.echo(f"error: {error}", err=True)
         raise SystemExit(EXIT_CONFIG_ERROR) from error
-    logging.basicConfig(stream=sys.stderr, level=config.log_level.upper(), format=LOG_FORMAT)
+    # Before the broker module is imported: whatever it logs on import is formatted too.
+    configure_logging(
+        log_level=config.log_level, log_format=config.log_format, node_id=config.node_id
+    )
     raise SystemExit(load_broker_run()(config))
 
 

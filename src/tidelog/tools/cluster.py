@@ -24,6 +24,9 @@ Rules of this file:
   principal is a super user. `DIR/client-ssl.properties` (that certificate) and
   `DIR/client-sasl.properties` (`admin`'s password), mode 0600, are what clients need;
   `tidelog` client commands take either with `--command-config`, and default to the second.
+- `up --log-format json` starts brokers that log JSON lines (server/logs.py); the choice is
+  recorded in `cluster.json`, so a node restarted later logs the same way. A line that
+  `cluster` itself writes to a node's log (`--- tidelog cluster: ...`) stays plain text.
 - A node is not started on a full disk (less than DISK_FREE_BYTES_MIN free where its data
   lives), and a file the command cannot write is named with its reason: a clear message,
   never a traceback.
@@ -52,6 +55,7 @@ import click
 from tidelog.address import parse_address
 from tidelog.client_config import ClientConfigError, read_properties
 from tidelog.errors import TidelogError
+from tidelog.server.logs import LOG_FORMATS
 from tidelog.status import TOKEN_FILE, access_for, read_status
 from tidelog.tools.client_kafka import ClientError, ClientSettings
 from tidelog.tools.client_options import COMMAND_CONFIG_ENV
@@ -115,6 +119,7 @@ class ClusterRecord:
     bootstrap: str
     nodes: tuple[NodeRecord, ...]
     secure: bool = False  # peer links are mutual TLS; the certificates are in certs/
+    log_format: str = "text"  # every broker's --log-format
 
     @property
     def ssl_bootstrap(self) -> str:
@@ -289,12 +294,17 @@ def read_cluster(directory: Path) -> ClusterRecord:
         data = json.loads(path.read_text())
         nodes = tuple(NodeRecord(**node) for node in data["nodes"])
         record = ClusterRecord(
-            bootstrap=data["bootstrap"], nodes=nodes, secure=bool(data.get("secure", False))
+            bootstrap=data["bootstrap"],
+            nodes=nodes,
+            secure=bool(data.get("secure", False)),
+            log_format=str(data.get("log_format", "text")),
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ClusterError(f"{path} is not a cluster file: {error!r}") from None
     if not record.nodes:
         raise ClusterError(f"{path} lists no nodes")
+    if record.log_format not in LOG_FORMATS:
+        raise ClusterError(f"{path}: log_format {record.log_format!r} is not one of {LOG_FORMATS}")
     return record
 
 
@@ -303,6 +313,7 @@ def write_cluster(directory: Path, record: ClusterRecord) -> None:
     data = {
         "bootstrap": record.bootstrap,
         "secure": record.secure,
+        "log_format": record.log_format,
         "nodes": [asdict(node) for node in record.nodes],
     }
     temporary = directory / f".{CLUSTER_FILE}.tmp"
@@ -328,6 +339,8 @@ def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
         f"--peers={peers}",
         f"--admin-listen={node.admin}",
     ]
+    if record.log_format != "text":  # text is the broker's default: argv as it always was
+        argv.append(f"--log-format={record.log_format}")
     if record.secure:
         directory = Path(node.data_dir).parent
         certs = directory / CERTS_DIR
@@ -608,8 +621,22 @@ def cluster() -> None:
     "denied), the SCRAM user admin; client settings in DIR/client-sasl.properties and "
     "DIR/client-ssl.properties, for --command-config.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    help="The brokers' log format: text (a new cluster's default), or json lines. Kept in "
+    "cluster.json for the nodes started and restarted later.",
+)
 @timeout_option
-def up(nodes: int | None, directory: Path, base_port: int, secure: bool, timeout_s: float) -> None:
+def up(
+    *,
+    nodes: int | None,
+    directory: Path,
+    base_port: int,
+    secure: bool,
+    log_format: str | None,
+    timeout_s: float,
+) -> None:
     """Start a cluster, or restart the stopped nodes of an existing one; print bootstrap."""
     try:
         if (directory / CLUSTER_FILE).exists():
@@ -625,6 +652,9 @@ def up(nodes: int | None, directory: Path, base_port: int, secure: bool, timeout
         else:
             record = plan_cluster(directory, nodes=nodes, base_port=base_port, secure=secure)
             directory.mkdir(parents=True, exist_ok=True)
+        if log_format is not None and log_format.lower() != record.log_format:
+            record = replace(record, log_format=log_format.lower())
+            write_cluster(directory, record)
         if record.secure:
             make_certificates(directory, record)
         record = start_stopped(directory, record, timeout_s=timeout_s)
@@ -703,7 +733,14 @@ def last_error_line(node: NodeRecord) -> str | None:
         lines = path.read_text(errors="replace").splitlines()[-LOG_LINES_SCANNED:]
     except OSError:
         return None
-    marks = (" ERROR ", " CRITICAL ", "Error: ", "Traceback")
+    marks = (
+        " ERROR ",  # the text format's levels
+        " CRITICAL ",
+        '"level": "ERROR"',  # the JSON format's (server/logs.py)
+        '"level": "CRITICAL"',
+        "Error: ",  # a traceback's end, and its start
+        "Traceback",
+    )
     found = [line for line in lines if any(mark in line for mark in marks)]
     return found[-1].strip() if found else None
 

@@ -15,7 +15,10 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from tidelog.cli import main
 from tidelog.server.groups import OFFSETS_TOPIC
 from tidelog.testing.live import create_topic, eventually, free_base_port
 from tidelog.tools.cluster import (
+    broker_argv,
     is_our_broker,
     plan_cluster,
     read_cluster,
@@ -70,7 +74,7 @@ def test_plan_write_and_read_cluster_json(tmp_path: Path) -> None:
         "ssl": "",
         "sasl": "",
     }
-    assert (data["secure"], data["log_format"]) == (False, "text")
+    assert (data["secure"], data["log_format"], data["metrics"]) == (False, "text", True)
     assert read_cluster(tmp_path) == record.with_pid(2, 1234)
     secure = plan_cluster(tmp_path, nodes=3, base_port=9092, secure=True).node(3)
     assert (secure.ssl, secure.sasl) == ("127.0.0.1:9394", "127.0.0.1:9494")
@@ -118,6 +122,21 @@ def test_bad_arguments_and_files(tmp_path: Path) -> None:
     code, _, stderr = cli("status", "--data-dir", str(tmp_path))
     assert code == 1
     assert stderr.startswith(f"error: {tmp_path / 'cluster.json'} is not a cluster file")
+
+
+def test_no_metrics_is_kept_in_cluster_json_and_passed_to_every_broker(tmp_path: Path) -> None:
+    record = plan_cluster(tmp_path, nodes=2, base_port=9092)
+    assert "--no-metrics" not in broker_argv(record, record.node(1))  # on: argv as it was
+    off = replace(record, metrics=False)
+    assert [broker_argv(off, node)[-1] for node in off.nodes] == ["--no-metrics"] * 2
+    write_cluster(tmp_path, off)
+    assert json.loads((tmp_path / "cluster.json").read_text())["metrics"] is False
+    assert read_cluster(tmp_path) == off
+    data = json.loads((tmp_path / "cluster.json").read_text())
+    (tmp_path / "cluster.json").write_text(json.dumps({**data, "metrics": "false"}))
+    code, _, stderr = cli("status", "--data-dir", str(tmp_path))
+    assert code == 1
+    assert stderr == f"error: {tmp_path / 'cluster.json'}: metrics 'false' is not true or false\n"
 
 
 @pytest.fixture
@@ -202,6 +221,46 @@ def test_a_node_that_exits_at_startup_is_reported_with_its_log(cluster_dir: Path
     assert "FileExistsError" in stderr
     assert "__cluster_metadata-0" in stderr
     assert [node["state"] for node in status_of(cluster_dir)] == ["down"]
+
+
+def metrics_answer(directory: Path) -> int:
+    """The HTTP status of node 1's `GET /metrics`."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    url = f"http://{read_cluster(directory).node(1).admin}/metrics"
+    try:
+        with opener.open(url, timeout=DEADLINE_S) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as refused:
+        refused.close()
+        return refused.code
+
+
+def broker_cmdline(directory: Path) -> list[str]:
+    pid = read_cluster(directory).node(1).pid
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def test_up_no_metrics_reaches_the_broker_and_a_restart_keeps_it(cluster_dir: Path) -> None:
+    base = str(free_base_port(1))
+    directory = str(cluster_dir)
+    code, _, stderr = cli(
+        "up", "--data-dir", directory, "--nodes", "1", "--base-port", base, "--no-metrics"
+    )
+    assert code == 0, stderr
+    assert read_cluster(cluster_dir).metrics is False
+    assert "--no-metrics" in broker_cmdline(cluster_dir)
+    assert metrics_answer(cluster_dir) == 404
+    code, _, stderr = cli("restart", "--data-dir", directory, "--node", "1")
+    assert code == 0, stderr
+    assert "--no-metrics" in broker_cmdline(cluster_dir)
+    assert metrics_answer(cluster_dir) == 404
+    # `up --metrics` records the change; the nodes it starts (here: all) serve /metrics.
+    assert cli("down", "--data-dir", directory)[0] == 0
+    code, _, stderr = cli("up", "--data-dir", directory, "--metrics")
+    assert code == 0, stderr
+    assert read_cluster(cluster_dir).metrics is True
+    assert "--no-metrics" not in broker_cmdline(cluster_dir)
+    assert metrics_answer(cluster_dir) == 200
 
 
 # one real cluster for the rest

@@ -4,7 +4,8 @@ sleep).
 
 `LiveCluster` runs `tidelog cluster up` on a free port range in a directory of its own and
 `tidelog cluster down` at the end; it never signals a process it did not start. Its brokers
-log in `log_format` (`cluster up --log-format`; None: the default, text). A secure one
+log in `log_format` (`cluster up --log-format`; None: the default, text), and serve
+`GET /metrics` unless `metrics=False` (`cluster up --no-metrics`). A secure one
 (`secure=True`) denies anonymous clients, so tests reach it as the user `admin` over SASL_SSL:
 `sasl_bootstrap` and `sasl_settings` (kafka-python's keyword arguments, from its
 `client-sasl.properties`).
@@ -116,6 +117,7 @@ class LiveCluster:
         secure: bool = False,
         nodes: int = 3,
         log_format: str | None = None,
+        metrics: bool = True,
     ) -> None:
         self.directory = directory
         self.nodes = tuple(range(1, nodes + 1))
@@ -130,6 +132,7 @@ class LiveCluster:
             str(free_base_port(nodes)),
             *(["--secure"] if secure else []),
             *([] if log_format is None else ["--log-format", log_format]),
+            *([] if metrics else ["--no-metrics"]),
         )
         if up.returncode != 0:  # it may have started nodes before it failed: end them
             tidelog("cluster", "down", "--data-dir", str(directory))

@@ -27,6 +27,8 @@ Rules of this file:
 - `up --log-format json` starts brokers that log JSON lines (server/logs.py); the choice is
   recorded in `cluster.json`, so a node restarted later logs the same way. A line that
   `cluster` itself writes to a node's log (`--- tidelog cluster: ...`) stays plain text.
+- `up --no-metrics` starts brokers without metrics (`GET /metrics` answers 404;
+  server/metrics.py); kept in `cluster.json` the same way, until `up --metrics`.
 - A node is not started on a full disk (less than DISK_FREE_BYTES_MIN free where its data
   lives), and a file the command cannot write is named with its reason: a clear message,
   never a traceback.
@@ -120,6 +122,7 @@ class ClusterRecord:
     nodes: tuple[NodeRecord, ...]
     secure: bool = False  # peer links are mutual TLS; the certificates are in certs/
     log_format: str = "text"  # every broker's --log-format
+    metrics: bool = True  # False: every broker runs with --no-metrics
 
     @property
     def ssl_bootstrap(self) -> str:
@@ -298,6 +301,7 @@ def read_cluster(directory: Path) -> ClusterRecord:
             nodes=nodes,
             secure=bool(data.get("secure", False)),
             log_format=str(data.get("log_format", "text")),
+            metrics=data.get("metrics", True),
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ClusterError(f"{path} is not a cluster file: {error!r}") from None
@@ -305,6 +309,8 @@ def read_cluster(directory: Path) -> ClusterRecord:
         raise ClusterError(f"{path} lists no nodes")
     if record.log_format not in LOG_FORMATS:
         raise ClusterError(f"{path}: log_format {record.log_format!r} is not one of {LOG_FORMATS}")
+    if not isinstance(record.metrics, bool):  # a file edited by hand: "false" is not False
+        raise ClusterError(f"{path}: metrics {record.metrics!r} is not true or false")
     return record
 
 
@@ -314,6 +320,7 @@ def write_cluster(directory: Path, record: ClusterRecord) -> None:
         "bootstrap": record.bootstrap,
         "secure": record.secure,
         "log_format": record.log_format,
+        "metrics": record.metrics,
         "nodes": [asdict(node) for node in record.nodes],
     }
     temporary = directory / f".{CLUSTER_FILE}.tmp"
@@ -341,6 +348,8 @@ def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
     ]
     if record.log_format != "text":  # text is the broker's default: argv as it always was
         argv.append(f"--log-format={record.log_format}")
+    if not record.metrics:  # on is the broker's default, as for the log format
+        argv.append("--no-metrics")
     if record.secure:
         directory = Path(node.data_dir).parent
         certs = directory / CERTS_DIR
@@ -627,6 +636,12 @@ def cluster() -> None:
     help="The brokers' log format: text (a new cluster's default), or json lines. Kept in "
     "cluster.json for the nodes started and restarted later.",
 )
+@click.option(
+    "--metrics/--no-metrics",
+    default=None,
+    help="Whether the brokers serve GET /metrics (a new cluster's default: on). Kept in "
+    "cluster.json for the nodes started and restarted later.",
+)
 @timeout_option
 def up(
     *,
@@ -635,6 +650,7 @@ def up(
     base_port: int,
     secure: bool,
     log_format: str | None,
+    metrics: bool | None,
     timeout_s: float,
 ) -> None:
     """Start a cluster, or restart the stopped nodes of an existing one; print bootstrap."""
@@ -654,6 +670,9 @@ def up(
             directory.mkdir(parents=True, exist_ok=True)
         if log_format is not None and log_format.lower() != record.log_format:
             record = replace(record, log_format=log_format.lower())
+            write_cluster(directory, record)
+        if metrics is not None and metrics != record.metrics:
+            record = replace(record, metrics=metrics)
             write_cluster(directory, record)
         if record.secure:
             make_certificates(directory, record)

@@ -13,11 +13,16 @@ known in advance.
 - Off: `--no-metrics` answers 404 at /metrics and /status still works.
 - Error codes are counted by their Kafka names, from the raw Produce and Fetch answers and
   from every `error_code` of a kafka-python answer.
+- The sample Grafana dashboard (deploy/grafana/tidelog.json) is a dashboard (panels with
+  targets, each an expression over the `DS_PROMETHEUS` data source), every metric name its
+  expressions read is a series of a live scrape (after a tiny workload of its own: a
+  Produce, a group's commit, an error), and every metric a node exports has a panel.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,9 +30,11 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.structs import OffsetAndMetadata
+from prometheus_client.parser import text_string_to_metric_families
 
+from tidelog.address import parse_address
 from tidelog.protocol.kafka import ProducedPartition, encode_produce_response
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.server.metrics import NULL_METRICS, api_label, error_names
@@ -35,10 +42,12 @@ from tidelog.status import read_status
 from tidelog.testing.live import (
     DEADLINE_S,
     LiveCluster,
+    RawConnection,
     Samples,
     create_topic,
     eventually,
     free_base_port,
+    metrics_text,
     one_broker,
     sample,
     scrape,
@@ -49,6 +58,17 @@ TOPIC = "metered"
 RECORDS = 40
 COMMITTED = 25
 GROUP = "metered-group"
+DASHBOARD = Path(__file__).parent.parent / "deploy" / "grafana" / "tidelog.json"
+DASHBOARD_TOPIC = "dashboard"
+DASHBOARD_GROUP = "dashboard-group"
+DATASOURCE = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+GRID_COLUMNS = 24  # a Grafana dashboard's width
+METRIC_NAME = re.compile(r"\b(?:tidelog|kafka)_[a-z_]+")
+# Counted only where a replica diverges from its leader (tests/test_link_cut.py): every
+# scrape declares them, and has a sample once a partition was cut.
+SAMPLED_AFTER_A_CUT = frozenset({"tidelog_log_truncations_total", "tidelog_log_resets_total"})
+# The series names a family of each type has in a scrape.
+SERIES_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
 
 
 def admins(cluster: LiveCluster) -> dict[int, str]:
@@ -205,3 +225,90 @@ def test_error_codes_are_counted_by_their_kafka_names() -> None:
     body = MetadataResponse(version=9, brokers=[], cluster_id="c", controller_id=1, topics=[topic])
     assert error_names(body) == ["UNKNOWN_TOPIC_OR_PARTITION"]
     assert api_label("API_VERSIONS") == "ApiVersions" and api_label("PRODUCE") == "Produce"
+
+
+def dashboard_expressions(dashboard: dict[str, Any]) -> list[str]:
+    """Every target's expression, once the JSON is checked to be a Grafana dashboard whose
+    panels all read the data source variable."""
+    assert dashboard["title"] and dashboard["uid"]
+    assert dashboard["schemaVersion"] >= 36
+    variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
+    assert (variables["DS_PROMETHEUS"]["type"], variables["DS_PROMETHEUS"]["query"]) == (
+        "datasource",
+        "prometheus",
+    )
+    topic = variables["topic"]
+    assert topic["query"]["query"] == "label_values(tidelog_partition_high_watermark, topic)"
+    assert topic["datasource"] == DATASOURCE
+    panels = dashboard["panels"]
+    assert len({panel["id"] for panel in panels}) == len(panels), "panel ids are unique"
+    expressions = []
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0, panel["title"]
+        assert grid["x"] + grid["w"] <= GRID_COLUMNS, panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["title"] and panel["datasource"] == DATASOURCE, panel["title"]
+        assert panel["targets"], f"{panel['title']} has no target"
+        for target in panel["targets"]:
+            expression = target["expr"]
+            assert expression and target["datasource"] == DATASOURCE, panel["title"]
+            assert expression.count("(") == expression.count(")"), expression
+            assert expression.count("{") == expression.count("}"), expression
+            expressions.append(expression)
+    return expressions
+
+
+def declared_series(admin: str) -> dict[str, set[str]]:
+    """Each metric family a node's scrape declares, with the names of its series (a
+    labelled counter not counted yet has its HELP and TYPE lines, and no sample)."""
+    return {
+        family.name: {family.name + suffix for suffix in SERIES_SUFFIXES.get(family.type, ("",))}
+        for family in text_string_to_metric_families(metrics_text(admin))
+    }
+
+
+def test_the_grafana_dashboard_reads_only_series_a_scrape_has(cluster: LiveCluster) -> None:
+    used = {
+        name
+        for expression in dashboard_expressions(json.loads(DASHBOARD.read_text()))
+        for name in METRIC_NAME.findall(expression)
+    }
+    # A workload of its own, whatever ran before: a Produce (the histograms by API), a
+    # group's commit (committed offset and lag), a Metadata error (errors by API).
+    create_topic(cluster.bootstrap, DASHBOARD_TOPIC, partitions=1)
+    cluster.wait_hosted_everywhere(DASHBOARD_TOPIC, 1)
+    produce_one_at_a_time(cluster.bootstrap, DASHBOARD_TOPIC, 3)
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap, group_id=DASHBOARD_GROUP, enable_auto_commit=False
+    )
+    try:
+        consumer.commit({TopicPartition(DASHBOARD_TOPIC, 0): OffsetAndMetadata(1, "", -1)})
+    finally:
+        consumer.close()
+    connection = RawConnection(parse_address(cluster.record["nodes"][0]["kafka"]))
+    try:
+        missing = [MetadataRequest.MetadataRequestTopic(name="no-such-topic")]
+        answer = connection.ask(MetadataRequest[4](topics=missing, allow_auto_topic_creation=False))
+        assert answer.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        connection.close()
+    nodes = admins(cluster).values()
+    sampled: set[str] = set()
+
+    def every_series_sampled() -> bool:
+        sampled.update(name for admin in nodes for name, _ in scrape(admin))
+        return used - SAMPLED_AFTER_A_CUT <= sampled
+
+    eventually(
+        every_series_sampled, lambda: f"not in a scrape: {used - SAMPLED_AFTER_A_CUT - sampled}"
+    )
+    families: dict[str, set[str]] = {}
+    for admin in nodes:
+        families.update(declared_series(admin))
+    declared = set().union(*families.values())
+    assert used <= declared, used - declared
+    # And the converse: each family a node exports has a panel reading one of its series.
+    unread = sorted(family for family, series in families.items() if not series & used)
+    assert not unread, f"metrics without a panel: {unread}"

@@ -255,15 +255,19 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 """A scrape: {(sample name, its labels): value}."""
 
 
-def scrape(admin: str) -> Samples:
-    """A plaintext node's `GET /metrics`, read by prometheus-client's own parser."""
+def metrics_text(admin: str) -> str:
+    """A plaintext node's `GET /metrics`, as Prometheus' text format."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     with opener.open(f"http://{admin}/metrics", timeout=DEADLINE_S) as reply:
         assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = reply.read().decode()
+        return str(reply.read().decode())
+
+
+def scrape(admin: str) -> Samples:
+    """A plaintext node's `GET /metrics`, read by prometheus-client's own parser."""
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
+        for family in text_string_to_metric_families(metrics_text(admin))
         for sample in family.samples
     }
 

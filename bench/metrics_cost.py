@@ -9,7 +9,11 @@ stay up for the whole run, so the one not measured idles beside the one measured
 way. Each of the R runs creates a topic of PARTITIONS partitions (replication factor 3) on
 each cluster and runs `tidelog perf produce` (acks=all, N records of RECORD_BYTES bytes, as
 fast as it goes) against one cluster, then the other; the order alternates from run to run,
-so a machine that slows down (or warms up) over the run weighs on both alike.
+so a machine that slows down (or warms up) over the run weighs on both alike. Before each
+run the topic's leaders are spread, one a node (`tidelog leaders elect`: the partitions'
+first replicas differ), as the elections that follow a topic's creation may not leave
+them: a cluster whose node leads all three partitions is slower, metrics or not. Each run
+prints where its leaders were.
 
 While the metrics-on cluster is measured, every node of it is scraped every
 `--scrape-interval` seconds (default 5: more often than Prometheus' usual 15); the counters
@@ -40,7 +44,7 @@ import urllib.request
 from pathlib import Path
 
 from tidelog.status import read_status
-from tidelog.testing.live import LiveCluster, Samples, create_topic, sample, scrape
+from tidelog.testing.live import LiveCluster, Samples, create_topic, sample, scrape, tidelog
 
 PARTITIONS = 3
 RECORD_BYTES = 100
@@ -52,6 +56,8 @@ SCRAPE_PARTITIONS_DEFAULT = 50
 SCRAPE_PARTITIONS_MAX = 2_000
 SCRAPES_TIMED = 20
 PERF_TIMEOUT_S = 900.0
+SPREAD_TIMEOUT_S = 30.0
+POLL_S = 0.2
 HTTP_TIMEOUT_S = 10.0
 METADATA_TOPIC = "__cluster_metadata"
 # Counters summed over a cluster's nodes, before and after a run: what the run moved.
@@ -83,6 +89,29 @@ def perf_produce(bootstrap: str, topic: str, records: int) -> float:
     if report["failed"]:
         raise SystemExit(f"perf produce: {report['failed']} records failed")
     return float(report["records_per_s"])
+
+
+def leaders(cluster: LiveCluster, topic: str) -> list[int]:
+    """The node that leads each partition of `topic`, as that node says (0: none yet)."""
+    found = [0] * PARTITIONS
+    for node in cluster.record["nodes"]:
+        status = read_status(node["admin"])
+        for part in [] if status is None else status["partitions"]:
+            if part["topic"] == topic and part["role"] == "leader":
+                found[part["partition"]] = node["id"]
+    return found
+
+
+def spread_leaders(cluster: LiveCluster, topic: str) -> list[int]:
+    """Ask for preferred elections of `topic` until each node leads one of its partitions,
+    for up to SPREAD_TIMEOUT_S; the leaders then (spread or not: the run line shows it)."""
+    deadline = time.monotonic() + SPREAD_TIMEOUT_S
+    while len(set(now := leaders(cluster, topic)) - {0}) < PARTITIONS:
+        if time.monotonic() >= deadline:
+            break
+        tidelog("leaders", "elect", "--topic", topic, "--bootstrap-server", cluster.bootstrap)
+        time.sleep(POLL_S)
+    return now
 
 
 def admins(cluster: LiveCluster) -> list[str]:
@@ -130,14 +159,15 @@ def measure(
     """One run against one cluster: records/s, and what its counters say it did."""
     create_topic(cluster.bootstrap, topic, partitions=PARTITIONS)
     cluster.wait_hosted_everywhere(topic, PARTITIONS)
+    placed = f"leaders on nodes {spread_leaders(cluster, topic)}"
     if not metrics:
-        return perf_produce(cluster.bootstrap, topic, records), "(metrics off)"
+        return perf_produce(cluster.bootstrap, topic, records), placed
     before = counters(cluster)
     with Scraper(cluster, interval_s) as scraper:
         rate = perf_produce(cluster.bootstrap, topic, records)
     after = counters(cluster)
     moved = ", ".join(f"{name} +{after[name] - before[name]:,.0f}" for name, _ in MOVED)
-    return rate, f"{scraper.scrapes} scrapes during the run; {moved}"
+    return rate, f"{placed}; {scraper.scrapes} scrapes during the run; {moved}"
 
 
 def hosted(admin: str) -> int:

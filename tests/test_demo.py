@@ -2,7 +2,9 @@
 
 The demo must end on `verdict: OK — N acknowledged, N read, 0 lost, 0 duplicated` and the
 Spark pipeline's `pipeline verdict: OK — ...` with exit status 0, and leave no broker
-running, also when it is stopped with SIGTERM part-way.
+running, also when it is stopped with SIGTERM part-way. It names the live page's URL, and
+where a headless Chromium can start (`make test` installs it) it leaves a picture of the
+page taken mid-demo, `--data-dir`/ui.png; where none can, it says so in one line.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from tidelog.testing.live import free_base_port
+from tidelog.tools.browser import browser_missing
+from tidelog.tools.demo import skipped_line
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +30,8 @@ RECORDS = 2000
 DEMO_TIMEOUT_S = 300.0
 EXIT_INTERRUPTED = 130
 VERDICT_OK = f"verdict: OK — {RECORDS} acknowledged, {RECORDS} read, 0 lost, 0 duplicated"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PNG_BYTES_MIN = 10_000  # a blank 1280x900 page is about 5 kB
 PIPELINE_OK = (
     f"pipeline verdict: OK — 100 balances from {RECORDS} transfers read, {RECORDS} "
     "acknowledged, every balance exact to the cent"
@@ -61,6 +67,11 @@ def is_running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
+def first_admin(directory: Path) -> str:
+    record = json.loads((directory / "cluster.json").read_text())
+    return str(record["nodes"][0]["admin"])
+
+
 def test_demo_reads_back_every_acknowledged_record(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
     result = subprocess.run(
@@ -78,6 +89,28 @@ def test_demo_reads_back_every_acknowledged_record(tmp_path: Path) -> None:
     assert "kill -9 node" in result.stdout, output
     assert "is ready again" in result.stdout, output
     assert not [pid for pid in broker_pids(directory) if is_running(pid)], output
+    lines = result.stdout.splitlines()
+    assert f"watch it live: http://{first_admin(directory)}/" in lines, output
+    missing = browser_missing()
+    if missing is not None:
+        assert skipped_line(missing) in lines, output
+        return
+    picture = directory / "ui.png"
+    # Under load the page may not show the failover before the production ends; the line
+    # then says so, and the picture is of the page at that moment.
+    said = [line for line in lines if line.startswith(f"the live page, mid-demo: {picture}")]
+    assert said, output
+    assert picture.read_bytes().startswith(PNG_MAGIC), output
+    assert picture.stat().st_size >= PNG_BYTES_MIN, output
+
+
+def test_without_a_browser_the_demo_says_what_installs_one() -> None:
+    assert skipped_line("/usr/bin/chromium, /usr/bin/chromedriver") == (
+        "screenshot of the live page skipped (no /usr/bin/chromium, /usr/bin/chromedriver): "
+        "`make chromium`"
+    )
+    assert skipped_line("selenium").endswith("(no selenium): `make install`")
+    assert browser_missing(chromium="/nonexistent/chromium") is not None
 
 
 def test_sigterm_stops_the_demo_and_its_cluster(tmp_path: Path) -> None:

@@ -26,8 +26,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from tidelog.server.cluster_view import STREAMS_MAX
-from tidelog.testing.browser import CHROMIUM, headless_chromium, partition_of, read_page
 from tidelog.testing.live import LiveCluster, ProducerLoad, create_topic, poll, tidelog
+from tidelog.tools.browser import CHROMIUM, headless_chromium, partition_of, read_page
 
 TOPIC = "ui-orders"
 GROUP = "ui-billing"

@@ -8,6 +8,11 @@ acknowledged record is there exactly once, at the offset it was acknowledged at.
 pipeline on Spark (`tools/demo_pipeline.py`): balances per account from the committed
 transfers, checked to the cent against the acknowledged ones.
 
+The live page (`tidelog ui`) is named as soon as the cluster is up, for a person to watch.
+When a headless Chromium can start (`tools/browser.py`), it watches the page of a node that
+is not to be killed and saves a picture of it, `--data-dir`/ui.png, once the page shows the
+killed node DOWN and another node leading its partition, while the HWM moves on.
+
 Rules of this file:
 - It owns one directory (--data-dir). It starts from a clean slate: it stops the brokers
   that directory's `cluster.json` lists and removes the directory, but only when the
@@ -18,6 +23,9 @@ Rules of this file:
   broker the demo started, also one it restarted.
 - Production is paced over PRODUCE_S so the faults land in the middle of the stream; the
   faults are stepped between sends (`FaultScript.step`), never blocking for long.
+- The picture is a by-product: its browser runs in a thread of its own (`PageCamera`),
+  cued, never waited for, until the production is done; a missing or failing browser is
+  one line of output and never fails the demo.
 - Only acknowledged records are claimed: one whose send failed may or may not be in the log,
   and is never counted as lost. Every wait has a named deadline.
 - Exit status 0 only on a good verdict.
@@ -31,6 +39,7 @@ import re
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -41,7 +50,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tidelog.errors import TidelogError
-from tidelog.status import read_status
+from tidelog.status import access_for, read_status
+from tidelog.tools.browser import Page, PageCamera, Shot, browser_missing, partition_of
 from tidelog.tools.client import render_table
 from tidelog.tools.client_kafka import (
     ClientError,
@@ -77,6 +87,7 @@ from tidelog.tools.cluster import (
     write_cluster,
 )
 from tidelog.tools.demo_pipeline import PIPELINE_DIR, Transfer, run_pipeline_stage
+from tidelog.tools.ui_cmd import page_url
 
 TOPIC: Final = "transfers"
 PARTITIONS: Final = 3
@@ -84,6 +95,7 @@ REPLICATION_FACTOR: Final = 3
 NODES: Final = 3
 VICTIM_PARTITION: Final = 0
 DATA_DIR_DEFAULT: Final = Path("data/demo")
+SCREENSHOT: Final = "ui.png"
 RECORDS_DEFAULT: Final = 20_000
 RECORDS_MIN: Final = 100
 ACCOUNTS: Final = 100
@@ -91,7 +103,9 @@ ACCOUNTS: Final = 100
 PRODUCE_S: Final = 8.0
 """Production is paced to take about this long, so the faults land mid-stream."""
 KILL_AT_FRACTION: Final = 0.3
-RESTART_AT_FRACTION: Final = 0.6
+RESTART_AT_FRACTION: Final = 0.75
+"""The live page shows a node DOWN 2 s after its last answer (`server/cluster_view.py`):
+the killed node stays down about 3.6 s, long enough to be seen so, live and in the picture."""
 PORT_RANGE_STEP: Final = 1_000
 PORT_RANGE_TRIES_MAX: Final = 20
 """Without --base-port: try 9092, 10092, ... until a range is free, this many at most."""
@@ -112,7 +126,9 @@ PIPED_WIDTH: Final = 120
 EXIT_FAILED: Final = 1
 EXIT_INTERRUPTED: Final = 130
 
-_CLUSTER_ENTRY = re.compile(rf"(node-\d+|{PIPELINE_DIR}|\.?{re.escape(CLUSTER_FILE)}(\.tmp)?)")
+_CLUSTER_ENTRY = re.compile(
+    rf"(node-\d+|{PIPELINE_DIR}|{re.escape(SCREENSHOT)}|\.?{re.escape(CLUSTER_FILE)}(\.tmp)?)"
+)
 
 
 class DemoError(TidelogError):
@@ -416,7 +432,8 @@ class FaultScript:
     Once KILL_AT records were sent, SIGKILL the leader of the victim partition. Once that
     partition acknowledged a record sent after the kill, and RESTART_AT records were sent,
     start the killed node again; then poll until it is ready. A stage that waits longer than
-    its deadline raises DemoError (or ClusterError when the node exits)."""
+    its deadline raises DemoError (or ClusterError when the node exits). `on_kill(victim)`
+    is called right after the kill and must not block."""
 
     def __init__(
         self,
@@ -424,8 +441,11 @@ class FaultScript:
         directory: Path,
         record: ClusterRecord,
         producer: PacedProducer,
+        *,
+        on_kill: Callable[[int], None] = lambda victim: None,
     ) -> None:
         self.console = console
+        self.on_kill = on_kill
         self.directory = directory
         self.record = record
         self.producer = producer
@@ -477,6 +497,7 @@ class FaultScript:
             raise ClusterError(f"node {self.victim} was not running when it was to be killed")
         self.killed_at = time.monotonic()
         self.producer.ledger.watch_from = self.producer.sent
+        self.on_kill(self.victim)
         self.say(
             f"kill -9 node {self.victim} (pid {node.pid}), leader of {TOPIC}-{VICTIM_PARTITION}; "
             f"{self.producer.pending()} records in flight"
@@ -511,6 +532,64 @@ def produce_with_faults(producer: PacedProducer, script: FaultScript) -> None:
     producer.producer.flush(FLUSH_TIMEOUT_S)
     ledger = producer.ledger
     script.say(f"flushed: {len(ledger.failed)} failed, {producer.pending()} unsettled")
+
+
+# The picture of the live page
+
+
+def open_camera(directory: Path) -> PageCamera | None:
+    """A started camera for `directory`/ui.png; None when no headless Chromium can start."""
+    if browser_missing() is not None:
+        return None
+    camera = PageCamera(directory / SCREENSHOT)
+    camera.start()
+    return camera
+
+
+def watch_survivor(
+    camera: PageCamera | None, directory: Path, record: ClusterRecord, view: TopicView
+) -> None:
+    """Point the camera at the page of a node that does not lead the victim partition, so
+    the page stays up when that leader is killed."""
+    if camera is None:
+        return
+    leader = view.leader(VICTIM_PARTITION)
+    node = next(node for node in record.nodes if node.id != leader)
+    camera.watch(page_url(node.admin, access_for(directory)))
+
+
+def shows_failover(page: Page, *, victim: int) -> bool:
+    """Whether the page shows node `victim` DOWN, its replica of the victim partition as it
+    was last seen, and another node leading that partition: the moment of the picture."""
+    row = partition_of(page, TOPIC, VICTIM_PARTITION)
+    if row is None or row["leader"] in (None, str(victim)):
+        return False
+    frozen = [r for r in row["replicas"] if r["node"] == victim and r["role"] is not None]
+    return bool(frozen) and frozen[0]["state"] == "down"
+
+
+def aim_at_failover(camera: PageCamera | None) -> Callable[[int], None]:
+    """FaultScript's `on_kill`: the camera waits for the page to show the failover."""
+    if camera is None:
+        return lambda victim: None
+    return lambda victim: camera.aim(functools.partial(shows_failover, victim=victim))
+
+
+def skipped_line(missing: str) -> str:
+    """The line of a demo without a browser: what is missing, and what installs it."""
+    installers = {"make chromium": "chrom" in missing, "make install": "selenium" in missing}
+    how = " and ".join(f"`{target}`" for target, needed in installers.items() if needed)
+    return f"screenshot of the live page skipped (no {missing}): {how or '`make chromium`'}"
+
+
+def shot_line(camera: PageCamera | None) -> str:
+    """One line on the picture: where it is, or why there is none and how to get one."""
+    if camera is None:
+        return skipped_line(browser_missing() or "browser")
+    shot: Shot = camera.finish()
+    if shot.path is None:
+        return f"screenshot of the live page skipped: {shot.note}"
+    return f"the live page, mid-demo: {shot.path}" + (f" ({shot.note})" if shot.note else "")
 
 
 # Reading back and judging
@@ -634,6 +713,7 @@ def start_cluster(console: Console, directory: Path, base_port: int | None) -> C
         table.add_row(str(node.id), str(node.pid), node.kafka, node.peer, node.admin)
     console.print(table)
     console.print(f"each node's log: {directory}/node-N/{LOG_NAME}")
+    console.print(f"watch it live: {page_url(record.nodes[0].admin, access_for(directory))}")
     wait_for_broker_lists(record)
     return record
 
@@ -669,8 +749,26 @@ def show_after(console: Console, directory: Path, record: ClusterRecord, before:
 
 def run_demo(console: Console, directory: Path, *, records: int, base_port: int | None) -> bool:
     """The whole story; whether both verdicts (brokers, then the Spark pipeline) are OK."""
-    record = start_cluster(console, directory, base_port)
+    camera = open_camera(directory)  # its browser starts while the brokers do
+    try:
+        record = start_cluster(console, directory, base_port)
+        return run_story(console, directory, record, camera, records=records)
+    finally:
+        if camera is not None:  # quit its browser on every path
+            camera.finish()
+
+
+def run_story(
+    console: Console,
+    directory: Path,
+    record: ClusterRecord,
+    camera: PageCamera | None,
+    *,
+    records: int,
+) -> bool:
+    """From the topic's creation to the pipeline's verdict (the cluster is up)."""
     before = create_demo_topic(console, directory, record)
+    watch_survivor(camera, directory, record, before)
     console.rule(
         f"3 · Produce {records} transfers; kill -9 the leader of {TOPIC}-{VICTIM_PARTITION}"
     )
@@ -679,8 +777,9 @@ def run_demo(console: Console, directory: Path, *, records: int, base_port: int 
         "mid-stream. A record counts as written once its acknowledgement arrives."
     )
     producer = PacedProducer(record.bootstrap, records=records)
-    script = FaultScript(console, directory, record, producer)
+    script = FaultScript(console, directory, record, producer, on_kill=aim_at_failover(camera))
     produce_with_faults(producer, script)
+    console.print(shot_line(camera), soft_wrap=True)
     converged = show_after(console, directory, script.record, before)
     console.rule("5 · Read everything back and check")
     console.print(

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tidelog.spark.session import SparkMasterError, master_of
 from tidelog.spark.standalone import (
     MASTER_ENV,
     SparkCluster,
@@ -295,3 +296,38 @@ def test_an_executor_killed_mid_task_the_query_goes_on_exactly(job: Job) -> None
     duplicates = len(job.slow_out) - len(counts)
     assert duplicates <= MAX_PER_TRIGGER
     print(f"sink duplicates after the executor was killed: {duplicates}")
+
+
+# Without a JVM
+
+
+def test_the_master_is_local_unless_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(MASTER_ENV, raising=False)
+    assert master_of(None) == "local[2]"
+    assert master_of(None, cores=1) == "local[1]"
+    monkeypatch.setenv(MASTER_ENV, "spark://127.0.0.1:7077")
+    assert master_of(None) == "spark://127.0.0.1:7077"
+    assert master_of("local[3]") == "local[3]"  # named beats the environment
+    for wrong in ("yarn", "spark://127.0.0.1", "spark://:7077", "mesos://127.0.0.1:5050"):
+        with pytest.raises(SparkMasterError, match="give local"):
+            master_of(wrong)
+
+
+def test_cluster_commands_without_a_cluster(tmp_path: Path) -> None:
+    for command in ("status", "down"):
+        result = spark_cluster_command(command, "--dir", str(tmp_path))
+        assert result.returncode == 1
+        assert "no Spark cluster in" in result.stderr
+    refused = spark_cluster_command("up", "--dir", str(tmp_path), "--workers", "0")
+    assert refused.returncode == 2  # click's usage error, before anything starts
+    assert not (tmp_path / "spark-cluster.json").exists()
+
+
+def test_verify_replicas_refuses_a_master_it_cannot_use(cluster: LiveCluster) -> None:
+    create_topic(cluster.bootstrap, "sa-verify", partitions=1)
+    result = tidelog(
+        "verify-replicas", "sa-verify", "--bootstrap-server", cluster.bootstrap,
+        "--spark-master", "yarn",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "give local[N] or spark://HOST:PORT" in result.stderr

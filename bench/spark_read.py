@@ -52,7 +52,13 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as ConfluentPartition
 from failover import fresh_cluster
 
-from tidelog.spark.standalone import plan_cluster, start_stopped, stop_daemons
+from tidelog.spark.standalone import (
+    STATE_FILE,
+    plan_cluster,
+    read_cluster,
+    start_stopped,
+    stop_daemons,
+)
 from tidelog.tools.client_kafka import ClientSettings, create_topic, delete_topic
 from tidelog.tools.perf import run_consume, run_produce
 
@@ -235,8 +241,9 @@ def master_for(arguments: argparse.Namespace) -> Iterator[tuple[str, int]]:
         try:
             record = start_stopped(record, timeout_s=STANDALONE_READY_TIMEOUT_S)
             yield record.master_url, arguments.standalone_workers
-        finally:
-            stop_daemons(record)
+        finally:  # the file has every PID started, even if start_stopped failed part-way
+            if (Path(directory) / STATE_FILE).exists():
+                stop_daemons(read_cluster(Path(directory)))
 
 
 def spark_session(master: str, cores: int, confs: list[tuple[str, str]]) -> Any:

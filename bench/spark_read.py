@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/spark_read.py [--records 5000000] [--record-size 100]
         [--partitions 3] [--runs 3] [--min-partitions N] [--cores 2] [--conf k=v ...]
-        [--bootstrap HOST:PORT] [--json]
+        [--master spark://HOST:PORT | --standalone-workers N] [--bootstrap HOST:PORT] [--json]
 
 A fresh 3-node cluster on 127.0.0.1 (free ports, a temporary directory; `fresh_cluster` of
 bench/failover.py), unless `--bootstrap` names a running one. One topic (`--partitions`,
@@ -12,7 +12,10 @@ then reads the whole topic twice:
 
 - `consumer`: one confluent-kafka consumer in this process, every partition assigned from
   the beginning, counting records until it has them all (`tidelog perf consume`'s loop);
-- `spark source`: `spark.read.format("tidelog")` in local[`--cores`], and one action that
+- `spark source`: `spark.read.format("tidelog")` in local[`--cores`] (or on `--master`, a
+  Spark standalone master, or on a standalone cluster of `--standalone-workers` workers of one
+  core each that the script starts itself in a temporary directory: `tidelog spark cluster
+  up`'s code, and stops after), and one action that
   takes every row through the Python data source (count of rows, sum of the value lengths),
   timed from the action's start to its end; both sums must equal what was produced.
 
@@ -36,10 +39,12 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from client_rates import count_of
@@ -47,6 +52,13 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as ConfluentPartition
 from failover import fresh_cluster
 
+from tidelog.spark.standalone import (
+    STATE_FILE,
+    plan_cluster,
+    read_cluster,
+    start_stopped,
+    stop_daemons,
+)
 from tidelog.tools.client_kafka import ClientSettings, create_topic, delete_topic
 from tidelog.tools.perf import run_consume, run_produce
 
@@ -61,6 +73,8 @@ PRODUCE_TIMEOUT_S = 900.0
 CONSUME_IDLE_TIMEOUT_S = 30.0
 WARM_UP_RECORDS = 100_000
 METADATA_TIMEOUT_S = 10.0
+STANDALONE_WORKER_MEMORY = "1g"
+STANDALONE_READY_TIMEOUT_S = 180.0
 GOAL_RATIO = 0.5
 GOAL_RECORDS_PER_S = 200_000
 MB = 1_000_000
@@ -207,15 +221,40 @@ def cluster_for(bootstrap: str | None) -> Iterator[str]:
         yield cluster.bootstrap
 
 
-def spark_session(cores: int, confs: list[tuple[str, str]]) -> Any:
-    """local_session, with `confs` given to spark-submit (static ones) and set again on
-    the session where Spark lets them change at run time."""
+@contextlib.contextmanager
+def master_for(arguments: argparse.Namespace) -> Iterator[tuple[str, int]]:
+    """(the Spark master, the cores the job takes): local[--cores], --master, or a
+    standalone cluster of --standalone-workers workers started here (one core each)."""
+    if arguments.master:
+        yield arguments.master, arguments.cores
+        return
+    if not arguments.standalone_workers:
+        yield f"local[{arguments.cores}]", arguments.cores
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-spark-") as directory:
+        record = plan_cluster(
+            Path(directory),
+            workers=arguments.standalone_workers,
+            base_port=None,
+            worker_memory=STANDALONE_WORKER_MEMORY,
+        )
+        try:
+            record = start_stopped(record, timeout_s=STANDALONE_READY_TIMEOUT_S)
+            yield record.master_url, arguments.standalone_workers
+        finally:  # the file has every PID started, even if start_stopped failed part-way
+            if (Path(directory) / STATE_FILE).exists():
+                stop_daemons(read_cluster(Path(directory)))
+
+
+def spark_session(master: str, cores: int, confs: list[tuple[str, str]]) -> Any:
+    """spark_session on `master`, with `confs` given to spark-submit (static ones) and set
+    again on the session where Spark lets them change at run time."""
     if confs:
         given = " ".join(f"--conf {k}={v}" for k, v in confs)
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"{given} pyspark-shell"
-    from tidelog.spark.session import local_session  # noqa: PLC0415 - pyspark is heavy
+    from tidelog.spark.session import spark_session as session  # noqa: PLC0415 - pyspark
 
-    spark = local_session("tidelog-bench-spark-read", cores=cores)
+    spark = session("tidelog-bench-spark-read", master, cores=cores)
     for key, value in confs:
         if spark.conf.isModifiable(key):
             spark.conf.set(key, value)
@@ -228,7 +267,7 @@ def run(arguments: argparse.Namespace, say: Callable[[str], None]) -> dict[str, 
         Reader("spark source", arguments.records, arguments.record_size),
     ]
     topic = f"spark-read-{uuid.uuid4().hex[:8]}"
-    with cluster_for(arguments.bootstrap) as bootstrap:
+    with cluster_for(arguments.bootstrap) as bootstrap, master_for(arguments) as (master, cores):
         setup = Setup(
             bootstrap,
             topic,
@@ -241,9 +280,9 @@ def run(arguments: argparse.Namespace, say: Callable[[str], None]) -> dict[str, 
         fill_rate = fill(setup)
         say(f"filled at {fill_rate:.0f} records/s")
         started = time.monotonic()
-        spark = spark_session(arguments.cores, arguments.conf)
+        spark = spark_session(master, cores, arguments.conf)
         startup_s = time.monotonic() - started
-        say(f"spark session local[{arguments.cores}] started in {startup_s:.1f} s (not timed)")
+        say(f"spark session on {master} ({cores} cores) started in {startup_s:.1f} s (not timed)")
         try:
             warm_up_s = warm_up(spark, setup)
             say(f"warm-up action (untimed): {warm_up_s:.1f} s")
@@ -267,7 +306,9 @@ def run(arguments: argparse.Namespace, say: Callable[[str], None]) -> dict[str, 
         "record_size": arguments.record_size,
         "partitions": arguments.partitions,
         "min_partitions": arguments.min_partitions,
-        "cores": arguments.cores,
+        "cores": cores,
+        "master": "local" if master.startswith("local") else "standalone",
+        "standalone_workers": arguments.standalone_workers,
         "conf": dict(arguments.conf),
         "fill_records_per_s": fill_rate,
         "spark_startup_s": startup_s,
@@ -284,7 +325,7 @@ def run(arguments: argparse.Namespace, say: Callable[[str], None]) -> dict[str, 
 def print_table(result: dict[str, Any]) -> None:
     print(
         f"\n{result['records']} records of {result['record_size']} bytes, "
-        f"{result['partitions']} partitions (RF 3), Spark local[{result['cores']}], "
+        f"{result['partitions']} partitions (RF 3), Spark {where(result)}, "
         f"median of {len(result['readers'][0]['seconds'])} runs"
     )
     print(f"{'reader':<14} {'records/s':>12} {'MB/s':>8}")
@@ -295,6 +336,13 @@ def print_table(result: dict[str, Any]) -> None:
         f"ratio source/consumer {result['ratio']:.2f}; goal (>= {GOAL_RATIO:g} and >= "
         f"{GOAL_RECORDS_PER_S} records/s): {verdict}"
     )
+
+
+def where(result: dict[str, Any]) -> str:
+    if result["master"] == "local":
+        return f"local[{result['cores']}]"
+    workers = result["standalone_workers"]
+    return f"standalone ({workers or '?'} workers, {result['cores']} cores)"
 
 
 def conf_pair(text: str) -> tuple[str, str]:
@@ -326,6 +374,16 @@ def main() -> None:
         default=[],
         metavar="KEY=VALUE",
         help="A Spark setting (repeatable); local_session's own settings win over these.",
+    )
+    where_to = parser.add_mutually_exclusive_group()
+    where_to.add_argument(
+        "--master", help="A Spark standalone master (spark://HOST:PORT) instead of local."
+    )
+    where_to.add_argument(
+        "--standalone-workers",
+        type=count_of(16),
+        default=None,
+        help="Start a standalone cluster of this many 1-core workers for the run.",
     )
     parser.add_argument("--bootstrap", help="Use this running cluster instead of a fresh one.")
     parser.add_argument("--json", action="store_true", help="Print one JSON object.")

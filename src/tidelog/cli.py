@@ -12,6 +12,7 @@ from tidelog.tools.demo import demo
 from tidelog.tools.groups_cmd import groups
 from tidelog.tools.leaders_cmd import leaders
 from tidelog.tools.perf import perf
+from tidelog.tools.spark_cmd import spark
 from tidelog.tools.ui_cmd import ui
 from tidelog.tools.users_cmd import users
 from tidelog.tools.verify_cmd import verify_replicas_command
@@ -53,6 +54,7 @@ main.add_command(demo)
 main.add_command(groups)
 main.add_command(leaders)
 main.add_command(perf)
+main.add_command(spark)
 main.add_command(ui)
 main.add_command(users)
 main.add_command(verify_replicas_command)

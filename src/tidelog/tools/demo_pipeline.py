@@ -1,10 +1,11 @@
 """The Spark stage of `tidelog demo`: balances per account from the committed transfers.
 
-After the brokers' story (a killed leader, every acknowledged record read back), a local[2]
-Spark session runs `tidelog.spark.balances`: a Structured Streaming query with
-Trigger.AvailableNow reads the transfers through the tidelog source, sums them per account
-and writes the balances to topic `balances` through the tidelog sink; a batch job keeps each
-account's last balance and writes it to Parquet. The check: those balances equal the ones
+After the brokers' story (a killed leader, every acknowledged record read back), a Spark
+session (local[2], or the standalone master TIDELOG_SPARK_MASTER names) runs
+`tidelog.spark.balances`: a Structured Streaming query with Trigger.AvailableNow reads the
+transfers through the tidelog source, sums them per account and writes the balances to topic
+`balances` through the tidelog sink; a batch job keeps each account's last balance and writes
+it to Parquet. The check: those balances equal the ones
 computed from the producer's acknowledged transfers, for every account, to the cent (nothing
 lost, no ghost transfer from a killed leader's uncommitted log), and the streaming query read
 exactly as many transfers as were acknowledged. The query's consumer group shows its lag.
@@ -113,7 +114,7 @@ def run_pipeline_stage(
     from pyspark.errors import PySparkException  # noqa: PLC0415
 
     from tidelog.spark.balances import Pipeline  # noqa: PLC0415 - pyspark is heavy
-    from tidelog.spark.session import local_session  # noqa: PLC0415
+    from tidelog.spark.session import master_of, spark_session  # noqa: PLC0415
 
     console.rule("6 · The pipeline on Spark: balances per account")
     console.print(
@@ -128,7 +129,9 @@ def run_pipeline_stage(
         replication_factor=3,
         configs={},
     )
-    spark = local_session("tidelog-demo")
+    master = master_of(None)  # TIDELOG_SPARK_MASTER, else local[2]
+    console.print(f"Spark master: {master}")
+    spark = spark_session("tidelog-demo", master)
     try:
         pipeline = Pipeline(
             bootstrap,

@@ -19,6 +19,8 @@ Rules of this file:
   seconds; pyspark is imported only when the command runs, so `tidelog --help` stays fast.
 - The Spark session is left running: in a test it is shared, and a command's process ends
   with it anyway.
+- `--spark-master` (or TIDELOG_SPARK_MASTER) runs the job on a Spark standalone master
+  (`tidelog spark cluster up` prints one); without either it runs in local[2].
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 import click
 
 from tidelog.errors import TidelogError
+from tidelog.spark.standalone import MASTER_ENV
 from tidelog.tools.client_kafka import ClientSettings, answering
 from tidelog.tools.client_options import client_options, json_option
 
@@ -47,7 +50,16 @@ MICROS_DROPPED: Final = 3  # it prints milliseconds
 @click.argument("topic")
 @client_options
 @json_option
-def verify_replicas_command(topic: str, client: ClientSettings, as_json: bool) -> None:
+@click.option(
+    "--spark-master",
+    envvar=MASTER_ENV,
+    default=None,
+    help=f"Run the job on this Spark master: spark://HOST:PORT (env {MASTER_ENV}); "
+    "default local[2].",
+)
+def verify_replicas_command(
+    topic: str, client: ClientSettings, as_json: bool, spark_master: str | None
+) -> None:
     """Compare the committed batches of every replica of TOPIC (kafka-replica-verification).
 
     Each replica is read from its own broker (a follower too) up to its HWM, batch by batch;
@@ -55,7 +67,7 @@ def verify_replicas_command(topic: str, client: ClientSettings, as_json: bool) -
     replicas and its CRC-32C must check. Prints each partition's lag (max HWM - min HWM),
     each mismatch and each replica that could not be read; exits 1 if there is any."""
     try:
-        report = run_job(client, topic)
+        report = run_job(client, topic, spark_master)
     except TidelogError as error:
         click.echo(f"error: {error}", err=True)
         raise SystemExit(EXIT_PROBLEMS) from error
@@ -69,16 +81,18 @@ def verify_replicas_command(topic: str, client: ClientSettings, as_json: bool) -
         raise SystemExit(EXIT_PROBLEMS)
 
 
-def run_job(client: ClientSettings, topic: str) -> ReplicaReport:
+def run_job(client: ClientSettings, topic: str, spark_master: str | None = None) -> ReplicaReport:
     """The report of one verification; TidelogError for what keeps it from running."""
     client = answering(client)
     # pyspark takes seconds to import, and its session starts a JVM: only now.
     from tidelog.spark.replicas import plan_reads, verify_replicas  # noqa: PLC0415
-    from tidelog.spark.session import local_session  # noqa: PLC0415
+    from tidelog.spark.session import master_of, spark_session  # noqa: PLC0415
 
+    master = master_of(spark_master)  # a bad master is refused before the JVM starts
     # An unknown topic, or a login refused, fails here, before the JVM starts.
     plan_reads(client.bootstrap, topic, client.security)
-    return verify_replicas(local_session(APP_NAME), client.bootstrap, topic, client.properties)
+    spark = spark_session(APP_NAME, master)
+    return verify_replicas(spark, client.bootstrap, topic, client.properties)
 
 
 def kafka_time(now: datetime) -> str:

@@ -609,18 +609,10 @@ def read_partition(
         records = read_records(
             runner, offset, bounds.hwm, max(1, min(part.partition_max_bytes, budget))
         )
-    except StorageError as error:  # a batch failed its CRC: never served; it is repaired
-        log.error(
-            "fetch %s-%d at %d: %s",
-            topic,
-            part.partition,
-            offset,
-            error,
-            extra=partition_fields(topic, part.partition, replica.status().epoch),
-        )
-        return answer(error_code_for(error)), None
-    except OSError as error:  # the disk fails to read: this partition only
-        if not is_disk_error(error):
+    except (StorageError, OSError) as error:
+        # A batch that failed its CRC (never served; it is repaired), or a disk that fails
+        # to read: this partition only.
+        if isinstance(error, OSError) and not is_disk_error(error):
             raise
         log.error(
             "fetch %s-%d at %d: %s",
@@ -630,6 +622,8 @@ def read_partition(
             error,
             extra=partition_fields(topic, part.partition, replica.status().epoch),
         )
+        if isinstance(error, StorageError):
+            return answer(error_code_for(error)), None
         return answer(ErrorCode.KAFKA_STORAGE_ERROR), None
     wait = None if records else (runner, bounds.hwm)
     return answer(ErrorCode.NONE, int(bounds.hwm), int(bounds.log_start_offset), records), wait

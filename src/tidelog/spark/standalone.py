@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import tidelog
+from tidelog import clock
 from tidelog.errors import TidelogError
 
 STATE_FILE: Final = "spark-cluster.json"
@@ -357,13 +358,7 @@ def alive_workers(record: SparkCluster, state: dict[str, Any] | None) -> list[st
 
 def wait_until(condition: Callable[[], bool], *, timeout_s: float) -> bool:
     """Poll `condition` until it holds or `timeout_s` passes; whether it held."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if condition():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(POLL_INTERVAL_S)
+    return clock.wait_until(condition, timeout_s=timeout_s, interval_s=POLL_INTERVAL_S)
 
 
 def log_tail(daemon: Daemon, lines: int = 10) -> str:

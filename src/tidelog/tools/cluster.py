@@ -54,6 +54,7 @@ from typing import Any, NoReturn
 
 import click
 
+from tidelog import clock
 from tidelog.address import parse_address
 from tidelog.client_config import ClientConfigError, read_properties
 from tidelog.errors import TidelogError
@@ -426,13 +427,7 @@ def signal_node(node: NodeRecord, signum: signal.Signals) -> bool:
 
 def wait_until(condition: Callable[[], bool], *, timeout_s: float) -> bool:
     """Poll `condition` until it holds or `timeout_s` passes; whether it held."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if condition():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(POLL_INTERVAL_S)
+    return clock.wait_until(condition, timeout_s=timeout_s, interval_s=POLL_INTERVAL_S)
 
 
 def stop_nodes(nodes: list[NodeRecord], *, timeout_s: float = STOP_TIMEOUT_S) -> list[int]:

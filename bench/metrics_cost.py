@@ -25,7 +25,12 @@ to P (replication factor 3 on 3 nodes: every node hosts every partition; those o
 `__consumer_offsets` count, the metadata log does not), and SCRAPES_TIMED GETs of its
 /metrics are timed, from the request sent to the last byte read.
 
-Prints each run, the medians, the on/off ratio and the scrape figures. Every loop is bounded
+Throughput on a shared machine is noisy (other work takes the cores in turns); the CPU the
+brokers spend is not: each run also reads the three broker processes' CPU time (user +
+system, /proc/PID/stat) before and after, and reports CPU microseconds per record. That
+ratio is the cost of metrics the noise does not hide.
+
+Prints each run, the medians, the on/off ratios and the scrape figures. Every loop is bounded
 in count and time; the script stops only the clusters it started.
 """
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -153,21 +159,36 @@ class Scraper:
         self.thread.join(HTTP_TIMEOUT_S * len(self.cluster.nodes))
 
 
+def broker_cpu_s(cluster: LiveCluster) -> float:
+    """The CPU seconds (user + system) the cluster's broker processes have used."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for node in cluster.record["nodes"]:
+        fields = Path(f"/proc/{node['pid']}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return total / ticks
+
+
 def measure(
     cluster: LiveCluster, topic: str, records: int, *, metrics: bool, interval_s: float
-) -> tuple[float, str]:
-    """One run against one cluster: records/s, and what its counters say it did."""
+) -> tuple[float, float, str]:
+    """One run against one cluster: records/s, the brokers' CPU microseconds per record,
+    and what its counters say it did."""
     create_topic(cluster.bootstrap, topic, partitions=PARTITIONS)
     cluster.wait_hosted_everywhere(topic, PARTITIONS)
     placed = f"leaders on nodes {spread_leaders(cluster, topic)}"
+    cpu_before = broker_cpu_s(cluster)
     if not metrics:
-        return perf_produce(cluster.bootstrap, topic, records), placed
+        rate = perf_produce(cluster.bootstrap, topic, records)
+        cpu_us = (broker_cpu_s(cluster) - cpu_before) * 1e6 / records
+        return rate, cpu_us, placed
     before = counters(cluster)
     with Scraper(cluster, interval_s) as scraper:
         rate = perf_produce(cluster.bootstrap, topic, records)
+    cpu_us = (broker_cpu_s(cluster) - cpu_before) * 1e6 / records
     after = counters(cluster)
     moved = ", ".join(f"{name} +{after[name] - before[name]:,.0f}" for name, _ in MOVED)
-    return rate, f"{placed}; {scraper.scrapes} scrapes during the run; {moved}"
+    return rate, cpu_us, f"{placed}; {scraper.scrapes} scrapes during the run; {moved}"
 
 
 def hosted(admin: str) -> int:
@@ -229,6 +250,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     results: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     with tempfile.TemporaryDirectory(prefix="tidelog-metrics-cost-") as temporary:
         clusters: dict[bool, LiveCluster] = {}
         try:
@@ -239,7 +261,7 @@ def main() -> None:
             for run in range(args.runs):
                 order = (True, False) if run % 2 == 0 else (False, True)
                 for metrics in order:
-                    rate, detail = measure(
+                    rate, cpu_us, detail = measure(
                         clusters[metrics],
                         f"cost-{run}",
                         args.records,
@@ -247,8 +269,12 @@ def main() -> None:
                         interval_s=args.scrape_interval,
                     )
                     results[metrics].append(rate)
+                    cpu[metrics].append(cpu_us)
                     state = "on " if metrics else "off"
-                    print(f"run {run + 1} metrics {state}: {rate:,.0f} records/s; {detail}")
+                    print(
+                        f"run {run + 1} metrics {state}: {rate:,.0f} records/s, brokers' CPU "
+                        f"{cpu_us:.1f} us/record; {detail}"
+                    )
             scrape_line = time_scrapes(clusters[True], args.scrape_partitions)
         finally:
             for cluster in clusters.values():
@@ -259,6 +285,11 @@ def main() -> None:
         runs = ", ".join(f"{rate:,.0f}" for rate in results[metrics])
         print(f"metrics {'on ' if metrics else 'off'} {median:,.0f} records/s (runs: {runs})")
     print(f"on/off {on / off:.3f}")
+    cpu_on, cpu_off = statistics.median(cpu[True]), statistics.median(cpu[False])
+    print(
+        f"brokers' CPU per record: on {cpu_on:.1f} us, off {cpu_off:.1f} us, "
+        f"on/off {cpu_on / cpu_off:.3f}"
+    )
     print(scrape_line)
 
 

@@ -13,8 +13,8 @@ Spark must run it again.
 Rules of this file:
 - It reads the query's progress and Spark's status tracker only; it never waits (the
   watcher is called on the driver's thread between polls of the query).
-- The bar is transient: on a terminal it is redrawn in place and vanishes at the end; in a
-  pipe it prints nothing, and the per-batch lines are the record.
+- The bar is drawn on a terminal only, redrawn in place, and vanishes at the end; in a
+  pipe nothing of it is printed, and the per-batch lines are the record.
 - Only an executor of the recorded standalone cluster is killed: a process whose parent is
   a worker PID of `spark-cluster.json`, whose command line is an executor's, while that
   worker is still the daemon recorded (`standalone.executor_pids`). Once, at most.
@@ -147,7 +147,8 @@ class StreamProgress:
         self.read_in_all = 0
 
     def __enter__(self) -> StreamProgress:
-        self.progress.start()
+        if self.console.is_terminal:  # in a pipe even a transient bar leaves a blank line
+            self.progress.start()
         return self
 
     def __exit__(
@@ -156,7 +157,8 @@ class StreamProgress:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.progress.stop()
+        if self.console.is_terminal:  # Progress.stop prints a line where it is not
+            self.progress.stop()
 
     def watch(self, query: StreamingQuery) -> None:
         for entry in query.recentProgress:

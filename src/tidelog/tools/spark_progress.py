@@ -82,18 +82,19 @@ def batch_line(entry: dict[str, Any], read_in_all: int) -> str:
 
 class ExecutorKiller:
     """Kills one executor of `cluster` with SIGKILL once every executor runs a task (module
-    rules), then counts the task attempts that failed in the stages it saw."""
+    rules), then counts the task attempts that fail in the stages it sees: per stage
+    attempt, the most the tracker reported (a stage Spark resubmits is a new attempt)."""
 
     def __init__(self, console: Console, cluster: SparkCluster) -> None:
         self.console = console
         self.cluster = cluster
         self.killed: int | None = None
-        self.stages_after: set[int] = set()
+        self.failed: dict[tuple[int, int], int] = {}  # (stage, attempt) -> failed tasks
 
     def maybe_kill(self, stages: list[SparkStageInfo], *, batch: int) -> bool:
         """Kill now if every executor runs a task; whether it killed."""
         if self.killed is not None:
-            self.stages_after.update(info.stageId for info in stages)
+            self.count_failures(stages)
             return False
         running = sum(info.numActiveTasks for info in stages)
         executors = [
@@ -104,21 +105,28 @@ class ExecutorKiller:
         role, pid = executors[0]
         os.kill(pid, signal.SIGKILL)
         self.killed = pid
-        self.stages_after.update(info.stageId for info in stages)
+        self.count_failures(stages)
         self.console.print(
             f"kill -9 executor {pid} (a child of {role}) in micro-batch {batch}, "
             f"{running} tasks running on {len(executors)} executors"
         )
         return True
 
+    def count_failures(self, stages: list[SparkStageInfo]) -> None:
+        for info in stages:
+            key = (info.stageId, info.currentAttemptId)
+            self.failed[key] = max(self.failed.get(key, 0), info.numFailedTasks)
+
     def summary(self, tracker: StatusTracker) -> str:
         if self.killed is None:
             return "no executor was killed: every executor never ran a task at once"
-        infos = [tracker.getStageInfo(stage) for stage in sorted(self.stages_after)]
-        failed = sum(info.numFailedTasks for info in infos if info is not None)
+        seen = {stage for stage, _ in self.failed}
+        self.count_failures([i for s in sorted(seen) if (i := tracker.getStageInfo(s))])
+        resubmitted = sum(1 for _, attempt in self.failed if attempt > 0)
         return (
-            f"executor {self.killed} was killed; the query went on: {failed} task attempts "
-            "failed with it and ran again"
+            f"executor {self.killed} was killed; the query went on: "
+            f"{sum(self.failed.values())} task attempts failed with it and ran again, "
+            f"{resubmitted} stage attempts resubmitted"
         )
 
 

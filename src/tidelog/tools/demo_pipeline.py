@@ -185,7 +185,8 @@ def run_pipeline_stage(
         malformed=run.malformed,
         sink_duplicates=run.sink_duplicates,
     )
-    console.print(verdict.line(), style="bold green" if verdict.ok else "bold red")
+    # One line however wide: scripts and tests look for it whole.
+    console.print(verdict.line(), style="bold green" if verdict.ok else "bold red", soft_wrap=True)
     return verdict
 
 
@@ -217,7 +218,7 @@ def run_on_spark(
             run = pipeline.run(spark, progress.watch)
         said = progress.summary()
         if said is not None:
-            console.print(said)
+            console.print(said, soft_wrap=True)
     except (PySparkException, TimeoutError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise PipelineError(f"the Spark pipeline failed: {first_line}") from error

@@ -108,7 +108,8 @@ class ExecutorKiller:
         self.count_failures(stages)
         self.console.print(
             f"kill -9 executor {pid} (a child of {role}) in micro-batch {batch}, "
-            f"{running} tasks running on {len(executors)} executors"
+            f"{running} tasks running on {len(executors)} executors",
+            soft_wrap=True,
         )
         return True
 
@@ -189,7 +190,7 @@ class StreamProgress:
             completed=offsets_sum(source.get("endOffset")),
             total=offsets_sum(source.get("latestOffset")) or None,
         )
-        self.progress.console.print(batch_line(entry, self.read_in_all))
+        self.progress.console.print(batch_line(entry, self.read_in_all), soft_wrap=True)
 
     def summary(self) -> str | None:
         """The killer's account of the kill, if there is a killer."""

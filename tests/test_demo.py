@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -34,7 +35,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PNG_BYTES_MIN = 10_000  # a blank 1280x900 page is about 5 kB
 PIPELINE_OK = (
     f"pipeline verdict: OK — 100 balances from {RECORDS} transfers read, {RECORDS} "
-    "acknowledged, every balance exact to the cent"
+    "acknowledged, every balance exact to the cent; sink duplicates (at-least-once): 0"
+)
+# 2,000 transfers are one micro-batch (maxOffsetsPerTrigger 5,000); the offsets also count
+# the partitions' control batches.
+BATCH_LINE = re.compile(
+    rf"^micro-batch 0: {RECORDS} transfers read \({RECORDS} in all\), offsets (\d+) of "
+    r"(\d+) committed, 100 balances written, \d+\.\d s$"
 )
 
 
@@ -86,6 +93,7 @@ def test_demo_reads_back_every_acknowledged_record(tmp_path: Path) -> None:
     assert VERDICT_OK in result.stdout.splitlines(), output
     assert PIPELINE_OK in result.stdout.splitlines(), output
     assert (directory / "pipeline" / "balances.parquet").is_dir(), output
+    assert_spark_progress_shown(result.stdout.splitlines())
     assert "kill -9 node" in result.stdout, output
     assert "is ready again" in result.stdout, output
     assert not [pid for pid in broker_pids(directory) if is_running(pid)], output
@@ -102,6 +110,19 @@ def test_demo_reads_back_every_acknowledged_record(tmp_path: Path) -> None:
     assert said, output
     assert picture.read_bytes().startswith(PNG_MAGIC), output
     assert picture.stat().st_size >= PNG_BYTES_MIN, output
+
+
+def assert_spark_progress_shown(lines: list[str]) -> None:
+    """Spark's start, then a line for the micro-batch, which read every offset below the
+    HWMs, before the pipeline's summary."""
+    starting = lines.index("starting Spark (local[2]); its JVM takes a while to start")
+    assert re.fullmatch(r"Spark started in \d+\.\d s", lines[starting + 1]), lines[starting:]
+    batches = [(n, m) for n, line in enumerate(lines) if (m := BATCH_LINE.match(line))]
+    assert len(batches) == 1, lines[starting:]
+    ((at, match),) = batches
+    summary = next(n for n, line in enumerate(lines) if line.startswith("the streaming query"))
+    assert starting < at < summary
+    assert match[1] == match[2]  # read up to the HWMs
 
 
 def test_without_a_browser_the_demo_says_what_installs_one() -> None:

@@ -7,7 +7,9 @@ a slow stream from one topic to another, during which one executor JVM is killed
 in the middle of a task. The query goes on (the task is retried), the source side stays
 exact and holds committed records only (records above the HWM, kept there by a paused
 follower, are never read), and the sink's duplicates, if any, are counted: the sink is at
-least once. `tidelog spark cluster down` at the end ends exactly the PIDs it recorded.
+least once. `tidelog demo --spark-cluster DIR --kill-executor` runs its pipeline there and
+kills an executor mid-batch: the balances stay exact. `tidelog spark cluster down` at the
+end ends exactly the PIDs it recorded.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,7 +39,7 @@ from tidelog.spark.standalone import (
     read_cluster,
     tidelog_root,
 )
-from tidelog.testing.live import LiveCluster, create_topic, poll, tidelog
+from tidelog.testing.live import LiveCluster, create_topic, free_base_port, poll, tidelog
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -52,6 +55,17 @@ MAX_PER_TRIGGER = 200
 TASK_S = 2.0
 DONE_BEFORE_KILL = 2  # micro-batches finished before the kill
 KILL_WINDOW_S = TASK_S * 0.4  # a task started this recently is still in its first hold
+DEMO_RECORDS = 1000  # one micro-batch
+DEMO_TIMEOUT_S = 420.0
+DEMO_KILL = re.compile(
+    r"^kill -9 executor (?P<pid>\d+) \(a child of worker-\d\) in micro-batch 0, \d+ tasks "
+    r"running on 2 executors$"
+)
+DEMO_VERDICT = re.compile(
+    rf"^pipeline verdict: OK — 100 balances from {DEMO_RECORDS} transfers read, "
+    rf"{DEMO_RECORDS} acknowledged, every balance exact to the cent; "
+    r"sink duplicates \(at-least-once\): (?P<duplicates>\d+)$"
+)
 
 Record = tuple[int, int, str | None, str]  # partition, offset, key, value
 
@@ -296,6 +310,35 @@ def test_an_executor_killed_mid_task_the_query_goes_on_exactly(job: Job) -> None
     duplicates = len(job.slow_out) - len(counts)
     assert duplicates <= MAX_PER_TRIGGER
     print(f"sink duplicates after the executor was killed: {duplicates}")
+
+
+def test_the_demo_on_the_cluster_with_an_executor_killed(
+    standalone: SparkCluster, tmp_path: Path
+) -> None:
+    """`tidelog demo --spark-cluster DIR --kill-executor`: the pipeline runs on the cluster's
+    executors, one of them is killed with SIGKILL while every executor runs a task, and the
+    query goes on: each committed transfer read once (none other), every balance exact to
+    the cent, the sink's duplicates counted in the verdict."""
+    result = tidelog(
+        "demo", "--records", str(DEMO_RECORDS), "--data-dir", str(tmp_path / "demo"),
+        "--base-port", str(free_base_port()),
+        "--spark-cluster", standalone.directory, "--kill-executor",
+        timeout=DEMO_TIMEOUT_S,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    lines = result.stdout.splitlines()
+    assert f"starting Spark ({standalone.master_url}); its JVM takes a while to start" in lines
+    kills = [m for line in lines if (m := DEMO_KILL.match(line))]
+    assert len(kills) == 1, output
+    pid = int(kills[0]["pid"])
+    assert has_exited(pid)
+    went_on = f"executor {pid} was killed; the query went on: "
+    retried = [line.removeprefix(went_on) for line in lines if line.startswith(went_on)]
+    assert retried and int(retried[0].split()[0]) >= 1, output  # task attempts lost, rerun
+    verdicts = [m for line in lines if (m := DEMO_VERDICT.match(line))]
+    assert len(verdicts) == 1, output
+    print(f"sink duplicates after the executor was killed: {verdicts[0]['duplicates']}")
 
 
 # Without a JVM

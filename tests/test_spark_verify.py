@@ -11,7 +11,12 @@ finds such a batch below its checkpointed HWM when it starts does the same.
 from __future__ import annotations
 
 import json
+import os
 import re
+import selectors
+import subprocess
+import sys
+import time
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,6 +50,7 @@ DEADLINE_S = 60.0
 POLL_S = 0.2
 STATUS_TIMEOUT_S = 2.0
 RECORDS = 2_000
+VERIFY_TIMEOUT_S = 240.0  # a JVM of its own, on a loaded 2-core machine
 LAG_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}: max lag is (?P<lag>\d+) for partition "
     r"(?P<topic>\S+)-(?P<partition>\d+) at offset (?P<offset>\d+) among (?P<among>.+) replicas$"
@@ -174,8 +180,15 @@ def test_in_sync_replicas_verify_clean(cluster: LiveCluster, spark: SparkSession
     marks = wait_caught_up(cluster, topic, 3)
     hwms = {p: replicas[1]["hwm"] for p, replicas in marks.items()}
 
-    report = verify_replicas(spark, cluster.bootstrap, topic)
+    rounds: list[tuple[int, ...]] = []
+    report = verify_replicas(
+        spark,
+        cluster.bootstrap,
+        topic,
+        on_partitions=lambda done: rounds.append(tuple(p.partition for p in done.partitions)),
+    )
 
+    assert rounds == [(0,), (1,), (2,)]  # one round per partition, each reported when done
     assert report.ok
     assert (report.mismatch_count, report.mismatches, report.errors) == (0, (), ())
     assert [(p.partition, p.lag, p.end_offset, p.hwm_max) for p in report.partitions] == [
@@ -206,6 +219,63 @@ def test_in_sync_replicas_verify_clean(cluster: LiveCluster, spark: SparkSession
     as_json = json.loads(verify_cli(cluster, topic, "--json").output)
     assert (as_json["ok"], as_json["mismatch_count"]) == (True, 0)
     assert [p["lag"] for p in as_json["partitions"]] == [0, 0, 0]
+
+
+def test_each_partitions_line_comes_as_soon_as_it_is_verified(
+    cluster: LiveCluster, tmp_path: Path
+) -> None:
+    """The command in a pipe, as a script runs it: each partition's line arrives on its own,
+    in the order the partitions are verified, stamped when it was, before the verdict."""
+    topic = "verified-live"
+    create_topic(cluster.bootstrap, topic, partitions=3)
+    produce(cluster.bootstrap, topic, RECORDS // 10)
+    wait_caught_up(cluster, topic, 3)
+    argv = [sys.executable, "-m", "tidelog", "verify-replicas", topic]
+    argv += ["--bootstrap-server", cluster.bootstrap]
+    arrivals = lines_as_they_come(argv, tmp_path / "stderr", timeout_s=VERIFY_TIMEOUT_S)
+
+    lines = [line for _, line in arrivals]
+    assert len(lines) == 4, lines
+    found = [LAG_LINE.match(line) for line in lines[:3]]
+    assert [m["partition"] if m else line for m, line in zip(found, lines, strict=False)] == [
+        "0",
+        "1",
+        "2",
+    ]
+    assert lines[3].startswith("verified "), lines
+    stamps = [line.partition(": ")[0] for line in lines[:3]]
+    assert stamps == sorted(stamps), lines
+    times = [at for at, _ in arrivals[:3]]
+    assert times == sorted(set(times)), arrivals  # each partition's line in a read of its own
+
+
+def lines_as_they_come(
+    argv: list[str], stderr: Path, *, timeout_s: float
+) -> list[tuple[float, str]]:
+    """A command's stdout lines, each with the time its read returned (its stderr goes to
+    the file `stderr`); fails unless it exits 0 in time."""
+    arrivals: list[tuple[float, str]] = []
+    pending = b""
+    deadline = time.monotonic() + timeout_s
+    with (
+        stderr.open("wb") as errors,
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors) as command,
+    ):
+        assert command.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(command.stdout.fileno(), selectors.EVENT_READ)
+            while time.monotonic() < deadline:
+                if not selector.select(timeout=deadline - time.monotonic()):
+                    continue
+                chunk = os.read(command.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                at = time.monotonic()
+                *whole, pending = (pending + chunk).split(b"\n")
+                arrivals += [(at, line.decode()) for line in whole]
+        status = command.wait(timeout=max(deadline - time.monotonic(), 1.0))
+    assert status == 0, (arrivals, stderr.read_text(errors="replace")[-4000:])
+    return arrivals
 
 
 def test_a_rotten_batch_on_a_running_follower_is_reported_then_repaired(

@@ -5,7 +5,12 @@ acct-B AMOUNT`, AMOUNT with two decimals) with Trigger.AvailableNow, turns each 
 of the payer and a credit of the payee in cents, sums them per account and, after each
 micro-batch, writes every balance to the balances topic through the tidelog sink (complete
 mode: a key's last record is its balance, as in a compacted topic). A batch job then reads
-the balances topic, keeps each account's last record and writes the table to Parquet.
+the balances topic, keeps each account's last record and writes the table to Parquet. The
+sink is at least once: the records in the balances topic beyond those the micro-batches
+emitted are its duplicates, counted.
+
+While the query runs, a watcher (the demo's progress display, its executor kill) is handed
+the query every WATCH_INTERVAL_S from the driver's thread; it must return promptly.
 
 Rules of this file: amounts are whole cents (no floating point anywhere); a value that is
 not a transfer is counted, never guessed at; every wait has a named maximum.
@@ -13,14 +18,19 @@ not a transfer is counted, never guessed at; every wait has a named maximum.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from pyspark.sql import DataFrameReader, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 
 QUERY_TIMEOUT_S: Final = 300
+WATCH_INTERVAL_S: Final = 0.25
+"""How often a running query is handed to its watcher."""
 MAX_OFFSETS_PER_TRIGGER: Final = 5_000
 TRANSFER: Final = r"^transfer (\d+) (\S+) -> (\S+) (\d+)\.(\d\d)$"
 
@@ -32,6 +42,18 @@ class PipelineRun:
     malformed: int  # of those, values that are not transfers
     batches: int  # micro-batches that read something
     parquet: Path
+    balances_emitted: int  # rows the micro-batches handed the sink (each batch: every balance)
+    balances_written: int  # records found in the balances topic afterwards
+
+    @property
+    def sink_duplicates(self) -> int:
+        """Records the sink wrote more than once (at least once: a retried task writes its
+        rows again); negative if records are missing."""
+        return self.balances_written - self.balances_emitted
+
+
+Watcher = Callable[[StreamingQuery], None]
+"""Called with the running query every WATCH_INTERVAL_S, and once more when it has ended."""
 
 
 @dataclass(frozen=True)
@@ -48,15 +70,25 @@ class Pipeline:
         source = spark.read.format("tidelog").option("kafka.bootstrap.servers", self.bootstrap)
         return source.option("subscribe", topic)
 
-    def run(self, spark: SparkSession) -> PipelineRun:
-        rows, batches = self.stream_balances(spark)
+    def run(self, spark: SparkSession, watch: Watcher | None = None) -> PipelineRun:
+        progress = self.stream_balances(spark, watch)
         parquet = self.directory / "balances.parquet"
         table = self.latest_balances(spark, parquet)
-        return PipelineRun(table, rows, self.count_malformed(spark), batches, parquet)
+        return PipelineRun(
+            balances=table,
+            transfers_read=sum(int(p["numInputRows"]) for p in progress),
+            malformed=self.count_malformed(spark),
+            batches=len(progress),
+            parquet=parquet,
+            balances_emitted=sum(rows_emitted(p) for p in progress),
+            balances_written=self.reader(spark, self.balances).load().count(),
+        )
 
-    def stream_balances(self, spark: SparkSession) -> tuple[int, int]:
-        """Run the streaming query to the end of what is committed now; (rows read,
-        micro-batches that read something)."""
+    def stream_balances(
+        self, spark: SparkSession, watch: Watcher | None = None
+    ) -> list[dict[str, Any]]:
+        """Run the streaming query to the end of what is committed now, handing it to
+        `watch` while it runs; the progress of the micro-batches that read something."""
         read = (
             spark.readStream.format("tidelog")
             .option("kafka.bootstrap.servers", self.bootstrap)
@@ -96,11 +128,18 @@ class Pipeline:
             .trigger(availableNow=True)
             .start()
         )
-        if not query.awaitTermination(QUERY_TIMEOUT_S):
-            query.stop()
-            raise TimeoutError(f"the balances query did not finish in {QUERY_TIMEOUT_S} s")
-        progress = [p for p in query.recentProgress if p["numInputRows"]]
-        return sum(int(p["numInputRows"]) for p in progress), len(progress)
+        deadline = time.monotonic() + QUERY_TIMEOUT_S
+        # awaitTermination takes float seconds (it sends int(timeout * 1000) ms); the stub
+        # says int.
+        while not query.awaitTermination(WATCH_INTERVAL_S):  # type: ignore[arg-type]
+            if time.monotonic() >= deadline:
+                query.stop()
+                raise TimeoutError(f"the balances query did not finish in {QUERY_TIMEOUT_S} s")
+            if watch is not None:
+                watch(query)
+        if watch is not None:
+            watch(query)
+        return [p for p in query.recentProgress if p["numInputRows"]]
 
     def count_malformed(self, spark: SparkSession) -> int:
         """Values of the transfers topic that are not transfers (a batch read)."""
@@ -123,3 +162,12 @@ class Pipeline:
         )
         table.write.mode("overwrite").parquet(str(parquet))
         return {row.account: row.cents for row in spark.read.parquet(str(parquet)).collect()}
+
+
+def rows_emitted(progress: dict[str, Any]) -> int:
+    """The rows one micro-batch handed the sink: the sink's count when Spark reports one,
+    else (complete mode emits the whole aggregate) the state's rows after the batch."""
+    sink = int(progress.get("sink", {}).get("numOutputRows", -1))
+    if sink >= 0:
+        return sink
+    return sum(int(state["numRowsTotal"]) for state in progress.get("stateOperators", []))

@@ -27,8 +27,11 @@ Rules of this file:
   failed Spark task and never silently skipped; it takes no part in its partition's range
   or comparison.
 - A task reads up to the HWM of its first answer only, so it ends while producers write.
-- The rows are materialized once (`localCheckpoint`): every figure of one report comes from
-  the same read of each replica.
+- The partitions are verified in rounds of consecutive partitions (at most ROUNDS_MAX, so
+  a topic of many partitions costs a few Spark jobs more, not one per partition), and each
+  round's report is handed out as soon as it is compared: a caller prints a partition's
+  line when it is done, not at the end. A round's rows are materialized once
+  (`localCheckpoint`): every figure of a partition comes from the same read of each replica.
 - Every connection and request has a named timeout; a report lists at most
   MISMATCHES_LISTED_MAX mismatches, and counts all of them.
 """
@@ -40,7 +43,7 @@ import socket
 import struct
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -89,6 +92,8 @@ FETCH_BYTES_MAX: Final = 8 * 1024 * 1024
 RESPONSE_BYTES_MAX: Final = 2 * FETCH_BYTES_MAX + 1024 * 1024
 ARROW_ROWS_MAX: Final = 50_000
 MISMATCHES_LISTED_MAX: Final = 1_000
+ROUNDS_MAX: Final = 8
+"""Partitions are read and compared in at most this many Spark rounds (module rules)."""
 DEFAULT_PORT: Final = 9092
 
 FETCH_VERSION: Final = 11
@@ -597,23 +602,63 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(ReplicasDataSource)
 
 
+PartitionsDone = Callable[[ReplicaReport], None]
+"""Called with the report of each round of partitions as soon as that round is compared."""
+
+
 def verify_replicas(
-    spark: SparkSession, bootstrap: str, topic: str, properties: Mapping[str, str] | None = None
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str,
+    properties: Mapping[str, str] | None = None,
+    *,
+    on_partitions: PartitionsDone | None = None,
 ) -> ReplicaReport:
     """Read every replica of `topic` and compare their committed batches (see the module),
     connecting as the client `properties` say (librdkafka's names). SparkKafkaError when the
-    cluster does not answer or does not know the topic; ClientConfigError for a bad setting."""
+    cluster does not answer or does not know the topic; ClientConfigError for a bad setting.
+
+    The partitions are read and compared in at most ROUNDS_MAX rounds of consecutive
+    partitions, in partition order; `on_partitions` gets each round's report as soon as it
+    is done, and the report returned is all of them joined."""
     register(spark)
     given = dict(properties or {})
     reads = plan_reads(bootstrap, topic, security_of(given))
-    rows = (
-        spark.read.format(SOURCE_NAME)
-        .option("plan", plan_to_json(reads))
-        .options(**{KAFKA_PREFIX + key: value for key, value in given.items()})
-        .load()
-        .localCheckpoint(eager=True)
+    rounds = []
+    for reads_of_round in partition_rounds(reads):
+        rows = (
+            spark.read.format(SOURCE_NAME)
+            .option("plan", plan_to_json(reads_of_round))
+            .options(**{KAFKA_PREFIX + key: value for key, value in given.items()})
+            .load()
+            .localCheckpoint(eager=True)
+        )
+        report = compare_rows(topic, reads_of_round, rows)
+        if on_partitions is not None:
+            on_partitions(report)
+        rounds.append(report)
+    return joined_reports(topic, rounds)
+
+
+def partition_rounds(reads: Sequence[ReplicaRead]) -> list[list[ReplicaRead]]:
+    """`reads` (by partition, then replica) cut into at most ROUNDS_MAX rounds of whole,
+    consecutive partitions, as even as they divide."""
+    partitions = sorted({read.partition for read in reads})
+    size = max(1, -(-len(partitions) // ROUNDS_MAX))  # ceiling division
+    groups = [set(partitions[i : i + size]) for i in range(0, len(partitions), size)]
+    return [[read for read in reads if read.partition in group] for group in groups]
+
+
+def joined_reports(topic: str, rounds: Sequence[ReplicaReport]) -> ReplicaReport:
+    """One report of the rounds' reports (each of whole partitions, in partition order)."""
+    mismatches = tuple(m for report in rounds for m in report.mismatches)
+    return ReplicaReport(
+        topic=topic,
+        partitions=tuple(p for report in rounds for p in report.partitions),
+        replicas=tuple(r for report in rounds for r in report.replicas),
+        mismatches=mismatches[:MISMATCHES_LISTED_MAX],
+        mismatch_count=sum(report.mismatch_count for report in rounds),
     )
-    return compare_rows(topic, reads, rows)
 
 
 def compare_rows(topic: str, reads: Sequence[ReplicaRead], rows: DataFrame) -> ReplicaReport:

@@ -50,6 +50,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tidelog.errors import TidelogError
+from tidelog.spark.standalone import MASTER_ENV, SparkClusterError
+from tidelog.spark.standalone import read_cluster as read_spark_cluster
 from tidelog.status import access_for, read_status
 from tidelog.tools.browser import Page, PageCamera, Shot, browser_missing, partition_of
 from tidelog.tools.client import render_table
@@ -86,7 +88,7 @@ from tidelog.tools.cluster import (
     wait_until,
     write_cluster,
 )
-from tidelog.tools.demo_pipeline import PIPELINE_DIR, Transfer, run_pipeline_stage
+from tidelog.tools.demo_pipeline import PIPELINE_DIR, SparkPlace, Transfer, run_pipeline_stage
 from tidelog.tools.ui_cmd import page_url
 
 TOPIC: Final = "transfers"
@@ -747,12 +749,19 @@ def show_after(console: Console, directory: Path, record: ClusterRecord, before:
     return converged
 
 
-def run_demo(console: Console, directory: Path, *, records: int, base_port: int | None) -> bool:
+def run_demo(
+    console: Console,
+    directory: Path,
+    *,
+    records: int,
+    base_port: int | None,
+    place: SparkPlace | None = None,
+) -> bool:
     """The whole story; whether both verdicts (brokers, then the Spark pipeline) are OK."""
     camera = open_camera(directory)  # its browser starts while the brokers do
     try:
         record = start_cluster(console, directory, base_port)
-        return run_story(console, directory, record, camera, records=records)
+        return run_story(console, directory, record, camera, records=records, place=place)
     finally:
         if camera is not None:  # quit its browser on every path
             camera.finish()
@@ -765,6 +774,7 @@ def run_story(
     camera: PageCamera | None,
     *,
     records: int,
+    place: SparkPlace | None = None,
 ) -> bool:
     """From the topic's creation to the pipeline's verdict (the cluster is up)."""
     before = create_demo_topic(console, directory, record)
@@ -794,7 +804,12 @@ def run_story(
         return False
     acknowledged = [transfer_parts(number) for number in sorted(producer.ledger.acked)]
     stage = run_pipeline_stage(
-        console, script.record.bootstrap, directory, topic=TOPIC, transfers=acknowledged
+        console,
+        script.record.bootstrap,
+        directory,
+        topic=TOPIC,
+        transfers=acknowledged,
+        place=place,
     )
     return stage.ok
 
@@ -839,7 +854,35 @@ def finish(console: Console, directory: Path) -> None:
     default=None,
     help="First Kafka port (default: 9092, or the next free range of 1000 above it).",
 )
-def demo(directory: Path, records: int, base_port: int | None) -> None:
+@click.option(
+    "--spark-master",
+    envvar=MASTER_ENV,
+    default=None,
+    help=f"Run the Spark pipeline on this master: spark://HOST:PORT (env {MASTER_ENV}); "
+    "default local[2], or --spark-cluster's.",
+)
+@click.option(
+    "--spark-cluster",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Run the Spark pipeline on the standalone cluster `tidelog spark cluster up` "
+    "started in this directory.",
+)
+@click.option(
+    "--kill-executor",
+    is_flag=True,
+    help="Kill one executor JVM of --spark-cluster with SIGKILL in the middle of a "
+    "micro-batch: the query must go on, exact.",
+)
+def demo(
+    *,
+    directory: Path,
+    records: int,
+    base_port: int | None,
+    spark_master: str | None,
+    spark_cluster: Path | None,
+    kill_executor: bool,
+) -> None:
     """Run the main job end to end on a local 3-node cluster, kill -9 a leader, check.
 
     Exits 0 only when every acknowledged record is read back exactly once, at the offset
@@ -847,6 +890,7 @@ def demo(directory: Path, records: int, base_port: int | None) -> None:
     those of the acknowledged transfers. The cluster is stopped at the end,
     also on failure, Ctrl-C or SIGTERM.
     """
+    place = spark_place(spark_master, spark_cluster, kill_executor=kill_executor)
     console, errors = Console(highlight=False), Console(stderr=True, highlight=False)
     if not console.is_terminal:  # piped: a fixed width, wide enough for every line
         console = Console(highlight=False, width=PIPED_WIDTH)
@@ -855,7 +899,7 @@ def demo(directory: Path, records: int, base_port: int | None) -> None:
     try:
         clear_directory(directory)
         owned = True
-        ok = run_demo(console, directory, records=records, base_port=base_port)
+        ok = run_demo(console, directory, records=records, base_port=base_port, place=place)
         status = 0 if ok else EXIT_FAILED
     except (KeyboardInterrupt, DemoInterrupted):
         errors.print("interrupted", style="bold red")
@@ -868,3 +912,21 @@ def demo(directory: Path, records: int, base_port: int | None) -> None:
         signal.signal(signal.SIGTERM, previous)
     if status:
         raise SystemExit(status)
+
+
+def spark_place(master: str | None, cluster_dir: Path | None, *, kill_executor: bool) -> SparkPlace:
+    """Where the pipeline runs, from the options; click's usage error (exit 2) for options
+    that do not go together or a cluster directory without a cluster."""
+    if cluster_dir is None:
+        if kill_executor:
+            raise click.UsageError("--kill-executor needs --spark-cluster DIR")
+        return SparkPlace(master=master)
+    try:
+        cluster = read_spark_cluster(cluster_dir)
+    except SparkClusterError as error:
+        raise click.UsageError(str(error)) from None
+    if master is not None and master != cluster.master_url:
+        raise click.UsageError(
+            f"--spark-master {master} is not the master of --spark-cluster ({cluster.master_url})"
+        )
+    return SparkPlace(master=cluster.master_url, kill_in=cluster if kill_executor else None)

@@ -1,7 +1,8 @@
 """`tidelog verify-replicas TOPIC`: every replica's committed batches compared, as
 kafka-replica-verification does, by a local Spark batch job (`tidelog.spark.replicas`).
 
-Output, one line each (`--json`: one object instead):
+Output, one line each (`--json`: one object instead); each partition's line as soon as that
+partition is verified, the rest at the end:
 
     2026-01-02 03:04:05,678: max lag is 0 for partition orders-0 at offset 1234 among 3 replicas
     replica 2 of partition orders-1 could not be read: 127.0.0.1:9093, fetch offset 0: ...
@@ -19,6 +20,9 @@ Rules of this file:
   seconds; pyspark is imported only when the command runs, so `tidelog --help` stays fast.
 - The Spark session is left running: in a test it is shared, and a command's process ends
   with it anyway.
+- Progress (Spark starting, then a bar over the partitions verified) is drawn on a terminal
+  only, stdout's when stdout is one, else stderr's, and vanishes at the end; a pipe gets
+  the lines alone, so the output a script parses is the same.
 - `--spark-master` (or TIDELOG_SPARK_MASTER) runs the job on a Spark standalone master
   (`tidelog spark cluster up` prints one); without either it runs in local[2].
 """
@@ -26,11 +30,22 @@ Rules of this file:
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from tidelog.errors import TidelogError
 from tidelog.spark.standalone import MASTER_ENV
@@ -64,25 +79,90 @@ def verify_replicas_command(
 
     Each replica is read from its own broker (a follower too) up to its HWM, batch by batch;
     below the smallest HWM, every batch's offsets, leader epoch and CRC must agree on all
-    replicas and its CRC-32C must check. Prints each partition's lag (max HWM - min HWM),
-    each mismatch and each replica that could not be read; exits 1 if there is any."""
+    replicas and its CRC-32C must check. Prints each partition's lag (max HWM - min HWM) as
+    soon as that partition is verified, then each mismatch and each replica that could not
+    be read; exits 1 if there is any. On a terminal, a progress bar shows the partitions done."""
+    printer = LinePrinter(as_json=as_json)
     try:
-        report = run_job(client, topic, spark_master)
+        report = run_job(client, topic, spark_master, printer=printer)
     except TidelogError as error:
+        printer.stop()  # the bar goes before the error is printed
         click.echo(f"error: {error}", err=True)
         raise SystemExit(EXIT_PROBLEMS) from error
+    finally:
+        printer.stop()
     now = datetime.now()
     if as_json:
         click.echo(json.dumps(report_json(report, now)))
     else:
-        for line in report_lines(report, now):
+        for line in closing_lines(report):
             click.echo(line)
     if not report.ok:
         raise SystemExit(EXIT_PROBLEMS)
 
 
-def run_job(client: ClientSettings, topic: str, spark_master: str | None = None) -> ReplicaReport:
-    """The report of one verification; TidelogError for what keeps it from running."""
+class LinePrinter:
+    """The command's output while the job runs: a progress bar over the partitions on the
+    terminal (stderr's, or stdout's when stdout is one; never in a pipe), and each
+    partition's lag line on stdout as soon as it is verified (not with --json)."""
+
+    def __init__(self, *, as_json: bool) -> None:
+        self.as_json = as_json
+        on_stdout = sys.stdout.isatty()
+        console = Console(stderr=not on_stdout, highlight=False)
+        self.progress: Progress | None = None
+        self.line_console = console if on_stdout else None
+        if console.is_terminal:
+            self.progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+        self.task: TaskID | None = None
+
+    def starting(self, master: str, partition_count: int) -> None:
+        if self.progress is None:
+            return
+        self.progress.start()
+        self.task = self.progress.add_task(f"starting Spark ({master})", total=partition_count)
+
+    def verifying(self) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, description="partitions verified")
+
+    def done(self, report: ReplicaReport) -> None:
+        """A round of partitions is verified: their lines, the bar moved on."""
+        if not self.as_json:
+            stamp = kafka_time(datetime.now())
+            for check in report.partitions:
+                self.echo(lag_line(report.topic, check, stamp))
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task, len(report.partitions))
+
+    def echo(self, line: str) -> None:
+        if self.line_console is not None and self.progress is not None:
+            self.line_console.print(line, markup=False, soft_wrap=True)  # above the bar
+        else:
+            click.echo(line)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def run_job(
+    client: ClientSettings,
+    topic: str,
+    spark_master: str | None = None,
+    *,
+    printer: LinePrinter | None = None,
+) -> ReplicaReport:
+    """The report of one verification; TidelogError for what keeps it from running. The
+    `printer` hears of the start and of each round of partitions done."""
     client = answering(client)
     # pyspark takes seconds to import, and its session starts a JVM: only now.
     from tidelog.spark.replicas import plan_reads, verify_replicas  # noqa: PLC0415
@@ -90,9 +170,19 @@ def run_job(client: ClientSettings, topic: str, spark_master: str | None = None)
 
     master = master_of(spark_master)  # a bad master is refused before the JVM starts
     # An unknown topic, or a login refused, fails here, before the JVM starts.
-    plan_reads(client.bootstrap, topic, client.security)
+    reads = plan_reads(client.bootstrap, topic, client.security)
+    if printer is not None:
+        printer.starting(master, len({read.partition for read in reads}))
     spark = spark_session(APP_NAME, master)
-    return verify_replicas(spark, client.bootstrap, topic, client.properties)
+    if printer is not None:
+        printer.verifying()
+    return verify_replicas(
+        spark,
+        client.bootstrap,
+        topic,
+        client.properties,
+        on_partitions=None if printer is None else printer.done,
+    )
 
 
 def kafka_time(now: datetime) -> str:
@@ -105,10 +195,16 @@ def plural(count: int, noun: str) -> str:
 
 def report_lines(report: ReplicaReport, now: datetime) -> list[str]:
     """The lines of the text output, in order: partitions, replica errors, mismatches,
-    the verdict."""
+    the verdict (the command prints the partitions' lines as they are done, each with
+    its own time)."""
     stamp = kafka_time(now)
     lines = [lag_line(report.topic, check, stamp) for check in report.partitions]
-    lines += [
+    return [*lines, *closing_lines(report)]
+
+
+def closing_lines(report: ReplicaReport) -> list[str]:
+    """The lines after the partitions': replica errors, mismatches, the verdict."""
+    lines = [
         f"replica {r.replica} of partition {report.topic}-{r.partition} could not be read: "
         f"{r.error}"
         for r in report.errors

@@ -110,6 +110,35 @@ def test_read_limits_whole_batches_end_offset_and_max_bytes(tmp_path: object) ->
         assert storage.read(Offset(37), end_offset=Offset(40), max_bytes=1) == [batches[9]]
 
 
+def test_the_last_batch_is_found_without_a_scan_and_still_checked(tmp_path: object) -> None:
+    """A read at the log's end takes the last batch's place from memory (no scan from the
+    sparse index entry before it), but its header is read from the disk: a damaged one is
+    found and never served; after a truncation the batch now last is found again."""
+    batches = build_batches([4] * 6)
+    one_segment = WalConfig(segment_bytes=1 << 20, index_interval_bytes=200)
+    with open_disk(str(tmp_path), one_segment) as storage:
+        storage.append(batches)
+        segment = storage._segments[-1]
+        assert segment.last_batch is not None
+        assert segment.last_batch[0] == sum(len(batch) for batch in batches[:-1])
+        assert storage.read(Offset(21), end_offset=Offset(24), max_bytes=1) == [batches[5]]
+        assert bytes(storage.read_range(Offset(20), end_offset=Offset(24), max_bytes=1)) == (
+            batches[5]
+        )
+        storage.truncate_to(offset=Offset(16))
+        assert segment.last_batch is None  # a truncation forgets it: found by a scan
+        assert storage.read(Offset(12), end_offset=Offset(16), max_bytes=1) == [batches[3]]
+        storage.append(batches[4:])
+        assert storage.read(Offset(20), end_offset=Offset(24), max_bytes=1) == [batches[5]]
+        position = segment.last_batch[0]
+        with open(segment.log_path, "r+b") as file:  # its base offset, not covered by the CRC
+            file.seek(position + 7)
+            file.write(b"\x63")
+        with pytest.raises(StorageError, match="needs repair"):
+            storage.read_range(Offset(20), end_offset=Offset(24), max_bytes=1)
+        assert storage.needs_repair is not None
+
+
 def test_sparse_index_entries_every_interval(tmp_path: object) -> None:
     batches = build_batches([1] * 20)
     with open_disk(str(tmp_path)) as storage:

@@ -618,7 +618,8 @@ class Replica:
             or self.log.has_unpersisted
             or self.hwm != self.hwm_in_ready
             or self.repair_floor_to_clear
-            or self._hard_state() != self.persisted_hard_state
+            or self.epoch != self.persisted_hard_state.epoch
+            or self.voted_for != self.persisted_hard_state.voted_for
             or (self.role is Role.LEADER and self._appends_due())
         )
 

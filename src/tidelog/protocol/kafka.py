@@ -728,34 +728,58 @@ def _decode_body(api_key: ApiKey, version: int, payload: bytes, position: int) -
     # Metadata v9+ for every topic with its 4-byte placeholder of the array count left in
     # the request; its first zero reads as the null array (every topic), the next three as
     # the other fields, and the three bytes librdkafka meant for those are left over.
-    null = _null_field(_APIS[api_key].request_class._struct, body, version)
+    null = _null_field(_null_plan(_APIS[api_key].request_class._struct, version), body)
     if null is not None:
         raise ProtocolError(f"{api_key.name} v{version}: {null} is null, which it may not be")
     body._version = version
     return body
 
 
-def _null_field(struct: Any, value: Any, version: int, path: str = "") -> str | None:
-    """The path of the first field of `value` that is null although `struct`'s schema
-    does not allow it at `version`, or None. Tagged fields are optional: not checked."""
+_NullCheck = tuple[str, bool, int, tuple[Any, ...]]  # name, may be null, kind, its fields
+_SCALAR, _ARRAY, _STRUCT, _STRUCT_ARRAY = range(4)
+_null_plans: dict[tuple[int, int], tuple[Any, tuple[_NullCheck, ...]]] = {}
+
+
+def _null_plan(struct: Any, version: int) -> tuple[_NullCheck, ...]:
+    """What `_null_field` checks of `struct` at `version`, worked out once from the schema
+    (cached: a request's walk then costs a getattr per field). Tagged fields are optional:
+    not checked. A uuid of zeros decodes as None: a value (no topic has it), not a null."""
+    cached = _null_plans.get((id(struct), version))
+    if cached is not None:
+        return cached[1]
+    checks: list[_NullCheck] = []
     for name, field in struct.fields.items():
         if not field.for_version_q(version) or field.tagged_field_q(version):
             continue
+        may_be_null = bool(field.nullable_for_version_q(version)) or field.type_str == "uuid"
+        if field.is_struct_array():
+            checks.append((name, may_be_null, _STRUCT_ARRAY, _null_plan(field.array_of, version)))
+        elif field.is_struct():
+            checks.append((name, may_be_null, _STRUCT, _null_plan(field, version)))
+        else:
+            checks.append((name, may_be_null, _ARRAY if field.is_array() else _SCALAR, ()))
+    plan = tuple(checks)
+    _null_plans[(id(struct), version)] = (struct, plan)  # the struct kept: its id stays its
+    return plan
+
+
+def _null_field(plan: tuple[_NullCheck, ...], value: Any, path: str = "") -> str | None:
+    """The path of the first field of `value` that is null although its schema (`plan`, from
+    `_null_plan`) does not allow it, or None."""
+    for name, may_be_null, kind, fields in plan:
         item = getattr(value, name, None)
-        where = f"{path}{name}"
         if item is None:
-            # A uuid of zeros decodes as None: a value (no topic has it), not a null.
-            if not field.nullable_for_version_q(version) and field.type_str != "uuid":
-                return where
-        elif field.is_struct_array():
+            if not may_be_null:
+                return f"{path}{name}"
+        elif kind == _STRUCT_ARRAY:
             for index, element in enumerate(item):
-                found = _null_field(field.array_of, element, version, f"{where}[{index}].")
+                found = _null_field(fields, element, f"{path}{name}[{index}].")
                 if found is not None:
                     return found
-        elif field.is_struct():
-            found = _null_field(field, item, version, f"{where}.")
+        elif kind == _STRUCT:
+            found = _null_field(fields, item, f"{path}{name}.")
             if found is not None:
                 return found
-        elif field.is_array() and any(element is None for element in item):
-            return f"{where}[]"
+        elif kind == _ARRAY and any(element is None for element in item):
+            return f"{path}{name}[]"
     return None

@@ -293,7 +293,7 @@ class PartitionRunner:
 
     async def wait_for_hwm(self, seen: Offset, timeout_s: float) -> None:
         """Return once the HWM is past `seen`, or after `timeout_s` (long-poll fetch)."""
-        if self.replica.status().hwm > seen or timeout_s <= 0:
+        if self.replica.hwm > seen or timeout_s <= 0:
             return
         event = self.hwm_moved
         try:
@@ -338,7 +338,7 @@ class PartitionRunner:
         log_end = self.storage.log_end_offset
         ready = begin_round(self.replica, self.storage, self._send)
         if ready is None:
-            self._maybe_wake_fetchers()  # stepping an acknowledgement may move the HWM
+            self._maybe_wake_fetchers(self.replica.hwm)  # an acknowledgement may move it
             return False
         self._name_what_is_given_up(ready, log_end)
         if ready.truncate_to is not None:
@@ -348,7 +348,7 @@ class PartitionRunner:
         # The produce requests a moved HWM completes are answered before the fetchers
         # it wakes: both resume in the next loop iteration, in this order.
         self._complete(ready.completions)
-        self._maybe_wake_fetchers()
+        self._maybe_wake_fetchers(self.replica.hwm)
         if ready.isr_proposals and self.on_proposals is not None:
             self.on_proposals(self, ready.isr_proposals)
         inline = False
@@ -499,7 +499,7 @@ class PartitionRunner:
 
     def _after_round(self, status: ReplicaStatus) -> None:
         """Wake the fetchers, log a role or repair change: one status for the three."""
-        self._maybe_wake_fetchers(status)
+        self._maybe_wake_fetchers(status.hwm)
         self._log_role_change(status)
         self._log_repair_change(status)
 
@@ -551,8 +551,9 @@ class PartitionRunner:
             if future is not None and not future.done():
                 future.set_result(result)
 
-    def _maybe_wake_fetchers(self, status: ReplicaStatus | None = None) -> None:
-        hwm = (self.replica.status() if status is None else status).hwm
+    def _maybe_wake_fetchers(self, hwm: Offset) -> None:
+        """Wake the long-polling fetchers when the HWM moved (read from the replica's
+        attribute on the hot path: a whole `status()` is built only once per round)."""
         if hwm != self.hwm_announced:
             self.hwm_announced = hwm
             self._wake_fetchers()

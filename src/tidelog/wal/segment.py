@@ -126,6 +126,9 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self.max_timestamp_offset = self.base_offset
         self.bytes_since_index_entry = 0
+        # The last batch this segment wrote, while it is the segment's last: a consumer at
+        # the log's end finds it without a scan from the sparse index entry before it.
+        self.last_batch: tuple[int, BatchHeader] | None = None
 
     # --- writing --------------------------------------------------------------------
     def create_files(self, now_ms: int) -> None:
@@ -143,6 +146,7 @@ class Segment:
             entry, time_entry = self._index_batch(header, self.size_bytes)
             index_entries += entry
             time_entries += time_entry
+            self.last_batch = (self.size_bytes, header)
             self.size_bytes += header.size_bytes
             self.end_offset = header.next_offset
         assert self.size_bytes <= SEGMENT_BYTES_MAX
@@ -221,6 +225,7 @@ class Segment:
         are missing, malformed or stale (the caller then rebuilds them)."""
         self.size_bytes = self.fs.size(self.log_path)
         self.end_offset = end_offset
+        self.last_batch = None
         if not (self.fs.exists(self.index_path) and self.fs.exists(self.time_index_path)):
             return False
         index = decode_offset_index(
@@ -243,17 +248,29 @@ class Segment:
         if not index.offsets:
             return True
         position = index.positions[-1]
-        data = self.fs.pread(self.log_path, position, HEADER_SIZE)
         try:
-            header = check_framing(data, 0, self.size_bytes - position)
+            header = self.header_at(position)
         except CorruptBatch:
             return False
         return header.base_offset == self.base_offset + index.offsets[-1]
 
     # --- reading --------------------------------------------------------------------
+    def header_at(self, position: int) -> BatchHeader:
+        """The framed header at `position`, read from the disk; CorruptBatch when not sane."""
+        data = self.fs.pread(self.log_path, position, HEADER_SIZE)
+        return check_framing(data, 0, self.size_bytes - position)
+
     def find(self, offset: Offset) -> tuple[int, BatchHeader]:
         """(position, header) of the batch holding `offset`, found from the sparse index."""
         assert self.base_offset <= offset < self.end_offset
+        last = self.last_batch
+        if last is not None and last[1].base_offset <= offset:
+            # The segment's last batch (it ends at the segment's end): its header is read
+            # from the disk as a scan would, and must be the one written there.
+            position, written = last
+            if self.header_at(position) != written:
+                raise CorruptBatch(f"the batch header at {position} is not the one written")
+            return last
         start = self.index.lookup(offset)
         for position, header in scan_batches(
             self.fs, self.log_path, start, self.size_bytes, verify=False

@@ -57,6 +57,7 @@ from tidelog.protocol.codecs import CODEC_NAMES, ZSTD, CodecError, decompress
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.record_walk import (
     RECORD_SIZE_MIN,
+    UNIFORM_COUNT_MIN,
     MalformedRecord,
     walk_records,
     walk_uniform_records,
@@ -286,9 +287,10 @@ def _check_records(batch: bytes, header: BatchHeader, rules: BatchRules) -> int:
             f"{count} records cannot fit in {len(records) - start} bytes of records in "
             f"topic partition {name}",
         )
-    largest = walk_uniform_records(records, start, count)
-    if largest is not None:
-        return largest
+    if count >= UNIFORM_COUNT_MIN:
+        largest = walk_uniform_records(records, start, count)
+        if largest is not None:
+            return largest
     try:
         return walk_records(records, start, count)
     except MalformedRecord as error:

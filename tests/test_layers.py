@@ -230,6 +230,7 @@ def test_core_reads_no_clock() -> None:
 # checker, in testing/, reads the log itself on purpose).
 REPLICA_API = {
     "status",
+    "high_watermark",  # status().hwm alone, on a round's hot path
     "read_committed",
     "fetch",
     "fetch_bounds",

@@ -591,6 +591,10 @@ class Replica:
             repair_floor=self.repair_floor,
         )
 
+    def high_watermark(self) -> Offset:
+        """`status().hwm` alone, without building the whole status (a round's hot path)."""
+        return self.hwm
+
     def read_committed(self, start_offset: Offset, *, max_bytes: int) -> list[bytes]:
         """Whole committed batches from the one holding `start_offset` (below the HWM), up
         to `max_bytes` but at least one when one qualifies: a state machine's input."""

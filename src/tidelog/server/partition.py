@@ -293,7 +293,7 @@ class PartitionRunner:
 
     async def wait_for_hwm(self, seen: Offset, timeout_s: float) -> None:
         """Return once the HWM is past `seen`, or after `timeout_s` (long-poll fetch)."""
-        if self.replica.hwm > seen or timeout_s <= 0:
+        if self.replica.high_watermark() > seen or timeout_s <= 0:
             return
         event = self.hwm_moved
         try:
@@ -338,7 +338,8 @@ class PartitionRunner:
         log_end = self.storage.log_end_offset
         ready = begin_round(self.replica, self.storage, self._send)
         if ready is None:
-            self._maybe_wake_fetchers(self.replica.hwm)  # an acknowledgement may move it
+            # Stepping an acknowledgement may have moved the HWM.
+            self._maybe_wake_fetchers(self.replica.high_watermark())
             return False
         self._name_what_is_given_up(ready, log_end)
         if ready.truncate_to is not None:
@@ -348,7 +349,7 @@ class PartitionRunner:
         # The produce requests a moved HWM completes are answered before the fetchers
         # it wakes: both resume in the next loop iteration, in this order.
         self._complete(ready.completions)
-        self._maybe_wake_fetchers(self.replica.hwm)
+        self._maybe_wake_fetchers(self.replica.high_watermark())
         if ready.isr_proposals and self.on_proposals is not None:
             self.on_proposals(self, ready.isr_proposals)
         inline = False
@@ -552,8 +553,7 @@ class PartitionRunner:
                 future.set_result(result)
 
     def _maybe_wake_fetchers(self, hwm: Offset) -> None:
-        """Wake the long-polling fetchers when the HWM moved (read from the replica's
-        attribute on the hot path: a whole `status()` is built only once per round)."""
+        """Wake the long-polling fetchers when the HWM moved."""
         if hwm != self.hwm_announced:
             self.hwm_announced = hwm
             self._wake_fetchers()

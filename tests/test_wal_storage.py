@@ -122,9 +122,8 @@ def test_the_last_batch_is_found_without_a_scan_and_still_checked(tmp_path: obje
         assert segment.last_batch is not None
         assert segment.last_batch[0] == sum(len(batch) for batch in batches[:-1])
         assert storage.read(Offset(21), end_offset=Offset(24), max_bytes=1) == [batches[5]]
-        assert bytes(storage.read_range(Offset(20), end_offset=Offset(24), max_bytes=1)) == (
-            batches[5]
-        )
+        tail = storage.read_range(Offset(20), end_offset=Offset(24), max_bytes=1)
+        assert bytes(tail) == batches[5]
         storage.truncate_to(offset=Offset(16))
         assert segment.last_batch is None  # a truncation forgets it: found by a scan
         assert storage.read(Offset(12), end_offset=Offset(16), max_bytes=1) == [batches[3]]

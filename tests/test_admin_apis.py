@@ -18,7 +18,13 @@ from confluent_kafka.admin import (
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 
-from tidelog.testing.live import LiveCluster, create_topic, eventually, tidelog
+from tidelog.testing.live import (
+    LiveCluster,
+    create_topic,
+    eventually,
+    knows_before_joining,
+    tidelog,
+)
 
 TOPIC = "growing"
 
@@ -170,6 +176,7 @@ def test_configs_are_read_and_changed_and_the_replicas_follow(cluster: LiveClust
 def test_groups_and_their_offsets_are_deleted(cluster: LiveCluster) -> None:
     via = ("--bootstrap-server", cluster.bootstrap)
     create_topic(cluster.bootstrap, "grouped", partitions=2)
+    cluster.wait_hosted_everywhere("grouped", 2)  # every node's Metadata answer lists it
     producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
     for partition in (0, 1):
         producer.send("grouped", b"g", partition=partition).get(timeout=30)
@@ -185,6 +192,7 @@ def test_groups_and_their_offsets_are_deleted(cluster: LiveCluster) -> None:
         "grouped", bootstrap_servers=cluster.bootstrap, group_id="busy", enable_auto_commit=False
     )
     try:
+        knows_before_joining(member, "grouped")
         eventually(lambda: member.poll(timeout_ms=200) is not None and member.assignment())
         busy = tidelog("groups", "delete", "busy", *via)
         assert busy.returncode == 1 and "NonEmptyGroupError" in busy.stderr, busy.stderr

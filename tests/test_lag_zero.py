@@ -15,7 +15,14 @@ from typing import Any
 from confluent_kafka import Consumer
 from kafka import KafkaConsumer, KafkaProducer
 
-from tidelog.testing.live import DEADLINE_S, LiveCluster, create_topic, eventually, tidelog
+from tidelog.testing.live import (
+    DEADLINE_S,
+    LiveCluster,
+    create_topic,
+    eventually,
+    knows_before_joining,
+    tidelog,
+)
 
 TOPIC = "drained"
 RECORDS = 10
@@ -57,6 +64,7 @@ def test_a_drained_group_shows_lag_0_behind_a_control_batch(tmp_path: Path) -> N
             auto_offset_reset="earliest",
             enable_auto_commit=False,
         )
+        knows_before_joining(consumer, TOPIC)
         seen: list[bytes] = []
 
         def drained() -> bool:

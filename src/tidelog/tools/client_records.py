@@ -15,9 +15,9 @@ Rules:
   a record (when given), or `stop()` says so; `stop` is asked between polls, so a stop takes
   at most POLL_INTERVAL_MS_MAX, and a poll's records are all yielded first (as Kafka's
   console consumer prints what it fetched before it notices its wakeup). Without a group
-  it assigns partitions itself; with one it subscribes, and commits what the caller took
-  (a record counts once the caller asks for the next) after each poll and once more on
-  the way out.
+  it assigns partitions itself; with one it subscribes, asks Metadata before its first
+  poll (`metadata_before_joining`), and commits what the caller took (a record counts
+  once the caller asks for the next) after each poll and once more on the way out.
 - A start `offset` outside [log start offset, HWM] (ListOffsets earliest and latest) is
   reported through `warn` and replaced by the HWM: auto.offset.reset=latest, which is what
   kafka-console-consumer does with `--offset` (it resets to earliest only with
@@ -263,12 +263,30 @@ def _seek_offset(consumer: Any, tp: Any, offset: int, warn: Callable[[str], None
     consumer.seek(tp, latest)
 
 
+def metadata_before_joining(consumer: Any) -> set[str]:
+    """The topics of a Metadata answer for every topic, asked by a subscribed kafka-python
+    consumer before its first poll joins the group: its metadata then holds the partitions
+    of the topics it subscribed to (when the answer lists them), which a group leader
+    assigns from.
+
+    kafka-python 3.0.12 bootstraps without topics and asks Metadata for the subscribed ones
+    retry_backoff_ms later, so its first poll may join before that answer (a JoinGroup takes
+    a few ms): a leader with no partitions for a topic assigns none, then rejoins when the
+    answer arrives, asked by that metadata change alone. A rejoin so asked that completes
+    after the poll that sent it has returned is dropped (the next poll sees nothing to
+    rejoin for: the leader's snapshot is current since it assigned), so the member never
+    takes its assignment nor heartbeats again, and the group drops it at its session
+    timeout. Kafka brokers with group.initial.rebalance.delay.ms=0 see the same."""
+    return set(consumer.topics())
+
+
 def _position_consumer(
     consumer: Any, options: ConsumeOptions, partitions: list[int], warn: Callable[[str], None]
 ) -> None:
     """Subscribe (with a group) or assign and seek (without one)."""
     if options.group is not None:
         consumer.subscribe([options.topic])
+        metadata_before_joining(consumer)
         return
     assigned = [TopicPartition(options.topic, number) for number in partitions]
     consumer.assign(assigned)

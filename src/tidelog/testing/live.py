@@ -37,7 +37,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tidelog.client_config import read_properties
 from tidelog.status import access_for, read_status
-from tidelog.tools.client_records import metadata_before_joining
 
 EPHEMERAL_PORT_MIN = 32_768
 PORT_SPAN = 403  # base .. base+2 Kafka, +100.. peers, +200.. admin, +300.. SSL, +400.. SASL
@@ -81,11 +80,10 @@ def eventually(
 
 def knows_before_joining(consumer: Any, topic: str) -> None:
     """Until a kafka-python consumer subscribed to `topic` that has not polled yet holds the
-    topic's partitions in its metadata (`metadata_before_joining`: else, as group leader,
-    it may assign nothing and then drop its rejoin's assignment)."""
-    eventually(
-        lambda: topic in metadata_before_joining(consumer), f"{topic} in the consumer's metadata"
-    )
+    topic's partitions in its metadata (a Metadata answer for every topic, as
+    tidelog.tools.client_records' `metadata_before_joining` asks: else, as group leader, it
+    may assign nothing and then drop its rejoin's assignment)."""
+    eventually(lambda: topic in set(consumer.topics()), f"{topic} in the consumer's metadata")
 
 
 def free_base_port(nodes: int = 3) -> int:

@@ -12,6 +12,10 @@ Jobs:
 - `slow-copy`: a Trigger.AvailableNow stream from one topic to another through the sink, each
   task held for `--task-s` seconds by a function that marks, in `--markers`, when a task
   attempt starts and ends and in which executor JVM (its PID): the test kills one mid-task.
+- `demo`: `tidelog demo --spark-cluster DIR --kill-executor`, run by this process on this
+  same application (`spark_session` hands the demo the running session, and the demo stops
+  it at its end), so the demo starts no driver or executor JVMs of its own. Its stdout goes
+  to `work/demo.out`; its exit status is the result.
 
 This file runs as __main__, so cloudpickle ships its functions to the executors by value;
 what they import from tidelog, the executors import from their PYTHONPATH.
@@ -20,6 +24,7 @@ what they import from tidelog, the executors import from their PYTHONPATH.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -158,6 +163,23 @@ def slow_copy(spark: Any, arguments: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def demo(arguments: argparse.Namespace) -> dict[str, Any]:
+    """`tidelog demo` on this process's session, as the command line runs it; its status."""
+    from tidelog.cli import main as tidelog_main  # noqa: PLC0415
+
+    argv = [
+        "demo", "--records", str(arguments.demo_records),
+        "--data-dir", str(arguments.demo_dir), "--base-port", str(arguments.demo_base_port),
+        "--spark-cluster", str(arguments.spark_cluster), "--kill-executor",
+    ]  # fmt: skip
+    with (arguments.work / "demo.out").open("w") as out, contextlib.redirect_stdout(out):
+        try:
+            tidelog_main(argv)
+        except SystemExit as exit_:
+            return {"status": exit_.code or 0}
+    return {"status": 0}
+
+
 def write_result(work: Path, name: str, result: dict[str, Any]) -> None:
     """`work/NAME.json`, written whole (a temporary file renamed): the test polls for it."""
     temporary = work / f".{name}.json.tmp"
@@ -183,6 +205,10 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--task-s", type=float, default=2.0)
     parser.add_argument("--max-per-trigger", type=int, default=200)
+    parser.add_argument("--demo-dir", type=Path, required=True)
+    parser.add_argument("--demo-base-port", type=int, required=True)
+    parser.add_argument("--demo-records", type=int, required=True)
+    parser.add_argument("--spark-cluster", type=Path, required=True)
     arguments = parser.parse_args()
     from tidelog.spark.session import spark_session  # noqa: PLC0415 - starts a JVM
 
@@ -191,8 +217,9 @@ def main() -> None:
         write_result(arguments.work, "roundtrip", roundtrip(spark, arguments))
         wait_for_go(arguments.work)
         write_result(arguments.work, "slow-copy", slow_copy(spark, arguments))
+        write_result(arguments.work, "demo", demo(arguments))
     finally:
-        spark.stop()
+        spark.stop()  # a no-op when the demo has stopped it
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from typing import Any, Final, NamedTuple
 
 from tidelog.clock import monotonic_ms
 from tidelog.core.producers import last_sequence_of
-from tidelog.core.replica import ACKS_ALL, Role
+from tidelog.core.replica import ACKS_ALL, ReplicaStatus, Role
 from tidelog.errors import (
     InvalidBatch,
     MetadataError,
@@ -252,11 +252,19 @@ def topic_metadata(broker: BrokerView, cls: Any, name: str, with_operations: boo
 
 def in_sync_nodes(broker: BrokerView, key: PartitionKey, replicas: tuple[int, ...]) -> list[int]:
     """The leader and the followers that acked within an election timeout and are not
-    repairing (`Replica.in_sync_replicas`)."""
+    repairing (`Replica.in_sync_replicas`); every replica where this node does not lead."""
     runner = broker.runners.get(key)
-    if runner is None or runner.replica.status().role is not Role.LEADER:
+    if runner is None:
         return list(replicas)
-    return [int(node) for node in runner.replica.status().in_sync_replicas]
+    return in_sync_of(runner.replica.status(), replicas)
+
+
+def in_sync_of(state: ReplicaStatus, replicas: tuple[int, ...]) -> list[int]:
+    """`in_sync_nodes` from one status value the caller has read already: a leader's
+    in-sync replicas, else every replica."""
+    if state.role is not Role.LEADER:
+        return list(replicas)
+    return [int(node) for node in state.in_sync_replicas]
 
 
 # ---------------------------------------------------------------------- Produce --------

@@ -19,7 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tidelog.protocol.peer import PartitionKey
-from tidelog.server.handlers import in_sync_nodes
+from tidelog.server.handlers import in_sync_of
 from tidelog.server.metadata import METADATA_TOPIC
 from tidelog.server.view import BrokerView
 
@@ -50,7 +50,7 @@ def status(broker: BrokerView) -> dict[str, Any]:
                 "hwm": int(state.hwm),
                 "log_start_offset": int(state.log_start_offset),
                 "log_end_offset": int(state.log_end_offset),
-                "isr": in_sync_nodes(broker, key, replicas),
+                "isr": in_sync_of(state, replicas),
                 # As the metadata log holds it (the leader's report): what Metadata answers.
                 "reported_isr": reported_isr,
                 "replication": "quorum" if record is None else "isr",

@@ -263,7 +263,16 @@ _API_VERSIONS_FLEXIBLE_MIN: Final = 3
 _API_KEY_AND_VERSION = struct.Struct(">hh")
 
 # What a malformed body makes kafka-python's generated decoders raise.
-_DECODE_ERRORS: Final = (struct.error, ValueError, IndexError, KeyError, OverflowError)
+# kafka-python's generated decoders also assert on what they read (a tagged-field section
+# whose size is not what follows it): from our side of the door, a malformed request.
+_DECODE_ERRORS: Final = (
+    struct.error,
+    ValueError,
+    IndexError,
+    KeyError,
+    OverflowError,
+    AssertionError,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -245,6 +245,7 @@ REPLICA_API = {
     "note_log_start",
     "producer_snapshot",
     "transfer_leadership",
+    "campaign",  # a new partition's preferred replica starts its election at once
     "end_offset_for_epoch",
     "set_min_insync_replicas",
     # ISR mode (core/isr_replica.py): the controller's records and answers in.

@@ -1,5 +1,6 @@
 """Leadership moves without a failover (server/leadership.py, the core's rule 10).
 
+A new topic's partitions are each led by their preferred replica from their first election.
 Under an idempotent acks=all load on three partitions: a node restarted with SIGTERM
 (`tidelog cluster restart`) first hands every leadership it holds over (controlled
 shutdown); afterwards it leads nothing, and a preferred-leader election (ElectLeaders, as
@@ -34,13 +35,16 @@ PARTITIONS = 3
 RATE_PER_S = 300
 RECORDS_MAX = 60_000
 PREFERRED = 0  # ElectLeaders' election type
+FIRST_TOPIC, FIRST_PARTITIONS = "first-leaders", 24
 
 
-def leaders_and_preferred(bootstrap: str) -> tuple[dict[int, int], dict[int, int]]:
+def leaders_and_preferred(
+    bootstrap: str, topic: str = TOPIC
+) -> tuple[dict[int, int], dict[int, int]]:
     """{partition: leader} and {partition: its first replica}, from fresh metadata."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
     try:
-        partitions = admin.describe_topics([TOPIC])[0]["partitions"]
+        partitions = admin.describe_topics([topic])[0]["partitions"]
     finally:
         admin.close()
     leaders = {p["partition_index"]: p["leader_id"] for p in partitions}
@@ -82,6 +86,12 @@ def test_restarts_hand_leadership_over_and_elections_give_it_back(tmp_path: Path
     cluster = LiveCluster(tmp_path / "cluster")
     load: ProducerLoad | None = None
     try:
+        # A new partition is led by its preferred replica from the first: no other replica
+        # wins its first election for the rebalance to undo minutes later.
+        create_topic(cluster.bootstrap, FIRST_TOPIC, partitions=FIRST_PARTITIONS)
+        cluster.wait_hosted_everywhere(FIRST_TOPIC, FIRST_PARTITIONS)
+        leaders, preferred = leaders_and_preferred(cluster.bootstrap, FIRST_TOPIC)
+        assert leaders == preferred
         create_topic(cluster.bootstrap, TOPIC, partitions=PARTITIONS)
         cluster.wait_hosted_everywhere(TOPIC, PARTITIONS)
         load = ProducerLoad(

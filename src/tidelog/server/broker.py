@@ -56,7 +56,12 @@ from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
 from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.isr_control import IsrControl, clean_start
-from tidelog.server.leadership import controlled_shutdown, hand_over, rebalance
+from tidelog.server.leadership import (
+    campaign_if_leaderless,
+    controlled_shutdown,
+    hand_over,
+    rebalance,
+)
 from tidelog.server.logs import partition_fields
 from tidelog.server.metadata import (
     METADATA_TOPIC,
@@ -175,6 +180,8 @@ class Broker:
         self.syncs = Syncs(self.executor, self.transport.flush, metrics=self.metrics)
         # Partitions whose log could not be opened (a failing disk): opened again later.
         self.unopened: dict[PartitionKey, TopicInfo] = {}
+        # New partitions this node prefers, and the ticks left to campaign for them.
+        self.campaigning: dict[PartitionKey, int] = {}
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
         self.truth = ClusterTruth(self)
         self.isr = IsrControl(self, clean=clean_start(config.data_dir))
@@ -309,7 +316,8 @@ class Broker:
             if topic.config.isr_mode:
                 self.isr.hand_record(key)  # the controller names its leader
             elif replicas[0] == self.node_id and runner.replica.status().epoch == 0:
-                runner.submit(Replica.campaign)  # the preferred leader starts at once
+                runner.submit(campaign_if_leaderless)  # the preferred leader starts at once,
+                self.campaigning[key] = self.config.election_ticks  # and tries each tick
 
     def open_unopened(self) -> None:
         """Try again to open the partitions a failing disk kept closed."""
@@ -597,6 +605,7 @@ class Broker:
             stamp, wall = monotonic_ms(), wall_ms()
             for runner in list(self.runners.values()):
                 runner.submit(partial(tick_replica, stamp, wall))
+            self.campaign_again()
             for coordinator in list(self.coordinators.values()):
                 coordinator.tick()
             self.disk.maybe_over()
@@ -615,6 +624,17 @@ class Broker:
                 for runner in list(self.runners.values()):
                     runner.apply_retention(wall)
                 self.open_unopened()
+
+    def campaign_again(self) -> None:
+        """New partitions this node prefers campaign again while no one leads them, for one
+        election timeout (server/leadership.py)."""
+        for key, ticks_left in list(self.campaigning.items()):
+            runner = self.runners.get(key)
+            if runner is None or ticks_left <= 0 or runner.replica.status().leader_id is not None:
+                del self.campaigning[key]
+                continue
+            self.campaigning[key] = ticks_left - 1
+            runner.submit(campaign_if_leaderless)
 
     # ---------------------------------------------------------------- lifecycle --------
     def announce_to(self, peer: NodeId) -> None:

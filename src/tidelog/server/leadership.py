@@ -20,6 +20,14 @@ Rules of this file:
 - ISR mode (docs/isr.md): the controller moves leaderships, not the leaders: controlled
   shutdown asks it first (server/isr_control.py), and a preferred-leader election is its
   `elect_preferred` command.
+- A new partition (quorum mode) is led by its preferred replica, as Kafka's controller
+  makes it: that replica campaigns as soon as it hosts the partition, and again at each
+  tick while no one leads epoch 0, for one election timeout. Its peers may host the
+  partition a heartbeat later than it (they learn the metadata log's HWM then) and drop
+  its first requests; a campaign here is a pre-vote, so one that fails disturbs no one,
+  and the others' election timers, started when they host it, fire an election timeout
+  later at the soonest. Without this a random one of the three often won, and the
+  rebalance moved the leadership again minutes later.
 - The automatic rebalance (Kafka's auto.leader.rebalance.enable), every
   `leader_imbalance_check_interval_ms`: a leader hands a partition over to its preferred
   replica when that replica is in sync and the share of the partitions it prefers but does
@@ -146,6 +154,14 @@ def preferred_shares(broker: BrokerView) -> dict[NodeId, float]:
         if broker.leader_of(key)[0] != node:
             not_led[node] = not_led.get(node, 0) + 1
     return {node: not_led.get(node, 0) / count for node, count in preferred.items()}
+
+
+def campaign_if_leaderless(replica: Replica) -> None:
+    """A new partition's preferred replica campaigns while no one leads epoch 0 (see the
+    rules); a follower that knows a leader, or any later epoch, is left alone."""
+    status = replica.status()
+    if status.epoch == 0 and status.leader_id is None and status.role is not Role.LEADER:
+        replica.campaign()
 
 
 def partitions_of(broker: BrokerView) -> Iterator[tuple[PartitionKey, tuple[int, ...]]]:

@@ -12,15 +12,19 @@ from pathlib import Path
 import pytest
 
 from tidelog.testing import mutants
+from tidelog.testing.mutant_checks import seed_of
 from tidelog.testing.mutants import (
     CATALOGUE,
     PACKAGE,
     AnchorError,
     Mutant,
     Outcome,
+    Report,
+    checks_command,
     mutated_source,
     read_verdict,
     run_gate,
+    seed_baseline_jobs,
     text_report,
 )
 
@@ -69,6 +73,37 @@ def test_a_run_that_died_is_caught_by_the_check_it_was_in() -> None:
     outcome = read_verdict("m", stdout, "Segmentation fault", "status -11", 1.0)
     assert (outcome.caught_by, outcome.checks) == ("sim memory-3 seed 4", 1)
     assert "Segmentation fault" in outcome.detail
+
+
+def test_the_seeds_that_caught_a_mutant_are_the_baseline_s_seeds() -> None:
+    assert seed_of("sim memory-5 seed 41") == ("memory-5", 41)
+    assert seed_of("scenario 04_failover.txt") is None
+    assert seed_of(None) is None
+    outcomes = [
+        Outcome("a", "sim memory-5 seed 41", "d", 9, 1.0),
+        Outcome("b", "sim memory-5 seed 41", "d", 9, 1.0),
+        Outcome("c", "sim groups-3 seed 11", "d", 9, 1.0),
+        Outcome("d", "scenario x.txt", "d", 1, 1.0),
+        Outcome("e", None, "", 99, 1.0),  # survived: no check of its to prove
+    ]
+    jobs = seed_baseline_jobs(outcomes)
+    assert [(job.name, job.mutant, job.seeds) for job in jobs] == [
+        ("sim groups-3 seed 11", None, (("groups-3", 11),)),
+        ("sim memory-5 seed 41", None, (("memory-5", 41),)),
+    ]
+    assert checks_command(Path("copy"), jobs[1])[-2:] == ["--seed", "memory-5:41"]
+
+
+def test_a_seed_that_fails_unmutated_fails_the_gate_it_caught_for() -> None:
+    mutant = CATALOGUE[0]
+    caught = Outcome(mutant.name, "sim memory-5 seed 41", "a violation", 9, 1.0)
+    failing = Outcome("sim memory-5 seed 41", "sim memory-5 seed 41", "the same one", 1, 1.0)
+    report = Report([Outcome("scenarios", None, "", 1, 1.0), failing], [(mutant, caught)], 1, 2.0)
+    assert report.caught == 1 and not report.passed
+    text = text_report(report)
+    assert "FAILS: sim memory-5 seed 41" in text
+    assert "the unmutated code fails a check: no mutant it caught is judged" in text
+    assert text.endswith("gate FAILED")
 
 
 def test_an_unknown_mutant_stops_the_gate(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,7 @@
 """The checks of the mutation gate, run in a subprocess over one copy of the package.
 
     python -m tidelog.testing.mutant_checks --package DIR [--scenarios DIR] [--sim MODE:SEEDS]
+                                            [--seed MODE:SEED]
 
 Rules of this file:
 - It judges the package it is imported from: the gate puts a (mutated) copy first on
@@ -9,7 +10,8 @@ Rules of this file:
   and all of them run (they take a second): a transcript catches when its output differs or
   it raises, and the catch names first one that reports a violation or raised. Then the
   simulator seeds, the modes interleaved seed by seed: a seed catches on its first
-  violation or exception.
+  violation or exception; then the single seeds of `--seed` (the gate's baseline of the
+  seeds that caught a mutant).
 - Each check (all the transcripts together, or one seed) has a time limit; one that runs
   past it is caught as a hang (a test suite with a hang fails too).
 - Output is JSON lines on stdout: `{"check": LABEL}` as each check starts (so the gate
@@ -24,7 +26,7 @@ import functools
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -157,22 +159,35 @@ Check = ScenarioCheck | SeedCheck
 
 
 def parse_sim(text: str) -> tuple[str, int]:
-    """`MODE:SEEDS` (seeds 1..SEEDS) into (mode, seeds)."""
+    """`MODE:SEEDS` (seeds 1..SEEDS, or the one seed of `--seed`) into (mode, number)."""
     mode, _, seeds = text.partition(":")
     modes = [*MODES, *GROUP_MODES, ISR_MODE]
     if mode not in modes or not seeds.isdigit() or int(seeds) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected MODE:SEEDS, MODE in {modes}")
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MODE:NUMBER, MODE in {modes}")
     return mode, int(seeds)
 
 
-def plan(scenarios: Path | None, modes: list[tuple[str, int]]) -> Iterator[Check]:
-    """The transcripts, then seed 1 of each mode, seed 2 of each mode, and so on."""
+def seed_of(label: str | None) -> tuple[str, int] | None:
+    """(mode, seed) of a `SeedCheck`'s label; None for any other check."""
+    parts = (label or "").split(" ")
+    if len(parts) == 4 and parts[0] == "sim" and parts[2] == "seed" and parts[3].isdigit():
+        return parts[1], int(parts[3])
+    return None
+
+
+def plan(
+    scenarios: Path | None, modes: list[tuple[str, int]], single: Sequence[tuple[str, int]] = ()
+) -> Iterator[Check]:
+    """The transcripts, then seed 1 of each mode, seed 2 of each mode, and so on, then the
+    `single` seeds."""
     if scenarios is not None:
         yield ScenarioCheck(scenarios)
     for seed in range(1, max((seeds for _, seeds in modes), default=0) + 1):
         for mode, seeds in modes:
             if seed <= seeds:
                 yield SeedCheck(mode, seed)
+    for mode, seed in single:
+        yield SeedCheck(mode, seed)
 
 
 def on_alarm(signum: int, frame: FrameType | None) -> None:
@@ -217,6 +232,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sim", type=parse_sim, action="append", default=[], help="MODE:SEEDS, repeatable"
     )
+    parser.add_argument(
+        "--seed", type=parse_sim, action="append", default=[], help="MODE:SEED, repeatable"
+    )
     return parser.parse_args(argv)
 
 
@@ -228,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGALRM, on_alarm)
     count = 0
-    for check in plan(args.scenarios, args.sim):
+    for check in plan(args.scenarios, args.sim, args.seed):
         count += 1
         emit({"check": check.label})
         caught = run_check(check)

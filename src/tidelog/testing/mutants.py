@@ -14,8 +14,11 @@ Rules of this file:
   the mutant and the file (the core changed under it: refit the anchor here). A
   replacement must still compile.
 - Mutants edit only `core/`, `node/` and `groups/`: the checks that judge them stay intact.
-- Before the mutants, the unmutated copy must pass every check (the baseline): a check
-  that fails without a mutant proves nothing about one.
+- The unmutated copy must pass every check that caught a mutant (the baseline): a check
+  that fails without a mutant proves nothing about one. The transcripts run first, before
+  any mutant; the simulator seeds that caught one run after the mutants, each on its own.
+  The sweeps of every seed over the unmutated code are the simulator's own tests
+  (tests/test_sim.py, test_group_sim.py, test_sim_isr.py; `make sim`).
 - The gate passes (exit 0) only when the baseline passes and every mutant is caught;
   exit 1 otherwise, exit 2 when the gate itself cannot run (an anchor, a bad flag).
 - Every run is bounded: seeds per mode (`SEED_PLAN`), a time limit per check (in
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import tidelog
+from tidelog.testing.mutant_checks import seed_of
 
 PACKAGE = Path(tidelog.__file__).resolve().parent
 DEFAULT_SCENARIOS = PACKAGE.parents[1] / "tests" / "scenarios"
@@ -624,6 +628,7 @@ class Job:
     mutant: Mutant | None
     scenarios: Path | None
     seed_plan: tuple[tuple[str, int], ...]
+    seeds: tuple[tuple[str, int], ...] = ()  # single seeds (mode, seed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -653,6 +658,8 @@ def checks_command(copy: Path, job: Job) -> list[str]:
         command += ["--scenarios", str(job.scenarios)]
     for mode, seeds in job.seed_plan:
         command += ["--sim", f"{mode}:{seeds}"]
+    for mode, seed in job.seeds:
+        command += ["--seed", f"{mode}:{seed}"]
     return command
 
 
@@ -716,11 +723,11 @@ def run_jobs(jobs: list[Job], package: Path, workers: int, deadline: float) -> l
         return list(pool.map(run_in_time, jobs))
 
 
-def baseline_jobs(scenarios: Path) -> list[Job]:
-    """The unmutated copy over every check, in shares the workers run side by side."""
-    jobs = [Job("scenarios", None, scenarios, ())]
-    jobs += [Job(f"sim {mode}", None, None, ((mode, seeds),)) for mode, seeds in SEED_PLAN]
-    return jobs
+def seed_baseline_jobs(outcomes: list[Outcome]) -> list[Job]:
+    """The unmutated copy over each simulator seed that caught a mutant, a job each."""
+    caught = {seed_of(outcome.caught_by) for outcome in outcomes if outcome.caught}
+    seeds = sorted(seed for seed in caught if seed is not None)
+    return [Job(f"sim {mode} seed {seed}", None, None, (), ((mode, seed),)) for mode, seed in seeds]
 
 
 @dataclass(frozen=True, slots=True)
@@ -747,14 +754,16 @@ class Report:
 
 
 def run_gate(chosen: list[Mutant], scenarios: Path, workers: int) -> Report:
-    """The baseline, then (only if it is clean) every chosen mutant."""
+    """The transcripts' baseline, then (only if it is clean) every chosen mutant, then the
+    baseline of the seeds that caught one."""
     started = time.monotonic()
     deadline = started + GATE_SECONDS_MAX
-    baseline = run_jobs(baseline_jobs(scenarios), PACKAGE, workers, deadline)
+    baseline = run_jobs([Job("scenarios", None, scenarios, ())], PACKAGE, workers, deadline)
     outcomes: list[Outcome] = []
     if all(outcome.clean for outcome in baseline):  # else a catch would prove nothing
         jobs = [Job(m.name, m, scenarios, SEED_PLAN) for m in chosen]
         outcomes = run_jobs(jobs, PACKAGE, workers, deadline)
+        baseline += run_jobs(seed_baseline_jobs(outcomes), PACKAGE, workers, deadline)
     mutants = list(zip(chosen, outcomes, strict=False))
     return Report(baseline, mutants, len(chosen), time.monotonic() - started)
 
@@ -786,8 +795,8 @@ def table(title: str, outcomes: list[Outcome], *, baseline: bool) -> list[str]:
 def text_report(report: Report) -> str:
     lines = table("BASELINE", report.baseline, baseline=True)
     if not report.baseline_clean:
-        lines.append("the unmutated code fails a check: no mutant can be judged")
-    elif report.mutants:
+        lines.append("the unmutated code fails a check: no mutant it caught is judged")
+    if report.mutants:
         lines += ["", *table("MUTANT", [o for _, o in report.mutants], baseline=False)]
     outcome = "gate passed" if report.passed else "gate FAILED"
     lines.append(

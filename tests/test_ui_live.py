@@ -192,9 +192,8 @@ def test_a_secure_cluster_shows_its_page_to_the_token_only(tmp_path: Path) -> No
 @pytest.fixture
 def browser() -> Iterator[Any]:
     assert shutil.which(CHROMIUM), "chromium is installed by the Makefile's test set-up"
-    driver = headless_chromium()
-    yield driver
-    driver.quit()
+    with headless_chromium() as driver:
+        yield driver
 
 
 def kill(cluster: LiveCluster, node_id: int) -> None:

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -71,8 +75,11 @@ def browser_missing(*, chromium: str = CHROMIUM, chromedriver: str = CHROMEDRIVE
     return ", ".join(missing) or None
 
 
-def headless_chromium(*, window: tuple[int, int] = WINDOW) -> webdriver.Chrome:
-    """A headless Chromium, its window `window` pixels; quit() it when done."""
+@contextmanager
+def headless_chromium(*, window: tuple[int, int] = WINDOW) -> Iterator[webdriver.Chrome]:
+    """A headless Chromium, its window `window` pixels, for the block. Its temporary files
+    (its profile, the directories it leaves behind when it quits) go to a TMPDIR of its own,
+    removed after it quits."""
     from selenium import webdriver  # noqa: PLC0415 - a dev dependency
     from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
 
@@ -86,9 +93,17 @@ def headless_chromium(*, window: tuple[int, int] = WINDOW) -> webdriver.Chrome:
         f"--window-size={window[0]},{window[1]}",
     ):
         options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_page_load_timeout(PAGE_LOAD_TIMEOUT_S)
-    return driver
+    scratch = tempfile.mkdtemp(prefix="tidelog-chromium-")
+    try:
+        service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": scratch})
+        driver = webdriver.Chrome(options=options, service=service)
+        try:
+            driver.set_page_load_timeout(PAGE_LOAD_TIMEOUT_S)
+            yield driver
+        finally:
+            driver.quit()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def read_page(driver: webdriver.Chrome) -> Page:
@@ -155,17 +170,14 @@ class PageCamera:
     def _run(self) -> None:
         from selenium.common.exceptions import WebDriverException  # noqa: PLC0415
 
+        started = False
         try:
-            driver = headless_chromium()
+            with headless_chromium() as driver:
+                started = True
+                self._shot = self._take(driver)
         except WebDriverException as error:
-            self._shot = Shot(None, f"Chromium did not start: {first_line(error)}")
-            return
-        try:
-            self._shot = self._take(driver)
-        except WebDriverException as error:
-            self._shot = Shot(None, first_line(error))
-        finally:
-            driver.quit()
+            said = first_line(error)
+            self._shot = Shot(None, said if started else f"Chromium did not start: {said}")
 
     def _take(self, driver: webdriver.Chrome) -> Shot:
         if not self._cued(self._watching):

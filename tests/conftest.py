@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING
 
 import pytest
@@ -11,6 +13,8 @@ from tidelog.testing.live import LiveCluster, collect_leaked_sockets
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+SWEEP_WORKERS = 2
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,6 +45,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
     running = LiveCluster(tmp_path_factory.mktemp("cluster"))
     yield running
     running.down()
+
+
+@pytest.fixture(scope="session")
+def workers() -> Iterator[ProcessPoolExecutor]:
+    """Two worker processes for the simulator's sweeps (2 cores: a sweep takes half the
+    time). Spawned, not forked: this process runs threads (clients, Spark) by then."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=SWEEP_WORKERS, mp_context=context) as pool:
+        yield pool
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+from concurrent.futures import ProcessPoolExecutor
+
 import pytest
 
 from tidelog.testing import sim
@@ -17,13 +20,17 @@ DISK_SEEDS_5 = 20
     [(3, SEEDS_3, False), (5, SEEDS_5, False), (3, DISK_SEEDS_3, True), (5, DISK_SEEDS_5, True)],
     ids=["memory-3", "memory-5", "disk-3", "disk-5"],
 )
-def test_simulator_finds_no_violation(replicas: int, seeds: int, disk: bool) -> None:
+def test_simulator_finds_no_violation(
+    replicas: int, seeds: int, disk: bool, workers: ProcessPoolExecutor
+) -> None:
     """With `disk`, every log is the real disk log on a file system that loses unsynced
     bytes, tears writes, fails fsyncs and writes, and flips bits in committed batches."""
+    numbers = range(1, seeds + 1)
+    results = workers.map(sim.run_seed, numbers, itertools.repeat(sim.Mode(replicas, 400, disk)))
     failures = {
         seed: result.violations
-        for seed in range(1, seeds + 1)
-        if (result := sim.run_seed(seed, sim.Mode(replicas, 400, disk))).violations
+        for seed, result in zip(numbers, results, strict=True)
+        if result.violations
     }
     assert failures == {}
 

@@ -3,6 +3,9 @@ controller over faulty links, under every fault of the simulator; 0 violations."
 
 from __future__ import annotations
 
+import itertools
+from concurrent.futures import ProcessPoolExecutor
+
 import pytest
 
 from tidelog.testing import sim
@@ -17,11 +20,16 @@ DISK_SEEDS = 8
     [(3, MEMORY_SEEDS, False), (5, MEMORY_SEEDS // 2, False), (3, DISK_SEEDS, True)],
     ids=["memory-3", "memory-5", "disk-3"],
 )
-def test_isr_mode_finds_no_violation(replicas: int, seeds: int, disk: bool) -> None:
+def test_isr_mode_finds_no_violation(
+    replicas: int, seeds: int, disk: bool, workers: ProcessPoolExecutor
+) -> None:
+    numbers = range(1, seeds + 1)
+    mode = sim.Mode(replicas, 300, disk, isr=True)
+    results = workers.map(sim.run_seed, numbers, itertools.repeat(mode))
     failures = {
         seed: result.violations
-        for seed in range(1, seeds + 1)
-        if (result := sim.run_seed(seed, sim.Mode(replicas, 300, disk, isr=True))).violations
+        for seed, result in zip(numbers, results, strict=True)
+        if result.violations
     }
     assert failures == {}
 

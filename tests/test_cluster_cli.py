@@ -333,8 +333,8 @@ def test_status_reports_each_node_and_the_partitions_it_leads(cluster: tuple[Pat
     assert nodes[0]["metadata_leader"] in (1, 2, 3)
     hosted = [p["topic"] for n in nodes for p in n["status"]["partitions"]]
     assert sorted(t for t in hosted if t != OFFSETS_TOPIC) == [TOPIC] * 3
-    # The table of the call that found every partition in sync: a preferred replica taking
-    # the lead after the creation counts its followers in sync once they answer it.
+    # The table of the call that found every partition in sync: a leader that just took
+    # over counts its followers in sync only once they answer it.
     answers: list[tuple[int, str, str]] = []
 
     def in_sync() -> bool:

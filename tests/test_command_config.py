@@ -428,9 +428,8 @@ def test_a_secure_cluster_refuses_anonymous_clients_and_serves_the_commands(
         flag = ("--command-config", config)
         ok("topics", "create", TOPIC, "--partitions", "2", "--replication-factor", "3", *flag)
         cluster.wait_hosted_everywhere(TOPIC, 2)
-        # A leader counts a follower in sync once it answered it: right after a leadership
-        # move (the preferred replica takes over after the creation) the ISR is the leader's
-        # alone for a moment.
+        # A leader counts a follower in sync once it answered it: right after any leadership
+        # move the ISR is the leader's alone for a moment.
         eventually(
             lambda: (
                 isr_sizes(ok("topics", "describe", TOPIC, "--json", *flag).stdout)

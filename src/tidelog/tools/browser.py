@@ -170,14 +170,16 @@ class PageCamera:
     def _run(self) -> None:
         from selenium.common.exceptions import WebDriverException  # noqa: PLC0415
 
-        started = False
+        started, taken = False, False
         try:
             with headless_chromium() as driver:
                 started = True
                 self._shot = self._take(driver)
+                taken = True
         except WebDriverException as error:
-            said = first_line(error)
-            self._shot = Shot(None, said if started else f"Chromium did not start: {said}")
+            if not taken:  # a browser that fails to quit keeps the picture it took
+                said = first_line(error)
+                self._shot = Shot(None, said if started else f"Chromium did not start: {said}")
 
     def _take(self, driver: webdriver.Chrome) -> Shot:
         if not self._cued(self._watching):

@@ -52,6 +52,7 @@ from tidelog.server.view import BrokerView, client_listener
 log = logging.getLogger("tidelog.kafka")
 
 INFLIGHT_REQUESTS_MAX = 64
+IDLE = "idle"
 TLS_HANDSHAKE_S = 10.0
 Address = tuple[str, int]
 Answer = tuple[KafkaRequest, "asyncio.Task[Any]", float]  # and when it was read
@@ -105,16 +106,28 @@ class Connection:
         self.codec = KafkaConnection()
         self.answers: asyncio.Queue[Answer] = asyncio.Queue(INFLIGHT_REQUESTS_MAX)
         self.handling: set[asyncio.Task[Any]] = set()
+        # The idle watchdog (`watch`): one timer per connection, not one per read.
+        self.read_since: float | None = None  # when the read under way began (loop time)
+        self.frame_size: int | None = None  # the size of the frame being read, if any
+        self.expired: str | None = None  # why the watchdog ended the reading
+        self.reading: asyncio.Task[None] | None = None
+        self.watchdog: asyncio.TimerHandle | None = None
 
     async def serve(self) -> None:
         # Group members are described with their host, as Kafka shows it ("/127.0.0.1").
         client_host.set(f"/{self.peer[0]}" if isinstance(self.peer, tuple) else "")
         loop = asyncio.get_running_loop()
-        reading = loop.create_task(self.read_requests())
+        self.reading = reading = loop.create_task(self.read_requests())
         writing = loop.create_task(self.write_responses())
+        self.watchdog = loop.call_at(loop.time() + self.idle_s, self.watch)
         try:
             await asyncio.wait((reading, writing), return_when=asyncio.FIRST_COMPLETED)
         finally:
+            self.watchdog.cancel()
+            if self.expired == IDLE:
+                log.info("closing the connection from %s: idle", self.peer)
+            elif self.expired is not None:
+                log.warning("closing the connection from %s: %s", self.peer, self.expired)
             for task in (reading, writing, *self.handling):
                 task.cancel()
             await asyncio.gather(reading, writing, *self.handling, return_exceptions=True)
@@ -122,8 +135,8 @@ class Connection:
 
     async def read_requests(self) -> None:
         try:
-            while (received := await self.next_request()) is not None:
-                request, size = received
+            while True:
+                request, size = received = await self.next_request()
                 started = time.perf_counter()
                 state = session()
                 if state.needs_sasl and request.api_key not in BEFORE_AUTHENTICATION:
@@ -166,37 +179,53 @@ class Connection:
         del task
         self.budget.release(size)
 
-    async def next_request(self) -> tuple[KafkaRequest, int] | None:
+    async def next_request(self) -> tuple[KafkaRequest, int]:
         """The next request and its size, reserved from the budget (the caller releases
-        it); None when the connection stayed idle too long. Raises ProtocolError or
-        IncompleteReadError (the client went away)."""
-        while True:
-            try:
-                # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the read in a
-                # task of its own, a loop iteration more for every request.
-                async with asyncio.timeout(self.idle_s):
-                    head = await self.reader.readexactly(FRAME_HEADER_SIZE)
-                break
-            except TimeoutError:
-                if not self.handling and self.answers.empty():
-                    log.info("closing the connection from %s: idle", self.peer)
-                    return None
+        it). Raises ProtocolError or IncompleteReadError (the client went away); the
+        watchdog cancels it when the connection stays idle, or a frame does not arrive,
+        within `idle_s`."""
+        loop = asyncio.get_running_loop()
+        self.read_since = loop.time()
+        try:
+            head = await self.reader.readexactly(FRAME_HEADER_SIZE)
+        finally:
+            self.read_since = None
         (size,) = FRAME_SIZE.unpack(head)
         if not 0 <= size <= REQUEST_SIZE_MAX:
             raise ProtocolError(
                 f"kafka request: frame of {size} bytes outside [0, {REQUEST_SIZE_MAX}]"
             )
-        await self.budget.acquire(size)
+        await self.budget.acquire(size)  # no time limit: the budget is shared
+        self.read_since, self.frame_size = loop.time(), size
         try:
-            async with asyncio.timeout(self.idle_s):
-                payload = await self.reader.readexactly(size)
+            payload = await self.reader.readexactly(size)
             return self.codec.request_of(payload), size
-        except TimeoutError:
-            self.budget.release(size)
-            raise ProtocolError(f"a request of {size} bytes did not arrive in time") from None
         except BaseException:
             self.budget.release(size)
             raise
+        finally:
+            self.read_since = self.frame_size = None
+
+    def watch(self) -> None:
+        """The idle watchdog, due when the read under way began `idle_s` ago: a frame
+        not arrived in time, or a connection idle with nothing to answer, ends the
+        reading (and so the connection); else it is due again in `idle_s`. One timer per
+        connection, rescheduled at most once per `idle_s`, instead of a timeout around
+        every read (two per request)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        since = self.read_since
+        if since is not None and now >= since + self.idle_s:
+            if self.frame_size is not None:
+                self.expired = f"a request of {self.frame_size} bytes did not arrive in time"
+            elif not self.handling and self.answers.empty():
+                self.expired = IDLE
+            else:  # requests are being answered: the client waits, it is not idle
+                self.read_since = since = now
+            if self.expired is not None and self.reading is not None:
+                self.reading.cancel()
+                return
+        self.watchdog = loop.call_at((now if since is None else since) + self.idle_s, self.watch)
 
     async def write_responses(self) -> None:
         """Write each response once its request is handled, in request order.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from tidelog.status import read_status
@@ -89,6 +89,36 @@ def test_an_idle_connection_is_closed(broker: Broker) -> None:
     with socket.create_connection(broker.kafka) as sock:
         assert closed_by_broker(sock)
     assert time.monotonic() - started >= IDLE_MS / 1000 * 0.9
+
+
+def test_a_request_answered_after_the_idle_limit_keeps_its_connection(broker: Broker) -> None:
+    """A long-polling Fetch that waits longer than the idle limit: the connection is not
+    idle while it waits (its answer arrives), and is closed once idle after it."""
+    bootstrap = f"{broker.kafka[0]}:{broker.kafka[1]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+    try:
+        admin.create_topics([NewTopic("long-poll", 1, 1)])
+    finally:
+        admin.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+    try:
+        end = consumer.end_offsets([TopicPartition("long-poll", 0)])[TopicPartition("long-poll", 0)]
+    finally:
+        consumer.close()
+    wait_ms = 2 * IDLE_MS
+    request = fetch_request("long-poll", max_bytes=1 << 20, offset=end, max_wait_ms=wait_ms)
+    with socket.create_connection(broker.kafka) as sock:
+        sock.sendall(request)
+        started = time.monotonic()
+        sock.settimeout(DEADLINE_S)
+        head = sock.recv(4, socket.MSG_WAITALL)
+        answered = time.monotonic() - started
+        assert len(head) == 4, "closed before the answer"
+        (size,) = struct.unpack(">i", head)
+        assert len(sock.recv(size, socket.MSG_WAITALL)) == size
+        assert answered >= wait_ms / 1000 * 0.9  # it waited past the idle limit
+        assert closed_by_broker(sock)
+    assert "idle" in broker.log.read_text()
 
 
 def test_a_partial_frame_times_out(broker: Broker) -> None:

@@ -76,22 +76,30 @@ def plain_request(api_key: ApiKey, version: int, **overrides: Any) -> bytes:
     return bytes(body.encode(header=True, framed=True))
 
 
-def fetch_request(topic: str, *, max_bytes: int, correlation_id: int = 1) -> bytes:
-    """A framed Fetch v11 of partition 0 of `topic` from offset 0, up to `max_bytes`, that
-    does not wait: the largest answer a client can ask for in one request."""
+def fetch_request(
+    topic: str,
+    *,
+    max_bytes: int,
+    correlation_id: int = 1,
+    offset: int = 0,
+    max_wait_ms: int = 0,
+) -> bytes:
+    """A framed Fetch v11 of partition 0 of `topic` from `offset`, up to `max_bytes`: one
+    that does not wait is the largest answer a client can ask for in one request; with
+    `max_wait_ms`, it waits that long for a first byte (min_bytes 1)."""
     cls = request_class(ApiKey.FETCH)
     partition = cls.FetchTopic.FetchPartition(
         partition=0,
         current_leader_epoch=-1,
-        fetch_offset=0,
+        fetch_offset=offset,
         log_start_offset=-1,
         partition_max_bytes=max_bytes,
     )
     request = cls(
         version=11,
         replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1 if max_wait_ms else 0,
         max_bytes=max_bytes,
         isolation_level=0,
         session_id=0,

@@ -437,11 +437,8 @@ async def produce_partition(
         )
         return refused(refusal, start)
     took = timed()
-    try:
-        async with asyncio.timeout(timeout_s or None):  # not wait_for: no task of its own
-            result = await runner.produce(batch, ACKS_ALL if acks == -1 else acks)
-    except TimeoutError:
-        return PartitionAnswer(ErrorCode.REQUEST_TIMED_OUT, log_start_offset=start)
+    try:  # the runner answers REQUEST_TIMED_OUT at the deadline (no timer of our own)
+        result = await runner.produce(batch, ACKS_ALL if acks == -1 else acks, timeout_s or None)
     except asyncio.CancelledError:
         return PartitionAnswer(error_code_for(NotLeader(None)), log_start_offset=start)
     if result.error is not None:
@@ -658,10 +655,8 @@ async def wait_any(waits: list[HwmWait], timeout_s: float) -> None:
         runner, hwm = waits[0]
         await runner.wait_for_hwm(hwm, min(timeout_s, FETCH_WAIT_MS_MAX / 1000))
         return
-    tasks = [
-        asyncio.ensure_future(runner.wait_for_hwm(hwm, FETCH_WAIT_MS_MAX / 1000))
-        for runner, hwm in waits
-    ]
+    timeout_s = min(timeout_s, FETCH_WAIT_MS_MAX / 1000)
+    tasks = [asyncio.ensure_future(runner.wait_for_hwm(hwm, timeout_s)) for runner, hwm in waits]
     try:
         await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -42,9 +42,10 @@ from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.messages import Message, ProduceResult, Ready
 from tidelog.core.replica import Replica, ReplicaStatus, Role
 from tidelog.core.storage import RepairFloor
-from tidelog.errors import NotLeader, StorageError, TidelogError
+from tidelog.errors import NotLeader, RequestTimedOut, StorageError, TidelogError
 from tidelog.node.driver import begin_round, finish_round
 from tidelog.protocol.peer import PartitionKey
+from tidelog.server.deadlines import Deadlines
 from tidelog.server.logs import partition_fields
 from tidelog.server.metrics import NULL_METRICS, NodeMetrics
 from tidelog.types import Offset
@@ -229,7 +230,9 @@ class PartitionRunner:
         self.disk_error: OSError | None = None  # the log waits for its disk
         self.busy = False  # a worker thread repairs the log: no one else may touch it
         self.disk_retry_s = DISK_RETRY_S_MIN
-        self.hwm_moved = asyncio.Event()
+        # Long-polling fetchers wait for the HWM to move; waits end at their deadlines.
+        self.hwm_waiters: set[asyncio.Future[None]] = set()
+        self.deadlines = Deadlines()
         status = self.replica.status()
         self.hwm_announced = status.hwm  # the HWM long-polling fetchers were woken for
         self.seen_role = (status.role, status.epoch, status.leader_id)
@@ -279,15 +282,24 @@ class PartitionRunner:
 
         self.submit(retain)
 
-    def produce(self, batch: bytes, acks: int) -> asyncio.Future[ProduceResult]:
-        """Propose one record batch; the future completes with its ProduceResult."""
+    def produce(
+        self, batch: bytes, acks: int, timeout_s: float | None = None
+    ) -> asyncio.Future[ProduceResult]:
+        """Propose one record batch; the future completes with its ProduceResult, or with
+        RequestTimedOut after `timeout_s` (None: no limit here) if that comes first (the
+        batch may still be committed later, as in Kafka)."""
         self.next_request += 1
         request_id = self.next_request
-        future: asyncio.Future[ProduceResult] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ProduceResult] = loop.create_future()
         if self.disk_error is not None:
             future.set_result(ProduceResult(request_id, None, None, self.storage_error()))
             return future
         self.futures[request_id] = future
+        if timeout_s is not None:
+            late = RequestTimedOut(f"not answered in {timeout_s:g} s")
+            timed_out = ProduceResult(request_id, None, None, late)
+            self.deadlines.add(loop.time() + timeout_s, future, timed_out)
         self.submit(lambda replica: replica.propose(request_id, batch, acks=acks))
         return future
 
@@ -295,12 +307,14 @@ class PartitionRunner:
         """Return once the HWM is past `seen`, or after `timeout_s` (long-poll fetch)."""
         if self.replica.high_watermark() > seen or timeout_s <= 0:
             return
-        event = self.hwm_moved
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self.hwm_waiters.add(waiter)
+        self.deadlines.add(loop.time() + timeout_s, waiter, None)
         try:
-            async with asyncio.timeout(timeout_s):
-                await event.wait()
-        except TimeoutError:
-            return
+            await waiter
+        finally:
+            self.hwm_waiters.discard(waiter)
 
     # ---------------------------------------------------------------- the round --------
     async def _drive(self) -> None:
@@ -559,8 +573,10 @@ class PartitionRunner:
             self._wake_fetchers()
 
     def _wake_fetchers(self) -> None:
-        self.hwm_moved.set()
-        self.hwm_moved = asyncio.Event()
+        waiters, self.hwm_waiters = self.hwm_waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # ---------------------------------------------------------------- stop -------------
     async def stop(self) -> None:
@@ -572,6 +588,7 @@ class PartitionRunner:
         for future in self.futures.values():
             future.cancel()
         self.futures.clear()
+        self.deadlines.close()
         self._wake_fetchers()
         if self.disk_error is None:
             self._close()

@@ -122,61 +122,65 @@ class Lone:
         self.executor.shutdown()
 
 
-def test_a_produce_not_answered_in_time_times_out(tmp_path: Path) -> None:
-    async def body() -> None:
+def on_lone(tmp_path: Path, body: Callable[[Lone], Awaitable[None]]) -> None:
+    """Run `body` on a led Lone partition, stopped after."""
+
+    async def main() -> None:
         node = Lone(tmp_path)
         try:
             await node.lead()
-            node.runner.submit = lambda action: None  # type: ignore[method-assign]
-            started = time.monotonic()
-            future = node.runner.produce(build_batch(b"v"), ACKS_ALL, 0.1)
-            result = await asyncio.wait_for(future, DEADLINE_S)
-            assert time.monotonic() - started >= 0.1 - 0.002
-            assert isinstance(result.error, RequestTimedOut)
+            await body(node)
         finally:
             await node.stop()
 
-    run(body)
+    asyncio.run(main())
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.001)
+
+
+def test_a_produce_not_answered_in_time_times_out(tmp_path: Path) -> None:
+    async def body(node: Lone) -> None:
+        node.runner.submit = lambda action: None  # type: ignore[method-assign]
+        started = time.monotonic()
+        future = node.runner.produce(build_batch(b"v"), ACKS_ALL, 0.1)
+        result = await asyncio.wait_for(future, DEADLINE_S)
+        assert time.monotonic() - started >= 0.1 - 0.002
+        assert isinstance(result.error, RequestTimedOut)
+
+    on_lone(tmp_path, body)
 
 
 def test_a_produce_answered_in_time_is_answered(tmp_path: Path) -> None:
-    async def body() -> None:
-        node = Lone(tmp_path)
-        try:
-            await node.lead()
-            result = await asyncio.wait_for(
-                node.runner.produce(build_batch(b"v"), ACKS_ALL, 5.0), DEADLINE_S
-            )
-            assert result.error is None and result.base_offset is not None
-        finally:
-            await node.stop()
+    async def body(node: Lone) -> None:
+        future = node.runner.produce(build_batch(b"v"), ACKS_ALL, 5.0)
+        result = await asyncio.wait_for(future, DEADLINE_S)
+        assert result.error is None and result.base_offset is not None
 
-    run(body)
+    on_lone(tmp_path, body)
 
 
 def test_a_long_poll_returns_at_its_deadline_or_when_the_hwm_moves(tmp_path: Path) -> None:
-    async def body() -> None:
-        node = Lone(tmp_path)
+    async def body(node: Lone) -> None:
         runner = node.runner
-        try:
-            await node.lead()
-            hwm = runner.replica.high_watermark()
-            started = time.monotonic()
-            await asyncio.wait_for(runner.wait_for_hwm(hwm, 0.1), DEADLINE_S)
-            assert time.monotonic() - started >= 0.1 - 0.002
-            assert not runner.hwm_waiters  # a wait that ended leaves nothing behind
-            waiting = asyncio.ensure_future(runner.wait_for_hwm(hwm, DEADLINE_S))
-            await asyncio.sleep(0.01)
-            assert not waiting.done()
-            await runner.produce(build_batch(b"v"), ACKS_ALL, 5.0)
-            await asyncio.wait_for(waiting, 1.0)  # woken by the HWM, long before its deadline
-            assert runner.replica.high_watermark() > Offset(hwm)
-            cancelled = asyncio.ensure_future(runner.wait_for_hwm(Offset(hwm + 5), 5.0))
-            await asyncio.sleep(0.01)
-            cancelled.cancel()
-            await asyncio.gather(cancelled, return_exceptions=True)
-            assert not runner.hwm_waiters
-        finally:
-            await node.stop()
+        hwm = runner.replica.high_watermark()
+        started = time.monotonic()
+        await asyncio.wait_for(runner.wait_for_hwm(hwm, 0.1), DEADLINE_S)
+        assert time.monotonic() - started >= 0.1 - 0.002
+        assert not runner.hwm_waiters  # a wait that ended leaves nothing behind
+        waiting = asyncio.ensure_future(runner.wait_for_hwm(hwm, DEADLINE_S))
+        await until(lambda: bool(runner.hwm_waiters))
+        await runner.produce(build_batch(b"v"), ACKS_ALL, 5.0)
+        await asyncio.wait_for(waiting, 1.0)  # woken by the HWM, long before its deadline
+        assert runner.replica.high_watermark() > Offset(hwm)
+        cancelled = asyncio.ensure_future(runner.wait_for_hwm(Offset(hwm + 5), 5.0))
+        await until(lambda: bool(runner.hwm_waiters))
+        cancelled.cancel()
+        await asyncio.gather(cancelled, return_exceptions=True)
+        assert not runner.hwm_waiters
 
-    run(body)
+    on_lone(tmp_path, body)

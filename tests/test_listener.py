@@ -39,6 +39,18 @@ class Broker:
         assert answer is not None, f"no /status from {self.admin}"
         return answer
 
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.kafka[0]}:{self.kafka[1]}"
+
+    def create_topic(self, name: str) -> None:
+        """A topic of one partition (the node's only replica)."""
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=20_000)
+        try:
+            admin.create_topics([NewTopic(name, 1, 1)])
+        finally:
+            admin.close()
+
 
 def answers(broker: Broker) -> bool:
     status = read_status(broker.admin)
@@ -94,12 +106,8 @@ def test_an_idle_connection_is_closed(broker: Broker) -> None:
 def test_a_request_answered_after_the_idle_limit_keeps_its_connection(broker: Broker) -> None:
     """A long-polling Fetch that waits longer than the idle limit: the connection is not
     idle while it waits (its answer arrives), and is closed once idle after it."""
-    bootstrap = f"{broker.kafka[0]}:{broker.kafka[1]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
-    try:
-        admin.create_topics([NewTopic("long-poll", 1, 1)])
-    finally:
-        admin.close()
+    bootstrap = broker.bootstrap
+    broker.create_topic("long-poll")
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
     try:
         end = consumer.end_offsets([TopicPartition("long-poll", 0)])[TopicPartition("long-poll", 0)]
@@ -147,12 +155,8 @@ def test_partial_frames_beyond_the_budget_wait_and_are_given_back(broker: Broker
 def test_a_client_that_stops_reading_holds_nothing_once_gone(broker: Broker) -> None:
     """Fetches of 4 MiB pipelined and never read: at most one response is held, and when
     the client leaves, its requests are cancelled and their answers dropped."""
-    bootstrap = f"{broker.kafka[0]}:{broker.kafka[1]}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
-    try:
-        admin.create_topics([NewTopic("unread", 1, 1)])
-    finally:
-        admin.close()
+    bootstrap = broker.bootstrap
+    broker.create_topic("unread")
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     try:
         for _ in range(4000):

@@ -38,7 +38,7 @@ def test_each_future_gets_its_value_at_its_deadline_in_deadline_order() -> None:
         for name, delay in (("c", 0.15), ("a", 0.05), ("b", 0.10)):
             future: asyncio.Future[str] = loop.create_future()
             future.add_done_callback(lambda f: got.append(f.result()))
-            deadlines.add(loop.time() + delay, future, name)
+            deadlines.add(loop.time() + delay, future, lambda name=name: name)
             futures.append(future)
         started = loop.time()
         await asyncio.wait_for(asyncio.gather(*futures), DEADLINE_S)
@@ -57,7 +57,7 @@ def test_a_future_done_before_its_deadline_keeps_its_result() -> None:
         cancelled: asyncio.Future[str] = loop.create_future()
         late: asyncio.Future[str] = loop.create_future()
         for future in (answered, cancelled, late):
-            deadlines.add(loop.time() + 0.05, future, "timed out")
+            deadlines.add(loop.time() + 0.05, future, lambda: "timed out")
         answered.set_result("answered")
         cancelled.cancel()
         assert await asyncio.wait_for(late, DEADLINE_S) == "timed out"
@@ -78,7 +78,7 @@ def test_answered_waits_do_not_pile_up() -> None:
         in_flight: list[asyncio.Future[None]] = []
         for _ in range(50_000):
             future: asyncio.Future[None] = loop.create_future()
-            deadlines.add(loop.time() + rng.uniform(10, 60), future, None)
+            deadlines.add(loop.time() + rng.uniform(10, 60), future, lambda: None)
             in_flight.append(future)
             if len(in_flight) > 100:
                 in_flight.pop(rng.randrange(len(in_flight))).set_result(None)

@@ -6,8 +6,9 @@ A request that waits (a Produce for its HWM, a long-polling Fetch) has a deadlin
 loop is due at the earliest deadline.
 
 Rules of this file:
-- `add(when, future, value)`: at `when` (loop time), `future` gets `value` as its result,
-  unless it is done by then (answered, or cancelled with its request).
+- `add(when, future, result)`: at `when` (loop time), `future` gets `result()` as its
+  result, unless it is done by then (answered, or cancelled with its request); `result` is
+  called only then, so a wait answered in time builds no timeout answer.
 - Entries of futures already done are dropped from the top of the heap as they come: with
   deadlines that grow (one timeout for every request), the heap holds about the waits in
   flight, never a timeout's worth of answered ones. Whatever the deadlines, the heap is
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 COMPACT_MIN = 1024
@@ -29,10 +31,10 @@ SLACK_S = 0.001
 
 
 class Deadlines:
-    """Futures completed with a given value at their deadline, on one timer."""
+    """Futures completed at their deadline (with what `result()` gives), on one timer."""
 
     def __init__(self) -> None:
-        self.heap: list[tuple[float, int, asyncio.Future[Any], Any]] = []
+        self.heap: list[tuple[float, int, asyncio.Future[Any], Callable[[], Any]]] = []
         self.order = itertools.count()  # ties broken by arrival, never by the future
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
@@ -41,7 +43,7 @@ class Deadlines:
     def __len__(self) -> int:
         return len(self.heap)
 
-    def add(self, when: float, future: asyncio.Future[Any], value: Any) -> None:
+    def add(self, when: float, future: asyncio.Future[Any], result: Callable[[], Any]) -> None:
         heap = self.heap
         while heap and heap[0][2].done():
             heapq.heappop(heap)
@@ -49,7 +51,7 @@ class Deadlines:
             heap[:] = [entry for entry in heap if not entry[2].done()]
             heapq.heapify(heap)
             self.compact_at = max(COMPACT_MIN, 2 * len(heap))
-        heapq.heappush(heap, (when, next(self.order), future, value))
+        heapq.heappush(heap, (when, next(self.order), future, result))
         if self.timer is None or when < self.timer_at:
             self._schedule(when)
 
@@ -64,9 +66,9 @@ class Deadlines:
         heap = self.heap
         due = asyncio.get_running_loop().time() + SLACK_S
         while heap and (heap[0][0] <= due or heap[0][2].done()):
-            _, _, future, value = heapq.heappop(heap)
+            _, _, future, result = heapq.heappop(heap)
             if not future.done():
-                future.set_result(value)
+                future.set_result(result())
         if heap:
             self._schedule(heap[0][0])
 

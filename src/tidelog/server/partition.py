@@ -35,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from functools import partial
 from typing import TypeVar
 
 from tidelog.core.isr import IsrProposal
@@ -184,6 +185,17 @@ def timed_sync(storage: DiskStorage, clock: Callable[[], float]) -> float:
     return clock() - started
 
 
+def timed_out(request_id: int, timeout_s: float) -> ProduceResult:
+    """The answer to a produce not answered in `timeout_s`."""
+    return ProduceResult(
+        request_id, None, None, RequestTimedOut(f"not answered in {timeout_s:g} s")
+    )
+
+
+def nothing() -> None:
+    """What a long-polling fetch's wait ends with at its deadline."""
+
+
 def describe_disk_error(error: OSError) -> str:
     """'disk full (No space left on device: PATH)', or 'disk error (...)'."""
     full = error.errno in (errno.ENOSPC, errno.EDQUOT)
@@ -297,9 +309,9 @@ class PartitionRunner:
             return future
         self.futures[request_id] = future
         if timeout_s is not None:
-            late = RequestTimedOut(f"not answered in {timeout_s:g} s")
-            timed_out = ProduceResult(request_id, None, None, late)
-            self.deadlines.add(loop.time() + timeout_s, future, timed_out)
+            self.deadlines.add(
+                loop.time() + timeout_s, future, partial(timed_out, request_id, timeout_s)
+            )
         self.submit(lambda replica: replica.propose(request_id, batch, acks=acks))
         return future
 
@@ -310,7 +322,7 @@ class PartitionRunner:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self.hwm_waiters.add(waiter)
-        self.deadlines.add(loop.time() + timeout_s, waiter, None)
+        self.deadlines.add(loop.time() + timeout_s, waiter, nothing)
         try:
             await waiter
         finally:

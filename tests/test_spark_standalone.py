@@ -321,6 +321,20 @@ def test_an_executor_killed_mid_task_the_query_goes_on_exactly(job: Job) -> None
     print(f"sink duplicates after the executor was killed: {duplicates}")
 
 
+def test_the_executors_temporary_files_stay_in_the_cluster_directory(
+    standalone: SparkCluster, job: Job
+) -> None:
+    """The native libraries the executors extract (lz4's, snappy's) go to the workers'
+    `tmp/`, not to /tmp, where the killed executor (it ran no exit hook) would leave its."""
+    del job  # its executors, the killed one among them, have run
+    extracted = [
+        path.name
+        for worker in standalone.workers
+        for path in (Path(standalone.directory) / worker.role / "tmp").glob("*.so")
+    ]
+    assert any(name.startswith("liblz4-java-") for name in extracted), extracted
+
+
 def test_the_demo_on_the_cluster_with_an_executor_killed(
     standalone: SparkCluster, job: Job
 ) -> None:

@@ -10,8 +10,8 @@ Rules of this file:
 - A cluster lives in one directory: `DIR/spark-cluster.json` records the master URL, every
   daemon (role, pid, ports, log file) and the environment they were started with;
   `DIR/master.log`, `DIR/worker-N.log` are their stdout and stderr, and `DIR/worker-N/` a
-  worker's work directory (its executors' logs: `app-*/ID/stderr`). The file is replaced
-  atomically.
+  worker's work directory (its executors' logs: `app-*/ID/stderr`; its JVMs' temporary
+  files: `tmp/`, through JDK_JAVA_OPTIONS). The file is replaced atomically.
 - Ports, from base P: the master P, its web UI P+1; worker N (from 1) P+2N, its web UI
   P+2N+1. Everything binds 127.0.0.1 (`--host` and SPARK_LOCAL_IP, which Spark's web UIs
   bind to); the master's UI is what `up` and `status` read (`GET /json/`).
@@ -317,8 +317,15 @@ def start_daemon(record: SparkCluster, daemon: Daemon) -> int:
     posix_spawn rather than subprocess.Popen: the daemon must outlive this command, and a
     Popen object dropped while its child runs warns (ResourceWarning)."""
     argv = daemon_argv(record, daemon)
+    environment = {**os.environ, **record.environment}
+    environment.pop("SPARK_ENV_LOADED", None)  # load-spark-env.sh runs for each daemon
     if daemon.role != "master":
-        (Path(record.directory) / daemon.role).mkdir(parents=True, exist_ok=True)
+        temporary = Path(record.directory) / daemon.role / "tmp"
+        temporary.mkdir(parents=True, exist_ok=True)
+        # The worker's JVMs (its executors: their native libraries, snappy's and lz4's)
+        # write their temporary files here, not in /tmp, where an executor killed before
+        # its exit hooks ran would leave them.
+        environment["JDK_JAVA_OPTIONS"] = f"-Djava.io.tmpdir={temporary}"
     try:
         with Path(daemon.log).open("a") as log:
             log.write(f"--- tidelog spark cluster: starting {daemon.role}: {' '.join(argv)}\n")
@@ -330,8 +337,6 @@ def start_daemon(record: SparkCluster, daemon: Daemon) -> int:
         (os.POSIX_SPAWN_OPEN, 1, daemon.log, flags, 0o644),
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
-    environment = {**os.environ, **record.environment}
-    environment.pop("SPARK_ENV_LOADED", None)  # load-spark-env.sh runs for each daemon
     return os.posix_spawn(argv[0], argv, environment, file_actions=actions, setsid=True)
 
 

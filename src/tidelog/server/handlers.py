@@ -651,11 +651,11 @@ def read_records(
 
 
 async def wait_any(waits: list[HwmWait], timeout_s: float) -> None:
+    timeout_s = min(timeout_s, FETCH_WAIT_MS_MAX / 1000)
     if len(waits) == 1:  # one partition (the usual): waited in this task, none of its own
         runner, hwm = waits[0]
-        await runner.wait_for_hwm(hwm, min(timeout_s, FETCH_WAIT_MS_MAX / 1000))
+        await runner.wait_for_hwm(hwm, timeout_s)
         return
-    timeout_s = min(timeout_s, FETCH_WAIT_MS_MAX / 1000)
     tasks = [asyncio.ensure_future(runner.wait_for_hwm(hwm, timeout_s)) for runner, hwm in waits]
     try:
         await asyncio.wait(tasks, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)

@@ -136,7 +136,7 @@ class Connection:
     async def read_requests(self) -> None:
         try:
             while True:
-                request, size = received = await self.next_request()
+                request, size = await self.next_request()
                 started = time.perf_counter()
                 state = session()
                 if state.needs_sasl and request.api_key not in BEFORE_AUTHENTICATION:
@@ -164,7 +164,7 @@ class Connection:
                         functools.partial(self.count_unanswered, request.api_key.name, started)
                     )
                 # Keep no handled request in this frame (see `write_responses`).
-                del received, request, task
+                del request, task
         except ProtocolError as error:
             log.warning("closing the connection from %s: %s", self.peer, error)
         except (ConnectionError, OSError, asyncio.IncompleteReadError):

@@ -4,9 +4,12 @@ A Structured Streaming query reads the committed transfers (`transfer NUMBER acc
 acct-B AMOUNT`, AMOUNT with two decimals) with Trigger.AvailableNow, turns each into a debit
 of the payer and a credit of the payee in cents, sums them per account and, after each
 micro-batch, writes every balance to the balances topic through the tidelog sink (complete
-mode: a key's last record is its balance, as in a compacted topic). A batch job then reads
-the balances topic, keeps each account's last record and writes the table to Parquet. The
-sink is at least once: the records in the balances topic beyond those the micro-batches
+mode: a key's last record is its balance, as in a compacted topic). Each balance record
+carries, in its header `moves`, how many debits and credits its sum took: the transfers the
+query read are counted from its exactly-once state, not from its progress metrics, which
+also count the rows of a task attempt that failed (a killed executor's). A batch job then
+reads the balances topic, keeps each account's last record and writes the table to Parquet.
+The sink is at least once: the records in the balances topic beyond those the micro-batches
 emitted are its duplicates, counted.
 
 While the query runs, a watcher (the demo's progress display, its executor kill) is handed
@@ -32,13 +35,15 @@ QUERY_TIMEOUT_S: Final = 300
 WATCH_INTERVAL_S: Final = 0.25
 """How often a running query is handed to its watcher."""
 MAX_OFFSETS_PER_TRIGGER: Final = 5_000
+MOVES_HEADER: Final = "moves"
+"""The balance record's header: the debits and credits its sum took (two per transfer)."""
 TRANSFER: Final = r"^transfer (\d+) (\S+) -> (\S+) (\d+)\.(\d\d)$"
 
 
 @dataclass(frozen=True)
 class PipelineRun:
     balances: dict[str, int]  # account -> cents
-    transfers_read: int  # rows the streaming query read from the transfers topic
+    transfers_read: int  # transfers the query's aggregate took (its moves, halved)
     malformed: int  # of those, values that are not transfers
     batches: int  # micro-batches that read something
     parquet: Path
@@ -75,8 +80,8 @@ class Pipeline:
         parquet = self.directory / "balances.parquet"
         table = self.latest_balances(spark, parquet)
         return PipelineRun(
-            balances=table,
-            transfers_read=sum(int(p["numInputRows"]) for p in progress),
+            balances={account: cents for account, (cents, _) in table.items()},
+            transfers_read=sum(moves for _, moves in table.values()) // 2,
             malformed=self.count_malformed(spark),
             batches=len(progress),
             parquet=parquet,
@@ -114,11 +119,17 @@ class Pipeline:
             ).alias("move")
         )
         totals = moves.groupBy(F.col("move.account").alias("account")).agg(
-            F.sum("move.cents").alias("cents")
+            F.sum("move.cents").alias("cents"), F.count(F.lit(1)).alias("moves")
+        )
+        moves_header = F.struct(
+            F.lit(MOVES_HEADER).alias("key"),
+            F.col("moves").cast("string").cast("binary").alias("value"),
         )
         query = (
             totals.select(
-                F.col("account").alias("key"), F.col("cents").cast("string").alias("value")
+                F.col("account").alias("key"),
+                F.col("cents").cast("string").alias("value"),
+                F.array(moves_header).alias("headers"),
             )
             .writeStream.format("tidelog")
             .outputMode("complete")
@@ -146,9 +157,11 @@ class Pipeline:
         frame = self.reader(spark, self.transfers).load()
         return frame.where(~F.col("value").cast("string").rlike(TRANSFER)).count()
 
-    def latest_balances(self, spark: SparkSession, parquet: Path) -> dict[str, int]:
-        """Each account's last balance record, written to Parquet and returned."""
-        records = self.reader(spark, self.balances).load()
+    def latest_balances(self, spark: SparkSession, parquet: Path) -> dict[str, tuple[int, int]]:
+        """Each account's last balance record, written to Parquet and returned: account ->
+        (cents, moves)."""
+        records = self.reader(spark, self.balances).option("includeHeaders", "true").load()
+        moves = F.filter("headers", lambda h: h["key"] == MOVES_HEADER)[0]["value"]
         newest_first = Window.partitionBy("key").orderBy(F.col("offset").desc())
         table = (
             records.withColumn("rank", F.row_number().over(newest_first))
@@ -156,12 +169,14 @@ class Pipeline:
             .select(
                 F.col("key").cast("string").alias("account"),
                 F.col("value").cast("string").cast("long").alias("cents"),
+                moves.cast("string").cast("long").alias("moves"),
                 F.col("partition"),
                 F.col("offset"),
             )
         )
         table.write.mode("overwrite").parquet(str(parquet))
-        return {row.account: row.cents for row in spark.read.parquet(str(parquet)).collect()}
+        rows = spark.read.parquet(str(parquet)).collect()
+        return {row.account: (row.cents, row.moves or 0) for row in rows}
 
 
 def rows_emitted(progress: dict[str, Any]) -> int:

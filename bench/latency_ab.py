@@ -17,7 +17,8 @@ brokers spend much less so: each run also reads each broker process's CPU time (
 system, /proc/PID/stat) before and after, and reports CPU microseconds per record of the
 leader and of the followers (which includes what they spend idling: ticks, heartbeats).
 
-Prints each run, the medians and the ratios this/REV. Every loop is bounded in count and
+Prints each run (the acknowledgement's p50 and p99, and the p50 from the send to the
+consumer's receipt), the medians and the ratios this/REV. Every loop is bounded in count and
 time; the script stops only the clusters it started.
 """
 
@@ -71,6 +72,7 @@ class Tree:
 class Run:
     p50_ms: float
     p99_ms: float
+    consume_p50_ms: float  # from the send to the consumer's receipt
     leader_us: float  # broker CPU per record
     followers_us: float
 
@@ -165,6 +167,7 @@ def measure(
     return Run(
         p50_ms=report["acknowledge"]["p50_ms"],
         p99_ms=report["acknowledge"]["p99_ms"],
+        consume_p50_ms=report["consume"]["p50_ms"],
         leader_us=spent[leader],
         followers_us=statistics.fmean(followers),
     )
@@ -174,11 +177,13 @@ def summary(name: str, runs: list[Run]) -> dict[str, float]:
     medians = {
         "p50_ms": statistics.median(run.p50_ms for run in runs),
         "p99_ms": statistics.median(run.p99_ms for run in runs),
+        "consume_p50_ms": statistics.median(run.consume_p50_ms for run in runs),
         "leader_us": statistics.median(run.leader_us for run in runs),
         "followers_us": statistics.median(run.followers_us for run in runs),
     }
     print(
         f"{name:>5} medians: p50 {medians['p50_ms']:.2f} ms, p99 {medians['p99_ms']:.2f} ms, "
+        f"consumed p50 {medians['consume_p50_ms']:.2f} ms, "
         f"CPU per record: leader {medians['leader_us']:.0f} us, "
         f"followers {medians['followers_us']:.0f} us"
     )
@@ -214,7 +219,8 @@ def main() -> None:
                     results[tree.name].append(run)
                     print(
                         f"run {number + 1} {tree.name:>5}: p50 {run.p50_ms:.2f} ms, "
-                        f"p99 {run.p99_ms:.2f} ms, CPU per record: leader "
+                        f"p99 {run.p99_ms:.2f} ms, consumed p50 {run.consume_p50_ms:.2f} ms, "
+                        f"CPU per record: leader "
                         f"{run.leader_us:.0f} us, followers {run.followers_us:.0f} us",
                         flush=True,
                     )

@@ -1,6 +1,7 @@
 """Deadlines of waiting requests on one timer (server/deadlines.py), and the partition
 runner's use of it: a produce not answered in time is answered REQUEST_TIMED_OUT, and a
-long-polling fetch returns at its deadline, or as soon as the HWM moves."""
+long-polling fetch returns at its deadline, or as soon as the HWM moves, after the produce
+it completed is answered."""
 
 from __future__ import annotations
 
@@ -182,5 +183,36 @@ def test_a_long_poll_returns_at_its_deadline_or_when_the_hwm_moves(tmp_path: Pat
         cancelled.cancel()
         await asyncio.gather(cancelled, return_exceptions=True)
         assert not runner.hwm_waiters
+
+    on_lone(tmp_path, body)
+
+
+def test_a_produce_is_answered_before_the_fetchers_its_hwm_wakes_read(tmp_path: Path) -> None:
+    """As on a Kafka connection, a handler task awaits the produce and a writer awaits
+    that task: the response is written before a long-polling fetch that the same move
+    of the HWM wakes goes on to read."""
+
+    async def body(node: Lone) -> None:
+        runner = node.runner
+        hwm = runner.replica.high_watermark()
+        order: list[str] = []
+
+        async def fetch() -> None:
+            await runner.wait_for_hwm(hwm, DEADLINE_S)
+            order.append("fetch reads")
+
+        async def handle() -> None:
+            await runner.produce(build_batch(b"v"), ACKS_ALL, DEADLINE_S)
+            order.append("produce handled")
+
+        async def write(handling: asyncio.Task[None]) -> None:
+            await handling
+            order.append("produce answered")
+
+        fetching = asyncio.ensure_future(fetch())
+        await until(lambda: bool(runner.hwm_waiters))
+        writing = asyncio.ensure_future(write(asyncio.ensure_future(handle())))
+        await asyncio.wait_for(asyncio.gather(fetching, writing), DEADLINE_S)
+        assert order == ["produce handled", "produce answered", "fetch reads"]
 
     on_lone(tmp_path, body)

@@ -178,6 +178,13 @@ class Syncs:
             self.flush()
 
 
+def release(waiters: set[asyncio.Future[None]]) -> None:
+    """End the waits of long-polling fetchers (those not already ended)."""
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)
+
+
 def timed_sync(storage: DiskStorage, clock: Callable[[], float]) -> float:
     """`storage.sync()` in a worker thread; the seconds it took there."""
     started = clock()
@@ -373,7 +380,7 @@ class PartitionRunner:
         if ready.reset_to is not None:
             self.metrics.reset(self.key.topic, self.key.partition)
         # The produce requests a moved HWM completes are answered before the fetchers
-        # it wakes: both resume in the next loop iteration, in this order.
+        # it wakes read anything (`_maybe_wake_fetchers`).
         self._complete(ready.completions)
         self._maybe_wake_fetchers(self.replica.high_watermark())
         if ready.isr_proposals and self.on_proposals is not None:
@@ -386,7 +393,12 @@ class PartitionRunner:
         finish_round(self.replica, ready, self._send)
         if inline:
             self.syncs.sent()
-        self._after_round(self.replica.status())
+        # A HWM the round moved (finish_round) is announced by the next round, after
+        # the produce requests it completes (a one-replica log's HWM moves when its own
+        # sync is done; those come out in the next Ready).
+        status = self.replica.status()
+        self._log_role_change(status)
+        self._log_repair_change(status)
         if self.on_round is not None:
             self.on_round(self)
         return True
@@ -524,12 +536,6 @@ class PartitionRunner:
         reason = "" if self.disk_error is None else f": {describe_disk_error(self.disk_error)}"
         return StorageError(f"{self.key.topic}-{self.key.partition} takes no writes{reason}")
 
-    def _after_round(self, status: ReplicaStatus) -> None:
-        """Wake the fetchers, log a role or repair change: one status for the three."""
-        self._maybe_wake_fetchers(status.hwm)
-        self._log_role_change(status)
-        self._log_repair_change(status)
-
     def _log_role_change(self, status: ReplicaStatus) -> None:
         role = (status.role, status.epoch, status.leader_id)
         if role != self.seen_role:
@@ -579,16 +585,21 @@ class PartitionRunner:
                 future.set_result(result)
 
     def _maybe_wake_fetchers(self, hwm: Offset) -> None:
-        """Wake the long-polling fetchers when the HWM moved."""
+        """Wake the long-polling fetchers when the HWM moved, one loop iteration later
+        than the produce requests it completed. A completed produce resumes in the next
+        iteration and its response is written in the one after (the connection's writer
+        awaits the handler's task); fetchers woken now would resume beside it and read
+        and encode their records before that write. Woken one iteration later, they run
+        after it."""
         if hwm != self.hwm_announced:
             self.hwm_announced = hwm
-            self._wake_fetchers()
+            if self.hwm_waiters:
+                waiters, self.hwm_waiters = self.hwm_waiters, set()
+                asyncio.get_running_loop().call_soon(release, waiters)
 
     def _wake_fetchers(self) -> None:
         waiters, self.hwm_waiters = self.hwm_waiters, set()
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        release(waiters)
 
     # ---------------------------------------------------------------- stop -------------
     async def stop(self) -> None:

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import multiprocessing
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING
 
 import pytest
+import uvloop
 
+from tidelog.server.peers import Deliver, PeerTransport
+from tidelog.server.tls import PeerContexts
 from tidelog.testing.live import LiveCluster, collect_leaked_sockets
+from tidelog.types import NodeId
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 SWEEP_WORKERS = 2
+PEER_SERVER_WAIT_S = 10.0
+Address = tuple[str, int]
+PeerServer = Callable[[Deliver, "PeerContexts | None"], contextlib.AbstractContextManager[Address]]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,3 +74,35 @@ def spark() -> Iterator[SparkSession]:
     session = local_session("tidelog-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def peer_server() -> PeerServer:
+    """`peer_server(deliver, tls)`: node 1's peer server (server/peers.py) on uvloop in a
+    thread, as a node runs it, for the `with` block; the address it listens at."""
+
+    @contextlib.contextmanager
+    def serving(deliver: Deliver, tls: PeerContexts | None) -> Iterator[Address]:
+        ready, stop = threading.Event(), threading.Event()
+        bound: list[Address] = []
+
+        async def serve() -> None:
+            transport = PeerTransport(NodeId(1), "tidelog", {}, deliver, tls)
+            await transport.start(("127.0.0.1", 0))
+            assert transport.listener is not None
+            bound.append(transport.listener.getsockname())
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.01)
+            await transport.close()
+
+        thread = threading.Thread(target=uvloop.run, args=(serve(),))
+        thread.start()
+        try:
+            assert ready.wait(timeout=PEER_SERVER_WAIT_S)
+            yield bound[0]
+        finally:
+            stop.set()
+            thread.join(timeout=PEER_SERVER_WAIT_S)
+
+    return serving

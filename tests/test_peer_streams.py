@@ -4,20 +4,17 @@ malformed frame closes that stream only, after what came before it was delivered
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
-import uvloop
+from typing import TYPE_CHECKING, Any
 
 from tidelog.core.messages import AppendRequest
 from tidelog.protocol.peer import PartitionKey, PeerEncoder
-from tidelog.server.peers import PeerTransport
+from tidelog.server.peers import Deliver
 from tidelog.testing.live import eventually
 from tidelog.types import Epoch, NodeId, Offset
+
+if TYPE_CHECKING:
+    from conftest import PeerServer
 
 WAIT_S = 10.0
 
@@ -43,39 +40,22 @@ def appends(sender: int, count: int) -> tuple[bytes, list[int]]:
     return b"".join(frames), list(range(1, count + 1))
 
 
-@contextmanager
-def node_one(delivered: list[tuple[int, int]]) -> Iterator[tuple[str, int]]:
-    """Node 1's peer server on uvloop in a thread; the address it listens at."""
-    ready, stop = threading.Event(), threading.Event()
-    bound: list[tuple[str, int]] = []
+def recorder(delivered: list[tuple[int, int]]) -> Deliver:
+    """Delivers into `delivered`: (sender, seq) of each append."""
 
     def deliver(peer: NodeId, items: list[tuple[PartitionKey, Any]]) -> None:
         delivered.extend((int(peer), message.seq) for _, message in items)
 
-    async def serve() -> None:
-        transport = PeerTransport(NodeId(1), "tidelog", {}, deliver)
-        await transport.start(("127.0.0.1", 0))
-        assert transport.listener is not None
-        bound.append(transport.listener.getsockname())
-        ready.set()
-        while not stop.is_set():
-            await asyncio.sleep(0.01)
-        await transport.close()
-
-    thread = threading.Thread(target=uvloop.run, args=(serve(),))
-    thread.start()
-    try:
-        assert ready.wait(timeout=WAIT_S)
-        yield bound[0]
-    finally:
-        stop.set()
-        thread.join(timeout=WAIT_S)
+    return deliver
 
 
-def test_frames_cut_anywhere_are_delivered_whole_and_in_order() -> None:
+def test_frames_cut_anywhere_are_delivered_whole_and_in_order(peer_server: PeerServer) -> None:
     delivered: list[tuple[int, int]] = []
     data, seqs = appends(2, 50)
-    with node_one(delivered) as address, socket.create_connection(address, WAIT_S) as stream:
+    with (
+        peer_server(recorder(delivered), None) as address,
+        socket.create_connection(address, WAIT_S) as stream,
+    ):
         stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for start in range(0, len(data), 7):  # 7-byte pieces: every frame cut mid-way
             stream.sendall(data[start : start + 7])
@@ -83,10 +63,10 @@ def test_frames_cut_anywhere_are_delivered_whole_and_in_order() -> None:
     assert delivered == [(2, seq) for seq in seqs]
 
 
-def test_a_malformed_frame_closes_its_stream_only() -> None:
+def test_a_malformed_frame_closes_its_stream_only(peer_server: PeerServer) -> None:
     delivered: list[tuple[int, int]] = []
     good, seqs = appends(2, 3)
-    with node_one(delivered) as address:
+    with peer_server(recorder(delivered), None) as address:
         with socket.create_connection(address, WAIT_S) as bad:
             # A frame of 5 bytes whose kind is no message kind, after 3 good ones.
             bad.sendall(good + b"\x00\x00\x00\x05\xff\x00\x00\x00\x00")

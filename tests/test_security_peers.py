@@ -10,7 +10,6 @@ acknowledged record reads back.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import socket
 import ssl
@@ -18,22 +17,23 @@ import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import uvloop
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tidelog.core.messages import AppendRequest
 from tidelog.protocol.peer import PartitionKey, PeerEncoder
 from tidelog.server.config import ConfigError, load_config
-from tidelog.server.peers import PeerTransport
 from tidelog.server.tls import TlsError, TlsFiles, node_id_of, peer_contexts
 from tidelog.status import AdminAccess, access_for, read_status
 from tidelog.testing.live import LiveCluster, create_topic, eventually, tidelog
 from tidelog.tools.certs import CertError, issue, issue_node, make_ca
 from tidelog.types import Epoch, NodeId, Offset
 from tidelog.wal.batches import producer_batch
+
+if TYPE_CHECKING:
+    from conftest import PeerServer
 
 TOPIC = "secured"
 RECORDS = 300
@@ -168,7 +168,9 @@ def test_a_bad_certificate_file_is_a_config_error_naming_it(tmp_path: Path) -> N
     assert not (tmp_path / "d").exists()
 
 
-def test_a_peer_that_speaks_first_gets_through_the_tls_handshake(tmp_path: Path) -> None:
+def test_a_peer_that_speaks_first_gets_through_the_tls_handshake(
+    tmp_path: Path, peer_server: PeerServer
+) -> None:
     """A dialling node sends its ClientHello the moment TCP connects. Node 1's peer server
     (on uvloop, as a node runs) must hand that first byte to the TLS handshake, not to a
     plaintext reader that upgrades later: 24 peers dialling at once all get through,
@@ -178,27 +180,7 @@ def test_a_peer_that_speaks_first_gets_through_the_tls_handshake(tmp_path: Path)
     other = issue_node(tmp_path, 2)
     contexts = peer_contexts(TlsFiles(ca.cert, own.cert, own.key))
     delivered: list[NodeId] = []
-    ready = threading.Event()
-    stop = threading.Event()
-    bound: list[tuple[str, int]] = []
-
-    async def serve() -> None:
-        transport = PeerTransport(
-            NodeId(1), "tidelog", {}, lambda peer, _items: delivered.append(peer), contexts
-        )
-        await transport.start(("127.0.0.1", 0))
-        assert transport.listener is not None
-        bound.append(transport.listener.getsockname())
-        ready.set()
-        while not stop.is_set():
-            await asyncio.sleep(0.01)
-        await transport.close()
-
-    thread = threading.Thread(target=uvloop.run, args=(serve(),))
-    thread.start()
-    try:
-        assert ready.wait(timeout=10)
-        address = bound[0]
+    with peer_server(lambda peer, _items: delivered.append(peer), contexts) as address:
         dialler = client_context(ca.cert, other.cert, other.key)
         streams = 24
 
@@ -214,9 +196,6 @@ def test_a_peer_that_speaks_first_gets_through_the_tls_handshake(tmp_path: Path)
         with ThreadPoolExecutor(max_workers=streams) as pool:
             list(pool.map(dial, range(streams), timeout=60))
         eventually(lambda: len(delivered) == streams, lambda: f"{len(delivered)} delivered")
-    finally:
-        stop.set()
-        thread.join(timeout=10)
     assert delivered == [NodeId(2)] * streams
 
 

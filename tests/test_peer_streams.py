@@ -1,4 +1,4 @@
-"""The inbound peer streams of a node (server/peers.py `PeerTransport`), on uvloop as a node
+"""The inbound peer streams of a node (server/peers.py `FrameReceiver`), on uvloop as a node
 runs: frames are delivered as they arrive, whole and in order however the bytes are cut; a
 malformed frame closes that stream only, after what came before it was delivered."""
 

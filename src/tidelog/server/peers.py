@@ -41,7 +41,6 @@ Address = tuple[str, int]
 PeerItem = tuple[PartitionKey, Any]
 Deliver = Callable[[NodeId, list[PeerItem]], None]
 
-READ_CHUNK_BYTES = 1 << 20
 WRITE_BUFFER_MAX_BYTES = 64 << 20
 FRAME_BYTES_SOFT_MAX = 8 << 20
 RECONNECT_DELAY_MIN_S = 0.05
@@ -178,6 +177,68 @@ async def listening_socket(listen: Address) -> socket.socket:
     return sock
 
 
+class FrameReceiver(asyncio.Protocol):
+    """Reads one inbound peer stream: the frames of each chunk that arrives are decoded
+    and delivered in the transport's own callback, with no reader task between the
+    socket and the partitions (a loop iteration less for each frame). In a secured
+    cluster the stream is taken only while its handshake claims the node its certificate
+    names. A malformed frame, or a claim of another node, closes the stream (one log
+    line). `closed` completes when the stream has ended."""
+
+    def __init__(self, cluster_id: str, address: Any, deliver: Deliver, *, tls: bool) -> None:
+        self.decoder = PeerDecoder(cluster_id=cluster_id)
+        self.address = address
+        self.deliver = deliver
+        self.tls = tls
+        self.named: int | None = None  # the node the certificate names (TLS)
+        self.peer: NodeId | None = None  # the node the handshake claims
+        self.transport: asyncio.BaseTransport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        if self.tls:
+            self.named = node_id_of(transport.get_extra_info("peercert"))
+            if self.named is None:
+                self.refuse(
+                    f"refused a peer connection from {self.address}: its certificate names no node"
+                )
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        try:
+            self.decoder.receive_data(data)
+            while (frame := self.decoder.next_frame()) is not NEED_DATA:
+                if isinstance(frame, Handshake):
+                    if self.tls and frame.node_id != self.named:
+                        self.refuse(
+                            f"refusing a peer stream that claims node {frame.node_id}: its "
+                            f"certificate names node {self.named}"
+                        )
+                        return
+                    self.peer = NodeId(frame.node_id)
+                    continue
+                if self.peer is None:  # the decoder yields a handshake first: our bug
+                    raise ProtocolError("a frame before the handshake")
+                self.deliver(self.peer, frame)
+        except ProtocolError as error:
+            self.refuse(f"closing a peer stream from {self.address}: {error}")
+
+    def refuse(self, why: str) -> None:
+        log.warning("%s", why)
+        if self.transport is not None:
+            self.transport.close()
+
+    def eof_received(self) -> bool:
+        return False  # the peer is done: close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        del exc  # a broken stream (ssl.SSLError too) ends like a closed one
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
 class PeerTransport:
     """Every link of this node, and the server the other nodes dial."""
 
@@ -202,7 +263,7 @@ class PeerTransport:
         self.flush_scheduled = False
         self.listener: socket.socket | None = None
         self.acceptor: asyncio.Task[None] | None = None
-        self.inbound: dict[asyncio.Task[None], asyncio.StreamWriter | None] = {}
+        self.inbound: dict[asyncio.Task[None], asyncio.BaseTransport | None] = {}
 
     async def start(self, listen: Address) -> None:
         loop = asyncio.get_running_loop()
@@ -249,41 +310,34 @@ class PeerTransport:
     async def _serve(self, conn: socket.socket, address: Any) -> None:
         task = asyncio.current_task()
         assert task is not None
-        writer: asyncio.StreamWriter | None = None
+        receiver = FrameReceiver(self.cluster_id, address, self.deliver, tls=self.tls is not None)
+        transport: asyncio.BaseTransport | None = None
         try:
-            opened = await self.open_inbound(conn, address)
-            if opened is None:
+            transport = await self.open_inbound(conn, address, receiver)
+            if transport is None:
                 return
-            reader, writer, named = opened
             if task in self.inbound:
-                self.inbound[task] = writer
-            await self.read_frames(reader, named)
-        except ProtocolError as error:
-            log.warning("closing a peer stream from %s: %s", address, error)
-        except OSError:  # ssl.SSLError too
-            pass
+                self.inbound[task] = transport
+            await receiver.closed
         finally:
-            if writer is not None:
-                writer.close()
+            if transport is not None:
+                transport.close()
             else:
                 conn.close()
             self.inbound.pop(task, None)
 
     async def open_inbound(
-        self, conn: socket.socket, address: Any
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int | None] | None:
-        """Streams over an accepted socket, after the TLS handshake in a secured cluster,
-        with the node id its certificate names; None (one log line) when the handshake
-        fails or the certificate names no node."""
+        self, conn: socket.socket, address: Any, receiver: FrameReceiver
+    ) -> asyncio.BaseTransport | None:
+        """The transport of an accepted socket, read by `receiver`, after the TLS handshake
+        in a secured cluster; None (one log line) when the handshake fails."""
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=READ_CHUNK_BYTES)
-        protocol = asyncio.StreamReaderProtocol(reader)
         if self.tls is None:
-            transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn)
-            return reader, asyncio.StreamWriter(transport, protocol, reader, loop), None
+            transport, _ = await loop.connect_accepted_socket(lambda: receiver, conn)
+            return transport
         try:
             transport, _ = await loop.connect_accepted_socket(
-                lambda: protocol,
+                lambda: receiver,
                 conn,
                 ssl=self.tls.server,
                 ssl_handshake_timeout=TLS_HANDSHAKE_S,
@@ -294,36 +348,7 @@ class PeerTransport:
                 "refused a peer connection from %s: TLS handshake failed (%s)", address, reason
             )
             return None
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        named = node_id_of(writer.get_extra_info("peercert"))
-        if named is None:
-            log.warning("refused a peer connection from %s: its certificate names no node", address)
-            writer.close()
-            return None
-        return reader, writer, named
-
-    async def read_frames(self, reader: asyncio.StreamReader, named: int | None) -> None:
-        """Deliver the frames of one inbound stream until it ends; in a secured cluster
-        only while its handshake claims the node its certificate names."""
-        decoder = PeerDecoder(cluster_id=self.cluster_id)
-        peer: NodeId | None = None
-        while data := await reader.read(READ_CHUNK_BYTES):
-            decoder.receive_data(data)
-            while (frame := decoder.next_frame()) is not NEED_DATA:
-                if isinstance(frame, Handshake):
-                    if self.tls is not None and frame.node_id != named:
-                        log.warning(
-                            "refusing a peer stream that claims node %d: its "
-                            "certificate names node %s",
-                            frame.node_id,
-                            named,
-                        )
-                        return
-                    peer = NodeId(frame.node_id)
-                    continue
-                if peer is None:  # the decoder yields a handshake first: our bug
-                    raise ProtocolError("a frame before the handshake")
-                self.deliver(peer, frame)
+        return transport
 
     async def close(self) -> None:
         for link in self.links.values():
@@ -332,10 +357,10 @@ class PeerTransport:
             self.acceptor.cancel()
         if self.listener is not None:
             self.listener.close()
-        for task, writer in list(self.inbound.items()):
-            if writer is None:
+        for task, transport in list(self.inbound.items()):
+            if transport is None:
                 task.cancel()  # still in its handshake
             else:
-                writer.close()  # its task sees the end of the stream and returns
+                transport.close()  # its task sees the end of the stream and returns
         if self.inbound:
             await asyncio.wait(list(self.inbound), timeout=CLOSE_WAIT_S)

@@ -6,6 +6,11 @@ must elect a new leader, and the old one must stop serving reads; it must alread
 them by the time the new leader exists (its read lease has run out). After healing, all
 three converge.
 
+A node cut away does not name itself leader once it has stepped down, though the latest
+report it holds does: it answers Metadata with no leader. The others fence it after the
+broker session (2 s here) and leave it out of their Metadata, so a new client bootstrapped
+on them never meets it.
+
 The metrics count what a replica did to converge: a leader cut away with a record it
 could not commit truncates it when it is back (`tidelog_log_truncations_total`), and a
 follower cut away while the log start passed its log end starts its log again at the
@@ -27,6 +32,7 @@ from kafka import KafkaProducer
 from kafka.protocol.parser import KafkaProtocol
 
 from tidelog.protocol.kafka import _APIS, ApiKey
+from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.status import read_status
 from tidelog.testing.live import (
     collect_leaked_sockets,
@@ -42,6 +48,7 @@ NODES = (1, 2, 3)
 TOPIC = "cut"
 DEADLINE_S = 30.0
 POLL_S = 0.05
+SESSION_MS = 2_000  # broker_session_timeout_ms: the others fence a node cut away this soon
 
 
 def free_port() -> int:
@@ -64,6 +71,8 @@ class ProxiedCluster:
             for b in NODES
             if a != b
         }
+        self.config = directory / "broker.toml"
+        self.config.write_text(f"broker_session_timeout_ms = {SESSION_MS}\n")
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         for node in NODES:
             self.processes[node] = self.start(node, directory)
@@ -92,6 +101,8 @@ class ProxiedCluster:
             peers,
             "--admin-listen",
             f"127.0.0.1:{self.admin[node]}",
+            "--config",
+            str(self.config),
         ]
         with log:
             return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -112,6 +123,12 @@ class ProxiedCluster:
         for (a, b), proxy in self.proxies.items():
             if node in (a, b):
                 proxy.cut(mode)
+
+    def fenced_by_others(self, node: int) -> bool:
+        """Whether every other node has fenced `node`: out of their Metadata."""
+        return all(
+            node in (self.status(other) or {}).get("fenced", []) for other in NODES if other != node
+        )
 
     def heal(self) -> None:
         for proxy in self.proxies.values():
@@ -171,6 +188,23 @@ def latest_offset_error(port: int) -> int:
                 return error
 
 
+def metadata_leader(port: int) -> tuple[int, int]:
+    """(error code, leader id) of the partition in a Metadata answer, asked of one node."""
+    request_class = _APIS[ApiKey.METADATA].request_class
+    request = request_class(version=1, topics=[request_class.MetadataRequestTopic(name=TOPIC)])
+    protocol = KafkaProtocol(client_id="link-cut-test")
+    protocol.send_request(request)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(protocol.send_bytes())
+        while True:
+            data = sock.recv(65536)
+            assert data, "the node closed the connection"
+            answers = protocol.receive_bytes(data)
+            if answers:
+                partition = answers[0][1].topics[0].partitions[0]
+                return partition.error_code, partition.leader_id
+
+
 def stable_leader(cluster: ProxiedCluster) -> int | None:
     """The node that leads the partition and answers reads (a fresh leader may not yet)."""
     for node in NODES:
@@ -211,6 +245,8 @@ def test_cutting_the_leader_away_elects_another_and_the_old_stops_reading(
     wait_for(
         lambda: (cluster.partition(old) or {}).get("role") != "leader", "the old leader steps down"
     )
+    # Its latest report names it, but it knows better: no leader it can name.
+    assert metadata_leader(cluster.kafka[old]) == (ErrorCode.LEADER_NOT_AVAILABLE, -1)
 
     cluster.heal()
     wait_for(
@@ -236,9 +272,11 @@ def test_a_truncation_and_a_reset_are_counted_where_they_happen(cluster: Proxied
 
     def produce(bootstrap: str, count: int) -> None:
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
-        for i in range(count):
-            producer.send(TOPIC, value=f"r-{i}".encode()).get(timeout=DEADLINE_S)
-        producer.close()
+        try:
+            for i in range(count):
+                producer.send(TOPIC, value=f"r-{i}".encode()).get(timeout=DEADLINE_S)
+        finally:
+            producer.close()
 
     def counted(node: int, name: str) -> float | None:
         return sample(scrape(f"127.0.0.1:{cluster.admin[node]}"), name, topic=TOPIC, partition=0)
@@ -268,6 +306,7 @@ def test_a_truncation_and_a_reset_are_counted_where_they_happen(cluster: Proxied
         ),
         "a new leader among the others",
     )
+    wait_for(lambda: cluster.fenced_by_others(old), "the old leader fenced by the others")
     produce(",".join(f"127.0.0.1:{cluster.kafka[n]}" for n in others), 3)
     assert counted(old, "tidelog_log_truncations_total") is None
     cluster.heal()
@@ -277,6 +316,7 @@ def test_a_truncation_and_a_reset_are_counted_where_they_happen(cluster: Proxied
     behind = next(n for n in NODES if n != new)
     cluster.isolate(behind, CutMode.RESET)
     reachable = ",".join(f"127.0.0.1:{cluster.kafka[n]}" for n in NODES if n != behind)
+    wait_for(lambda: cluster.fenced_by_others(behind), "the follower fenced by the others")
     produce(reachable, 4)
     cut = log_end(new) - 1
     deleted = tidelog(

@@ -361,14 +361,19 @@ def name_of(broker: BrokerView, key: str | uuid.UUID) -> str | None:
 
 def latest_leader(broker: BrokerView, topic: str, partition: int) -> LeaderAndEpoch:
     """The partition's leader (or -1) and epoch as this node knows them: its replica's, or
-    a later epoch the metadata log reported."""
-    leader, epoch = broker.leader_of(PartitionKey(topic, partition))
+    a later epoch the metadata log reported. This node is named only while its replica
+    leads: a report naming it is out of date once it stepped down (cut away from the
+    others, its last report is still the latest it holds) or before it has taken over."""
+    own, epoch = broker.leader_of(PartitionKey(topic, partition))
+    leader = own
     reported = broker.image.partitions.get((topic, partition))
     if reported is not None and reported.epoch > epoch:
         leader, epoch = reported.leader, reported.epoch
     record = broker.image.records.get((topic, partition))  # ISR mode: the controller's
     if record is not None and record.leader_epoch > epoch:
         leader, epoch = int(record.leader), int(record.leader_epoch)
+    if leader == broker.node_id and own != leader:
+        leader = -1
     return LeaderAndEpoch(leader, epoch)
 
 

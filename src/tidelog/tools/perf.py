@@ -53,7 +53,10 @@ REPORTING_INTERVAL_MS_DEFAULT: Final = 5000
 TIMEOUT_MS_DEFAULT: Final = 60_000
 RECORDS_MAX: Final = 1_000_000_000
 RECORD_SIZE_MAX: Final = 1 << 20
-POLL_EVERY_RECORDS: Final = 1000
+# Records are handed to librdkafka CHUNK_RECORDS at a time (`produce_batch`: one Python call
+# for many), or THROTTLED_CHUNK_S worth of them under --throughput.
+CHUNK_RECORDS: Final = 1000
+THROTTLED_CHUNK_S: Final = 0.005
 QUEUE_FULL_WAIT_S: Final = 0.005
 CONSUME_BATCH_MAX: Final = 10_000
 CONSUME_POLL_S: Final = 0.1
@@ -187,23 +190,28 @@ def run_produce(
     producer = Producer(config)
     stats = ProduceStats(record_size, report)
     value = bytes(i % 251 for i in range(record_size))
-    produce, poll, callback = producer.produce, producer.poll, stats.on_delivery
+    poll, callback = producer.poll, stats.on_delivery
+    chunk = CHUNK_RECORDS
+    if throughput > 0:
+        chunk = max(1, min(CHUNK_RECORDS, int(throughput * THROTTLED_CHUNK_S)))
     started = time.monotonic()
     deadline = started + timeout_s
-    for sent in range(num_records):
-        while True:
-            try:
-                produce(topic, value, on_delivery=callback)
-                break
-            except BufferError:  # librdkafka's queue is full: serve deliveries, retry
+    sent = 0
+    while sent < num_records:
+        # One dict per record: librdkafka marks the ones it could not queue (`_error`).
+        waiting = [{"value": value} for _ in range(min(chunk, num_records - sent))]
+        while waiting:
+            queued = producer.produce_batch(topic, waiting, on_delivery=callback)
+            waiting = refused_for_now(waiting, queued)
+            if waiting:  # librdkafka's queue is full: serve deliveries, retry the rest
                 poll(QUEUE_FULL_WAIT_S)
                 check_deadline(deadline, f"produce ({sent} of {num_records} sent)")
+        sent += min(chunk, num_records - sent)
         if throughput > 0:
-            throttle(started, sent + 1, throughput, time.monotonic())
-        if sent % POLL_EVERY_RECORDS == 0:
-            poll(0)
-            stats.maybe_report(time.monotonic(), reporting_interval_s)
-            check_deadline(deadline, f"produce ({sent} of {num_records} sent)")
+            throttle(started, sent, throughput, time.monotonic())
+        poll(0)
+        stats.maybe_report(time.monotonic(), reporting_interval_s)
+        check_deadline(deadline, f"produce ({sent} of {num_records} sent)")
     while stats.settled < num_records:
         producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
         stats.maybe_report(time.monotonic(), reporting_interval_s)
@@ -217,6 +225,23 @@ def run_produce(
         elapsed_s=elapsed,
         latency=LatencySummary.of(stats.latencies),
     )
+
+
+def refused_for_now(messages: list[dict[str, Any]], queued: int) -> list[dict[str, Any]]:
+    """The messages of a `produce_batch` that queued `queued` of them which did not fit
+    librdkafka's queue, cleared to be given again; any other refusal (a record too large) is
+    the run's end, as `produce` raises it."""
+    waiting = []
+    for message in messages:
+        error = message.pop("_error", None)
+        if error is None:
+            continue
+        if error.code() != KafkaError._QUEUE_FULL:
+            raise KafkaException(error)
+        waiting.append(message)
+    if queued + len(waiting) != len(messages):  # never seen: each is queued or marked
+        raise ClientError(f"produce: {len(messages) - queued} records not queued, no reason given")
+    return waiting
 
 
 def throttle(started: float, sent: int, throughput: float, now: float) -> None:

@@ -89,6 +89,30 @@ def test_throttled_produce_json(cluster: LiveCluster) -> None:
     assert report["latency"]["count"] == 200
 
 
+def test_records_a_full_client_queue_refused_are_given_again(cluster: LiveCluster) -> None:
+    # librdkafka queues 50 of each 1,000 handed to it; the rest wait for deliveries.
+    create_topic(cluster.bootstrap, "perf-queue", partitions=1)
+    produced = tidelog(
+        "perf", "produce", "--topic", "perf-queue", "--num-records", str(RECORDS), "--json",
+        "--producer-props", "queue.buffering.max.messages=50",
+        "--bootstrap-server", cluster.bootstrap,
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    report = json.loads(produced.stdout)
+    assert (report["records"], report["failed"], report["latency"]["count"]) == (
+        RECORDS,
+        0,
+        RECORDS,
+    )
+    consumed = tidelog(
+        "perf", "consume", "--topic", "perf-queue", "--messages", str(RECORDS + 1),
+        "--timeout", "2000", "--bootstrap-server", cluster.bootstrap,
+    )  # fmt: skip
+    # Each record once: one more is never read.
+    assert consumed.returncode == 1, consumed.stdout
+    assert f"consume ({RECORDS} of {RECORDS + 1} read)" in consumed.stderr, consumed.stderr
+
+
 def test_latency_measures_every_record(cluster: LiveCluster) -> None:
     create_topic(cluster.bootstrap, "perf-latency", partitions=1)
     measured = tidelog(

@@ -29,12 +29,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from kafka import KafkaProducer
-from kafka.protocol.parser import KafkaProtocol
 
 from tidelog.protocol.kafka import _APIS, ApiKey
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.status import read_status
 from tidelog.testing.live import (
+    RawConnection,
     collect_leaked_sockets,
     create_topic,
     poll,
@@ -165,6 +165,15 @@ def wait_for(condition: Any, what: str) -> Any:
     return poll(lambda: condition() or None, what, deadline_s=DEADLINE_S)
 
 
+def ask(port: int, request: Any) -> Any:
+    """The answer of one node to one request."""
+    connection = RawConnection(("127.0.0.1", port))
+    try:
+        return connection.ask(request)
+    finally:
+        connection.close()
+
+
 def latest_offset_error(port: int) -> int:
     """The error code of a ListOffsets(latest) for the partition, asked of one node."""
     request_class = _APIS[ApiKey.LIST_OFFSETS].request_class
@@ -178,34 +187,16 @@ def latest_offset_error(port: int) -> int:
             )
         ],
     )
-    protocol = KafkaProtocol(client_id="link-cut-test")
-    protocol.send_request(request)
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(protocol.send_bytes())
-        while True:
-            data = sock.recv(65536)
-            assert data, "the node closed the connection"
-            answers = protocol.receive_bytes(data)
-            if answers:
-                error: int = answers[0][1].topics[0].partitions[0].error_code
-                return error
+    error: int = ask(port, request).topics[0].partitions[0].error_code
+    return error
 
 
 def metadata_leader(port: int) -> tuple[int, int]:
     """(error code, leader id) of the partition in a Metadata answer, asked of one node."""
     request_class = _APIS[ApiKey.METADATA].request_class
     request = request_class(version=1, topics=[request_class.MetadataRequestTopic(name=TOPIC)])
-    protocol = KafkaProtocol(client_id="link-cut-test")
-    protocol.send_request(request)
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(protocol.send_bytes())
-        while True:
-            data = sock.recv(65536)
-            assert data, "the node closed the connection"
-            answers = protocol.receive_bytes(data)
-            if answers:
-                partition = answers[0][1].topics[0].partitions[0]
-                return partition.error_code, partition.leader_id
+    partition = ask(port, request).topics[0].partitions[0]
+    return partition.error_code, partition.leader_id
 
 
 def stable_leader(cluster: ProxiedCluster) -> int | None:

@@ -44,7 +44,7 @@ TRANSFER: Final = r"^transfer (\d+) (\S+) -> (\S+) (\d+)\.(\d\d)$"
 class PipelineRun:
     balances: dict[str, int]  # account -> cents
     transfers_read: int  # transfers the query's aggregate took (its moves, halved)
-    malformed: int  # of those, values that are not transfers
+    malformed: int  # values of the transfers topic that are not transfers (a batch read)
     batches: int  # micro-batches that read something
     parquet: Path
     balances_emitted: int  # rows the micro-batches handed the sink (each batch: every balance)

@@ -20,7 +20,7 @@ import pytest
 from tidelog.address import parse_address
 from tidelog.protocol.kafka import _APIS, ApiKey
 from tidelog.server.metadata import MetadataImage, PartitionState
-from tidelog.testing.live import LiveCluster, RawConnection, create_topic, eventually, tidelog
+from tidelog.testing.live import LiveCluster, ask_once, create_topic, eventually, tidelog
 
 TOPIC = "truth"
 PARTITIONS = 3
@@ -86,15 +86,11 @@ def test_a_bad_report_changes_nothing(bad: bytes) -> None:
 
 def metadata_of(address: str) -> tuple[set[int], dict[int, tuple[int, tuple[int, ...]]]]:
     """(broker ids, {partition: (leader, isr)}) as one broker answers Metadata."""
-    connection = RawConnection(parse_address(address))
-    try:
-        request = _APIS[ApiKey.METADATA].request_class(
-            version=1,
-            topics=[_APIS[ApiKey.METADATA].request_class.MetadataRequestTopic(name=TOPIC)],
-        )
-        answer = connection.ask(request)
-    finally:
-        connection.close()
+    request = _APIS[ApiKey.METADATA].request_class(
+        version=1,
+        topics=[_APIS[ApiKey.METADATA].request_class.MetadataRequestTopic(name=TOPIC)],
+    )
+    answer = ask_once(parse_address(address), request)
     brokers = {broker.node_id for broker in answer.brokers}
     partitions = {
         p.partition_index: (p.leader_id, tuple(sorted(p.isr_nodes)))

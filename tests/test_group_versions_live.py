@@ -34,7 +34,14 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from tidelog.protocol.kafka_errors import ErrorCode
-from tidelog.testing.live import LiveCluster, RawConnection, create_topic, eventually, poll
+from tidelog.testing.live import (
+    LiveCluster,
+    RawConnection,
+    ask_once,
+    create_topic,
+    eventually,
+    poll,
+)
 
 TOPIC, PARTITIONS = "versioned", 2
 SESSION_MS = 60_000
@@ -55,14 +62,6 @@ def topic(cluster: LiveCluster) -> str:
 def first_broker(cluster: LiveCluster) -> tuple[str, int]:
     host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
     return host, int(port)
-
-
-def ask_once(address: tuple[str, int], request: Any) -> Any:
-    connection = RawConnection(address)
-    try:
-        return connection.ask(request)
-    finally:
-        connection.close()
 
 
 def coordinator_of(cluster: LiveCluster, group: str) -> tuple[int, tuple[str, int]]:

@@ -20,7 +20,7 @@ from kafka import KafkaProducer
 from tidelog.address import parse_address
 from tidelog.protocol.kafka import _APIS, ApiKey
 from tidelog.protocol.kafka_errors import ErrorCode
-from tidelog.testing.live import DEADLINE_S, LiveCluster, RawConnection, create_topic, tidelog
+from tidelog.testing.live import DEADLINE_S, LiveCluster, ask_once, create_topic, tidelog
 
 TOPIC = "epochs"
 
@@ -52,11 +52,7 @@ def epoch_end(address: str, leader_epoch: int, current: int) -> tuple[int, int, 
             )
         ],
     )
-    connection = RawConnection(parse_address(address))
-    try:
-        answer = connection.ask(request).topics[0].partitions[0]
-    finally:
-        connection.close()
+    answer = ask_once(parse_address(address), request).topics[0].partitions[0]
     return answer.error_code, answer.leader_epoch, answer.end_offset
 
 

@@ -34,7 +34,7 @@ from tidelog.protocol.kafka import _APIS, ApiKey
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.status import read_status
 from tidelog.testing.live import (
-    RawConnection,
+    ask_once,
     collect_leaked_sockets,
     create_topic,
     poll,
@@ -165,15 +165,6 @@ def wait_for(condition: Any, what: str) -> Any:
     return poll(lambda: condition() or None, what, deadline_s=DEADLINE_S)
 
 
-def ask(port: int, request: Any) -> Any:
-    """The answer of one node to one request."""
-    connection = RawConnection(("127.0.0.1", port))
-    try:
-        return connection.ask(request)
-    finally:
-        connection.close()
-
-
 def latest_offset_error(port: int) -> int:
     """The error code of a ListOffsets(latest) for the partition, asked of one node."""
     request_class = _APIS[ApiKey.LIST_OFFSETS].request_class
@@ -187,7 +178,7 @@ def latest_offset_error(port: int) -> int:
             )
         ],
     )
-    error: int = ask(port, request).topics[0].partitions[0].error_code
+    error: int = ask_once(("127.0.0.1", port), request).topics[0].partitions[0].error_code
     return error
 
 
@@ -195,7 +186,7 @@ def metadata_leader(port: int) -> tuple[int, int]:
     """(error code, leader id) of the partition in a Metadata answer, asked of one node."""
     request_class = _APIS[ApiKey.METADATA].request_class
     request = request_class(version=1, topics=[request_class.MetadataRequestTopic(name=TOPIC)])
-    partition = ask(port, request).topics[0].partitions[0]
+    partition = ask_once(("127.0.0.1", port), request).topics[0].partitions[0]
     return partition.error_code, partition.leader_id
 
 

@@ -236,6 +236,15 @@ class RawConnection:
         self.sock.close()
 
 
+def ask_once(address: tuple[str, int], request: Any) -> Any:
+    """One broker's answer to one request, on a connection of its own."""
+    connection = RawConnection(address)
+    try:
+        return connection.ask(request)
+    finally:
+        connection.close()
+
+
 def create_topic(
     bootstrap: str,
     name: str,

@@ -198,15 +198,16 @@ def run_produce(
     deadline = started + timeout_s
     sent = 0
     while sent < num_records:
+        count = min(chunk, num_records - sent)
         # One dict per record: librdkafka marks the ones it could not queue (`_error`).
-        waiting = [{"value": value} for _ in range(min(chunk, num_records - sent))]
+        waiting = [{"value": value} for _ in range(count)]
         while waiting:
             queued = producer.produce_batch(topic, waiting, on_delivery=callback)
             waiting = refused_for_now(waiting, queued)
             if waiting:  # librdkafka's queue is full: serve deliveries, retry the rest
                 poll(QUEUE_FULL_WAIT_S)
                 check_deadline(deadline, f"produce ({sent} of {num_records} sent)")
-        sent += min(chunk, num_records - sent)
+        sent += count
         if throughput > 0:
             throttle(started, sent, throughput, time.monotonic())
         poll(0)

@@ -23,7 +23,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tidelog.records import HEADER_SIZE, iter_batches
-from tidelog.spark.replicas import BrokerConnection, ReplicaRead, ReplicaReadError, fetch_once
+from tidelog.spark.replicas import ReplicaRead, ReplicaReadError, fetch_once
+from tidelog.spark.wire import BrokerConnection
 from tidelog.testing.live import LiveCluster, create_topic, poll, tidelog
 
 pytestmark = pytest.mark.slow

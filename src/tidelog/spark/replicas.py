@@ -39,8 +39,6 @@ Rules of this file:
 from __future__ import annotations
 
 import json
-import socket
-import struct
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -53,29 +51,21 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from tidelog.address import parse_address
 from tidelog.client_config import PLAINTEXT, ClientConfigError, ClientSecurity, security_of
 from tidelog.errors import CorruptBatch
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.records import HEADER_SIZE, check_framing, crc_of, read_header
 from tidelog.spark.kafka_io import SparkKafkaError
+from tidelog.spark.wire import FETCH_BYTES_MAX, BrokerConnection, ask_metadata, error_name
 
 # kafka-python 3.0.12 loads its JSON schemas with a deprecated importlib call at import time.
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.net.sasl import get_sasl_mechanism
     from kafka.protocol.consumer import (
         FetchRequest,
         FetchResponse,
         ListOffsetsRequest,
         ListOffsetsResponse,
-    )
-    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-    from kafka.protocol.sasl import (
-        SaslAuthenticateRequest,
-        SaslAuthenticateResponse,
-        SaslHandshakeRequest,
-        SaslHandshakeResponse,
     )
 
 if TYPE_CHECKING:
@@ -85,34 +75,17 @@ SOURCE_NAME: Final = "tidelog-replicas"
 CLIENT_ID: Final = "tidelog-verify-replicas"
 RACK_ID: Final = "tidelog-verify-replicas"
 """Any non-empty rack id makes a tidelog follower serve Fetch below its own HWM."""
-CONNECT_TIMEOUT_S: Final = 5.0
-REQUEST_TIMEOUT_S: Final = 15.0
-FETCH_BYTES_MAX: Final = 8 * 1024 * 1024
-"""What one Fetch may return (also per partition): at least one whole batch comes anyway."""
-RESPONSE_BYTES_MAX: Final = 2 * FETCH_BYTES_MAX + 1024 * 1024
 ARROW_ROWS_MAX: Final = 50_000
 MISMATCHES_LISTED_MAX: Final = 1_000
 ROUNDS_MAX: Final = 8
 """Partitions are read and compared in at most this many Spark rounds (module rules)."""
-DEFAULT_PORT: Final = 9092
-
 FETCH_VERSION: Final = 11
-METADATA_VERSION: Final = 7
 LIST_OFFSETS_VERSION: Final = 5
-SASL_HANDSHAKE_VERSION: Final = 1
-SASL_AUTHENTICATE_VERSION: Final = 1
-SASL_ROUNDS_MAX: Final = 4
-"""SaslAuthenticate rounds before a login counts as failed (PLAIN takes 1, SCRAM 2)."""
 KAFKA_PREFIX: Final = "kafka."
 EARLIEST: Final = -2
 NO_REPLICA_ID: Final = -1  # a consumer, not a broker
 NO_SESSION_EPOCH: Final = -1  # a full fetch, no fetch session
 NO_EPOCH: Final = -1
-
-_SIZE = struct.Struct(">i")
-DECODE_ERRORS: Final = (struct.error, ValueError, IndexError, KeyError, OverflowError)
-"""What kafka-python's generated decoders raise on a malformed body."""
-
 BATCH: Final = "batch"
 REPLICA: Final = "replica"
 ARROW_SCHEMA: Final = pa.schema(
@@ -138,106 +111,6 @@ SCHEMA: Final = from_arrow_schema(ARROW_SCHEMA)
 
 class ReplicaReadError(SparkKafkaError):
     """One replica could not be read to its HWM; the message says where and why."""
-
-
-# ---------------------------------------------------------------- the wire, blocking ----
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """("host", port) of `host:port`; SparkKafkaError when it is not one."""
-    try:
-        return parse_address(address, default_port=DEFAULT_PORT)
-    except ValueError as error:
-        raise SparkKafkaError(f"bad broker address: {error} (want host:port)") from None
-
-
-class BrokerConnection:
-    """One blocking connection to one broker: a request out, its response back, in turn;
-    TLS and authenticated first as `security` says (OSError or SparkKafkaError if not)."""
-
-    def __init__(self, address: str, security: ClientSecurity = PLAINTEXT) -> None:
-        self.address = address
-        host, port = split_address(address)
-        context = security.ssl_context()
-        self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
-        self.correlation_id = 0
-        try:
-            if context is not None:  # the TLS socket takes the plain one over
-                self.sock = context.wrap_socket(self.sock, server_hostname=host)
-            self.sock.settimeout(REQUEST_TIMEOUT_S)
-            if security.sasl:
-                self.authenticate(security)
-        except BaseException:
-            self.sock.close()
-            raise
-
-    def authenticate(self, security: ClientSecurity) -> None:
-        """SaslHandshake, then SaslAuthenticate rounds until kafka-python's client of the
-        mechanism is done; SparkKafkaError when the broker refuses."""
-        handshake = SaslHandshakeRequest(mechanism=security.mechanism)
-        answer = self.call(handshake, SaslHandshakeResponse, SASL_HANDSHAKE_VERSION)
-        if answer.error_code != 0:
-            raise SparkKafkaError(f"SASL {security.mechanism}: {error_name(answer.error_code)}")
-        login = get_sasl_mechanism(security.mechanism)(**security.kafka_python())
-        for _ in range(SASL_ROUNDS_MAX):
-            if login.is_done():
-                break
-            request = SaslAuthenticateRequest(auth_bytes=login.auth_bytes())
-            step = self.call(request, SaslAuthenticateResponse, SASL_AUTHENTICATE_VERSION)
-            if step.error_code != 0:
-                reason = step.error_message or error_name(step.error_code)
-                raise SparkKafkaError(f"SASL {security.mechanism}: {reason}")
-            try:
-                login.receive(step.auth_bytes)
-            except ValueError as error:  # a SCRAM server that did not prove itself
-                raise SparkKafkaError(f"SASL {security.mechanism}: {error}") from None
-        if not login.is_authenticated():
-            raise SparkKafkaError(f"SASL {security.mechanism}: not logged in")
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> BrokerConnection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def call(self, request: Any, response_class: Any, version: int) -> Any:
-        """Send `request` at `version`, return the decoded response. OSError (ConnectionError
-        when the broker closes the connection) or SparkKafkaError for a bad answer."""
-        self.correlation_id += 1
-        request.API_VERSION = version
-        request.with_header(correlation_id=self.correlation_id, client_id=CLIENT_ID)
-        self.sock.sendall(request.encode(header=True, framed=True))
-        (size,) = _SIZE.unpack(self.receive(_SIZE.size))
-        if not 0 < size <= RESPONSE_BYTES_MAX:
-            raise SparkKafkaError(f"{self.address}: response of {size} bytes")
-        payload = self.receive(size)
-        try:
-            response = response_class[version].decode(payload, header=True)
-        except DECODE_ERRORS as error:
-            what = f"{self.address}: an answer that does not decode: {error!r}"
-            raise SparkKafkaError(what) from error
-        if response.header.correlation_id != self.correlation_id:
-            raise SparkKafkaError(f"{self.address}: answer to another request")
-        return response
-
-    def receive(self, size: int) -> bytes:
-        buffer = bytearray()
-        while len(buffer) < size:
-            chunk = self.sock.recv(size - len(buffer))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            buffer += chunk
-        return bytes(buffer)
-
-
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
 
 
 # ---------------------------------------------------------------- planning, on the driver
@@ -285,22 +158,6 @@ def plan_reads(
     ]
 
 
-def ask_metadata(bootstrap: str, topic: str, security: ClientSecurity) -> Any:
-    """The Metadata of `topic` from the first bootstrap broker that answers."""
-    request = MetadataRequest(
-        topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-        allow_auto_topic_creation=False,
-    )
-    failures = []
-    for address in bootstrap.split(","):
-        try:
-            with BrokerConnection(address.strip(), security) as connection:
-                return connection.call(request, MetadataResponse, METADATA_VERSION)
-        except (OSError, SparkKafkaError) as error:
-            failures.append(f"{address.strip()}: {error}")
-    raise SparkKafkaError(f"no broker answers at {bootstrap} ({'; '.join(failures)})")
-
-
 def ask_log_starts(
     leader: str, topic: str, partitions: list[int], security: ClientSecurity
 ) -> dict[int, int]:
@@ -322,7 +179,7 @@ def ask_log_starts(
         ],
     )
     try:
-        with BrokerConnection(leader, security) as connection:
+        with BrokerConnection(leader, security, client_id=CLIENT_ID) as connection:
             response = connection.call(request, ListOffsetsResponse, LIST_OFFSETS_VERSION)
     except (OSError, SparkKafkaError):
         return {}
@@ -454,7 +311,7 @@ def read_replica(
     try:
         if not read.address:
             raise ReplicaReadError(f"broker {read.replica} is not in the metadata (down?)")
-        with BrokerConnection(read.address, security) as connection:
+        with BrokerConnection(read.address, security, client_id=CLIENT_ID) as connection:
             while rows.hwm is None or offset < rows.hwm:
                 answer = fetch_once(connection, read, offset)
                 if rows.hwm is None:

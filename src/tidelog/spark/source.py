@@ -46,13 +46,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from tidelog.spark import direct
 from tidelog.spark.kafka_io import (
     DataLoss,
     Planner,
     RangeRead,
     SparkKafkaError,
     arrow_schema,
-    read_range,
 )
 from tidelog.spark.options import (
     EARLIEST,
@@ -262,7 +262,7 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """The records of one planned range. PySpark reads a plan of no ranges (nothing to
     read) as one task with a bare InputPartition: it yields nothing."""
     if isinstance(partition, RangePartition):
-        yield from read_range(partition.read)
+        yield from direct.read(partition.read)
 
 
 # Batch

@@ -1,9 +1,10 @@
 """What the Spark source and sink ask of the cluster, through confluent-kafka (librdkafka) only.
 
 The driver asks `Planner` for partitions, watermarks and offsets by timestamp, and commits a
-query's offsets to a consumer group. Executors read one offset range with `read_range` and
-write rows with `Writer`. Only the Kafka protocol is used, so all of it works against any
-Kafka broker too.
+query's offsets to a consumer group. Executors write rows with `Writer`, and read with
+`read_range` what `tidelog.spark.direct` (which decodes Fetch answers into columns itself)
+hands over: a range, or its rest. Only the Kafka protocol is used, so all of it works
+against any Kafka broker too.
 
 Rules of this file:
 - A range [start, end) is read only when `end` is at most the HWM the driver saw: the

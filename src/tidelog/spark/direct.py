@@ -22,7 +22,6 @@ Rules of this file:
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Generator, Iterator
 from typing import Any, Final
 
@@ -30,7 +29,7 @@ import pyarrow as pa
 
 from tidelog.client_config import ClientConfigError, ClientSecurity, security_of
 from tidelog.errors import CorruptBatch
-from tidelog.spark import columnar
+from tidelog.spark import columnar, wire
 from tidelog.spark.kafka_io import (
     ARROW_ROWS_MAX,
     READ_DEFAULTS,
@@ -38,18 +37,10 @@ from tidelog.spark.kafka_io import (
     SparkKafkaError,
     read_range,
 )
-from tidelog.spark.wire import FETCH_BYTES_MAX, BrokerConnection, ask_metadata
+from tidelog.spark.wire import FETCH_BYTES_MAX, FETCH_VERSION, BrokerConnection, ask_metadata
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.protocol.consumer import FetchRequest, FetchResponse
-
-FETCH_VERSION: Final = 11
 FETCH_WAIT_MS: Final = 500
 READ_COMMITTED: Final = 1  # librdkafka's default isolation.level
-NO_REPLICA_ID: Final = -1
-NO_SESSION_EPOCH: Final = -1
-NO_EPOCH: Final = -1
 SECURITY_KEYS: Final = frozenset(
     {
         "security.protocol",
@@ -145,36 +136,17 @@ def leader_of(range_read: RangeRead, security: ClientSecurity) -> str | None:
 
 
 def fetch_request(range_read: RangeRead, offset: int) -> Any:
-    """A Fetch v11 of the range's partition at `offset`, as a consumer (read committed)."""
-    partition = FetchRequest.FetchTopic.FetchPartition(
-        partition=range_read.partition,
-        current_leader_epoch=NO_EPOCH,
-        fetch_offset=offset,
-        log_start_offset=-1,
-        partition_max_bytes=FETCH_BYTES_MAX,
-    )
-    return FetchRequest(
-        replica_id=NO_REPLICA_ID,
-        max_wait_ms=FETCH_WAIT_MS,
-        min_bytes=1,
-        max_bytes=FETCH_BYTES_MAX,
-        isolation_level=READ_COMMITTED,
-        session_id=0,
-        session_epoch=NO_SESSION_EPOCH,
-        topics=[FetchRequest.FetchTopic(topic=range_read.topic, partitions=[partition])],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    """A Fetch of the range's partition at `offset`, as a consumer (read committed)."""
+    return wire.fetch_request(
+        range_read.topic, range_read.partition, offset, max_wait_ms=FETCH_WAIT_MS,
+        min_bytes=1, isolation_level=READ_COMMITTED, rack_id="", max_bytes=FETCH_BYTES_MAX,
+    )  # fmt: skip
 
 
 def partition_answer(connection: BrokerConnection, range_read: RangeRead, sent: int) -> Any:
     """The answer for the range's partition to the Fetch `sent`; None when it holds an
     error code or aborted transactions (librdkafka takes over)."""
-    response = connection.answer(FetchResponse, FETCH_VERSION, sent)
-    answers = [p for t in response.responses for p in t.partitions]
-    if len(answers) != 1 or answers[0].partition_index != range_read.partition:
-        return None
-    (answer,) = answers
-    if answer.error_code != 0 or answer.aborted_transactions:
+    answer = wire.fetch_answer(connection, range_read.partition, sent)
+    if answer is None or answer.error_code != 0 or answer.aborted_transactions:
         return None
     return answer

@@ -56,14 +56,21 @@ from tidelog.errors import CorruptBatch
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.records import HEADER_SIZE, check_framing, crc_of, read_header
 from tidelog.spark.kafka_io import SparkKafkaError
-from tidelog.spark.wire import FETCH_BYTES_MAX, BrokerConnection, ask_metadata, error_name
+from tidelog.spark.wire import (
+    FETCH_VERSION,
+    NO_EPOCH,
+    NO_REPLICA_ID,
+    BrokerConnection,
+    ask_metadata,
+    error_name,
+    fetch_answer,
+)
+from tidelog.spark.wire import fetch_request as wire_fetch
 
 # kafka-python 3.0.12 loads its JSON schemas with a deprecated importlib call at import time.
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.protocol.consumer import (
-        FetchRequest,
-        FetchResponse,
         ListOffsetsRequest,
         ListOffsetsResponse,
     )
@@ -79,13 +86,9 @@ ARROW_ROWS_MAX: Final = 50_000
 MISMATCHES_LISTED_MAX: Final = 1_000
 ROUNDS_MAX: Final = 8
 """Partitions are read and compared in at most this many Spark rounds (module rules)."""
-FETCH_VERSION: Final = 11
 LIST_OFFSETS_VERSION: Final = 5
 KAFKA_PREFIX: Final = "kafka."
 EARLIEST: Final = -2
-NO_REPLICA_ID: Final = -1  # a consumer, not a broker
-NO_SESSION_EPOCH: Final = -1  # a full fetch, no fetch session
-NO_EPOCH: Final = -1
 BATCH: Final = "batch"
 REPLICA: Final = "replica"
 ARROW_SCHEMA: Final = pa.schema(
@@ -268,34 +271,18 @@ class ReplicaRows:
 
 def fetch_request(read: ReplicaRead, offset: int) -> Any:
     """A Fetch v11 of one partition at `offset`, with a rack id so a follower answers."""
-    partition = FetchRequest.FetchTopic.FetchPartition(
-        partition=read.partition,
-        current_leader_epoch=NO_EPOCH,
-        fetch_offset=offset,
-        log_start_offset=-1,
-        partition_max_bytes=FETCH_BYTES_MAX,
-    )
-    return FetchRequest(
-        replica_id=NO_REPLICA_ID,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=FETCH_BYTES_MAX,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=NO_SESSION_EPOCH,
-        topics=[FetchRequest.FetchTopic(topic=read.topic, partitions=[partition])],
-        forgotten_topics_data=[],
+    return wire_fetch(
+        read.topic, read.partition, offset, max_wait_ms=0, min_bytes=0, isolation_level=0,
         rack_id=RACK_ID,
-    )
+    )  # fmt: skip
 
 
 def fetch_once(connection: BrokerConnection, read: ReplicaRead, offset: int) -> Any:
     """The replica's answer for its partition at `offset`; ReplicaReadError for an error."""
-    response = connection.call(fetch_request(read, offset), FetchResponse, FETCH_VERSION)
-    answers = [p for t in response.responses for p in t.partitions]
-    if len(answers) != 1 or answers[0].partition_index != read.partition:
+    sent = connection.send(fetch_request(read, offset), FETCH_VERSION)
+    answer = fetch_answer(connection, read.partition, sent)
+    if answer is None:
         raise ReplicaReadError("the Fetch answer is not for this partition")
-    (answer,) = answers
     if answer.error_code != 0:
         raise ReplicaReadError(error_name(answer.error_code))
     return answer

@@ -31,6 +31,7 @@ from tidelog.spark.kafka_io import SparkKafkaError
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.net.sasl import get_sasl_mechanism
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
     from kafka.protocol.sasl import (
         SaslAuthenticateRequest,
@@ -47,6 +48,10 @@ FETCH_BYTES_MAX: Final = 8 * 1024 * 1024
 RESPONSE_BYTES_MAX: Final = 2 * FETCH_BYTES_MAX + 1024 * 1024
 DEFAULT_PORT: Final = 9092
 METADATA_VERSION: Final = 7
+FETCH_VERSION: Final = 11
+NO_REPLICA_ID: Final = -1  # a consumer, not a broker
+NO_SESSION_EPOCH: Final = -1  # a full fetch, no fetch session
+NO_EPOCH: Final = -1
 SASL_HANDSHAKE_VERSION: Final = 1
 SASL_AUTHENTICATE_VERSION: Final = 1
 SASL_ROUNDS_MAX: Final = 4
@@ -179,3 +184,47 @@ def ask_metadata(bootstrap: str, topic: str, security: ClientSecurity) -> Any:
         except (OSError, SparkKafkaError) as error:
             failures.append(f"{address.strip()}: {error}")
     raise SparkKafkaError(f"no broker answers at {bootstrap} ({'; '.join(failures)})")
+
+
+def fetch_request(
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    max_wait_ms: int,
+    min_bytes: int,
+    isolation_level: int,
+    rack_id: str,
+    max_bytes: int = FETCH_BYTES_MAX,
+) -> Any:
+    """A Fetch (v11) of one partition at `offset`, as a consumer: no fetch session, no
+    leader epoch to check, at most `max_bytes` (for the partition and in all)."""
+    wanted = FetchRequest.FetchTopic.FetchPartition(
+        partition=partition,
+        current_leader_epoch=NO_EPOCH,
+        fetch_offset=offset,
+        log_start_offset=-1,
+        partition_max_bytes=max_bytes,
+    )
+    return FetchRequest(
+        replica_id=NO_REPLICA_ID,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=isolation_level,
+        session_id=0,
+        session_epoch=NO_SESSION_EPOCH,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[wanted])],
+        forgotten_topics_data=[],
+        rack_id=rack_id,
+    )
+
+
+def fetch_answer(connection: BrokerConnection, partition: int, correlation_id: int) -> Any:
+    """The answer of the Fetch `correlation_id` for its one partition; None when the
+    answer holds anything else."""
+    response = connection.answer(FetchResponse, FETCH_VERSION, correlation_id)
+    answers = [p for t in response.responses for p in t.partitions]
+    if len(answers) != 1 or answers[0].partition_index != partition:
+        return None
+    return answers[0]

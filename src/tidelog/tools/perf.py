@@ -62,6 +62,16 @@ CONSUME_BATCH_MAX: Final = 10_000
 CONSUME_POLL_S: Final = 0.1
 METADATA_TIMEOUT_S: Final = 10.0
 RETRY_WAIT_S: Final = 0.1
+THROUGHPUT_PRODUCER_PROPS: Final = {
+    # A producer tuned for throughput, as Kafka's benchmarks tune theirs: batches of up to
+    # 100,000 records or 1 MiB, up to 50 ms of linger, a queue deep enough to fill them.
+    # The benchmarks' "batched" rows (`make bench-peers`) and bench-spark's fill use them.
+    "linger.ms": "50",
+    "batch.size": str(1 << 20),
+    "batch.num.messages": "100000",
+    "queue.buffering.max.messages": "1000000",
+    "queue.buffering.max.kbytes": str(1 << 20),
+}
 CONSUMER_DEFAULTS: Final = {
     "enable.auto.commit": False,
     "enable.partition.eof": False,

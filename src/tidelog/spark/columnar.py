@@ -30,6 +30,7 @@ headers, all varints zigzag-encoded. Rules of this file:
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
@@ -50,7 +51,6 @@ from tidelog.records import (
     LOG_OVERHEAD,
     MAGIC_V2,
     check_batch,
-    read_header,
 )
 from tidelog.spark.kafka_io import TIMESTAMP_TYPE, arrow_schema
 
@@ -67,6 +67,7 @@ PADDING: Final = 16
 VIEW_INLINE_MAX: Final = 12
 """An Arrow binary view holds a value of at most this many bytes inline."""
 MAGIC_POSITION: Final = 16
+_PREFIX: Final = struct.Struct(">qi")  # every batch format starts with its offset and length
 CREATE_TIME: Final = 0  # Spark's Kafka source's timestampType values
 LOG_APPEND_TIME: Final = 1
 CODECS: Final = frozenset({0, GZIP, SNAPPY, LZ4, ZSTD})
@@ -125,12 +126,12 @@ def walk_batches(records: bytes | bytearray, first: int, end: int) -> Walk:
         return Walk(spans, max(next_offset, base_offset), stopped=True, inflated=inflated)
 
     while len(records) - position >= HEADER_SIZE:
-        header = read_header(records, position)
-        if header.base_offset >= end:
+        base_offset, batch_length = _PREFIX.unpack_from(records, position)
+        if base_offset >= end:
             break
         if records[position + MAGIC_POSITION] != MAGIC_V2:
-            return stop(header.base_offset)
-        if LOG_OVERHEAD + header.batch_length > len(records) - position:
+            return stop(base_offset)
+        if LOG_OVERHEAD + batch_length > len(records) - position:
             break  # cut at the answer's byte limit
         header = check_batch(records, position)
         start, stop_at = position + HEADER_SIZE, position + header.size_bytes
@@ -174,7 +175,7 @@ def decode(records: bytes | bytearray, walk: Walk, first: int, end: int) -> Colu
     spans = walk.spans
     data = np.zeros(len(records) + PADDING, np.uint8)
     data[: len(records)] = np.frombuffer(records, np.uint8)
-    starts = np.concatenate([record_starts(records, data, span) for span in spans] or [_none()])
+    starts = all_starts(records, data, spans)
     counts = [span.records for span in spans]
     lengths, width = varints(data, starts)
     record_end = starts + width + lengths
@@ -261,6 +262,26 @@ def binary(
     validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
     array = pa.Array.from_buffers(pa.binary_view(), count, [validity, pa.py_buffer(views), buffer])
     return array.cast(pa.binary())
+
+
+def all_starts(
+    records: bytes | bytearray, data: npt.NDArray[np.uint8], spans: Sequence[Span]
+) -> Positions:
+    """Where each record of `spans` starts, in order. The records of small batches are
+    walked one by one into one list (numpy's set-up would cost more than the walk)."""
+    pieces: list[Positions] = []
+    walked: list[int] = []
+    for span in spans:
+        if span.records < RUN_MIN:
+            walked += _walk_starts(records, span.start, span, span.records)
+            continue
+        if walked:
+            pieces.append(np.array(walked, np.int64))
+            walked = []
+        pieces.append(record_starts(records, data, span))
+    if walked:
+        pieces.append(np.array(walked, np.int64))
+    return np.concatenate(pieces) if pieces else _none()
 
 
 def record_starts(records: bytes | bytearray, data: npt.NDArray[np.uint8], span: Span) -> Positions:

@@ -30,7 +30,8 @@ from tidelog.wal.kafka_records import DefaultRecordBatch, DefaultRecordBatchBuil
 
 TIMESTAMP_BASE = 1_700_000_000_000
 CODECS = [0, 0, GZIP, SNAPPY, LZ4, ZSTD]
-Record = tuple[int, int, int, bytes | None, bytes | None]  # offset, ms, type, key, value
+Record = tuple[int, int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+"""offset, ms, timestamp type, key, value, headers"""
 ATTRIBUTES_AT = 21
 LOG_APPEND_TIME_BIT = 0x08
 
@@ -79,33 +80,34 @@ def expected(answer: bytes, first: int, end: int) -> list[Record]:
             if first <= record.offset < end:
                 rows.append(
                     (record.offset, record.timestamp, record.timestamp_type, record.key,
-                     record.value)
+                     record.value, [(k, v) for k, v in record.headers])
                 )  # fmt: skip
     return rows
 
 
 def decoded(answer: bytes, first: int, end: int) -> tuple[list[Record], columnar.Walk]:
     walk = columnar.walk_batches(answer, first, end)
-    batch = columnar.to_arrow(columnar.decode(answer, walk, first, end), "t", 4)
-    assert batch.schema.equals(arrow_schema(include_headers=False))
+    rows = columnar.decode(answer, walk, first, end)
+    batch = columnar.to_arrow(rows, "t", 4, include_headers=True)
+    assert batch.schema.equals(arrow_schema(include_headers=True))
+    plain = columnar.to_arrow(rows, "t", 4)
+    assert plain.schema.equals(arrow_schema(include_headers=False))
+    assert plain.equals(batch.drop_columns(["headers"]))
     table = batch.to_pydict()
     assert set(table["topic"]) <= {"t"} and set(table["partition"]) <= {4}
-    rows = [
-        (offset, int(stamp.timestamp() * 1000 + 0.5), kind, key, value)
-        for offset, stamp, kind, key, value in zip(
-            table["offset"],
-            table["timestamp"],
-            table["timestampType"],
-            table["key"],
-            table["value"],
-            strict=True,
+    records = [
+        (offset, int(stamp.timestamp() * 1000 + 0.5), kind, key, value,
+         [(h["key"], h["value"]) for h in headers])
+        for offset, stamp, kind, key, value, headers in zip(
+            table["offset"], table["timestamp"], table["timestampType"], table["key"],
+            table["value"], table["headers"], strict=True,
         )
-    ]
-    return rows, walk
+    ]  # fmt: skip
+    return records, walk
 
 
 a_value = st.none() | st.binary(max_size=40) | st.binary(min_size=100, max_size=300)
-a_header = st.tuples(st.text(max_size=5), st.binary(max_size=8))
+a_header = st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=8))
 a_stamp = st.integers(-(2**40), 2**40) | st.integers(-70, 70) | st.integers(0, 9000)
 
 
@@ -224,6 +226,26 @@ def test_records_that_do_not_fit_are_errors_even_under_a_good_crc(
     with pytest.raises(CorruptBatch, match=f"the batch at offset 7.*{reason}"):
         walk = columnar.walk_batches(answer, 0, 100)
         columnar.decode(answer, walk, 0, 100)
+
+
+@pytest.mark.parametrize(
+    ("headers", "where", "byte", "reason"),
+    [
+        ([("k", b"v")], -5, 0x00, "bytes after the record's fields"),  # the count: 0
+        ([], -1, 0x02, "a varint that does not end"),  # the count: 1, and no bytes left
+        ([("k", b"v")], -5, 0x03, "a negative count of headers"),  # the count: -2
+        ([("\u00e9", b"v")], -3, 0xFF, "a header key that is not UTF-8"),  # its 2nd byte
+        ([("k", b"v")], -2, 0x08, "a header value of 4 bytes"),  # past the record's end
+    ],
+)
+def test_headers_that_do_not_fit_are_errors_even_under_a_good_crc(
+    headers: list[tuple[str, bytes]], where: int, byte: int, reason: str
+) -> None:
+    batch = bytearray(batch_of(7, [(0, 0, None, b"z" * 10, headers)]))
+    batch[where] = byte
+    answer = with_crc(batch)
+    with pytest.raises(CorruptBatch, match=f"the batch at offset 7.*{reason}"):
+        columnar.decode(answer, columnar.walk_batches(answer, 0, 100), 0, 100)
 
 
 def test_values_of_every_size_are_copied_out_of_the_answer() -> None:

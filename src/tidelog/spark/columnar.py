@@ -21,7 +21,9 @@ headers, all varints zigzag-encoded. Rules of this file:
   with librdkafka. Control batches are skipped, as consumers skip them. Only whole batches
   are walked: one cut at the answer's byte limit, or starting at or past `end`, ends the
   walk.
-- Rows are the records with first <= offset < end, in offset order.
+- Rows are the records with first <= offset < end, in offset order. A record must end
+  exactly where its fields do: its headers are walked (a count, then each key, UTF-8, and
+  value), one by one in Python for the records that have any.
 - Record starts: a record's length comes first, so the records of a batch that share one
   length field (its bytes) lie at one stride; each such run is checked at once (a numpy
   compare of the length bytes at the stride), a record that differs starts the next run.
@@ -52,7 +54,7 @@ from tidelog.records import (
     MAGIC_V2,
     check_batch,
 )
-from tidelog.spark.kafka_io import TIMESTAMP_TYPE, arrow_schema
+from tidelog.spark.kafka_io import HEADER_TYPE, TIMESTAMP_TYPE, arrow_schema
 
 Positions = npt.NDArray[np.int64]
 
@@ -97,6 +99,23 @@ class Walk(NamedTuple):
     """The decompressed records of the compressed batches, in order."""
 
 
+class Headers(NamedTuple):
+    """The headers of the rows: how many each row has, then each header (in row order):
+    its row, and its key and value as (position, length) in `Columns.data`."""
+
+    counts: Positions
+    rows: Positions
+    key_at: Positions
+    key_length: Positions
+    value_at: Positions
+    value_length: Positions
+
+    def of(self, keep: npt.NDArray[np.bool_]) -> Headers:
+        """The headers of the rows `keep` marks."""
+        kept = keep[self.rows]
+        return Headers(self.counts[keep], *(column[kept] for column in self[1:]))
+
+
 class Columns(NamedTuple):
     """The rows of one answer, as numpy columns (keys and values as views of `data`)."""
 
@@ -108,6 +127,7 @@ class Columns(NamedTuple):
     key_length: Positions
     value_at: Positions
     value_length: Positions
+    headers: Headers
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -194,6 +214,10 @@ def decode(records: bytes | bytearray, walk: Walk, first: int, end: int) -> Colu
     bad = (key_length < -1) | (value_length < -1) | (at >= record_end)
     if bad.any():
         _corrupt(spans, starts, int(np.argmax(bad)), "a key or value that does not fit")
+    header_count, width = _field(data, at, record_end, spans, starts)
+    headers = _headers(
+        records, spans, starts, at=at + width, record_end=record_end, counts=header_count
+    )
     offsets = np.repeat(np.array([s.base_offset for s in spans], np.int64), counts)
     offsets += offset_delta
     appended = np.repeat(np.array([s.log_append_time for s in spans], np.bool_), counts)
@@ -201,7 +225,9 @@ def decode(records: bytes | bytearray, walk: Walk, first: int, end: int) -> Colu
     latest = np.repeat(np.array([s.max_timestamp for s in spans], np.int64), counts)
     timestamps = np.where(appended, latest, created + timestamp_delta)
     types = np.where(appended, LOG_APPEND_TIME, CREATE_TIME).astype(np.int32)
-    columns = Columns(data, offsets, timestamps, types, key_at, key_length, value_at, value_length)
+    columns = Columns(
+        data, offsets, timestamps, types, key_at, key_length, value_at, value_length, headers
+    )
     keep = (offsets >= first) & (offsets < end)
     if keep.all():
         return columns
@@ -214,11 +240,64 @@ def decode(records: bytes | bytearray, walk: Walk, first: int, end: int) -> Colu
         key_length[keep],
         value_at[keep],
         value_length[keep],
+        headers.of(keep),
     )
 
 
-def to_arrow(columns: Columns, topic: str, partition: int) -> pa.RecordBatch:
-    """The Spark source's columns (without headers) of `columns`' rows."""
+def _headers(
+    records: bytes | bytearray,
+    spans: Sequence[Span],
+    starts: Positions,
+    *,
+    at: Positions,
+    record_end: Positions,
+    counts: Positions,
+) -> Headers:
+    """The headers of each record, whose count is at `at`: a record without any must end
+    there; the others are walked one header at a time (a key of UTF-8, then a value or a
+    null), and must end exactly at their record's end."""
+    if (counts < 0).any():
+        _corrupt(spans, starts, int(np.argmax(counts < 0)), "a negative count of headers")
+    none = counts == 0
+    loose = none & (at != record_end)
+    if loose.any():
+        _corrupt(spans, starts, int(np.argmax(loose)), "bytes after the record's fields")
+    rows: list[int] = []
+    key_at: list[int] = []
+    key_length: list[int] = []
+    value_at: list[int] = []
+    value_length: list[int] = []
+    for row in np.flatnonzero(~none).tolist():
+        position, stop = int(at[row]), int(record_end[row])
+        try:
+            for _ in range(int(counts[row])):
+                length, position = _varint(records, position, stop)
+                if length < 0 or position + length > stop:
+                    raise ValueError(f"a header key of {length} bytes")
+                bytes(records[position : position + length]).decode()
+                key_at.append(position)
+                key_length.append(length)
+                length, position = _varint(records, position + length, stop)
+                if length < -1 or position + max(length, 0) > stop:
+                    raise ValueError(f"a header value of {length} bytes")
+                value_at.append(position)
+                value_length.append(length)
+                rows.append(row)
+                position += max(length, 0)
+            if position != stop:
+                raise ValueError("bytes after the record's headers")
+        except UnicodeDecodeError:
+            _corrupt(spans, starts, row, "a header key that is not UTF-8")
+        except ValueError as error:
+            _corrupt(spans, starts, row, str(error))
+    walked = (rows, key_at, key_length, value_at, value_length)
+    return Headers(counts, *(np.array(column, np.int64) for column in walked))
+
+
+def to_arrow(
+    columns: Columns, topic: str, partition: int, *, include_headers: bool = False
+) -> pa.RecordBatch:
+    """The Spark source's columns of `columns`' rows (`headers` last when included)."""
     count = len(columns)
     data = pa.py_buffer(columns.data)
     if (columns.key_length < 0).all():
@@ -235,7 +314,20 @@ def to_arrow(columns: Columns, topic: str, partition: int) -> pa.RecordBatch:
         pc.multiply_checked(stamps, 1000).cast(TIMESTAMP_TYPE),
         pa.array(columns.types, pa.int32()),
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers=False))
+    if include_headers:
+        arrays.append(header_lists(columns, data))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+def header_lists(columns: Columns, buffer: pa.Buffer) -> pa.Array:
+    """Each row's headers: a list (empty when it has none) of (key, value) structs."""
+    headers = columns.headers
+    offsets = np.zeros(len(headers.counts) + 1, np.int32)
+    np.cumsum(headers.counts, out=offsets[1:])
+    keys = binary(columns.data, buffer, headers.key_at, headers.key_length).cast(pa.string())
+    values = binary(columns.data, buffer, headers.value_at, headers.value_length)
+    items = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_TYPE.value_type))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), items, type=HEADER_TYPE)
 
 
 def binary(
@@ -326,20 +418,28 @@ def _walk_starts(records: bytes | bytearray, position: int, span: Span, count: i
 
 def _record_length(records: bytes | bytearray, position: int, span: Span) -> tuple[int, int]:
     """The length of the record at `position` and where its body starts."""
-    raw, shift, at = 0, 0, position
-    while True:
-        if at >= span.stop or shift > 28:
-            raise CorruptBatch(_where(span, None, f"a record length at byte {position}"))
-        byte = records[at]
-        raw |= (byte & 0x7F) << shift
-        at += 1
-        if byte < 0x80:
-            break
-        shift += 7
-    length = (raw >> 1) ^ -(raw & 1)
+    try:
+        length, at = _varint(records, position, span.stop)
+    except ValueError as error:
+        raise CorruptBatch(_where(span, None, f"{error} at byte {position}")) from None
     if length < RECORD_BODY_MIN or at + length > span.stop:
         raise CorruptBatch(_where(span, None, f"a record of {length} bytes at byte {position}"))
     return length, at
+
+
+def _varint(records: bytes | bytearray, position: int, stop: int) -> tuple[int, int]:
+    """The zigzag varint (32 bits at most) at `position`, before `stop`, and the position
+    after it; ValueError when it does not end there."""
+    raw, shift = 0, 0
+    while True:
+        if position >= stop or shift > 28:
+            raise ValueError("a varint that does not end")
+        byte = records[position]
+        raw |= (byte & 0x7F) << shift
+        position += 1
+        if byte < 0x80:
+            return (raw >> 1) ^ -(raw & 1), position
+        shift += 7
 
 
 def varints(data: npt.NDArray[np.uint8], at: Positions) -> tuple[Positions, Positions]:

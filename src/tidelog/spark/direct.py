@@ -11,8 +11,8 @@ Rules of this file:
   below the HWM the driver saw, the broker serves nothing above its HWM, control batches
   are skipped and offsets are never counted.
 - Whatever this reader does not handle itself, librdkafka reads, from the first offset not
-  yet handed to Spark: options other than the security and fetch ones (FAST_KEYS), headers
-  asked for, no leader known, an error code in an answer (a leader that moved, offsets that
+  yet handed to Spark: options other than the security and fetch ones (FAST_KEYS), no
+  leader known, an error code in an answer (a leader that moved, offsets that
   are gone: DataLoss is `kafka_io`'s), a connection that fails, an answer with no batch,
   aborted transactions, or a batch `columnar` does not decode (transactional).
 - A corrupt batch (CRC, framing or records) is never handed over: it fails the task with
@@ -69,7 +69,7 @@ def read(range_read: RangeRead) -> Iterator[pa.RecordBatch]:
 
 
 def direct_readable(range_read: RangeRead) -> bool:
-    return not range_read.include_headers and set(range_read.config) <= FAST_KEYS
+    return set(range_read.config) <= FAST_KEYS
 
 
 def read_directly(range_read: RangeRead) -> Generator[pa.RecordBatch, None, int]:
@@ -112,7 +112,12 @@ def read_directly(range_read: RangeRead) -> Generator[pa.RecordBatch, None, int]
                 raise SparkKafkaError(f"{where}: a corrupt batch from {leader}: {error}") from None
             except OSError:
                 return position
-            batch = columnar.to_arrow(rows, range_read.topic, range_read.partition)
+            batch = columnar.to_arrow(
+                rows,
+                range_read.topic,
+                range_read.partition,
+                include_headers=range_read.include_headers,
+            )
             for start in range(0, batch.num_rows, ARROW_ROWS_MAX):
                 yield batch.slice(start, ARROW_ROWS_MAX)
             position = min(walk.next_offset, range_read.end)

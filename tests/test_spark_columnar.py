@@ -189,6 +189,22 @@ def test_a_compressed_stream_that_does_not_decompress_is_an_error() -> None:
         columnar.walk_batches(with_crc(batch), 0, 100)
 
 
+def test_an_answer_decompresses_a_bounded_amount(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches that inflate much (zeros, here) end the walk once the bound is reached: the
+    next Fetch starts at the first one left; the first batch is always decoded."""
+    monkeypatch.setattr(columnar, "INFLATED_BYTES_MAX", 50_000)
+    big = [(i, 0, None, bytes(1000), []) for i in range(30)]  # about 30 KB inflated
+    answer = b"".join(batch_of(30 * n, big, codec=ZSTD) for n in range(4))
+    assert len(answer) < 2_000
+    walk = columnar.walk_batches(answer, 0, 1000)
+    assert (len(walk.spans), walk.next_offset, walk.stopped) == (2, 60, False)
+    monkeypatch.setattr(columnar, "INFLATED_BYTES_MAX", 0)
+    walk = columnar.walk_batches(answer, 0, 1000)
+    assert (len(walk.spans), walk.next_offset) == (1, 30)
+    rows, _ = decoded(answer[: len(batch_of(0, big, codec=ZSTD))], 0, 1000)
+    assert [r[4] for r in rows] == [bytes(1000)] * 30
+
+
 def test_a_batch_cut_at_the_byte_limit_is_left_for_the_next_fetch() -> None:
     whole = batch_of(0, [(0, 0, None, b"a", [])])
     cut = batch_of(1, [(0, 0, None, b"b" * 500, [])])[:300]

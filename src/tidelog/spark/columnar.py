@@ -15,7 +15,8 @@ headers, all varints zigzag-encoded. Rules of this file:
   nothing of that answer becomes a row.
 - A compressed batch's records are decompressed (`tidelog.protocol.codecs`: gzip, snappy,
   lz4, zstd, to at most BATCH_SIZE_MAX bytes) and decoded as the others; a stream that
-  does not decompress is CorruptBatch too.
+  does not decompress is CorruptBatch too. An answer's walk decompresses batches until
+  INFLATED_BYTES_MAX is reached (the first compressed batch always).
 - `walk_batches` stops at a batch it does not decode (transactional, not magic 2, a codec
   Kafka does not have): `Walk.stopped`, and `next_offset` is where the caller reads on
   with librdkafka. Control batches are skipped, as consumers skip them. Only whole batches
@@ -68,6 +69,10 @@ PADDING: Final = 16
 """Zero bytes after an answer's records, so a gather a few bytes past a record stays inside."""
 VIEW_INLINE_MAX: Final = 12
 """An Arrow binary view holds a value of at most this many bytes inline."""
+INFLATED_BYTES_MAX: Final = 128 * 1024 * 1024
+"""Once an answer's decompressed records reach this, the walk ends before the next
+compressed batch (which the next Fetch starts at): a bound on a task's memory, where
+batches that each decompress to the most allowed could otherwise fill it."""
 MAGIC_POSITION: Final = 16
 _PREFIX: Final = struct.Struct(">qi")  # every batch format starts with its offset and length
 CREATE_TIME: Final = 0  # Spark's Kafka source's timestampType values
@@ -165,6 +170,8 @@ def walk_batches(records: bytes | bytearray, first: int, end: int) -> Walk:
         if header.attributes & ATTR_TRANSACTIONAL or codec not in CODECS:
             return stop(header.base_offset)
         if codec:
+            if inflated and inflated_end - len(records) >= INFLATED_BYTES_MAX:
+                break  # enough for one answer: the next Fetch starts at this batch
             try:
                 plain = decompress(codec, bytes(records[start:stop_at]), size_max=BATCH_SIZE_MAX)
             except CodecError as error:

@@ -28,8 +28,10 @@ golang-github-nats-io-go-nats-dev, GOPATH mode: nothing is downloaded). Every re
 RECORD_BYTES bytes. Each workload is bounded by a record count and by `--secs`; slower
 systems run for `--secs` and report what they did. The table gives the median of the runs
 per cell and tidelog's ratio to each peer (for latencies, tidelog's value over the peer's:
-below 1 is faster). Every server process this script starts is stopped by its PID; nothing
-else is signalled.
+below 1 is faster). A run that fails (a server that does not start, a load generator that
+reports errors: NATS's PublishAsync acknowledgements must all come) is printed and counts in
+no cell; the others go on, and the script exits 1 after the table. Every server process
+this script starts is stopped by its PID; nothing else is signalled.
 """
 
 from __future__ import annotations
@@ -440,6 +442,7 @@ def main() -> None:
     args = parser.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     results: Results = {s: {} for s in SYSTEMS}
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="tidelog-peers-") as temp:
         binary = build_loadgen(Path(temp)) if set(systems) - {"tidelog"} else Path()
         for number in range(1, args.runs + 1):
@@ -448,13 +451,19 @@ def main() -> None:
                 directory.mkdir()
                 figures: dict[str, float] = {}
                 load = os.getloadavg()[0]
-                if system == "tidelog":
-                    bench_tidelog(directory, args, figures)
-                elif system == "nats":
-                    bench_nats(directory, binary, args, figures)
-                else:
-                    bench_etcd(directory, binary, args, figures)
-                shutil.rmtree(directory, ignore_errors=True)
+                try:
+                    if system == "tidelog":
+                        bench_tidelog(directory, args, figures)
+                    elif system == "nats":
+                        bench_nats(directory, binary, args, figures)
+                    else:
+                        bench_etcd(directory, binary, args, figures)
+                except BenchError as error:  # that run counts for nothing; the others go on
+                    failed.append(f"run {number} {system}: {error}")
+                    print(f"run {number} {system}: failed: {error}", flush=True)
+                    continue
+                finally:
+                    shutil.rmtree(directory, ignore_errors=True)
                 for key, value in figures.items():
                     results[system].setdefault(key, []).append(value)
                 shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
@@ -464,6 +473,9 @@ def main() -> None:
     print("\n".join(table(results, ["tidelog", *[s for s in systems if s != "tidelog"]])))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+    if failed:
+        print(f"\n{len(failed)} run(s) failed and count in no cell:", *failed, sep="\n")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from tidelog.core.isr import (
     alter_isr,
     elect,
     fence,
+    registered,
+    relinquish,
     restarted,
 )
 from tidelog.testing.isr_model import IsrModel, Loss, Violation, random_walk
@@ -165,7 +167,38 @@ def test_rule_9_a_restarted_replica_leaves_isr_and_elr() -> None:
     assert (after.isr, after.elr, after.partition_epoch) == ((N1,), (N3,), 11)
     led = restarted(record(isr_=(1, 2)), N1, min_insync=3)
     assert (led.leader, led.isr, led.elr) == (NO_LEADER, (N2,), ())  # never to the ELR
-    assert restarted(record(isr_=(1, 2)), N3, min_insync=2) == record(isr_=(1, 2))
+    # In none of them: only a new partition epoch, which refuses a proposal made on what
+    # its previous incarnation reported (rule 3).
+    counted = restarted(record(isr_=(1, 2)), N3, min_insync=2)
+    assert counted == replace(record(isr_=(1, 2)), partition_epoch=11, restarts=(0, 0, 1))
+    assert isr.restarted_since(record(), counted) == {N3}
+
+
+def test_rule_9_registrations() -> None:
+    rec = record(isr_=(1, 2, 3))
+    assert registered(rec, N2, first=True, clean=False, min_insync=2) == rec
+    assert registered(rec, N2, first=False, clean=False, min_insync=2) == restarted(
+        rec, N2, min_insync=2
+    )
+    assert registered(rec, N1, first=False, clean=True, min_insync=2) == relinquish(rec, N1)
+
+
+def test_rule_9_a_leader_forgets_what_followers_outside_the_isr_reported() -> None:
+    """3 caught up outside the ISR; before the leader's proposal to take it back commits, 3
+    starts again on an empty disk and registers: the proposal is refused (a new partition
+    epoch) and the leader proposes 3 again only on what it reports from then on."""
+    rec = record(isr_=(1, 2))
+    leader = IsrLeader(N1, rec, IsrConfig(2, 100), epoch_start_offset=Offset(0),
+                       log_end=Offset(5), hwm=Offset(5), now_ms=0)  # fmt: skip
+    leader.follower_fetched(N3, Offset(5), 10, past_epoch_start=True)
+    proposal = leader.proposal(10)
+    assert proposal is not None and N3 in proposal.isr
+    after = restarted(rec, N3, min_insync=2)
+    assert alter_isr(after, proposal, min_insync=2).refusal is Refusal.INVALID_UPDATE_VERSION
+    leader.committed(after)
+    assert leader.proposal(20) is None  # 3's report came from before
+    leader.follower_fetched(N3, Offset(0), 30, past_epoch_start=False)
+    assert leader.proposal(30) is None  # its log is empty now
 
 
 # ------------------------------------------------------------------ rules 4, 8, 10: elect -
@@ -427,6 +460,8 @@ def test_isr_04_min_insync_1_two_replicas_lost_then_back() -> None:
     assert len(m.acked) == 6  # 1 acknowledges alone
     for n in (2, 3):
         m.restart(n), m.publish(n)
+    m.publish(1)  # the leader learns of the restarts: it counts what they report from now
+    for n in (2, 3):
         m.fetch(n, 10), m.sync(n), m.fetch(n)
     m.tick(1), m.deliver()
     assert m.record.isr == (N1, N2, N3)
@@ -540,14 +575,25 @@ def hwm_below_min_insync(self: IsrLeader, min_insync: int | None = None) -> bool
     return not self.deposed
 
 
+ORIGINAL_REGISTERED = isr.registered
+
+
+def a_restart_keeps_the_isr(
+    rec: PartitionRecord, node: NodeId, *, first: bool, clean: bool, min_insync: int
+) -> PartitionRecord:
+    del clean
+    return ORIGINAL_REGISTERED(rec, node, first=first, clean=True, min_insync=min_insync)
+
+
 MUTANTS = {
     "rule-2-hwm-over-committed-isr": (IsrLeader, "maximal_isr", hwm_over_committed_isr_only),
     "rule-3-no-partition-epoch-check": (isr, "_refusal", no_partition_epoch_check),
     "rule-5-no-epoch-start-check": (IsrLeader, "_may_join", expansion_without_epoch_start),
     "any-answer-settles-pending": (IsrLeader, "answered", any_answer_settles),
     "rule-8-no-strict-min-isr": (IsrLeader, "acks_all_allowed", hwm_below_min_insync),
+    "rule-9-a-restart-keeps-the-isr": (isr, "registered", a_restart_keeps_the_isr),
 }
-SEEDS_TO_CATCH = 1000
+SEEDS_TO_CATCH = 2000
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))

@@ -30,9 +30,13 @@ def command(**fields: Any) -> bytes:
 class Log:
     """A metadata image fed commands at increasing offsets."""
 
-    def __init__(self, **configs: str) -> None:
+    def __init__(self, *, registered: bool = True, **configs: str) -> None:
+        """The topic t (replicas 1, 2, 3), created after its nodes' first registrations
+        (`registered`) or before them."""
         self.image = MetadataImage()
         self.offset = 0
+        for node in (1, 2, 3) if registered else ():
+            self.apply(type="register_broker", node=node, clean=False, incarnation=f"n{node}")
         self.apply(
             type="create_topic",
             name="t",
@@ -187,6 +191,39 @@ def test_a_node_that_stopped_cleanly_gives_up_its_leadership_only() -> None:
     assert log.record.leader_epoch == log.image.records[KEY].leader_epoch
 
 
+def test_a_first_registration_changes_nothing() -> None:
+    """A topic created before its nodes registered (a fresh cluster whose nodes start one by
+    one): their first registrations, unclean as a fresh data directory is, leave the record
+    as created; each node's replicas took no record before it, so it holds nothing anyone
+    counted. A later registration of a new incarnation is a restart (rule 9)."""
+    log = Log(registered=False)
+    created = log.record
+    for node in (3, 1, 2):
+        assert log.apply(type="register_broker", node=node, clean=False, incarnation="a") == ()
+    assert log.record == created
+    log.apply(type="register_broker", node=1, clean=False, incarnation="b")
+    assert log.record.leader == 2 and log.record.isr == nodes(2, 3)
+
+
+def test_a_registration_committed_twice_counts_once() -> None:
+    log = Log()
+    log.apply(type="register_broker", node=2, clean=False, incarnation="n2")  # a copy
+    assert log.record.isr == nodes(1, 2, 3)
+    log.apply(type="register_broker", node=2, clean=False, incarnation="again")
+    assert log.record.isr == nodes(1, 3)
+    log.apply(type="register_broker", node=3, clean=False)  # no incarnation: a new one
+    log.apply(type="register_broker", node=3, clean=False)
+    assert 3 not in log.record.isr
+
+
+@pytest.mark.parametrize("incarnation", [7, "", "x" * 65, ["a"]])
+def test_a_registration_with_a_bad_incarnation_changes_nothing(incarnation: object) -> None:
+    log = Log()
+    before = log.record
+    log.apply(type="register_broker", node=1, clean=False, incarnation=incarnation)
+    assert log.record == before and log.image.incarnations[1] == "n1"
+
+
 def test_replica_restarted_counts_only_for_the_leader_epoch_it_names() -> None:
     log = Log()
     epoch = int(log.record.leader_epoch)
@@ -235,6 +272,7 @@ ISR_COMMANDS = st.sampled_from(
                 "isr",
                 "node",
                 "clean",
+                "incarnation",
             ]
         ),
         st.one_of(

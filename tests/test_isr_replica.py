@@ -4,6 +4,7 @@ proposes. The scenarios of docs/isr.md are transcripts in tests/scenarios/isr/."
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -129,6 +130,8 @@ def test_appends_only_from_the_leader_a_record_names() -> None:
         (PartitionRecord(NODES, NodeId(9), Epoch(1), 0, NODES), "no replica"),
         (PartitionRecord(NODES, N1, Epoch(1), 0, (N1, NodeId(9))), "beyond the replicas"),
         (PartitionRecord(NODES, N1, Epoch(-1), 0, NODES), "leader epoch -1"),
+        (PartitionRecord(NODES, N1, Epoch(1), 0, NODES, restarts=(1,)), "counting restarts"),
+        (PartitionRecord(NODES, N1, Epoch(1), 0, NODES, restarts=(0, -1, 0)), "restarts"),
     ],
 )
 def test_a_record_that_cannot_be_right_changes_nothing(bad: PartitionRecord, reason: str) -> None:
@@ -247,6 +250,35 @@ def test_a_lagging_follower_is_proposed_out_and_a_lost_proposal_sent_again() -> 
         ack(replica, N2, 1)
         replica.tick(now_ms=later)
         assert not proposals(rounds(replica, storage))  # settled: nothing to send again
+
+
+def test_a_leader_counts_a_restarted_follower_only_on_its_answers_from_then() -> None:
+    """Rule 9: 3, outside the ISR, held the leader's log; its node starts again on an empty
+    disk and registers, and the record says so (`restarts`). An answer to a request sent
+    before that record came (its previous incarnation's, delivered late) is not counted:
+    3 is proposed only on what it answers from then on."""
+    replica, storage = leader(isr=(N1, N2))
+    ack(replica, N2, 1)
+    before = replica.record
+    assert before is not None
+    stale_seq = replica.append_seq
+    restarted = replace(before, partition_epoch=1, restarts=(0, 0, 1))
+    assert replica.on_partition_record(restarted) is None
+    rounds(replica, storage)
+    replica.step(  # the old incarnation's answer: the whole log, verified
+        AppendResponse(N3, N1, replica.epoch, True, Offset(0), Offset(1), NO_EPOCH, 0, stale_seq)
+    )
+    sent: list[IsrProposal] = []
+    for now in range(1, 4):
+        replica.tick(now_ms=now)
+        sent += proposals(rounds(replica, storage))
+    assert sent == []
+    ack(replica, N3, 0)  # the new incarnation: its log is empty
+    replica.tick(now_ms=4)
+    assert proposals(rounds(replica, storage)) == []
+    ack(replica, N3, 1)  # caught up again
+    replica.tick(now_ms=5)
+    assert [p.isr for p in proposals(rounds(replica, storage))] == [(N1, N2, N3)]
 
 
 # ------------------------------------------------------------------ unclean recovery ------

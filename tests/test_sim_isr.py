@@ -25,13 +25,20 @@ def test_isr_mode_finds_no_violation(
 ) -> None:
     numbers = range(1, seeds + 1)
     mode = sim.Mode(replicas, 300, disk, isr=True)
-    results = workers.map(sim.run_seed, numbers, itertools.repeat(mode))
+    results = list(workers.map(sim.run_seed, numbers, itertools.repeat(mode)))
     failures = {
         seed: result.violations
         for seed, result in zip(numbers, results, strict=True)
         if result.violations
     }
     assert failures == {}
+    # Without disk faults nothing takes a partition's last good copy, so none may end
+    # offline: the record exists before any node registered, and a first registration
+    # taken for a restart (rule 9) would empty the ISR of every seed.
+    offline = [
+        seed for seed, result in zip(numbers, results, strict=True) if "offline" in result.stops
+    ]
+    assert disk or offline == []
 
 
 def test_an_isr_run_is_decided_by_its_seed() -> None:

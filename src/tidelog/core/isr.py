@@ -6,8 +6,8 @@ No IO, no clock, no randomness: the time (`now_ms`) and the live nodes are hande
 Rule numbers are those of docs/isr.md.
 
 Rules of this file:
-- The record changes only through `alter_isr`, `fence`, `restarted`, `relinquish`,
-  `elect_preferred` and `elect`; every
+- The record changes only through `alter_isr`, `fence`, `restarted`, `relinquish` (the
+  two a registration picks from: `registered`), `elect_preferred` and `elect`; every
   change bumps `partition_epoch` by one, a change of leader also `leader_epoch` (KIP-497).
 - `alter_isr` applies a leader's proposal only from the current leader, at the current
   leader epoch and partition epoch, keeping the leader in an ISR within the replicas
@@ -38,9 +38,11 @@ Rules of this file:
   here an ELR member may lead while dead ISR members are still listed, which is as safe
   (strict min ISR: it holds every committed record) and more available; those ISR members
   then go to the ELR by the rule above.
-- Not done: KIP-903's broker epochs in a proposal. They guard against re-admitting a
-  replica that restarted and lost an unsynced tail the leader had counted; tidelog counts
-  only durable offsets (rule 9), so nothing it counted is lost in a restart.
+- Rule 9 without KIP-903's broker epochs in a proposal: the record counts each replica's
+  restarts (`restarts`, bumped by `restarted`, which always makes a new partition epoch),
+  so a proposal made on what a follower's previous incarnation reported is refused by
+  rule 3, and the leader forgets those reports (`restarted_since`). tidelog counts only
+  durable offsets, so this guards against a disk lost or replaced, or syncs that lied.
 """
 
 from __future__ import annotations
@@ -77,6 +79,14 @@ class PartitionRecord:
     # The leader epoch of the last unclean election (rule 10), kept by every later change:
     # from then on a replica may give up records it had committed (`may_give_up`).
     unclean_epoch: Epoch | None = None
+    # Per replica, in assignment order, how often it started again (`restarted`; empty:
+    # never one), so a leader knows whose earlier reports to forget (rule 9).
+    restarts: tuple[int, ...] = ()
+
+    def restarts_of(self, node: NodeId) -> int:
+        if not self.restarts or node not in self.replicas:
+            return 0
+        return self.restarts[self.replicas.index(node)]
 
     def may_give_up(self, leader_epoch: Epoch) -> bool:
         """Rule 10: whether a replica following the leader of `leader_epoch` may truncate
@@ -212,9 +222,17 @@ def fence(record: PartitionRecord, node: NodeId, *, min_insync: int) -> Partitio
 
 def restarted(record: PartitionRecord, node: NodeId, *, min_insync: int) -> PartitionRecord:
     """Rule 9 (KIP-966's unclean shutdown): a node that registers again leaves the ISR, the
-    ELR and any leadership; it returns only through rule 5."""
+    ELR and any leadership; it returns only through rule 5. The record counts the restart
+    (`restarts`) and so always takes a new partition epoch, even when the node was in
+    none of them (KIP-903's broker epochs): a proposal made on what its previous
+    incarnation reported is refused (rule 3), and the leader forgets those reports
+    (`IsrLeader.committed`), so a node whose disk was lost is never admitted on what it
+    held before."""
+    if node not in record.replicas:
+        return record
     leader = NO_LEADER if record.leader == node else None
-    without = replace(record, elr=tuple(n for n in record.elr if n != node))
+    restarts = tuple(record.restarts_of(n) + (n == node) for n in record.replicas)
+    without = replace(record, elr=tuple(n for n in record.elr if n != node), restarts=restarts)
     changed = _changed(
         without,
         isr=set(record.isr) - {node},
@@ -222,9 +240,14 @@ def restarted(record: PartitionRecord, node: NodeId, *, min_insync: int) -> Part
         leader=leader,
         restarted=(node,),
     )
-    if changed is without and without != record:
+    if changed is without:
         return replace(without, partition_epoch=record.partition_epoch + 1)
     return changed
+
+
+def restarted_since(before: PartitionRecord, after: PartitionRecord) -> frozenset[NodeId]:
+    """The replicas that started again (`restarted`) between two records of a partition."""
+    return frozenset(n for n in after.replicas if after.restarts_of(n) != before.restarts_of(n))
 
 
 def elect(
@@ -265,6 +288,22 @@ def relinquish(record: PartitionRecord, node: NodeId) -> PartitionRecord:
     if record.leader != node:
         return record
     return _led_by(record, NO_LEADER)
+
+
+def registered(
+    record: PartitionRecord, node: NodeId, *, first: bool, clean: bool, min_insync: int
+) -> PartitionRecord:
+    """Rule 9 at a node's registration. Its first registration ever changes nothing: until
+    it commits, the node's replicas take no record (they neither lead nor follow), so the
+    node holds nothing anyone counted, and it stays what the topic's creation made it (an
+    empty replica of the ISR, or of the ELR if it was fenced since). A registration after
+    a clean stop gives up its leaderships (`relinquish`); after any other stop (a crash, a
+    disk lost or replaced) the node leaves the ISR and the ELR (`restarted`)."""
+    if first:
+        return record
+    if clean:
+        return relinquish(record, node)
+    return restarted(record, node, min_insync=min_insync)
 
 
 def elect_preferred(record: PartitionRecord, live: Collection[NodeId]) -> PartitionRecord:
@@ -347,13 +386,19 @@ class IsrLeader:
 
     def committed(self, record: PartitionRecord) -> None:
         """A committed record, as the metadata log delivers it. A newer one clears the pending
-        proposal (whatever became of it, it is settled); one naming another leader or
-        leader epoch deposes this leader for good."""
+        proposal (whatever became of it, it is settled) and what the followers that started
+        again since reported (`restarted_since`: one may have lost its disk; it joins only
+        on what it reports from now on, rule 9); one naming another leader or leader epoch
+        deposes this leader for good."""
         if record.partition_epoch <= self.record.partition_epoch:
             return
-        self.record = record
+        before, self.record = self.record, record
         # A proposal applies only at exactly the partition epoch it names: now never.
         self.pending = None
+        for node in restarted_since(before, record):
+            if (state := self.followers.get(node)) is not None:
+                state.match = None
+                state.past_epoch_start = False
         if record.leader != self.node or record.leader_epoch != self.leader_epoch:
             self.deposed = True
         self._advance_hwm()

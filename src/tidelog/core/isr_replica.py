@@ -72,6 +72,7 @@ from tidelog.core.isr import (
     IsrProposal,
     PartitionRecord,
     effective_min_insync,
+    restarted_since,
 )
 from tidelog.core.messages import (
     AppendRequest,
@@ -202,6 +203,10 @@ class IsrReplica(Replica):
             return f"a record with ISR {record.isr} and ELR {record.elr} beyond the replicas"
         if not 0 <= record.leader_epoch <= EPOCH_MAX or record.partition_epoch < 0:
             return f"a record with leader epoch {record.leader_epoch}"
+        if record.restarts and (
+            len(record.restarts) != len(record.replicas) or min(record.restarts) < 0
+        ):
+            return f"a record counting restarts {record.restarts} of replicas {record.replicas}"
         unclean = record.unclean_epoch
         if unclean is not None and not 0 <= unclean <= record.leader_epoch:
             return f"a record with an unclean election in epoch {unclean}"
@@ -237,7 +242,11 @@ class IsrReplica(Replica):
         epoch = record.leader_epoch
         if self.role is Role.LEADER and self.epoch == epoch:
             assert self.isr_leader is not None
+            before = self.isr_leader.record
             self.isr_leader.committed(record)  # an ISR change in our epoch
+            for node in restarted_since(before, record):  # rule 9: its reports from now on
+                if (progress := self.progress.get(node)) is not None:
+                    progress.forget_match(seq_min=self.append_seq + 1)
             self._on_isr_changed()
             return None
         if self.appointed == epoch:

@@ -4,7 +4,8 @@ Rules of this file:
 - `match_offset` is how far the follower's log is verified equal to ours and durable
   there; it only grows within our epoch (what a follower acknowledged in our epoch it
   keeps: a reset drops nothing it acknowledged), and is forgotten only when the follower
-  says it lost records (rule 8 of the replica: it repairs).
+  says it lost records (rule 8 of the replica: it repairs) or, in ISR mode, when a record
+  says its node started again (rule 9 of docs/isr.md: it may have lost its disk).
 - A follower is probed (one request at a time, no batches) until an answer to the probe
   says where our logs agree; then appends are pipelined, at most `inflight_appends_max`
   unanswered. A probe that went below our log start is a reset, and stays one until it is
@@ -71,6 +72,14 @@ class Progress:
             self.probing = self.probe_sent = self.resetting = False
             self.next_offset = self.match_offset
             self.inflight.clear()
+
+    def forget_match(self, seq_min: int) -> None:
+        """ISR mode: the follower's node started again (it may have lost its disk): forget
+        its match and every answer to a request before `seq_min`, and probe it from where
+        we were sending; what it answers from now on says where its log is."""
+        self.match_offset = None
+        self.seq_min = seq_min
+        self.probe(self.next_offset)
 
     def lost_records(self, next_offset: Offset, seq_min: int) -> None:
         """The follower set damaged records aside (it repairs): forget its match and every

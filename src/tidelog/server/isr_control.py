@@ -17,9 +17,15 @@ Rules of this file:
   restarted (`replica_restarted`, for that leader epoch only), so the controller takes it
   out of the ISR and elects another leader; so is a replica whose storage set damaged
   records aside (rule 9).
-- A node that starts registers once (`register_broker`), saying whether it stopped cleanly
-  (`CLEAN_SHUTDOWN_FILE`, written once every log is closed, removed at start): after an
-  unclean stop it leaves every ISR and ELR, after a clean one only its leaderships.
+- A node that starts registers once (`register_broker`), naming this process (a random
+  incarnation id, so a registration committed twice counts once) and saying whether it
+  stopped cleanly (`CLEAN_SHUTDOWN_FILE`, written once every log is closed, removed at
+  start): after an unclean stop it leaves every ISR and ELR, after a clean one only its
+  leaderships; a node's first registration ever changes nothing (`isr.registered`).
+- Until its registration is applied here, no ISR-mode replica of this node takes a
+  record: it neither leads nor follows, so a node registering for the first time holds
+  nothing anyone counted, and a node that starts again acts only on the records its
+  registration changed (a wiped disk is never elected on what it held before).
 - A node that stops (SIGTERM) asks the controller to move its ISR-mode leaderships and
   take it out of every ISR first (`shutdown_broker`, Kafka's controlled shutdown), for at
   most SHUTDOWN_WAIT_S, and only while some other node is not stopping too (in `cluster
@@ -33,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -75,6 +82,7 @@ class IsrControl:
     def __init__(self, broker: BrokerView, *, clean: bool) -> None:
         self.broker = broker
         self.clean = clean
+        self.incarnation = uuid.uuid4().hex
         self.registered = False
         self.in_flight: set[object] = set()
 
@@ -83,9 +91,10 @@ class IsrControl:
 
     # ---------------------------------------------------------------- records ----------
     def hand_record(self, key: PartitionKey) -> None:
-        """Hand the partition's replica here the image's record (as of when it takes it)."""
+        """Hand the partition's replica here the image's record (as of when it takes it),
+        once this node's registration is applied."""
         runner = self.broker.runners.get(key)
-        if runner is not None and self.record_of(key) is not None:
+        if self.registered and runner is not None and self.record_of(key) is not None:
             runner.submit(partial(self._take_record, key))
 
     def _take_record(self, key: PartitionKey, replica: Replica) -> None:
@@ -105,6 +114,8 @@ class IsrControl:
 
     def refresh(self) -> None:
         """Every ISR-mode replica here holds the image's record (see the rules)."""
+        if not self.registered:
+            return
         for key, runner in list(self.broker.runners.items()):
             record = self.record_of(key)
             replica = runner.replica
@@ -158,12 +169,18 @@ class IsrControl:
     def step(self) -> None:
         """Every few ticks: register once, and check every replica holds its record."""
         if not self.registered:
-            command = {"type": "register_broker", "node": int(self.broker.node_id)}
-            self.commit("register", {**command, "clean": self.clean}, self._on_registered)
+            command = {
+                "type": "register_broker",
+                "node": int(self.broker.node_id),
+                "clean": self.clean,
+                "incarnation": self.incarnation,
+            }
+            self.commit("register", command, self._on_registered)
         self.refresh()
 
     def _on_registered(self) -> None:
         self.registered = True
+        self.refresh()  # the replicas take their records now, not a step later
 
     def leads_any(self) -> bool:
         return any(

@@ -24,10 +24,12 @@ Rules of this file:
   core/isr.py's transitions as commands are applied: created with the topic (its first
   leader elected among the live replicas); `alter_partition` (a leader's AlterPartition,
   refused unless current: rule 3); `fence_broker` and `shutdown_broker` (the node leaves
-  every ISR and leadership, rule 6); `register_broker` (a node that starts again: after an
-  unclean stop it leaves every ISR and ELR, rule 9; after a clean one it gives up only its
-  leaderships); `replica_restarted` (one replica that started again, on a disk error or a
-  repair, or that will not lead an epoch it claimed before); `elect_preferred`. After each,
+  every ISR and leadership, rule 6); `register_broker` (a node's first registration
+  changes nothing; one from a node that starts again: after an unclean stop it leaves
+  every ISR and ELR, rule 9; after a clean one it gives up only its leaderships; a copy
+  of one applied, the same incarnation, nothing); `replica_restarted` (one replica that
+  started again, on a disk error or a repair, or that will not lead an epoch it claimed
+  before); `elect_preferred`. After each,
   a partition with no live leader gets one by `isr.elect` (rules 4, 8, 10), live meaning
   not fenced. What changed is in `Change.records`, for the broker to hand to its replicas;
   the answer to a proposal is kept (`answers`) for the node that proposed it.
@@ -60,6 +62,7 @@ INTERNAL_TOPICS = frozenset({METADATA_TOPIC, OFFSETS_TOPIC})
 TOPIC_NAME_MAX = 249
 PARTITIONS_MAX = 10_000
 TOPIC_NAME_CHARACTERS = frozenset(string.ascii_letters + string.digits + "._-")
+INCARNATION_MAX = 64  # characters of a registration's incarnation id
 QUOTED_MAX = 300  # how much of a client's text an error message or log line quotes
 LOGGED_BYTES_MAX = 120  # of a command's bytes, in a log line (up to 4 characters each)
 
@@ -190,6 +193,8 @@ class MetadataImage:
         self.acls: set[Acl] = set()  # create_acls, delete_acls
         self.partitions: dict[tuple[str, int], PartitionState] = {}  # partition_state
         self.fenced: set[int] = set()  # fence_broker, unfence_broker
+        # register_broker: each node's incarnation last registered (None: not said).
+        self.incarnations: dict[int, str | None] = {}
         # ISR mode: each partition's record, and the last answer to a leader's proposal.
         self.records: dict[tuple[str, int], PartitionRecord] = {}
         self.answers: dict[tuple[str, int], tuple[IsrProposal, AlterResult]] = {}
@@ -441,16 +446,29 @@ class MetadataImage:
         return Change(records=tuple(keys))
 
     def _register(self, command: dict[str, Any]) -> Change:
-        """A node started again: after an unclean stop it leaves every ISR and ELR (rule
-        9); after a clean one (it synced and closed every log) it gives up its leaderships
-        only, since it will not lead an epoch it claimed before a restart."""
+        """A node started (rule 9, `isr.registered`). Its first registration in this log
+        changes nothing (its replicas took no record before it); a later one, from a new
+        incarnation (a process that started again), is a restart: after an unclean stop
+        the node leaves every ISR and ELR, after a clean one (it synced and closed every
+        log) it gives up its leaderships only. A copy of a registration already applied
+        (the same incarnation, committed twice) changes nothing. A command without an
+        incarnation is always a new one."""
         node = NodeId(_node(command.get("node")))
         clean = command.get("clean")
         if not isinstance(clean, bool):
             raise MetadataError("INVALID_REQUEST", "clean is not a boolean")
-        if clean:
-            return self._change_records(node, lambda r, m: isr.relinquish(r, node))
-        return self._change_records(node, lambda r, m: isr.restarted(r, node, min_insync=m))
+        incarnation = command.get("incarnation")
+        if incarnation is not None and (
+            not isinstance(incarnation, str) or not 0 < len(incarnation) <= INCARNATION_MAX
+        ):
+            raise MetadataError("INVALID_REQUEST", "incarnation is not a short string")
+        first = node not in self.incarnations
+        if not first and incarnation is not None and self.incarnations[node] == incarnation:
+            return Change()  # this incarnation registered already
+        self.incarnations[node] = incarnation
+        return self._change_records(
+            node, lambda r, m: isr.registered(r, node, first=first, clean=clean, min_insync=m)
+        )
 
     def _isr_key(self, command: dict[str, Any]) -> tuple[tuple[str, int], PartitionRecord]:
         topic = _string(command, "topic")

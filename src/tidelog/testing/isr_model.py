@@ -13,7 +13,8 @@ Rules of this file:
   (KAFKA-13141), with "fetched past the epoch start" = durable end >= the leader's epoch
   start offset (Kafka's isFollowerInSync), then copies some records and takes HWM =
   min(leader HWM, its log end) (KAFKA-14704). So a new leader's HWM may lag (KAFKA-7128).
-- A crash loses the non-durable tail; a restart re-registers the node (`restarted`, rule 9).
+- A crash loses the non-durable tail; a restart re-registers the node (`registered`, rule
+  9), on its disk or on an empty one (a disk replaced, or one whose syncs lied).
 - Proposals travel through `inflight`: delivered (possibly more than once), late, or lost;
   a controller failover loses some of them. A leader may send its pending one again.
 - The acknowledged prefix (`acked`) is the longest log prefix below any HWM a leader
@@ -144,14 +145,21 @@ class IsrModel:
         n.hwm = min(n.hwm, n.durable)
         n.leader = None
 
-    def restart(self, node: int) -> None:
-        """The node comes back and registers again: rule 9 at the controller."""
+    def restart(self, node: int, *, wiped: bool = False) -> None:
+        """The node comes back and registers again (rule 9 at the controller), on its disk
+        or, `wiped`, on an empty one (a disk replaced, or one whose syncs lied)."""
         n = self.nodes[NodeId(node)]
         if n.up:
             return
+        if wiped:
+            n.log, n.durable, n.hwm, n.led_epoch = [], 0, 0, -1
         n.up = True
         self.live.add(NodeId(node))
-        self._set_record(isr.restarted(self.record, NodeId(node), min_insync=self.min_insync))
+        self._set_record(
+            isr.registered(
+                self.record, NodeId(node), first=False, clean=False, min_insync=self.min_insync
+            )
+        )
 
     def publish(self, node: int) -> None:
         """The node learns the committed record."""
@@ -350,7 +358,7 @@ def random_walk(seed: int, steps: int = 300) -> IsrModel:
         (1, lambda: model.fail_over([rng.random() < 0.5 for _ in model.inflight])),
         (5, lambda: model.publish(rng.choice(ids))),
         (1, lambda: model.crash(rng.choice(ids))),
-        (2, lambda: model.restart(rng.choice(ids))),
+        (2, lambda: model.restart(rng.choice(ids), wiped=rng.random() < 0.25)),
         (1, lambda: model.fence(rng.choice(ids))),
         (2, lambda: model.unfence(rng.choice(ids))),
         (3, model.elect),

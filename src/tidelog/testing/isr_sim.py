@@ -15,9 +15,13 @@ Rules of this file:
   phase's heal heals these links too); a link may also be cut on its own.
 - A heartbeat is answered with the current record (as a broker's metadata fetch would
   bring it), so a lost record is only late. A node silent for `session_timeout` is fenced
-  (`fence`, KIP-841); a heartbeat from a new incarnation, a node that restarted, marks it
+  (`fence`, KIP-841). The record exists before any node registered (a topic created on a
+  fresh cluster): a node's first heartbeat is its first registration (`registered`,
+  which changes nothing); one from a new incarnation, a node that restarted, marks it
   `restarted` (rule 9) first. A heartbeat from an older incarnation, delivered late, says
-  nothing.
+  nothing. Records and answers reach only the incarnation the controller registered, as
+  a broker hands its replicas no record before its registration is applied (a copy sent
+  to an earlier incarnation is dropped on arrival).
 - Whenever the record names no leader, or a fenced one, the controller elects (`elect`)
   among the nodes not fenced. Unclean election is never allowed here.
 - A failover makes the controller unavailable for a while: proposals in flight to it are
@@ -86,6 +90,7 @@ class Proposed:
 class RecordSent:
     node: NodeId
     record: PartitionRecord
+    incarnation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,7 @@ class Answered:
     node: NodeId
     proposal: IsrProposal
     result: AlterResult
+    incarnation: int
 
 
 ToController = Heartbeat | Proposed
@@ -116,7 +122,7 @@ class SimController:
     record: PartitionRecord = field(init=False)
     history: list[PartitionRecord] = field(default_factory=list)
     last_heard: dict[NodeId, int] = field(default_factory=dict)
-    incarnations: dict[NodeId, int] = field(default_factory=dict)
+    incarnations: dict[NodeId, int | None] = field(default_factory=dict)  # None: unregistered
     fenced: set[NodeId] = field(default_factory=set)
     cut: set[NodeId] = field(default_factory=set)  # nodes whose link to it is cut
     failover_until: int = 0
@@ -130,13 +136,11 @@ class SimController:
         ids = self.cluster.ids
         self.record = PartitionRecord(ids, ids[0], Epoch(1), 0, ids)
         self.failover_rate = self.settings.failover_rate
-        for node, sim_node in self.cluster.nodes.items():
+        for node in self.cluster.nodes:
             self.last_heard[node] = 0
-            self.incarnations[node] = sim_node.incarnation
+            self.incarnations[node] = None
         self.cluster.on_ready.append(self.on_ready)
         self.cluster.crash_allowed = self.may_crash
-        for node in ids:
-            self.send(RecordSent(node, self.record))
 
     @property
     def min_insync(self) -> int:
@@ -161,7 +165,13 @@ class SimController:
         for listener in self.on_record:
             listener(record)
         for node in self.cluster.ids:
-            self.send(RecordSent(node, record))
+            self.send_record(node)
+
+    def send_record(self, node: NodeId) -> None:
+        """The current record, to the node's registered incarnation (none: not yet)."""
+        incarnation = self.incarnations[node]
+        if incarnation is not None:
+            self.send(RecordSent(node, self.record, incarnation))
 
     def maybe_elect(self) -> None:
         record = self.record
@@ -216,30 +226,36 @@ class SimController:
     def on_heartbeat(self, beat: Heartbeat) -> None:
         node = beat.node
         known = self.incarnations[node]
-        if beat.incarnation < known:
+        if known is not None and beat.incarnation < known:
             return  # from before a restart, delivered late
         self.last_heard[node] = self.cluster.now
-        if beat.incarnation > known:
+        if known is None or beat.incarnation > known:
             self.incarnations[node] = beat.incarnation
-            record = isr.restarted(self.record, node, min_insync=self.min_insync)
-            self.change(record, f"{node} restarted")
+            first = known is None
+            record = isr.registered(
+                self.record, node, first=first, clean=False, min_insync=self.min_insync
+            )
+            self.change(record, f"{node} registered" if first else f"{node} restarted")
         if node in self.fenced:
             self.fenced.discard(node)
             self.note(f"unfence {node}")
         self.maybe_elect()
-        self.send(RecordSent(node, self.record))
+        self.send_record(node)
 
     def on_proposal(self, proposed: Proposed) -> None:
         proposal = proposed.proposal
         if not self.available:
             older = [r for r in self.history if r.partition_epoch < proposal.partition_epoch]
-            if older and self.rng.random() < STALE_ANSWER_SHARE:
+            incarnation = self.incarnations[proposed.node]
+            if older and incarnation is not None and self.rng.random() < STALE_ANSWER_SHARE:
                 stale = AlterResult(self.rng.choice(older), Refusal.NOT_CONTROLLER)
-                self.send(Answered(proposed.node, proposal, stale))
+                self.send(Answered(proposed.node, proposal, stale, incarnation))
             return
         result = isr.alter_isr(self.record, proposal, min_insync=self.min_insync)
         self.change(result.record, f"alter from {proposed.node} ({result.refusal})")
-        self.send(Answered(proposed.node, proposal, result))
+        incarnation = self.incarnations[proposed.node]
+        if incarnation is not None:
+            self.send(Answered(proposed.node, proposal, result, incarnation))
 
     def on_ready(self, node: NodeId, ready: object) -> None:
         for proposal in getattr(ready, "isr_proposals", ()):
@@ -285,6 +301,11 @@ class SimController:
             self.deliver(letter.item)
 
     def deliver(self, item: ToController | ToNode) -> None:
+        if (
+            isinstance(item, RecordSent | Answered)
+            and item.incarnation != self.cluster.nodes[item.node].incarnation
+        ):
+            return  # sent to an earlier incarnation of the node
         if isinstance(item, Heartbeat):
             if self.available:
                 self.on_heartbeat(item)

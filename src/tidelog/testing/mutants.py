@@ -566,6 +566,47 @@ CATALOGUE: tuple[Mutant, ...] = (
         "        candidate = self.leo",
         "        if self.deposed:\n            return\n        candidate = self.leo",
     ),
+    # Rule 9, registrations: judged by the isr-13 transcript and the model's walk, whose
+    # restarts may come back on an empty disk.
+    Mutant(
+        "isr-first-registration-is-a-restart",
+        "rule 9: a node's first registration changes nothing (its replicas took no record)",
+        ISR,
+        "    if first:\n        return record\n",
+        "",
+    ),
+    Mutant(
+        "isr-unclean-restart-keeps-the-isr",
+        "rule 9: a node that starts again after an unclean stop leaves the ISR and the ELR",
+        ISR,
+        "    if clean:\n        return relinquish(record, node)\n",
+        "    return relinquish(record, node)\n",
+    ),
+    Mutant(
+        "isr-restart-keeps-the-partition-epoch",
+        "rule 9: a restart always makes a new partition epoch (a proposal made on what the "
+        "node's previous incarnation reported is refused)",
+        ISR,
+        "    if changed is without:\n        return replace(without, partition_epoch=",
+        "    if changed is without:\n        return record\n        return replace(without, "
+        "partition_epoch=",
+    ),
+    Mutant(
+        "isr-leader-keeps-reports-of-a-restarted-follower",
+        "rule 9: a leader forgets what a follower reported before it started again",
+        ISR,
+        "        for node in restarted_since(before, record):\n"
+        "            if (state := self.followers.get(node)) is not None:",
+        "        for node in ():\n            if (state := self.followers.get(node)) is not None:",
+    ),
+    Mutant(
+        "isr-replica-counts-answers-from-before-a-restart",
+        "rule 9: a leader counts a restarted follower only on answers to its requests sent "
+        "after the record that says so",
+        ISR_REPLICA,
+        "                    progress.forget_match(seq_min=self.append_seq + 1)",
+        "                    pass",
+    ),
     # ISR mode's unclean recovery (rule 10): judged by the isr-06 transcripts.
     Mutant(
         "isr-gives-up-without-unclean-election",

@@ -18,6 +18,7 @@ Commands (nodes are numbers; lists are comma-separated):
     hold-persist N / persist N   hold N's syncs / finish the one N is waiting on
     crash N / restart N / isolate N / partition 1,2 3 / heal
     corrupt N offset=O    the batch holding O rots on N's disk (found when N next reads it)
+    wipe N                the crashed N's disk is replaced by an empty one
     status [N]            role, epoch, leader, HWM, log end, durable end, epoch history,
                           and the repair floor of a replica under repair
     progress N            the leader N's view of each follower (match, next, mode)
@@ -37,6 +38,8 @@ the replicas. A leader's ISR proposal is printed as it leaves a Ready, and waits
                           leader changes) and hands it to `to` (default: every live node)
     publish [to=..]       hand the controller's current record to nodes again
     fence N / restarted N / elect live=.. [unclean=true]   [to=..]   core.isr's transitions
+    register N [first=true] [clean=true] [to=..]   N registers (`isr.registered`): its first
+                          registration ever, or a start after a clean or an unclean stop
     alter [from=N] [to=..] [lose=true] [answer=now|late|never] [copy=true] [stale=K]
                           the controller takes the oldest proposal in flight (alter_isr),
                           answers its leader and hands the record to `to` (default: every
@@ -85,7 +88,7 @@ from tidelog.core.storage import MemoryStorage
 from tidelog.errors import StorageError, TidelogError
 from tidelog.records import read_header
 from tidelog.testing.checker import Checker, batch_identity
-from tidelog.testing.cluster import Cluster, Envelope
+from tidelog.testing.cluster import Cluster, Envelope, SimMemoryStorage
 from tidelog.testing.sim import build_batch
 from tidelog.testing.trace import describe_batches
 from tidelog.types import Epoch, NodeId, Offset
@@ -336,6 +339,14 @@ class Scenario:
         for node in nodes_of(args[0]):
             self.c.restart(node)
 
+    def cmd_wipe(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        for node in nodes_of(args[0]):
+            if self.c.nodes[node].alive:
+                raise ScriptError(f"wipe {node}: crash it first")
+            self.c.nodes[node].storage = SimMemoryStorage()
+            self.c.nodes[node].durable_hwm = 0  # the new disk holds nothing
+
     def cmd_isolate(self, args: list[str], kv: dict[str, str]) -> None:
         del kv
         for node in nodes_of(args[0]):
@@ -572,6 +583,17 @@ class Scenario:
     def cmd_restarted(self, args: list[str], kv: dict[str, str]) -> None:
         node = nodes_of(args[0])[0]
         record = isr.restarted(self.current_record, node, min_insync=self.min_insync)
+        self.change_record(record, kv)
+
+    def cmd_register(self, args: list[str], kv: dict[str, str]) -> None:
+        node = nodes_of(args[0])[0]
+        record = isr.registered(
+            self.current_record,
+            node,
+            first=kv.get("first", "false") == "true",
+            clean=kv.get("clean", "false") == "true",
+            min_insync=self.min_insync,
+        )
         self.change_record(record, kv)
 
     def cmd_elect(self, args: list[str], kv: dict[str, str]) -> None:

@@ -1,0 +1,113 @@
+"""ISR mode on one node (server/isr_control.py): its registration (rule 9 of docs/isr.md).
+A node's replicas take no record before its registration is applied, and the registration
+names the process (its incarnation) and whether it stopped cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+from tidelog.core.isr_replica import IsrReplica, new_replica
+from tidelog.core.replica import Replica, ReplicaConfig, Replication
+from tidelog.core.storage import MemoryStorage
+from tidelog.protocol.kafka_errors import ErrorCode
+from tidelog.protocol.peer import PartitionKey
+from tidelog.server.isr_control import IsrControl
+from tidelog.server.metadata import MetadataImage, encode_command
+from tidelog.types import NodeId
+
+KEY = PartitionKey("t", 0)
+NODES = (NodeId(1), NodeId(2), NodeId(3))
+
+
+class Runner:
+    """A partition runner that carries out what is submitted when asked (`run`)."""
+
+    def __init__(self, node: NodeId) -> None:
+        config = ReplicaConfig(node, NODES, replication=Replication.ISR)
+        self.replica: Replica = new_replica(config, MemoryStorage(), random.Random(1))
+        self.busy = False
+        self.submitted: list[Callable[[Replica], None]] = []
+
+    def submit(self, action: Callable[[Replica], None]) -> None:
+        self.submitted.append(action)
+
+    def run(self) -> None:
+        while self.submitted:
+            self.submitted.pop(0)(self.replica)
+
+
+class Broker:
+    """What IsrControl uses of a node: its image, runners, and the metadata log, which
+    applies each command committed (the controller's answer comes when `answer` says)."""
+
+    def __init__(self, node: NodeId) -> None:
+        self.node_id = node
+        self.image = MetadataImage()
+        self.runners = {KEY: Runner(node)}
+        self.commands: list[dict[str, Any]] = []
+        self.answer = asyncio.Event()
+
+    def apply(self, command: dict[str, Any]) -> None:
+        self.image.apply(self.image.applied_offset, encode_command(command))
+
+    async def commit_metadata(self, command: dict[str, Any]) -> tuple[ErrorCode, str | None]:
+        self.commands.append(command)
+        await self.answer.wait()
+        self.apply(command)
+        return ErrorCode.NONE, None
+
+
+def replica_of(broker: Broker) -> IsrReplica:
+    replica = broker.runners[KEY].replica
+    assert isinstance(replica, IsrReplica)
+    return replica
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_no_replica_takes_a_record_before_its_node_registered() -> None:
+    async def run() -> None:
+        broker = Broker(NodeId(2))
+        broker.apply(
+            {
+                "type": "create_topic",
+                "name": "t",
+                "replicas": [[1, 2, 3]],
+                "configs": {"replication.mode": "isr"},
+            }
+        )
+        control = IsrControl(broker, clean=False)  # type: ignore[arg-type]
+        control.hand_record(KEY)
+        control.step()  # proposes the registration; its answer is not in yet
+        await settle()
+        runner = broker.runners[KEY]
+        assert runner.submitted == [] and replica_of(broker).partition_record() is None
+        [register] = broker.commands
+        assert register == {
+            "type": "register_broker",
+            "node": 2,
+            "clean": False,
+            "incarnation": control.incarnation,
+        }
+        broker.answer.set()
+        await settle()
+        assert control.registered
+        runner.run()  # handed as soon as the registration is applied
+        record = replica_of(broker).partition_record()
+        assert record is not None and record.isr == NODES  # a first registration
+        assert record == broker.image.records[("t", 0)]
+
+    asyncio.run(run())
+
+
+def test_each_process_names_itself() -> None:
+    broker = Broker(NodeId(1))
+    first = IsrControl(broker, clean=True)  # type: ignore[arg-type]
+    second = IsrControl(broker, clean=True)  # type: ignore[arg-type]
+    assert first.incarnation != second.incarnation and len(first.incarnation) == 32

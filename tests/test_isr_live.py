@@ -11,7 +11,11 @@ final log exactly once, at its offset, and the three replicas hold the same batc
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -227,5 +231,81 @@ def test_an_unclean_election_brings_a_partition_back_and_names_what_was_lost(
         values = [record.value for record in consumer]
         consumer.close()
         assert values == [b"a%d" % i for i in range(10)] + [b"c%d" % i for i in range(5)]
+    finally:
+        cluster.down()
+
+
+def metadata_commands(cluster: LiveCluster, node: int) -> list[dict[str, Any]]:
+    """The commands of a node's metadata log, in offset order."""
+    found = subprocess.run(
+        [sys.executable, "-m", "tidelog", "dump-log", "--json", "--records",
+         str(cluster.directory / f"node-{node}" / "__cluster_metadata-0")],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    commands = []
+    for line in found.splitlines():
+        for record in json.loads(line).get("records") or []:
+            if (record.get("payload") or "").startswith("{"):  # not a control record
+                commands.append(json.loads(record["payload"]))
+    return commands
+
+
+def test_a_replica_whose_disk_was_replaced_rejoins_only_once_caught_up(tmp_path: Path) -> None:
+    """Rule 9 live (docs/isr.md): a follower's copy of the partition is lost while it is
+    down (the disk of that log replaced). Its node starts again and registers again, as a
+    new incarnation; the controller takes it out of the ISR, and the leader proposes it
+    back only on what its replica reports from then on: once it holds the log again. No
+    acknowledged record is lost and its log ends up the leader's."""
+    cluster = LiveCluster(tmp_path, nodes=3)
+    try:
+        create_topic(cluster.bootstrap, TOPIC, partitions=1, configs={"replication.mode": "isr"})
+        replicas = replicas_of(cluster)
+        eventually(lambda: leader_status(cluster, replicas), "a leader")
+        before = [f"before-{i}".encode() for i in range(300)]
+        offsets = produce(cluster.bootstrap, TOPIC, before)
+        leader = poll(lambda: leader_status(cluster, replicas), "a leader")["leader"]
+        follower = next(n for n in replicas if n != leader)
+        kill(cluster, follower)
+        shutil.rmtree(cluster.directory / f"node-{follower}" / f"{TOPIC}-0")
+        restart = tidelog(
+            "cluster", "restart", "--data-dir", str(tmp_path), "--node", str(follower)
+        )
+        assert restart.returncode == 0, restart.stderr
+        eventually(
+            lambda: len((leader_status(cluster, (leader,)) or {}).get("reported_isr") or []) == 3,
+            "the wiped replica back in the ISR",
+        )
+        after = [f"after-{i}".encode() for i in range(100)]
+        offsets += produce(cluster.bootstrap, TOPIC, after)
+        commands = metadata_commands(cluster, leader)
+        registrations = [
+            i for i, c in enumerate(commands)
+            if c.get("type") == "register_broker" and c.get("node") == follower
+        ]  # fmt: skip
+        assert len({commands[i]["incarnation"] for i in registrations}) == 2, registrations
+        readmitted = [
+            c for c in commands[registrations[-1]:]
+            if c.get("type") == "alter_partition" and follower in c.get("isr", [])
+        ]  # fmt: skip
+        assert readmitted, "proposed back into the ISR after its registration"
+
+        consumer = KafkaConsumer(
+            bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
+        )
+        partition = TopicPartition(TOPIC, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        final = {record.offset: record.value for record in consumer}
+        consumer.close()
+        assert [final.get(o) for o in offsets] == before + after
+
+        def batches(node: int) -> list[tuple[Any, ...]]:
+            found = dump_log(cluster.directory / f"node-{node}" / f"{TOPIC}-0")
+            return [(b["baseOffset"], b["partitionLeaderEpoch"], b["crc"]) for b in found]
+
+        eventually(
+            lambda: batches(follower) == batches(leader),
+            "the wiped replica holds the leader's log",
+        )
     finally:
         cluster.down()

@@ -126,7 +126,8 @@ def test_isr_mode_writes_on_with_two_of_three_replicas_down(tmp_path: Path) -> N
         cluster.down()
 
 
-def check_outcome(cluster: LiveCluster, load: ProducerLoad, replicas: tuple[int, ...]) -> None:
+def read_all(cluster: LiveCluster) -> dict[int, bytes]:
+    """The partition's records by offset, read from the start by a consumer."""
     consumer = KafkaConsumer(
         bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
     )
@@ -135,6 +136,11 @@ def check_outcome(cluster: LiveCluster, load: ProducerLoad, replicas: tuple[int,
     consumer.seek_to_beginning(partition)
     final = {record.offset: record.value for record in consumer}
     consumer.close()
+    return final
+
+
+def check_outcome(cluster: LiveCluster, load: ProducerLoad, replicas: tuple[int, ...]) -> None:
+    final = read_all(cluster)
     by_value: dict[bytes, list[int]] = {}
     for offset, value in final.items():
         by_value.setdefault(value, []).append(offset)
@@ -289,14 +295,7 @@ def test_a_replica_whose_disk_was_replaced_rejoins_only_once_caught_up(tmp_path:
         ]  # fmt: skip
         assert readmitted, "proposed back into the ISR after its registration"
 
-        consumer = KafkaConsumer(
-            bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
-        )
-        partition = TopicPartition(TOPIC, 0)
-        consumer.assign([partition])
-        consumer.seek_to_beginning(partition)
-        final = {record.offset: record.value for record in consumer}
-        consumer.close()
+        final = read_all(cluster)
         assert [final.get(o) for o in offsets] == before + after
 
         def batches(node: int) -> list[tuple[Any, ...]]:

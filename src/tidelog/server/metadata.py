@@ -29,10 +29,10 @@ Rules of this file:
   every ISR and ELR, rule 9; after a clean one it gives up only its leaderships; a copy
   of one applied, the same incarnation, nothing); `replica_restarted` (one replica that
   started again, on a disk error or a repair, or that will not lead an epoch it claimed
-  before); `elect_preferred`. After each,
-  a partition with no live leader gets one by `isr.elect` (rules 4, 8, 10), live meaning
-  not fenced. What changed is in `Change.records`, for the broker to hand to its replicas;
-  the answer to a proposal is kept (`answers`) for the node that proposed it.
+  before); `elect_preferred`. After each, a partition with no live leader gets one by
+  `isr.elect` (rules 4, 8, 10), live meaning not fenced. What changed is in
+  `Change.records`, for the broker to hand to its replicas; the answer to a proposal is
+  kept (`answers`) for the node that proposed it.
 """
 
 from __future__ import annotations

@@ -384,24 +384,26 @@ class IsrLeader:
 
     # ------------------------------------------------------------ inputs --------------------
 
-    def committed(self, record: PartitionRecord) -> None:
+    def committed(self, record: PartitionRecord) -> frozenset[NodeId]:
         """A committed record, as the metadata log delivers it. A newer one clears the pending
         proposal (whatever became of it, it is settled) and what the followers that started
         again since reported (`restarted_since`: one may have lost its disk; it joins only
-        on what it reports from now on, rule 9); one naming another leader or leader epoch
-        deposes this leader for good."""
+        on what it reports from now on, rule 9), and returns those followers; one naming
+        another leader or leader epoch deposes this leader for good."""
         if record.partition_epoch <= self.record.partition_epoch:
-            return
-        before, self.record = self.record, record
+            return frozenset()
+        restarted = restarted_since(self.record, record)
+        self.record = record
         # A proposal applies only at exactly the partition epoch it names: now never.
         self.pending = None
-        for node in restarted_since(before, record):
+        for node in restarted:
             if (state := self.followers.get(node)) is not None:
                 state.match = None
                 state.past_epoch_start = False
         if record.leader != self.node or record.leader_epoch != self.leader_epoch:
             self.deposed = True
         self._advance_hwm()
+        return restarted
 
     def answered(self, proposal: IsrProposal, result: AlterResult) -> None:
         """The controller's answer to `proposal`. It settles the pending proposal only if it

@@ -72,7 +72,6 @@ from tidelog.core.isr import (
     IsrProposal,
     PartitionRecord,
     effective_min_insync,
-    restarted_since,
 )
 from tidelog.core.messages import (
     AppendRequest,
@@ -242,11 +241,11 @@ class IsrReplica(Replica):
         epoch = record.leader_epoch
         if self.role is Role.LEADER and self.epoch == epoch:
             assert self.isr_leader is not None
-            before = self.isr_leader.record
-            self.isr_leader.committed(record)  # an ISR change in our epoch
-            for node in restarted_since(before, record):  # rule 9: its reports from now on
+            # An ISR change in our epoch; a follower that started again since is counted
+            # only on its answers from now on (rule 9).
+            for node in self.isr_leader.committed(record):
                 if (progress := self.progress.get(node)) is not None:
-                    progress.forget_match(seq_min=self.append_seq + 1)
+                    progress.forget_match(progress.next_offset, seq_min=self.append_seq + 1)
             self._on_isr_changed()
             return None
         if self.appointed == epoch:

@@ -73,21 +73,19 @@ class Progress:
             self.next_offset = self.match_offset
             self.inflight.clear()
 
-    def forget_match(self, seq_min: int) -> None:
-        """ISR mode: the follower's node started again (it may have lost its disk): forget
-        its match and every answer to a request before `seq_min`, and probe it from where
-        we were sending; what it answers from now on says where its log is."""
-        self.match_offset = None
-        self.seq_min = seq_min
-        self.probe(self.next_offset)
-
-    def lost_records(self, next_offset: Offset, seq_min: int) -> None:
-        """The follower set damaged records aside (it repairs): forget its match and every
-        answer to a request before `seq_min`, and probe it from `next_offset`."""
-        self.repairing = True
+    def forget_match(self, next_offset: Offset, seq_min: int) -> None:
+        """The follower may hold less than it acknowledged (in ISR mode, its node started
+        again): forget its match and every answer to a request before `seq_min`, and probe
+        it from `next_offset`; what it answers from now on says where its log is."""
         self.match_offset = None
         self.seq_min = seq_min
         self.probe(next_offset)
+
+    def lost_records(self, next_offset: Offset, seq_min: int) -> None:
+        """The follower set damaged records aside (it repairs): `forget_match`, and it is
+        repairing until it says otherwise."""
+        self.repairing = True
+        self.forget_match(next_offset, seq_min)
 
     def in_sync(self, recent_tick: int) -> bool:
         """Acknowledged something since `recent_tick`, and not repairing."""

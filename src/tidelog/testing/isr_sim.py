@@ -246,16 +246,20 @@ class SimController:
         proposal = proposed.proposal
         if not self.available:
             older = [r for r in self.history if r.partition_epoch < proposal.partition_epoch]
-            incarnation = self.incarnations[proposed.node]
-            if older and incarnation is not None and self.rng.random() < STALE_ANSWER_SHARE:
+            if older and self.rng.random() < STALE_ANSWER_SHARE:
                 stale = AlterResult(self.rng.choice(older), Refusal.NOT_CONTROLLER)
-                self.send(Answered(proposed.node, proposal, stale, incarnation))
+                self.answer(proposed.node, proposal, stale)
             return
         result = isr.alter_isr(self.record, proposal, min_insync=self.min_insync)
         self.change(result.record, f"alter from {proposed.node} ({result.refusal})")
-        incarnation = self.incarnations[proposed.node]
+        self.answer(proposed.node, proposal, result)
+
+    def answer(self, node: NodeId, proposal: IsrProposal, result: AlterResult) -> None:
+        """To the incarnation the controller registered (a node proposes only once its
+        replica took a record, so it registered)."""
+        incarnation = self.incarnations[node]
         if incarnation is not None:
-            self.send(Answered(proposed.node, proposal, result, incarnation))
+            self.send(Answered(node, proposal, result, incarnation))
 
     def on_ready(self, node: NodeId, ready: object) -> None:
         for proposal in getattr(ready, "isr_proposals", ()):

@@ -595,16 +595,16 @@ CATALOGUE: tuple[Mutant, ...] = (
         "isr-leader-keeps-reports-of-a-restarted-follower",
         "rule 9: a leader forgets what a follower reported before it started again",
         ISR,
-        "        for node in restarted_since(before, record):\n"
-        "            if (state := self.followers.get(node)) is not None:",
-        "        for node in ():\n            if (state := self.followers.get(node)) is not None:",
+        "        restarted = restarted_since(self.record, record)\n",
+        "        restarted = frozenset[NodeId]()\n",
     ),
     Mutant(
         "isr-replica-counts-answers-from-before-a-restart",
         "rule 9: a leader counts a restarted follower only on answers to its requests sent "
         "after the record that says so",
         ISR_REPLICA,
-        "                    progress.forget_match(seq_min=self.append_seq + 1)",
+        "                    progress.forget_match(progress.next_offset, seq_min=self.append_seq"
+        " + 1)",
         "                    pass",
     ),
     # ISR mode's unclean recovery (rule 10): judged by the isr-06 transcripts.

@@ -12,6 +12,7 @@ throughout: a producer writes to them with acks=all and sees no error.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 import urllib.request
@@ -245,3 +246,32 @@ def next_offset(answer: Any) -> int:
     headers = [header for _, header in iter_batches(bytes(answer.records or b""))]
     assert headers, "the replica answered no batch below its HWM"
     return int(headers[-1].next_offset)
+
+
+def test_a_follower_whose_copy_was_lost_catches_up(cluster: LiveCluster) -> None:
+    """Scenario 26 live: a follower's partition directory is lost while it is down (its
+    disk replaced, or deleted by hand). It starts empty, with nothing that says what it
+    held; its leader learns it from its answers, forgets its match and sends it the whole
+    log: every replica ends with the same batches, and no acknowledged record is lost."""
+    topic = "lost"
+    create_topic(cluster.bootstrap, topic, partitions=1)
+    acked = produce(cluster.bootstrap, topic, RECORDS)
+    replicas = poll(lambda: replicas_of(cluster, topic), f"{topic} in sync")
+    leader = next(iter(replicas.values()))["leader"]
+    follower = min(node for node in replicas if node != leader)
+    killed = tidelog(
+        "cluster", "kill", "--data-dir", str(cluster.directory), "--node", str(follower)
+    )
+    assert killed.returncode == 0, killed.stderr
+    shutil.rmtree(Path(cluster.record["nodes"][follower - 1]["data_dir"]) / f"{topic}-0")
+
+    restarted = tidelog(
+        "cluster", "restart", "--data-dir", str(cluster.directory), "--node", str(follower)
+    )
+
+    assert restarted.returncode == 0, restarted.stderr
+    acked |= produce(cluster.bootstrap, topic, RECORDS // 10)
+    poll(lambda: replicas_of(cluster, topic), f"{topic}: the emptied follower caught up")
+    copies = [batches_of(Path(node["data_dir"]) / f"{topic}-0") for node in cluster.record["nodes"]]
+    assert copies[0] == copies[1] == copies[2]
+    assert consume_all(cluster.bootstrap, topic, len(acked)) >= acked

@@ -21,10 +21,13 @@ Rules of this file:
 7. A follower behind the leader's log start is reset to it; the reset names the epoch of
    the record before it, and a follower holding that record keeps its log: nothing it
    acknowledged is ever dropped, so a follower's match only grows, except when the follower
-   says it is repairing (rule 8). A probing leader takes only the answer to its probe
-   (requests carry a seq), and a reset that is lost is sent again as a reset (scenarios 19,
-   20). An emptied log still knows the epoch of its last record, for votes and consistency
-   checks (scenario 22).
+   says it is repairing (rule 8) or proves it lost records: it refuses a probe (sent after
+   its match was taken) with a log ending below that match (its copy lost with a disk,
+   scenario 26). Another answer ending below the match may have been overtaken by later
+   ones: the leader asks again, at the match. A probing leader takes only the answer to
+   its probe (requests carry a seq), and a reset that is lost is sent again as a reset
+   (scenarios 19, 20). An emptied log still knows the epoch of its last record, for votes
+   and consistency checks (scenario 22).
 8. A replica whose storage set damaged records aside starts with a repair floor: how far
    its log reached before (it may have acknowledged all of it). Until its durable log is
    at least as up to date again, it grants votes and pre-votes only to candidates at or
@@ -1229,8 +1232,19 @@ class Replica:
         self.msgs.append(TimeoutNow(self.id, target, self.epoch))
 
     def _on_append_rejected(self, progress: Progress, msg: AppendResponse) -> None:
-        if not progress.probing and msg.prev_offset < (progress.match_offset or 0):
+        match = progress.match_offset
+        if not progress.probing and msg.prev_offset < (match or 0):
             return  # stale: that prefix is verified already
+        if match is not None and msg.match_offset < match and not msg.repairing:
+            # Its log ended below what it acknowledged (rule 7). An answer to our probe,
+            # sent after that match was taken (taking one ends a probe), proves it lost
+            # records: forget its match and probe it from where its log ends. Any other
+            # may have been overtaken by later answers: ask at the match.
+            if progress.probing and progress.probe_sent:
+                progress.forget_match(msg.match_offset, seq_min=self.append_seq + 1)
+            else:
+                progress.probe(match)
+            return
         _, epoch_end = self.log.end_offset_for_epoch(msg.hint_epoch)
         next_offset = min(msg.match_offset, epoch_end, self.log.log_end_offset)
         # Each rejection moves the probe back, down to a reset at worst: no probe loops.

@@ -4,8 +4,10 @@ Rules of this file:
 - `match_offset` is how far the follower's log is verified equal to ours and durable
   there; it only grows within our epoch (what a follower acknowledged in our epoch it
   keeps: a reset drops nothing it acknowledged), and is forgotten only when the follower
-  says it lost records (rule 8 of the replica: it repairs) or, in ISR mode, when a record
-  says its node started again (rule 9 of docs/isr.md: it may have lost its disk).
+  says it lost records (rule 8 of the replica: it repairs), when it refuses our probe with
+  a log ending below its match (rule 7: its copy was lost) or, in ISR mode, when a record
+  says its node started again (rule 9 of docs/isr.md: it may have lost its disk). A probe
+  never goes below a match we know.
 - A follower is probed (one request at a time, no batches) until an answer to the probe
   says where our logs agree; then appends are pipelined, at most `inflight_appends_max`
   unanswered. A probe that went below our log start is a reset, and stays one until it is

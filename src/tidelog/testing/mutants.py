@@ -369,8 +369,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "stalled-pipeline-not-restarted",
         "a follower whose match did not move for a heartbeat is sent its suffix again",
-        TRACKER,
-        "self.next_offset = self.match_offset\n            self.inflight.clear()",
+        REPLICA,
+        "progress.next_offset = progress.match_offset\n                progress.inflight.clear()",
         "pass",
     ),
     Mutant(
@@ -392,6 +392,22 @@ CATALOGUE: tuple[Mutant, ...] = (
         "a follower's match never goes back: a reset drops nothing it acknowledged",
         TRACKER,
         "if self.match_offset is None or match > self.match_offset:",
+        "if True:",
+    ),
+    Mutant(
+        "lost-copy-keeps-its-match",
+        "a follower that refuses our probe below its match lost its copy: forget the match "
+        "(scenario 26)",
+        REPLICA,
+        "progress.forget_match(msg.match_offset, seq_min=self.append_seq + 1)",
+        "progress.probe(match)",
+    ),
+    Mutant(
+        "overtaken-refusal-forgets-the-match",
+        "a refusal that may have been overtaken by later answers only makes the leader ask "
+        "again at the match (scenarios 20, 26)",
+        REPLICA,
+        "if progress.probing and progress.probe_sent:",
         "if True:",
     ),
     Mutant(

@@ -1236,11 +1236,12 @@ class Replica:
         if not progress.probing and msg.prev_offset < (match or 0):
             return  # stale: that prefix is verified already
         if match is not None and msg.match_offset < match and not msg.repairing:
-            # Its log ended below what it acknowledged (rule 7). An answer to our probe,
-            # sent after that match was taken (taking one ends a probe), proves it lost
-            # records: forget its match and probe it from where its log ends. Any other
-            # may have been overtaken by later answers: ask at the match.
-            if progress.probing and progress.probe_sent:
+            # Its log ended below what it acknowledged (rule 7). An answer to our probe
+            # (to a copy sent since the probe began, after that match was taken: taking
+            # one ends a probe) proves it lost records: forget its match and probe it
+            # from where its log ends. Any other may have been overtaken by later
+            # answers: ask at the match.
+            if progress.probing and progress.probe_key is not None:
                 progress.forget_match(msg.match_offset, seq_min=self.append_seq + 1)
             else:
                 progress.probe(match)

@@ -21,7 +21,8 @@ or extend it. Everything else is checked against that history:
 - `check_matches`: what a leader counts for a follower (its match offset) the follower
   holds durably, while it follows that leader in that epoch: an acknowledgement the
   leader counts toward the HWM is never for records the follower has dropped since
-  (unless a bit flip made it set them aside: then it repairs, rule 8 of the replica).
+  (unless a bit flip made it set them aside: then it repairs, rule 8 of the replica; or
+  its disk was replaced: then until the leader forgets that match, rule 7).
 A batch is identified by its bytes from the CRC on: the leader's stamp (offset, epoch) lies
 outside them, so the producer's batch and the stored one compare equal.
 """
@@ -68,6 +69,8 @@ class Checker:
     node_hwm_max: dict[NodeId, int] = field(default_factory=dict)  # across restarts
     # Without check-quorum a deposed leader holds no lease and may answer an old HWM.
     leases: bool = True
+    # follower -> the (leader, epoch) whose match for it predates its disk's replacement
+    stale_matches: dict[NodeId, set[tuple[NodeId, Epoch]]] = field(default_factory=dict)
 
     def fail(self, text: str) -> None:
         """Record a violation (once: the checks after every step would repeat it)."""
@@ -225,6 +228,11 @@ class Checker:
             for peer, progress in leader.progress.items():
                 follower = replicas.get(peer)
                 match = progress.match_offset
+                stale = self.stale_matches.get(peer, set())
+                if (node, leader.epoch) in stale:
+                    if match is None:  # forgotten: from now on it says what the follower holds
+                        stale.discard((node, leader.epoch))
+                    continue
                 if follower is None or match is None or follower.epoch != leader.epoch:
                     continue
                 if follower.repair_floor is not None:
@@ -234,6 +242,15 @@ class Checker:
                         f"leader {node} counts node {peer}'s match {match}, but node {peer} "
                         f"holds its log durably only up to {follower.log.durable_end_offset}"
                     )
+
+    def on_wipe(self, node: NodeId, replicas: dict[NodeId, Replica]) -> None:
+        """`node` lost its disk: the matches its leaders counted for it name records it no
+        longer holds, until they learn it (rule 7 of the replica, scenario 26)."""
+        self.stale_matches.setdefault(node, set()).update(
+            (leader, replica.epoch)
+            for leader, replica in replicas.items()
+            if replica.role is Role.LEADER
+        )
 
     # ------------------------------------------------------------ any two replicas ---
     def compare_committed(self, replicas: dict[NodeId, Replica]) -> None:

@@ -151,6 +151,21 @@ class SimNode:
 
 Listener = Callable[[NodeId, ProduceResult], None]
 MessageListener = Callable[[NodeId, Replica, Message], None]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The input that steps a delivered message (it names its sender: `Cluster.wipe`)."""
+
+    msg: Message
+    listeners: list[MessageListener]
+
+    def __call__(self, replica: Replica) -> None:
+        replica.step(self.msg)
+        for listener in self.listeners:
+            listener(self.msg.recipient, replica, self.msg)
+
+
 ReadyListener = Callable[[NodeId, Ready], None]
 
 
@@ -206,6 +221,9 @@ class Cluster:
         # Whether a fault may crash a node now (ISR mode keeps the last good copy up);
         # None: any node. A disk error stops a node all the same.
         self.crash_allowed: Callable[[NodeId], bool] | None = None
+        # Whether a down node's disk may be replaced (`wipe`): None, never.
+        self.wipe_allowed: Callable[[NodeId], bool] | None = None
+        self.on_wipe: list[Callable[[NodeId], None]] = []
         self.trace: Callable[[str], None] | None = None
         for sim_node in self.nodes.values():
             sim_node.start()
@@ -297,12 +315,7 @@ class Cluster:
         if self.trace is not None:
             self.note(f"deliver {describe_message(msg)}")
 
-        def step(replica: Replica) -> None:
-            replica.step(msg)
-            for listener in self.on_message:
-                listener(msg.recipient, replica, msg)
-
-        self.input(msg.recipient, step)
+        self.input(msg.recipient, Delivery(msg, self.on_message))
 
     # ---------------------------------------------------------------- the driver ---------
     def drain(self, node: NodeId) -> None:
@@ -415,6 +428,36 @@ class Cluster:
         self.persist_due.pop(node, None)
         self.topology_version += 1
         sim_node.storage.crash()
+
+    def wipe(self, node: NodeId) -> bool:
+        """A down node's copy of the log lost: it starts again with an empty log, nothing
+        that says what it held, and what it sent before is lost with it (a new process, new
+        connections). Its epoch and vote are kept: a vote lost with a disk may elect two
+        leaders in one epoch (Raft's stable storage), which no replication rule can undo.
+        Only when `wipe_allowed` says so; whether it was done."""
+        sim_node = self.nodes[node]
+        storage = sim_node.storage
+        if (
+            sim_node.alive
+            or not isinstance(storage, SimMemoryStorage)
+            or self.wipe_allowed is None
+            or not self.wipe_allowed(node)
+        ):
+            return False
+        self.note(f"wipe {node}")
+        replaced = SimMemoryStorage(storage.retention_bytes)
+        replaced.save_hard_state(storage.load().hard_state)
+        replaced.sync()
+        sim_node.storage = replaced
+        sim_node.durable_hwm = 0
+        self.in_flight = [e for e in self.in_flight if e.msg.sender != node]
+        for other in self.nodes.values():  # a paused or busy node's inputs waiting too
+            other.backlog = deque(
+                i for i in other.backlog if not (isinstance(i, Delivery) and i.msg.sender == node)
+            )
+        for listener in self.on_wipe:
+            listener(node)
+        return True
 
     def restart(self, node: NodeId) -> None:
         sim_node = self.nodes[node]

@@ -12,7 +12,11 @@ Rules of this file:
   in committed batches of at most replicas - quorum_size nodes (each then repairs once its
   log finds the damage); a failed fsync or a full disk stops the node, which
   loses what it had not synced, as a crash does. Some seeds keep a minority (all but a
-  quorum) down for a long stretch (an outage): the others must make progress alone.
+  quorum) down for a long stretch (an outage): the others must make progress alone. In
+  memory, in quorum mode, a restart may come back with an empty log (WIPE_SHARE, a
+  generator of its own; its vote kept), only while a quorum of the other nodes, up, hold
+  the committed history durably (`Cluster.wipe`): it must catch up from nothing
+  (scenario 26).
 - The safety phase is cut into windows of WINDOW_TICKS; a window is calm (no new crash,
   partition, heal, restart, pause or disk fault: what is down or cut stays so; clients
   carry on, DeleteRecords too) with the seed's `calm_share`. A calm window outlasts
@@ -55,6 +59,7 @@ OUTAGE_TICKS = (100, 300)
 CLASSIC_APPEND_BYTES_MAX = 2048
 # Retention keeps about this much of each log (memory: batches; disk: 2 KiB segments).
 RETENTION_BYTES_CHOICES = (None, 2048, 8192)
+WIPE_SHARE = 0.2  # of the restarts, how many come back with an empty log (when allowed)
 
 
 def log_uniform(rng: random.Random, low: float, high: float) -> float:
@@ -232,6 +237,10 @@ class Faults:
     calm: bool = False
     corrupted: set[NodeId] = field(default_factory=set)
     flips: int = 0
+    # Restarts with an empty log (a copy lost), drawn from a generator of their own so
+    # that a seed with none runs as it did before there were any; None: never.
+    wipe_rng: random.Random | None = None
+    wipes: int = 0
 
     @classmethod
     def draw(cls, rng: random.Random, settings: Settings, *, disk: bool, ticks: int) -> Faults:
@@ -317,7 +326,14 @@ class Faults:
         held = self.outage if self.outage_start <= cluster.now < self.outage_end else ()
         down = [n for n in cluster.ids if not cluster.nodes[n].alive and n not in held]
         if down:
-            cluster.restart(rng.choice(down))
+            node = rng.choice(down)
+            if (
+                self.wipe_rng is not None
+                and self.wipe_rng.random() < WIPE_SHARE
+                and cluster.wipe(node)
+            ):
+                self.wipes += 1
+            cluster.restart(node)
 
     def inject_corruption(self, cluster: Cluster, rng: random.Random) -> None:
         """Flip a bit in a committed batch of a node among at most `corruptible`."""

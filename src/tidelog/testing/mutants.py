@@ -407,7 +407,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "a refusal that may have been overtaken by later answers only makes the leader ask "
         "again at the match (scenarios 20, 26)",
         REPLICA,
-        "if progress.probing and progress.probe_sent:",
+        "if progress.probing and progress.probe_key is not None:",
         "if True:",
     ),
     Mutant(

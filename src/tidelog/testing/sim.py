@@ -369,6 +369,10 @@ class Run:
             self.retention_bytes = settings.retention_bytes
             self.cluster = self.new_cluster(settings.replica_config)
             self.faults = Faults.draw(self.rng, settings, disk=self.disk, ticks=self.ticks)
+            if not self.disk and not self.offsets_log:
+                self.faults.wipe_rng = random.Random(f"wipe {self.seed}")
+                self.cluster.wipe_allowed = self.wipe_allowed
+                self.cluster.on_wipe.append(self.on_wipe)
         for sim_node, clock in zip(self.cluster.nodes.values(), settings.clocks, strict=True):
             sim_node.clock = clock
         settings.apply_network(self.cluster)
@@ -521,6 +525,20 @@ class Run:
             elif roll < faults.partition_rate * CONTROLLER_CUT_SHARE + faults.heal_rate:
                 controller.heal()
 
+    def wipe_allowed(self, node: NodeId) -> bool:
+        """A disk replaced stays inside the fault model: a quorum of the other nodes, up,
+        hold the whole committed history (HWM and durable log at its end at least)."""
+        end = self.checker.committed_end
+        holders = [
+            other
+            for other, replica in self.live().items()
+            if other != node and min(replica.hwm, replica.log.durable_end_offset) >= end
+        ]
+        return len(holders) >= self.settings.quorum_size
+
+    def on_wipe(self, node: NodeId) -> None:
+        self.checker.on_wipe(node, self.live())
+
     def retain(self, node: NodeId) -> None:
         """Retention on one node: its storage deletes below the saved HWM, then the
         replica learns where its log starts (as the broker's partition runner does)."""
@@ -599,6 +617,8 @@ class Run:
         stops = Counter(self.cluster.stops)
         if self.faults.flips:
             stops["bit flips"] = self.faults.flips
+        if self.faults.wipes:
+            stops["wipes"] = self.faults.wipes
         return SeedResult(self.checker.violations, dict(stops))
 
     def run_phases(self) -> None:
@@ -755,12 +775,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-# How the summary names the fail-stops (Cluster.stops) and the bit flips.
+# How the summary names the fail-stops (Cluster.stops), the bit flips and the wipes.
 STOP_LABELS = {
     "EIO": "nodes stopped by a failed fsync (EIO)",
     "ENOSPC": "by a full disk (ENOSPC)",
     "bit flips": "bits flipped in committed batches",
     "repair": "repairs (a damaged batch set aside, the replica restarted)",
+    "wipes": "restarts with an empty log",
 }
 # ISR mode's too: partitions left offline for good (no ISR, no ELR; unclean election off).
 ISR_STOP_LABELS = {**STOP_LABELS, "offline": "offline for good"}

@@ -275,3 +275,6 @@ def test_a_follower_whose_copy_was_lost_catches_up(cluster: LiveCluster) -> None
     copies = [batches_of(Path(node["data_dir"]) / f"{topic}-0") for node in cluster.record["nodes"]]
     assert copies[0] == copies[1] == copies[2]
     assert consume_all(cluster.bootstrap, topic, len(acked)) >= acked
+    leader_dir = Path(cluster.record["nodes"][leader - 1]["data_dir"])
+    warned = f"{topic}-0: node {follower}'s copy ends at 0, below the "
+    assert warned in (leader_dir / "broker.log").read_text()

@@ -140,6 +140,17 @@ class FetchResult:
 
 
 @dataclass(frozen=True, slots=True)
+class LostCopy:
+    """Follower `follower` refused our probe with a log ending at `log_end`, below the
+    `acknowledged` it had acknowledged: it lost records (its copy lost with a disk, rule 7
+    of the replica). The caller logs it, naming the partition."""
+
+    follower: NodeId
+    acknowledged: Offset
+    log_end: Offset
+
+
+@dataclass(frozen=True, slots=True)
 class Ready:
     """What the caller must do, in this order, before calling `Replica.advance(ready)`:
 
@@ -158,7 +169,8 @@ class Ready:
     answers come back through `IsrReplica.on_isr_answer`. `given_up` (ISR mode only, after
     an unclean election) names committed records this replica gave up: the caller logs
     them, and its storage lowers its HWM (and any HWM checkpoint) to the first of them
-    before the truncation in step 1, which then cuts below the old HWM.
+    before the truncation in step 1, which then cuts below the old HWM. `lost_copies`
+    (a leader) names followers that proved they lost records: the caller logs them.
     No `step`, `tick` or client request may reach the replica between `ready()` and
     `advance()`.
     """
@@ -177,6 +189,7 @@ class Ready:
     completions: tuple[ProduceResult, ...] = field(default=())
     isr_proposals: tuple[IsrProposal, ...] = ()
     given_up: tuple[GivenUp, ...] = ()
+    lost_copies: tuple[LostCopy, ...] = ()
 
     @property
     def must_sync(self) -> bool:

@@ -66,6 +66,7 @@ from tidelog.core.messages import (
     AppendResponse,
     FetchResult,
     HardState,
+    LostCopy,
     Message,
     ProduceResult,
     Ready,
@@ -285,6 +286,7 @@ class Replica:
         self.msgs: list[Message] = []
         self.msgs_after_persist: list[Message] = []
         self.completions: list[ProduceResult] = []
+        self.lost_copies: list[LostCopy] = []  # followers that proved they lost records
         self.ready_outstanding = False
         self.ready_log_end_offset = self.log.log_end_offset
         self.append_seq = 0
@@ -622,6 +624,7 @@ class Replica:
             self.msgs
             or self.msgs_after_persist
             or self.completions
+            or self.lost_copies
             or self.log.has_unpersisted
             or self.hwm != self.hwm_in_ready
             or self.repair_floor_to_clear
@@ -651,10 +654,12 @@ class Replica:
             messages=tuple(self.msgs),
             messages_after_persist=tuple(self.msgs_after_persist),
             completions=tuple(self.completions),
+            lost_copies=tuple(self.lost_copies),
         )
         self.msgs.clear()
         self.msgs_after_persist.clear()
         self.completions.clear()
+        self.lost_copies.clear()
         self.hwm_in_ready = self.hwm
         self.repair_floor_to_clear = False
         self.ready_log_end_offset = self.log.log_end_offset
@@ -1242,6 +1247,7 @@ class Replica:
             # from where its log ends. Any other may have been overtaken by later
             # answers: ask at the match.
             if progress.probing and progress.probe_key is not None:
+                self.lost_copies.append(LostCopy(msg.sender, match, msg.match_offset))
                 progress.forget_match(msg.match_offset, seq_min=self.append_seq + 1)
             else:
                 progress.probe(match)

@@ -375,6 +375,7 @@ class PartitionRunner:
             self._maybe_wake_fetchers(self.replica.high_watermark())
             return False
         self._name_what_is_given_up(ready, log_end)
+        self._name_lost_copies(ready)
         if ready.truncate_to is not None:
             self.metrics.truncated(self.key.topic, self.key.partition)
         if ready.reset_to is not None:
@@ -402,6 +403,21 @@ class PartitionRunner:
         if self.on_round is not None:
             self.on_round(self)
         return True
+
+    def _name_lost_copies(self, ready: Ready) -> None:
+        """A follower proved its copy lost records it acknowledged (rule 7 of the replica):
+        a disk replaced or a partition directory deleted, while the node was down."""
+        for lost in ready.lost_copies:
+            log.warning(
+                "%s-%d: node %d's copy ends at %d, below the %d it acknowledged: it lost "
+                "records (a disk replaced, or its directory deleted?); sending it the log again",
+                self.key.topic,
+                self.key.partition,
+                lost.follower,
+                lost.log_end,
+                lost.acknowledged,
+                extra=self._fields(),
+            )
 
     def _name_what_is_given_up(self, ready: Ready, log_end: Offset) -> None:
         """ISR mode, after an unclean election (docs/isr.md rule 10): log the records this

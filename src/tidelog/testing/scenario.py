@@ -458,6 +458,11 @@ class Scenario:
 
     # ---------------------------------------------------------------- ISR mode ---------
     def on_ready(self, node: NodeId, ready: Ready) -> None:
+        for lost in ready.lost_copies:
+            self.say(
+                f"{node}: node {lost.follower} lost records: its log ends at {lost.log_end}, "
+                f"below the {lost.acknowledged} it acknowledged"
+            )
         for proposal in ready.isr_proposals:
             self.proposals.append((node, proposal))
             self.say(f"{node}: propose {describe_proposal(proposal)}")

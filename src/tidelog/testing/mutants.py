@@ -411,6 +411,13 @@ CATALOGUE: tuple[Mutant, ...] = (
         "if True:",
     ),
     Mutant(
+        "unsent-probe-counts-as-asked",
+        "only an answer to a probe sent since it began proves a lost copy (scenario 27)",
+        REPLICA,
+        "if progress.probing and progress.probe_key is not None:",
+        "if progress.probing:",
+    ),
+    Mutant(
         "reset-resent-as-probe",
         "a lost reset is sent again as a reset, never as a probe (scenario 20)",
         REPLICA,

@@ -6,8 +6,8 @@ Rules of this file:
   keeps: a reset drops nothing it acknowledged), and is forgotten only when the follower
   says it lost records (rule 8 of the replica: it repairs), when it refuses our probe with
   a log ending below its match (rule 7: its copy was lost) or, in ISR mode, when a record
-  says its node started again (rule 9 of docs/isr.md: it may have lost its disk). A probe
-  never goes below a match we know.
+  says its node started again (rule 9 of docs/isr.md: it may have lost its disk). Apart
+  from a follower that says it repairs, a probe never goes below a match we know.
 - A follower is probed (one request at a time, no batches) until an answer to the probe
   says where our logs agree; then appends are pipelined, at most `inflight_appends_max`
   unanswered. A probe that went below our log start is a reset, and stays one until it is

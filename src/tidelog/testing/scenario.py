@@ -147,9 +147,11 @@ def describe_nodes(nodes: tuple[NodeId, ...]) -> str:
 def describe_record(record: PartitionRecord) -> str:
     leader = "-" if record.leader == NO_LEADER else str(record.leader)
     unclean = "" if record.unclean_epoch is None else f" unclean=e{record.unclean_epoch}"
+    restarted = [f"{n}:{record.restarts_of(n)}" for n in record.replicas if record.restarts_of(n)]
+    restarts = f" restarts={{{','.join(restarted)}}}" if restarted else ""
     return (
         f"record pe{record.partition_epoch}: leader={leader} e{record.leader_epoch} "
-        f"isr={describe_nodes(record.isr)} elr={describe_nodes(record.elr)}{unclean}"
+        f"isr={describe_nodes(record.isr)} elr={describe_nodes(record.elr)}{unclean}{restarts}"
     )
 
 

@@ -228,8 +228,8 @@ class Checker:
             for peer, progress in leader.progress.items():
                 follower = replicas.get(peer)
                 match = progress.match_offset
-                stale = self.stale_matches.get(peer, set())
-                if (node, leader.epoch) in stale:
+                stale = self.stale_matches.get(peer)
+                if stale and (node, leader.epoch) in stale:
                     if match is None:  # forgotten: from now on it says what the follower holds
                         stale.discard((node, leader.epoch))
                     continue

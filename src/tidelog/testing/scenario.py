@@ -458,8 +458,10 @@ class Scenario:
         self.checker.on_leader_hwm(node, latest)
         self.say(f"latest={latest}")
 
-    # ---------------------------------------------------------------- ISR mode ---------
+    # ---------------------------------------------------------------- Ready's events ---
     def on_ready(self, node: NodeId, ready: Ready) -> None:
+        """Name what a Ready reports besides its writes: a follower's lost copy, and (ISR
+        mode) proposals and records given up."""
         for lost in ready.lost_copies:
             self.say(
                 f"{node}: node {lost.follower} lost records: its log ends at {lost.log_end}, "
@@ -475,6 +477,7 @@ class Scenario:
                 f"(unclean election in epoch {given.unclean_epoch})"
             )
 
+    # ---------------------------------------------------------------- ISR mode ---------
     def forget_lost(self, leader: NodeId, epoch: Epoch) -> None:
         """An unclean election of `leader` in `epoch`: its log is the truth from now on.
         Name the committed records it lacks (the first offset where its log leaves the

@@ -3,7 +3,8 @@ cluster: one connection to the group's coordinator and no client library's choic
 
 JoinGroup 0-9, SyncGroup 0-5, Heartbeat 0-4, OffsetCommit 2-10, OffsetFetch 1-10,
 LeaveGroup 0-5, DescribeGroups 0-6, ListGroups 0-5 and FindCoordinator 0-6, each version
-checked for what it adds: the protocol type in JoinGroup v7+, reasons logged (v8 join,
+checked for what it adds: a member id given first at JoinGroup v4+ (MEMBER_ID_REQUIRED,
+KIP-394), the protocol type in JoinGroup v7+, reasons logged (v8 join,
 v5 leave), the protocol checked at SyncGroup v5, batched FindCoordinator (v4+) and
 OffsetFetch (v8+, an error per group), GROUP_ID_NOT_FOUND (OffsetCommit v9+, DescribeGroups
 v6), the group type (ListGroups v5), topics by id at OffsetCommit and OffsetFetch v10.
@@ -205,6 +206,44 @@ def test_find_coordinator_at_every_version_and_batched_from_v4(cluster: LiveClus
 
 
 # ---------------------------------------------------------------------- membership -----
+@pytest.mark.parametrize("version", range(3, 10))
+def test_a_join_without_a_member_id_is_given_one_first_from_v4(
+    cluster: LiveCluster, topic: str, version: int
+) -> None:
+    del topic
+    group = f"given-first-v{version}-{uuid.uuid4().hex[:8]}"
+    node, address = coordinator_of(cluster, group)
+    member = Member(group, node, RawConnection(address))
+    try:
+        loading = {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR}
+
+        def answered() -> Any:
+            answer = member.ask(join_request(version, group))
+            return None if answer.error_code in loading else answer
+
+        first = poll(answered, f"a join of {group}")
+        if version < 4:  # joins at once, as before KIP-394
+            assert (first.error_code, first.generation_id) == (0, 1)
+            assert first.leader == first.member_id != ""
+            return
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        assert (first.generation_id, first.leader, first.members) == (-1, "", [])
+        assert first.member_id.startswith("tidelog-test-")  # the client id, then a uuid
+        described = member.ask(DescribeGroupsRequest(version=0, groups=[group]))
+        assert described.groups[0].members == []  # an id given out is no member
+        joined = member.ask(join_request(version, group, first.member_id))
+        assert (joined.error_code, joined.generation_id) == (0, 1)
+        assert joined.member_id == joined.leader == first.member_id
+        # A second id given out and not used: the group has one member still.
+        other = member.ask(join_request(version, group))
+        assert other.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        assert other.member_id not in ("", first.member_id)
+        described = member.ask(DescribeGroupsRequest(version=0, groups=[group]))
+        assert [m.member_id for m in described.groups[0].members] == [first.member_id]
+    finally:
+        member.connection.close()
+
+
 def test_join_sync_and_heartbeat_at_every_version(cluster: LiveCluster, member: Member) -> None:
     # The leader joins again at v1-v9 with nothing changed: answered at once, same generation.
     for version in range(1, 10):

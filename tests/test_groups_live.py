@@ -30,6 +30,8 @@ from tidelog.testing.live import (
     create_topic,
     eventually,
     knows_before_joining,
+    sample,
+    scrape,
     tidelog,
 )
 
@@ -213,6 +215,19 @@ def test_kafka_python_and_confluent_share_a_group(cluster: LiveCluster) -> None:
         members = describe(cluster, group)["members"]
         clients = sorted(m["client_id"] for m in members)
         assert clients == ["confluent-member", "kafka-python-member"]
+        # Both clients joined as Kafka 2.2+ has them (JoinGroup v4+): a member id given
+        # first with MEMBER_ID_REQUIRED, then the join with it (KIP-394).
+        given = sum(
+            sample(
+                scrape(node["admin"]),
+                "tidelog_request_errors_total",
+                api="JoinGroup",
+                error="MEMBER_ID_REQUIRED",
+            )
+            or 0
+            for node in cluster.record["nodes"]
+        )
+        assert given >= 2
         ck.close()  # leaves the group: its partitions move to the other member
         eventually(
             lambda: poll_kafka_python(kp, seen_kp) or partitions_of(kp.assignment()) == {0, 1, 2},

@@ -311,9 +311,18 @@ class Coordinator:
             group = self.groups[body.group_id] = Group(body.group_id)
         if not group.supports(body.protocol_type, [name for name, _ in body.protocols]):
             raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        if not body.member_id:
+        if not body.member_id and body.require_known_member_id and not body.group_instance_id:
+            # KIP-394: the id first, the join when the client comes back with it; a
+            # client that lost this answer and asks again leaves only a lapsing id.
+            member_id = self.new_member_id(body.client_id or "member")
+            group.pending[member_id] = now.mono_ms + body.session_timeout_ms
+            required = JoinResult(-1, None, "", member_id, [])
+            self._reply(request, required, ErrorCode.MEMBER_ID_REQUIRED)
+            return
+        if not body.member_id or group.pending.pop(body.member_id, None) is not None:
+            member_id = body.member_id or self.new_member_id(body.client_id or "member")
             member = Member(
-                member_id=self.new_member_id(body.client_id or "member"),
+                member_id=member_id,
                 group_instance_id=body.group_instance_id,
                 client_id=body.client_id,
                 client_host=body.client_host,
@@ -507,7 +516,11 @@ class Coordinator:
         for index, member_id in enumerate(body.member_ids):
             member = group.members.get(member_id)
             if member is None:
-                codes.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                if group.pending.pop(member_id, None) is None:
+                    codes.append(ErrorCode.UNKNOWN_MEMBER_ID)
+                else:  # an id given out (KIP-394) that will not join: a join waits no more
+                    codes.append(ErrorCode.NONE)
+                    self._maybe_complete_join(group, now)
                 continue
             reason = body.reasons[index] if index < len(body.reasons) else None
             log_reason(group, member_id, "leaves", reason)
@@ -621,6 +634,13 @@ class Coordinator:
                     log.info("group %s: %s timed out", group.group_id, member.member_id)
                     self._remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
                     self._member_gone(group, f"{member.member_id} timed out", now)
+            for member_id, lapses_ms in list(group.pending.items()):
+                if now.mono_ms > lapses_ms:
+                    log.info("group %s: %s did not join in time", group.group_id, member_id)
+                    del group.pending[member_id]
+            if group.is_shell() and group.state is GroupState.EMPTY:
+                del self.groups[group.group_id]
+                continue
             if group.state is GroupState.PREPARING_REBALANCE:
                 due = now.mono_ms >= group.rebalance_deadline_ms
                 if due and now.mono_ms >= group.join_not_before_ms:

@@ -49,6 +49,9 @@ class Group:
     state_ms: int = 0  # wall time of the last move to Empty (offsets expire from there)
     rebalance_deadline_ms: int = 0
     join_not_before_ms: int = 0
+    # Member ids given with MEMBER_ID_REQUIRED (KIP-394), not joined yet: id -> the
+    # monotonic ms at which the id lapses (the session timeout it was asked with).
+    pending: dict[str, int] = field(default_factory=dict)
 
     def candidate_protocols(self) -> set[str]:
         names = [set(member.protocol_names()) for member in self.members.values()]
@@ -68,7 +71,15 @@ class Group:
         return votes.most_common(1)[0][0] if votes else None
 
     def all_joined(self) -> bool:
-        return all(member.join is not None for member in self.members.values())
+        """Every member has joined again and no member id given out waits to join (a
+        rebalance waits for them, up to their session timeouts, as Kafka's does)."""
+        return not self.pending and all(m.join is not None for m in self.members.values())
+
+    def is_shell(self) -> bool:
+        """Nothing but a name: no member, no member id given out, no offset, never had a
+        protocol (what a MEMBER_ID_REQUIRED answer to a new group's first join leaves once
+        the id lapses)."""
+        return not (self.members or self.pending or self.offsets or self.protocol_type)
 
     def stored(self) -> bytes:
         """The group's record value: its generation, members and assignments."""

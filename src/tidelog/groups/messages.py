@@ -13,9 +13,10 @@ from tidelog.protocol.kafka_errors import ErrorCode
 class GroupError(TidelogError):
     """A group request refused with a Kafka error code."""
 
-    def __init__(self, code: ErrorCode, message: str = "") -> None:
+    def __init__(self, code: ErrorCode, message: str = "", *, member_id: str = "") -> None:
         super().__init__(message or code.name)
         self.code = code
+        self.member_id = member_id  # MEMBER_ID_REQUIRED: the id to join with
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,9 @@ class Now:
 # ---------------------------------------------------------------------- requests -------
 @dataclass(frozen=True, slots=True)
 class Join:
-    """JoinGroup; `reason` is the client's, logged with the member (KIP-800)."""
+    """JoinGroup; `reason` is the client's, logged with the member (KIP-800).
+    `require_known_member_id` (JoinGroup v4+, KIP-394): a member without an id is given
+    one with MEMBER_ID_REQUIRED and joins when it comes back with it."""
 
     group_id: str
     member_id: str
@@ -52,6 +55,7 @@ class Join:
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]
     reason: str | None = None
+    require_known_member_id: bool = False
 
 
 @dataclass(frozen=True, slots=True)

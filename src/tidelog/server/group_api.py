@@ -38,6 +38,7 @@ KEY_TYPE_TRANSACTION = 1
 GROUP_TYPE = "classic"  # every tidelog group (ListGroups v5+; KIP-848 adds "consumer")
 
 # The versions where a group API's meaning changes (each at its handler):
+JOIN_GROUP_KNOWN_MEMBER_ID_MIN = 4  # a member without an id gets one first (KIP-394)
 FIND_COORDINATOR_BATCHED_MIN = 4  # CoordinatorKeys in, Coordinators out (KIP-699)
 OFFSET_FETCH_BATCHED_MIN = 8  # Groups in, Groups out, an error per group
 GROUP_ID_NOT_FOUND_MIN = 9  # OffsetCommit to a group that does not exist (KIP-848)
@@ -107,8 +108,9 @@ def locate(broker: BrokerView, key_type: int, key: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- JoinGroup ------
 async def join_group(broker: BrokerView, request: KafkaRequest) -> Any:
-    """v7+ answers the protocol type; v8+ takes a reason (logged); v9's SkipAssignment is
-    always false: the leader assigns."""
+    """v4+ gives a member without an id its id with MEMBER_ID_REQUIRED, and it joins when
+    it comes back with it (KIP-394); v7+ answers the protocol type; v8+ takes a reason
+    (logged); v9's SkipAssignment is always false: the leader assigns."""
     body = body_of(request)
     cls = request.response_class
 
@@ -140,9 +142,10 @@ async def join_group(broker: BrokerView, request: KafkaRequest) -> Any:
             protocol_type=body.protocol_type,
             protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
             reason=getattr(body, "reason", None),
+            require_known_member_id=request.api_version >= JOIN_GROUP_KNOWN_MEMBER_ID_MIN,
         )
     except GroupError as error:
-        return answer(error.code)
+        return answer(error.code, member_id=error.member_id or body.member_id)
     members = [
         cls.JoinGroupResponseMember(member_id=member, group_instance_id=instance, metadata=data)
         for member, instance, data in result.members

@@ -232,7 +232,10 @@ class GroupCoordinator:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
         reason: str | None = None,
+        require_known_member_id: bool = False,
     ) -> JoinResult:
+        """JoinGroup; GroupError when refused (MEMBER_ID_REQUIRED with the id to join
+        with, when `require_known_member_id`: KIP-394)."""
         body = Join(
             group_id,
             member_id,
@@ -244,8 +247,14 @@ class GroupCoordinator:
             protocol_type,
             tuple(protocols),
             reason,
+            require_known_member_id,
         )
-        result: JoinResult = await self.ask(body)
+        reply = await self.submit(body)
+        result = reply.result
+        if reply.error is not ErrorCode.NONE:
+            given = result.member_id if isinstance(result, JoinResult) else ""
+            raise GroupError(reply.error, member_id=given)
+        assert isinstance(result, JoinResult)
         return result
 
     async def sync(

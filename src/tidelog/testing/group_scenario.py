@@ -9,7 +9,8 @@ persist, status, check, ...):
     cluster replicas=N [session-ms=S] [retention-ms=R]   nodes tick every 10 ms
     run ms=K              K ms pass: messages are delivered, syncs finish, nodes tick,
                           coordinators follow their replicas; answers print as they come
-    join C [node=N]       consumer C joins (with the member id it has, if any)
+    join C [version=V] [node=N]   consumer C joins (with the member id it has, if any);
+                          at JoinGroup v4+ a member without an id gets one first (KIP-394)
     sync C [node=N]       C syncs its generation (its leader assigns partitions round robin)
     heartbeat C / leave C / fetch-offsets C [node=N]
     commit C P=O[,P=O] [generation=G] [node=N]   commit offsets of topic t's partitions
@@ -141,6 +142,7 @@ class GroupScenario(Scenario):
             self.session_ms,
             "consumer",
             (("range", TOPIC.encode()),),
+            require_known_member_id=int(kv.get("version", "0")) >= 4,
         )
         self.ask(client, body, kv)
 
@@ -192,7 +194,11 @@ class GroupScenario(Scenario):
         client, body = entry
         head = f"{client.name} <- {node}: {type(body).__name__}"
         if reply.error is not ErrorCode.NONE:
-            self.say(f"{head} {reply.error.name}")
+            given = ""
+            if isinstance(reply.result, JoinResult):  # MEMBER_ID_REQUIRED: the id to use
+                client.member_id = reply.result.member_id
+                given = f" member={client.member_id}"
+            self.say(f"{head} {reply.error.name}{given}")
             return
         self.say(f"{head} {self.describe(client, reply.result)}")
 
@@ -228,9 +234,10 @@ class GroupScenario(Scenario):
         self.say(f"node {node}: {loaded} epoch={coordinator.epoch}")
         for group in coordinator.groups.values():
             members = ",".join(group.members) or "-"
+            pending = f" pending={','.join(group.pending)}" if group.pending else ""
             self.say(
                 f"  {group.group_id}: {group.state.value} generation={group.generation} "
-                f"leader={group.leader or '-'} members={members}"
+                f"leader={group.leader or '-'} members={members}{pending}"
             )
             for (topic, partition), committed in sorted(group.offsets.items()):
                 self.say(f"    {topic}-{partition}={committed.offset}")

@@ -183,6 +183,8 @@ class Consumer:
     positions: dict[int, int] = field(default_factory=dict)
     in_flight: tuple[int, Request, int, int] | None = None  # request, body, sent, event
     target: NodeId | None = None
+    # Joins as at JoinGroup v4+: without a member id it is given one first (KIP-394).
+    requires_known_id: bool = False
     # A commit of its old partitions in its old generation, made as it learns of a
     # rebalance and delivered once it is stable in the next one (a commit that was long on
     # its way): the generation must fence it.
@@ -215,8 +217,14 @@ class GroupRun:
         self.nodes.listeners.append(self.on_reply)
         self.checker = GroupChecker(self.run.checker.violations)
         self.nodes.record_listeners.append(self.checker.on_record)
-        self.consumers = [Consumer(f"c{i}") for i in range(1, CONSUMERS + 1)]
+        # Which consumers join as at v4+ is drawn apart from `rng`, so seeds replay.
+        versions = random.Random(f"join versions {self.seed}")
+        self.consumers = [
+            Consumer(f"c{i}", requires_known_id=versions.random() < 0.5)
+            for i in range(1, CONSUMERS + 1)
+        ]
         self.requests = 0
+        self.ids_given_first = 0  # MEMBER_ID_REQUIRED answers
         self.waiting: dict[int, Consumer] = {}
         self.healed = False
         self.committed_after_heal = False  # a commit acknowledged after healing
@@ -291,6 +299,7 @@ class GroupRun:
             REBALANCE_MS,
             "consumer",
             (("range", TOPIC.encode()),),
+            require_known_member_id=consumer.requires_known_id,
         )
 
     def act_stable(self, consumer: Consumer) -> None:
@@ -324,6 +333,11 @@ class GroupRun:
         outcome = reply.error.name if reply.error is not ErrorCode.NONE else "ok"
         self.note(f"{consumer.name} <- {node}: #{reply.request} {outcome}")
         zombie = isinstance(body, Commit) and body.generation != consumer.generation
+        if reply.error is ErrorCode.MEMBER_ID_REQUIRED:
+            assert isinstance(reply.result, JoinResult)
+            consumer.member_id = reply.result.member_id  # and it joins again with it
+            self.ids_given_first += 1
+            return
         if reply.error is not ErrorCode.NONE:
             if not zombie:  # the zombie's refusal is expected, and changes nothing
                 self.on_error(consumer, reply.error)
@@ -402,6 +416,7 @@ class GroupRun:
         stops["commits acknowledged"] = self.checker.commits_acked
         stops["fetches checked"] = self.checker.fetches_checked
         stops["assignments checked"] = self.checker.syncs_checked
+        stops["member ids given first"] = self.ids_given_first
         return SeedResult(run.checker.violations, stops)
 
     def liveness(self) -> None:

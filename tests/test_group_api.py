@@ -99,7 +99,9 @@ class FakeCoordinator:
     def heartbeat(self, group_id: str, **fields: Any) -> None:
         self.check_serving()
 
-    def leave(self, group_id: str, member_ids: list[str], reasons: Any = ()) -> list[ErrorCode]:
+    def leave(
+        self, group_id: str, member_ids: list[str], reasons: Any = (), instance_ids: Any = ()
+    ) -> list[ErrorCode]:
         self.check_serving()
         self.asked.append(("leave", reasons))
         return [ErrorCode.NONE] * len(member_ids)

@@ -28,6 +28,7 @@ def test_no_seed_breaks_a_group_invariant(
         "assignments checked": 0,
         "member ids given first": 0,  # KIP-394's round trip, under the faults too
     }
+    fenced = 0  # zombie commits of restarted static members, refused FENCED_INSTANCE_ID
     n = len(seeds)
     results = workers.map(group_sim.run_seed, seeds, [replicas] * n, [400] * n, [disk] * n)
     for seed, result in zip(seeds, results, strict=True):
@@ -35,9 +36,11 @@ def test_no_seed_breaks_a_group_invariant(
         assert result.violations == [], f"{result.violations[0]}  (reproduce: {command})"
         for key in totals:
             totals[key] += result.stops[key]
+        fenced += result.stops["zombies fenced"]
     # The sweep did what it claims: commits were acknowledged, read back, assignments
     # given, member ids given before the joins of consumers joining as at v4+.
     assert all(count > len(seeds) for count in totals.values()), totals
+    assert fenced > 0, "no static member restarted and met its zombie"
 
 
 def test_the_command_line_sums_up_the_sweep(capsys: pytest.CaptureFixture[str]) -> None:

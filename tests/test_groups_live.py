@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
+from confluent_kafka import KafkaError as ConfluentError
 from kafka import (
     ConsumerRebalanceListener,
     KafkaAdminClient,
@@ -84,19 +85,23 @@ def kafka_python_member(
     return consumer
 
 
-def confluent_member(bootstrap: str, topic: str, group: str) -> Any:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "client.id": "confluent-member",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": SESSION_MS,
-            "heartbeat.interval.ms": HEARTBEAT_MS,
-        }
-    )
-    consumer.subscribe([topic])
+def confluent_member(
+    bootstrap: str, topic: str, group: str, *, instance: str | None = None, **subscribe: Any
+) -> Any:
+    """A confluent-kafka member of `group`; a static one (KIP-345) with `instance`."""
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "client.id": "confluent-member",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": SESSION_MS,
+        "heartbeat.interval.ms": HEARTBEAT_MS,
+    }
+    if instance is not None:
+        settings["group.instance.id"] = instance
+    consumer = Consumer(settings)
+    consumer.subscribe([topic], **subscribe)
     return consumer
 
 
@@ -246,6 +251,80 @@ def test_kafka_python_and_confluent_share_a_group(cluster: LiveCluster) -> None:
         "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-START-OFFSET",
         "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID",
     ]  # fmt: skip
+
+
+def test_a_static_member_restarts_without_a_rebalance_and_a_double_is_fenced(
+    cluster: LiveCluster,
+) -> None:
+    """KIP-345 with librdkafka: two static members share a topic; one is closed (a static
+    member sends no LeaveGroup) and started again with its group.instance.id: it takes its
+    old partitions back with no rebalance (the other member sees no revocation). Then a
+    second consumer with the other's instance id joins: it takes that member's place, and
+    the first instance is fenced (a fatal error on its side)."""
+    topic, group, partitions = "statics", "statics", 2
+    filled_topic(cluster, topic, partitions, [f"s-{i}" for i in range(20)])
+    rebalances: list[str] = []
+
+    def count(kind: str, consumer: Any, assigned: Any) -> None:
+        del consumer
+        rebalances.append(f"{kind} {sorted(partitions_of(assigned))}")
+
+    b = confluent_member(
+        cluster.bootstrap,
+        topic,
+        group,
+        instance="b",
+        on_assign=partial(count, "assign"),
+        on_revoke=partial(count, "revoke"),
+    )
+    a = confluent_member(cluster.bootstrap, topic, group, instance="a")
+    again: Any = None
+    double: Any = None
+    try:
+
+        def split() -> bool:
+            for member in (a, b):
+                member.poll(0.1)
+            mine, theirs = partitions_of(a.assignment()), partitions_of(b.assignment())
+            return len(mine) == len(theirs) == 1 and mine | theirs == {0, 1}
+
+        eventually(split, lambda: f"a and b hold one partition each ({rebalances})")
+        held_by_a, held_by_b = partitions_of(a.assignment()), partitions_of(b.assignment())
+        seen_by_b = list(rebalances)
+        a.close()  # static: no LeaveGroup; "a" stays a member until its session times out
+        again = confluent_member(cluster.bootstrap, topic, group, instance="a")
+
+        def back() -> bool:
+            for member in (again, b):
+                member.poll(0.1)
+            return partitions_of(again.assignment()) == held_by_a
+
+        eventually(back, "the restarted instance a holds its partition again")
+        for _ in range(10):  # b goes on heartbeating: no rebalance reaches it
+            b.poll(0.1)
+        assert rebalances == seen_by_b
+        assert partitions_of(b.assignment()) == held_by_b
+        members = describe(cluster, group)["members"]
+        assert len(members) == 2, members
+        # A second consumer with b's instance id: b is fenced, for good.
+        double = confluent_member(cluster.bootstrap, topic, group, instance="b")
+        fenced: list[Any] = []
+
+        def b_fenced() -> bool:
+            double.poll(0.1)
+            again.poll(0.1)
+            message = b.poll(0.1)
+            if message is not None and message.error() is not None:
+                fenced.append(message.error())
+            return any("fenced" in error.str().lower() for error in fenced)
+
+        eventually(b_fenced, lambda: f"b fenced by its double ({fenced})")
+        assert fenced[-1].code() == ConfluentError._FATAL, fenced
+    finally:
+        for member in (a, b, again, double):
+            if member is not None:
+                with contextlib.suppress(Exception):
+                    member.close()
 
 
 def test_reset_offsets_is_a_dry_run_until_executed_and_refused_while_active(

@@ -82,11 +82,13 @@ class _Pending:
     """A write in flight and what its outcome completes."""
 
     kind: str  # "commit" (and offset deletes) | "sync" | "persist" | "expire" | "delete"
+    # | "static" (a static member's new id, KIP-345)
     group_id: str = ""
-    request: int | None = None  # the commit it answers
+    request: int | None = None  # the commit (or static member's join) it answers
     codes: dict[tuple[str, int], ErrorCode] = field(default_factory=dict)
     generation: int = 0  # the generation a sync write stores
     dead: tuple[str, ...] = ()  # the groups an expiry deletes
+    joined: JoinResult | None = None  # a static member's answer, once its id is stored
     next_offset: int | None = None  # once written: applied up to here means done
     deadline_ms: int = 0
 
@@ -250,6 +252,19 @@ class Coordinator:
             self._synced(pending.group_id, pending.generation, code, now)
         elif pending.kind == "expire":
             self._forget(pending.dead, code)
+        elif pending.kind == "static":
+            assert pending.request is not None and pending.joined is not None
+            group = self.groups.get(pending.group_id)
+            unmoved = (
+                group is not None
+                and group.state is GroupState.STABLE
+                and group.generation == pending.generation
+                and pending.joined.member_id in group.members
+            )
+            if code is ErrorCode.NONE and unmoved:
+                self._reply(pending.request, pending.joined)
+            else:  # not stored, or the group moved on meanwhile: the client joins again
+                self._reply(pending.request, error=code or ErrorCode.REBALANCE_IN_PROGRESS)
 
     # ================================================================ requests ========
     def handle(self, request: int, body: Request, now: Now) -> None:
@@ -311,7 +326,13 @@ class Coordinator:
             group = self.groups[body.group_id] = Group(body.group_id)
         if not group.supports(body.protocol_type, [name for name, _ in body.protocols]):
             raise GroupError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        if not body.member_id and body.require_known_member_id and not body.group_instance_id:
+        static = None if body.member_id else group.static_member(body.group_instance_id)
+        if static is not None:
+            # KIP-345: a static member restarted (or a second instance of it): it takes
+            # the member's place under a new member id, and the old id is fenced.
+            if self._replace_static_member(request, group, static, body, now):
+                return
+        elif not body.member_id and body.require_known_member_id and not body.group_instance_id:
             # KIP-394: the id first, the join when the client comes back with it; a
             # client that lost this answer and asks again leaves only a lapsing id.
             member_id = self.new_member_id(body.client_id or "member")
@@ -319,7 +340,7 @@ class Coordinator:
             required = JoinResult(-1, None, "", member_id, [])
             self._reply(request, required, ErrorCode.MEMBER_ID_REQUIRED)
             return
-        if not body.member_id or group.pending.pop(body.member_id, None) is not None:
+        elif not body.member_id or group.pending.pop(body.member_id, None) is not None:
             member_id = body.member_id or self.new_member_id(body.client_id or "member")
             member = Member(
                 member_id=member_id,
@@ -337,8 +358,11 @@ class Coordinator:
             log_reason(group, member.member_id, "joins", body.reason)
             self._prepare_rebalance(group, f"{member.member_id} joined", now)
         else:
+            if group.fenced(body.member_id, body.group_instance_id):
+                raise GroupError(ErrorCode.FENCED_INSTANCE_ID)
             known = group.members.get(body.member_id)
-            if known is None:
+            unknown_instance = group.static_member(body.group_instance_id) is None
+            if known is None or (body.group_instance_id is not None and unknown_instance):
                 raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
             member = known
             changed = member.protocols != body.protocols
@@ -360,6 +384,62 @@ class Coordinator:
                 self._prepare_rebalance(group, f"{body.member_id} rejoined", now)
         self._waiting[request] = now.mono_ms + body.rebalance_timeout_ms + JOIN_WAIT_SLACK_MS
         self._maybe_complete_join(group, now)
+
+    def _replace_static_member(
+        self, request: int, group: Group, member: Member, body: Join, now: Now
+    ) -> bool:
+        """A static member joins without its member id: it takes `member`'s place under a
+        new id, and what the old id waited for is answered FENCED_INSTANCE_ID. In a stable
+        group with the same subscription it keeps its generation and assignment, with no
+        rebalance (the point of KIP-345), and is answered once the group's record names
+        its new id (True). Otherwise it joins a rebalance like any member joining again
+        (False: the caller goes on)."""
+        old_id, leader = member.member_id, group.leader
+        self._fail_member(member, ErrorCode.FENCED_INSTANCE_ID)
+        del group.members[old_id]
+        member.member_id = self.new_member_id(body.client_id or "member")
+        group.members[member.member_id] = member
+        if leader == old_id:
+            group.leader = member.member_id
+        changed = member.protocols != body.protocols
+        member.protocols = body.protocols
+        member.client_id, member.client_host = body.client_id, body.client_host
+        member.session_timeout_ms = body.session_timeout_ms
+        member.rebalance_timeout_ms = body.rebalance_timeout_ms
+        member.heard(now)
+        log.info(
+            "group %s: static member %s rejoins as %s (%s is fenced)",
+            group.group_id,
+            body.group_instance_id,
+            member.member_id,
+            old_id,
+        )
+        if group.state is GroupState.STABLE and not changed:
+            # Answered once the generation's record names the new id (a new coordinator
+            # must fence the old one too), with the old leader id, as Kafka answers: a
+            # replaced leader must not take itself for the leader and assign again, as a
+            # stable group sends nothing on.
+            result = JoinResult(
+                generation=group.generation,
+                protocol=group.protocol,
+                leader=leader or "",
+                member_id=member.member_id,
+                members=[],
+                protocol_type=group.protocol_type,
+            )
+            pending = _Pending(
+                "static",
+                group_id=group.group_id,
+                request=request,
+                generation=group.generation,
+                joined=result,
+            )
+            self._write([group_key(group.group_id)], [group.stored()], pending, now)
+            return True
+        member.join = request
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, f"static member {body.group_instance_id} rejoined", now)
+        return False
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:
         members = (
@@ -448,6 +528,8 @@ class Coordinator:
     def _sync(self, request: int, body: Sync, now: Now) -> None:
         """SyncGroup: the member's assignment, once the leader's is stored."""
         group = self._group(body.group_id)
+        if group.fenced(body.member_id, body.group_instance_id):
+            raise GroupError(ErrorCode.FENCED_INSTANCE_ID)
         member = group.members.get(body.member_id)
         if member is None:
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -500,6 +582,8 @@ class Coordinator:
     # ---------------------------------------------------------------- membership -----
     def _heartbeat(self, body: Heartbeat, now: Now) -> None:
         group = self._group(body.group_id)
+        if group.fenced(body.member_id, body.group_instance_id):
+            raise GroupError(ErrorCode.FENCED_INSTANCE_ID)
         member = group.members.get(body.member_id)
         if member is None or group.state is GroupState.EMPTY:
             raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -514,7 +598,11 @@ class Coordinator:
         group = self._group(body.group_id)
         codes = []
         for index, member_id in enumerate(body.member_ids):
-            member = group.members.get(member_id)
+            instance_id = body.instance_ids[index] if index < len(body.instance_ids) else None
+            if member_id and group.fenced(member_id, instance_id):
+                codes.append(ErrorCode.FENCED_INSTANCE_ID)
+                continue
+            member = group.static_member(instance_id) or group.members.get(member_id)
             if member is None:
                 if group.pending.pop(member_id, None) is None:
                     codes.append(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -523,9 +611,9 @@ class Coordinator:
                     self._maybe_complete_join(group, now)
                 continue
             reason = body.reasons[index] if index < len(body.reasons) else None
-            log_reason(group, member_id, "leaves", reason)
+            log_reason(group, member.member_id, "leaves", reason)
             self._remove_member(group, member, ErrorCode.UNKNOWN_MEMBER_ID)
-            self._member_gone(group, f"{member_id} left", now)
+            self._member_gone(group, f"{member.member_id} left", now)
             codes.append(ErrorCode.NONE)
         return codes
 
@@ -547,6 +635,8 @@ class Coordinator:
         if not standalone:
             if group is None or group.state is GroupState.EMPTY:
                 raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+            if group.fenced(body.member_id, body.group_instance_id):
+                raise GroupError(ErrorCode.FENCED_INSTANCE_ID)
             if group.state is GroupState.COMPLETING_REBALANCE:
                 raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
             member = group.members.get(body.member_id)

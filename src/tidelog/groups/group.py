@@ -70,6 +70,18 @@ class Group:
         )
         return votes.most_common(1)[0][0] if votes else None
 
+    def static_member(self, instance_id: str | None) -> Member | None:
+        """The member of a group instance id (a static member, KIP-345), if any."""
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.group_instance_id == instance_id), None)
+
+    def fenced(self, member_id: str, instance_id: str | None) -> bool:
+        """A request naming an instance id whose member is another (Kafka's
+        isStaticMemberFenced): an older incarnation of a static member."""
+        member = self.static_member(instance_id)
+        return member is not None and member.member_id != member_id
+
     def all_joined(self) -> bool:
         """Every member has joined again and no member id given out waits to join (a
         rebalance waits for them, up to their session timeouts, as Kafka's does)."""

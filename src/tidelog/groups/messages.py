@@ -43,7 +43,10 @@ class Now:
 class Join:
     """JoinGroup; `reason` is the client's, logged with the member (KIP-800).
     `require_known_member_id` (JoinGroup v4+, KIP-394): a member without an id is given
-    one with MEMBER_ID_REQUIRED and joins when it comes back with it."""
+    one with MEMBER_ID_REQUIRED and joins when it comes back with it. A
+    `group_instance_id` makes a static member (KIP-345): joining without a member id, it
+    takes the place of the member of that instance id, if any, under a new member id
+    (that member's id is fenced from then on: FENCED_INSTANCE_ID)."""
 
     group_id: str
     member_id: str
@@ -61,7 +64,8 @@ class Join:
 @dataclass(frozen=True, slots=True)
 class Sync:
     """SyncGroup; `protocol_type` and `protocol`, when the client names them (KIP-559),
-    must be the group's."""
+    must be the group's. A `group_instance_id` (a static member, KIP-345) must be the
+    member's: FENCED_INSTANCE_ID otherwise (so in Heartbeat, LeaveGroup and Commit)."""
 
     group_id: str
     generation: int
@@ -69,6 +73,7 @@ class Sync:
     assignments: tuple[tuple[str, bytes], ...]
     protocol_type: str | None = None
     protocol: str | None = None
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,15 +81,19 @@ class Heartbeat:
     group_id: str
     generation: int
     member_id: str
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Leave:
-    """LeaveGroup; `reasons`, when given, are the clients' for each member (KIP-800)."""
+    """LeaveGroup; `reasons`, when given, are the clients' for each member (KIP-800);
+    `instance_ids` their group instance ids (a static member may leave by it alone, its
+    member id empty)."""
 
     group_id: str
     member_ids: tuple[str, ...]
     reasons: tuple[str | None, ...] = ()
+    instance_ids: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +104,7 @@ class Commit:
     generation: int
     member_id: str
     offsets: tuple[tuple[tuple[str, int], tuple[int, int, str]], ...]
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,6 +176,7 @@ async def sync_group(broker: BrokerView, request: KafkaRequest) -> Any:
             assignments=assignments,
             protocol_type=getattr(body, "protocol_type", None),
             protocol=getattr(body, "protocol_name", None),
+            group_instance_id=getattr(body, "group_instance_id", None),
         )
     except GroupError as error:
         return response(
@@ -202,7 +203,10 @@ async def heartbeat(broker: BrokerView, request: KafkaRequest) -> Any:
     code = ErrorCode.NONE
     try:
         coordinator_of(broker, body.group_id).heartbeat(
-            body.group_id, generation=body.generation_id, member_id=body.member_id
+            body.group_id,
+            generation=body.generation_id,
+            member_id=body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None),
         )
     except GroupError as error:
         code = error.code
@@ -218,9 +222,10 @@ async def leave_group(broker: BrokerView, request: KafkaRequest) -> Any:
     identities = list(body.members) if batch else []
     member_ids = [m.member_id for m in identities] if batch else [body.member_id]
     reasons = tuple(getattr(m, "reason", None) for m in identities)
+    instance_ids = tuple(m.group_instance_id for m in identities)
     try:
         coordinator = coordinator_of(broker, body.group_id)
-        codes = coordinator.leave(body.group_id, member_ids, reasons)
+        codes = coordinator.leave(body.group_id, member_ids, reasons, instance_ids)
     except GroupError as error:
         return response(request, throttle_time_ms=0, error_code=int(error.code), members=[])
     if not batch:
@@ -279,6 +284,7 @@ async def offset_commit(broker: BrokerView, request: KafkaRequest) -> Any:
             generation=generation,
             member_id=body.member_id,
             offsets={key: value for key, value in offsets.items() if key not in refused},
+            group_instance_id=getattr(body, "group_instance_id", None),
         )
     except GroupError as error:
         codes = dict.fromkeys(offsets, error.code)

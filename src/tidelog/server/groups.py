@@ -266,22 +266,41 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
         protocol_type: str | None = None,
         protocol: str | None = None,
+        group_instance_id: str | None = None,
     ) -> tuple[str | None, str | None, bytes]:
         """SyncGroup: (protocol type, protocol, this member's assignment). A protocol type
         or protocol named (not None) must be the group's: INCONSISTENT_GROUP_PROTOCOL."""
         body = Sync(
-            group_id, generation, member_id, tuple(assignments.items()), protocol_type, protocol
+            group_id,
+            generation,
+            member_id,
+            tuple(assignments.items()),
+            protocol_type,
+            protocol,
+            group_instance_id,
         )
         result: SyncResult = await self.ask(body)
         return result.protocol_type, result.protocol, result.assignment
 
-    def heartbeat(self, group_id: str, *, generation: int, member_id: str) -> None:
-        self.ask_now(Heartbeat(group_id, generation, member_id))
+    def heartbeat(
+        self,
+        group_id: str,
+        *,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None = None,
+    ) -> None:
+        self.ask_now(Heartbeat(group_id, generation, member_id, group_instance_id))
 
     def leave(
-        self, group_id: str, member_ids: list[str], reasons: tuple[str | None, ...] = ()
+        self,
+        group_id: str,
+        member_ids: list[str],
+        reasons: tuple[str | None, ...] = (),
+        instance_ids: tuple[str | None, ...] = (),
     ) -> list[ErrorCode]:
-        codes: list[ErrorCode] = self.ask_now(Leave(group_id, tuple(member_ids), reasons))
+        body = Leave(group_id, tuple(member_ids), reasons, instance_ids)
+        codes: list[ErrorCode] = self.ask_now(body)
         return codes
 
     def has_group(self, group_id: str) -> bool:
@@ -297,9 +316,10 @@ class GroupCoordinator:
         generation: int,
         member_id: str,
         offsets: dict[tuple[str, int], tuple[int, int, str]],
+        group_instance_id: str | None = None,
     ) -> dict[tuple[str, int], ErrorCode]:
         codes: dict[tuple[str, int], ErrorCode] = await self.ask(
-            Commit(group_id, generation, member_id, tuple(offsets.items()))
+            Commit(group_id, generation, member_id, tuple(offsets.items()), group_instance_id)
         )
         return codes
 

@@ -9,10 +9,13 @@ persist, status, check, ...):
     cluster replicas=N [session-ms=S] [retention-ms=R]   nodes tick every 10 ms
     run ms=K              K ms pass: messages are delivered, syncs finish, nodes tick,
                           coordinators follow their replicas; answers print as they come
-    join C [version=V] [node=N]   consumer C joins (with the member id it has, if any);
-                          at JoinGroup v4+ a member without an id gets one first (KIP-394)
+    join C [version=V] [instance=I] [node=N]   consumer C joins (with the member id it
+                          has, if any); at JoinGroup v4+ a member without an id gets one
+                          first (KIP-394); with a group instance id C is a static member
+                          (KIP-345) and names it in every request from then on
     sync C [node=N]       C syncs its generation (its leader assigns partitions round robin)
-    heartbeat C / leave C / fetch-offsets C [node=N]
+    heartbeat C / leave C [by=instance] / fetch-offsets C [node=N]   (a static member
+                          leaves by its instance id alone with by=instance)
     commit C P=O[,P=O] [generation=G] [node=N]   commit offsets of topic t's partitions
     delete-topic T        the topic is gone: its offsets expire at the next check
     groups N              what N's coordinator holds: loaded, state, generation, members,
@@ -61,6 +64,7 @@ class Client:
     member_id: str = ""
     generation: int = -1
     members: list[str] = field(default_factory=list)
+    instance: str | None = None  # its group instance id: a static member
 
 
 @dataclass
@@ -132,10 +136,11 @@ class GroupScenario(Scenario):
 
     def cmd_join(self, args: list[str], kv: dict[str, str]) -> None:
         client = self.client(args[0])
+        client.instance = kv.get("instance", client.instance)
         body = Join(
             GROUP,
             client.member_id,
-            None,
+            client.instance,
             client.name,
             "script",
             self.session_ms,
@@ -149,15 +154,23 @@ class GroupScenario(Scenario):
     def cmd_sync(self, args: list[str], kv: dict[str, str]) -> None:
         client = self.client(args[0])
         plan = assign(client.members) if client.members else {}
-        self.ask(client, Sync(GROUP, client.generation, client.member_id, tuple(plan.items())), kv)
+        body = Sync(
+            GROUP,
+            client.generation,
+            client.member_id,
+            tuple(plan.items()),
+            group_instance_id=client.instance,
+        )
+        self.ask(client, body, kv)
 
     def cmd_heartbeat(self, args: list[str], kv: dict[str, str]) -> None:
         client = self.client(args[0])
-        self.ask(client, Heartbeat(GROUP, client.generation, client.member_id), kv)
+        self.ask(client, Heartbeat(GROUP, client.generation, client.member_id, client.instance), kv)
 
     def cmd_leave(self, args: list[str], kv: dict[str, str]) -> None:
         client = self.client(args[0])
-        self.ask(client, Leave(GROUP, (client.member_id,)), kv)
+        member_id = "" if kv.get("by") == "instance" else client.member_id
+        self.ask(client, Leave(GROUP, (member_id,), (), (client.instance,)), kv)
 
     def cmd_commit(self, args: list[str], kv: dict[str, str]) -> None:
         client = self.client(args[0])
@@ -167,7 +180,7 @@ class GroupScenario(Scenario):
             if partition.isdigit()
         )
         generation = int(kv.get("generation", str(client.generation)))
-        self.ask(client, Commit(GROUP, generation, client.member_id, offsets), kv)
+        self.ask(client, Commit(GROUP, generation, client.member_id, offsets, client.instance), kv)
 
     def cmd_fetch_offsets(self, args: list[str], kv: dict[str, str]) -> None:
         self.ask(self.client(args[0]), FetchOffsets(GROUP, None), kv)

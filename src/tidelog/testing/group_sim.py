@@ -7,12 +7,16 @@ Each seed runs the replication simulator's cluster and faults (`sim.Run`, its se
 an offsets log: no retention, no DeleteRecords) with a coordinator beside every replica
 (`groups.GroupNodes`), and consumers that find the coordinator, join, sync (the leader
 assigns the topic's partitions), heartbeat, commit rising offsets for their partitions,
-fetch them, leave and come back. Besides every check of the replication simulator:
+fetch them, leave and come back; some join as at JoinGroup v4+ (a member id given first,
+KIP-394) and some are static members (KIP-345) that restart now and then, their old self's
+commit arriving late. Besides every check of the replication simulator:
 - no committed offset goes back: an OffsetFetch answered by any coordinator is at least
   every commit acknowledged before it was sent (a failover keeps every acknowledged
   commit);
 - generations fence stale members: no partition is assigned to two members in one
   generation (two coordinators never answer SyncGroup for one generation differently);
+  a restarted static member's old self commits nothing (its late commit, with offsets
+  above what its new self commits next, would make an offset go back);
 - liveness: once everything heals, a consumer commits and reads its commit back within a
   bound.
 A failing seed prints the command that reproduces it; `--trace` prints its events.
@@ -69,7 +73,8 @@ CONFIG = GroupConfig(
 )
 # Errors after which a member joins again (with its member id, or without).
 REJOIN = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION}
-FORGET = {ErrorCode.UNKNOWN_MEMBER_ID}
+FORGET = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID}
+STATIC_SHARE = 0.4  # of consumers, drawn per seed
 
 
 def assign(members: list[str]) -> dict[str, bytes]:
@@ -185,6 +190,9 @@ class Consumer:
     target: NodeId | None = None
     # Joins as at JoinGroup v4+: without a member id it is given one first (KIP-394).
     requires_known_id: bool = False
+    # Its group instance id, if it is a static member (KIP-345): it restarts now and then
+    # (joins without its member id, taking its own place), leaving a zombie commit behind.
+    instance: str | None = None
     # A commit of its old partitions in its old generation, made as it learns of a
     # rebalance and delivered once it is stable in the next one (a commit that was long on
     # its way): the generation must fence it.
@@ -195,6 +203,12 @@ class Consumer:
         self.partitions = ()
         if forget:
             self.member_id, self.generation = "", -1
+
+
+def is_zombie(commit: Commit, consumer: Consumer) -> bool:
+    """A commit of the consumer's older self: another generation, or (a static member
+    restarted in the same generation) another member id."""
+    return commit.generation != consumer.generation or commit.member_id != consumer.member_id
 
 
 @dataclass
@@ -217,12 +231,17 @@ class GroupRun:
         self.nodes.listeners.append(self.on_reply)
         self.checker = GroupChecker(self.run.checker.violations)
         self.nodes.record_listeners.append(self.checker.on_record)
-        # Which consumers join as at v4+ is drawn apart from `rng`, so seeds replay.
+        # Which consumers join as at v4+, and which are static, is drawn apart from `rng`.
         versions = random.Random(f"join versions {self.seed}")
         self.consumers = [
-            Consumer(f"c{i}", requires_known_id=versions.random() < 0.5)
+            Consumer(
+                f"c{i}",
+                requires_known_id=versions.random() < 0.5,
+                instance=f"i{i}" if versions.random() < STATIC_SHARE else None,
+            )
             for i in range(1, CONSUMERS + 1)
         ]
+        self.zombies_fenced = 0  # FENCED_INSTANCE_ID answers to a static member's zombie
         self.requests = 0
         self.ids_given_first = 0  # MEMBER_ID_REQUIRED answers
         self.waiting: dict[int, Consumer] = {}
@@ -270,7 +289,7 @@ class GroupRun:
             return
         if consumer.zombie is not None and consumer.phase == "stable":
             zombie, consumer.zombie = consumer.zombie, None
-            if zombie.generation != consumer.generation:  # else it is no zombie: drop it
+            if is_zombie(zombie, consumer):  # else it is no zombie: drop it
                 self.send(consumer, zombie)
                 return
         if consumer.phase == "gone":
@@ -280,7 +299,13 @@ class GroupRun:
             self.send(consumer, self.join_body(consumer))
         elif consumer.phase == "sync":
             assignments = assign(consumer.members) if consumer.leader else {}
-            body = Sync(GROUP, consumer.generation, consumer.member_id, tuple(assignments.items()))
+            body = Sync(
+                GROUP,
+                consumer.generation,
+                consumer.member_id,
+                tuple(assignments.items()),
+                group_instance_id=consumer.instance,
+            )
             self.send(consumer, body)
         elif consumer.phase == "fetch":
             partitions = tuple((TOPIC, p) for p in range(PARTITIONS))
@@ -292,7 +317,7 @@ class GroupRun:
         return Join(
             GROUP,
             consumer.member_id,
-            None,
+            consumer.instance,
             consumer.name,
             "sim",
             SESSION_MS,
@@ -305,14 +330,22 @@ class GroupRun:
     def act_stable(self, consumer: Consumer) -> None:
         roll = self.rng.random()
         if roll < 0.4:
-            self.send(consumer, Heartbeat(GROUP, consumer.generation, consumer.member_id))
+            beat = Heartbeat(GROUP, consumer.generation, consumer.member_id, consumer.instance)
+            self.send(consumer, beat)
         elif roll < 0.8 and consumer.partitions:
             body = self.commit_body(consumer, consumer.generation, consumer.partitions)
             self.send(consumer, body)
-        elif roll < 0.98:
+        elif roll < 0.96 or (roll < 0.98 and consumer.instance is None):
             self.send(consumer, FetchOffsets(GROUP, None))
+        elif roll < 0.98:  # a static member restarts: its old self commits late
+            if consumer.partitions:
+                old = consumer.generation, consumer.partitions
+                consumer.zombie = self.commit_body(consumer, *old)
+            self.note(f"{consumer.name}: restarts (static member {consumer.instance})")
+            consumer.rejoin(forget=True)
         else:
-            self.send(consumer, Leave(GROUP, (consumer.member_id,)))
+            leave = Leave(GROUP, (consumer.member_id,), (), (consumer.instance,))
+            self.send(consumer, leave)
 
     def commit_body(
         self, consumer: Consumer, generation: int, partitions: tuple[int, ...]
@@ -322,7 +355,7 @@ class GroupRun:
             position = consumer.positions.get(partition, 0) + self.rng.randint(1, 3)
             consumer.positions[partition] = position
             offsets.append(((TOPIC, partition), (position, -1, "")))
-        return Commit(GROUP, generation, consumer.member_id, tuple(offsets))
+        return Commit(GROUP, generation, consumer.member_id, tuple(offsets), consumer.instance)
 
     def on_reply(self, node: NodeId, reply: Reply) -> None:
         consumer = self.waiting.pop(reply.request, None)
@@ -332,7 +365,9 @@ class GroupRun:
         consumer.in_flight = None
         outcome = reply.error.name if reply.error is not ErrorCode.NONE else "ok"
         self.note(f"{consumer.name} <- {node}: #{reply.request} {outcome}")
-        zombie = isinstance(body, Commit) and body.generation != consumer.generation
+        zombie = isinstance(body, Commit) and is_zombie(body, consumer)
+        if zombie and reply.error is ErrorCode.FENCED_INSTANCE_ID:
+            self.zombies_fenced += 1
         if reply.error is ErrorCode.MEMBER_ID_REQUIRED:
             assert isinstance(reply.result, JoinResult)
             consumer.member_id = reply.result.member_id  # and it joins again with it
@@ -417,6 +452,7 @@ class GroupRun:
         stops["fetches checked"] = self.checker.fetches_checked
         stops["assignments checked"] = self.checker.syncs_checked
         stops["member ids given first"] = self.ids_given_first
+        stops["zombies fenced"] = self.zombies_fenced
         return SeedResult(run.checker.violations, stops)
 
     def liveness(self) -> None:

@@ -78,6 +78,7 @@ QUORUM = "core/quorum.py"
 STORAGE = "core/storage.py"
 PRODUCERS = "core/producers.py"
 COORDINATOR = "groups/coordinator.py"
+GROUP = "groups/group.py"
 ISR = "core/isr.py"
 ISR_REPLICA = "core/isr_replica.py"
 
@@ -549,6 +550,22 @@ CATALOGUE: tuple[Mutant, ...] = (
         "                raise GroupError(ErrorCode.ILLEGAL_GENERATION)\n"
         "            member.heard(now)\n        codes",
         "            member.heard(now)\n        codes",
+    ),
+    Mutant(
+        "static-member-answered-before-stored",
+        "a static member that takes its own place is answered once the generation's record "
+        "names its new id (else a new coordinator would let the old incarnation commit)",
+        COORDINATOR,
+        "            self._write([group_key(group.group_id)], [group.stored()], pending, now)\n"
+        "            return True",
+        "            self._reply(request, result)\n            return True",
+    ),
+    Mutant(
+        "static-member-unfenced",
+        "a request naming a group instance id whose member is another is fenced (KIP-345)",
+        GROUP,
+        "        return member is not None and member.member_id != member_id",
+        "        return False",
     ),
     # ISR mode (docs/isr.md): judged by the abstract model's random walk (`isr` seeds)
     # and by ISR mode's transcripts.

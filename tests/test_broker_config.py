@@ -197,6 +197,7 @@ BAD_FILES = [
     ("default_replication_factor = 4\n", "error: --default-replication-factor: 4 is out of"),
     ('log_format = "xml"\n', "error: --log-format: 'xml' is not one of ('text', 'json')"),
     ("log_format = 1\n", "error: log_format in {path}: expected str, got int 1"),
+    ("group_max_size = 0\n", "error: --group-max-size: 0 is out of range (1-2147483647)"),
 ]
 
 

@@ -332,6 +332,8 @@ class Coordinator:
             # the member's place under a new member id, and the old id is fenced.
             if self._replace_static_member(request, group, static, body, now):
                 return
+        elif not body.member_id and group.size() >= config.group_max_size:
+            raise GroupError(ErrorCode.GROUP_MAX_SIZE_REACHED)  # KIP-389
         elif not body.member_id and body.require_known_member_id and not body.group_instance_id:
             # KIP-394: the id first, the join when the client comes back with it; a
             # client that lost this answer and asks again leaves only a lapsing id.
@@ -364,6 +366,11 @@ class Coordinator:
             unknown_instance = group.static_member(body.group_instance_id) is None
             if known is None or (body.group_instance_id is not None and unknown_instance):
                 raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
+            if group.size() > config.group_max_size and known.join is None:
+                # Over the limit (it was lowered): members are shed as they join again.
+                self._remove_member(group, known, ErrorCode.GROUP_MAX_SIZE_REACHED)
+                self._member_gone(group, f"{known.member_id} shed (group.max.size)", now)
+                raise GroupError(ErrorCode.GROUP_MAX_SIZE_REACHED)
             member = known
             changed = member.protocols != body.protocols
             member.protocols = body.protocols

@@ -82,6 +82,11 @@ class Group:
         member = self.static_member(instance_id)
         return member is not None and member.member_id != member_id
 
+    def size(self) -> int:
+        """Its members and the member ids given out (Kafka counts both against
+        group.max.size)."""
+        return len(self.members) + len(self.pending)
+
     def all_joined(self) -> bool:
         """Every member has joined again and no member id given out waits to join (a
         rebalance waits for them, up to their session timeouts, as Kafka's does)."""

@@ -24,6 +24,9 @@ class GroupConfig:
     session_timeout_ms_min: int = 6_000
     session_timeout_ms_max: int = 1_800_000
     initial_rebalance_delay_ms: int = 0
+    # Members (and member ids given out, KIP-394) a group may hold: Kafka's
+    # group.max.size (KIP-389); a join past it is refused GROUP_MAX_SIZE_REACHED.
+    group_max_size: int = 2**31 - 1
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
     commit_timeout_ms: int = 5_000

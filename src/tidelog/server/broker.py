@@ -166,6 +166,7 @@ class Broker:
             session_timeout_ms_min=config.group_min_session_timeout_ms,
             session_timeout_ms_max=config.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            group_max_size=config.group_max_size,
             offsets_retention_ms=config.offsets_retention_ms,
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
         )

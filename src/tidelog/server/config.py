@@ -157,6 +157,7 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 0
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1
     connections_max_idle_ms: int = 600_000
     # Leadership (server/leadership.py): SIGTERM hands every leadership over first, for at
     # most this long (0: not at all); a leader hands a partition to its preferred replica
@@ -257,6 +258,7 @@ def check_values(config: BrokerConfig) -> None:
         config.group_min_session_timeout_ms,
         3_600_000,
     )
+    check_range("group_max_size", config.group_max_size, 1, 2**31 - 1)
     check_range("connections_max_idle_ms", config.connections_max_idle_ms, 100, DURATION_MS_MAX)
     check_range(
         "controlled_shutdown_timeout_ms", config.controlled_shutdown_timeout_ms, 0, 3_600_000

@@ -6,7 +6,8 @@ against the real coordinator on every node of a replicated `__consumer_offsets` 
 
 Commands besides the replication ones (crash, isolate, partition, heal, hold-persist,
 persist, status, check, ...):
-    cluster replicas=N [session-ms=S] [retention-ms=R]   nodes tick every 10 ms
+    cluster replicas=N [session-ms=S] [retention-ms=R] [max-size=M]   nodes tick every
+                          10 ms; a group holds at most M members (group.max.size)
     run ms=K              K ms pass: messages are delivered, syncs finish, nodes tick,
                           coordinators follow their replicas; answers print as they come
     join C [version=V] [instance=I] [node=N]   consumer C joins (with the member id it
@@ -18,6 +19,8 @@ persist, status, check, ...):
                           leaves by its instance id alone with by=instance)
     commit C P=O[,P=O] [generation=G] [node=N]   commit offsets of topic t's partitions
     delete-topic T        the topic is gone: its offsets expire at the next check
+    group-max-size M      every coordinator's group.max.size becomes M (brokers restarted
+                          with a lower limit: a group above it sheds members as they rejoin)
     groups N              what N's coordinator holds: loaded, state, generation, members,
                           offsets
 A request goes to the node that leads the partition unless `node=` names one.
@@ -26,7 +29,7 @@ A request goes to the node that leads the partition unless `node=` names one.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tidelog.core.replica import ReplicaConfig, Role
@@ -95,6 +98,7 @@ class GroupScenario(Scenario):
             commit_timeout_ms=200,
             offsets_retention_ms=int(kv.get("retention-ms", str(1 << 40))),
             offsets_retention_check_interval_ms=100,
+            group_max_size=int(kv.get("max-size", str(2**31 - 1))),
         )
         self.nodes = GroupNodes(self.cluster, group_config, {TOPIC})
         self.nodes.listeners.append(self.on_reply)
@@ -193,6 +197,12 @@ class GroupScenario(Scenario):
         """`delete-offsets c1 partitions=0,1`: OffsetDelete of those partitions of t."""
         partitions = tuple((TOPIC, int(p)) for p in kv["partitions"].split(","))
         self.ask(self.client(args[0]), DeleteOffsets(GROUP, partitions), kv)
+
+    def cmd_group_max_size(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        self.g.config = replace(self.g.config, group_max_size=int(args[0]))
+        for hosted in self.g.hosted.values():
+            hosted.coordinator.config = self.g.config
 
     def cmd_delete_topic(self, args: list[str], kv: dict[str, str]) -> None:
         del kv

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
@@ -24,13 +25,17 @@ from kafka import (
     OffsetAndMetadata,
     TopicPartition,
 )
+from kafka.admin import NewTopic
 from kafka.errors import KafkaError
 
 from tidelog.testing.live import (
     LiveCluster,
     create_topic,
     eventually,
+    free_base_port,
     knows_before_joining,
+    one_broker,
+    poll,
     sample,
     scrape,
     tidelog,
@@ -325,6 +330,57 @@ def test_a_static_member_restarts_without_a_rebalance_and_a_double_is_fenced(
             if member is not None:
                 with contextlib.suppress(Exception):
                     member.close()
+
+
+def test_a_group_at_group_max_size_refuses_one_more_member(tmp_path: Path) -> None:
+    """A one-node broker with group_max_size = 1 (its TOML): a second librdkafka member of
+    a group that has one gets GROUP_MAX_SIZE_REACHED, a fatal error on its side, and the
+    first keeps its partitions."""
+    base = free_base_port()
+    bootstrap = f"127.0.0.1:{base}"
+    config = tmp_path / "broker.toml"
+    config.write_text("group_max_size = 1\n")
+    with one_broker(tmp_path, base, bootstrap, "--config", str(config)):
+        topic = "capped"
+
+        def created() -> bool | None:
+            try:
+                admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
+            except KafkaError:
+                return None  # not answering yet
+            try:
+                admin.create_topics([NewTopic(topic, 2, 1)])
+                return True
+            except KafkaError:
+                return None  # no controller yet
+            finally:
+                admin.close()
+
+        poll(created, "the topic created")
+        first = confluent_member(bootstrap, topic, "capped")
+        second: Any = None
+        try:
+            eventually(
+                lambda: first.poll(0.1) is None and partitions_of(first.assignment()) == {0, 1},
+                "the first member holds both partitions",
+            )
+            second = confluent_member(bootstrap, topic, "capped")
+            errors: list[Any] = []
+
+            def refused() -> bool:
+                first.poll(0.1)
+                message = second.poll(0.1)
+                if message is not None and message.error() is not None:
+                    errors.append(message.error())
+                return any("maximum size" in error.str() for error in errors)
+
+            eventually(refused, lambda: f"the second member refused ({errors})")
+            assert partitions_of(first.assignment()) == {0, 1}
+        finally:
+            for member in (first, second):
+                if member is not None:
+                    with contextlib.suppress(Exception):
+                        member.close()
 
 
 def test_reset_offsets_is_a_dry_run_until_executed_and_refused_while_active(

@@ -310,7 +310,14 @@ def test_a_static_member_restarts_without_a_rebalance_and_a_double_is_fenced(
         assert rebalances == seen_by_b
         assert partitions_of(b.assignment()) == held_by_b
         members = describe(cluster, group)["members"]
-        assert len(members) == 2, members
+        assert sorted(m["group_instance_id"] for m in members) == ["a", "b"], members
+        text = tidelog(
+            "groups", "describe", group, "--members", "--bootstrap-server", cluster.bootstrap
+        )
+        assert text.stdout.splitlines()[0].split() == [
+            "GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS",
+        ]  # fmt: skip
+        assert {line.split()[2] for line in text.stdout.splitlines()[1:]} == {"a", "b"}
         # A second consumer with b's instance id: b is fenced, for good.
         double = confluent_member(cluster.bootstrap, topic, group, instance="b")
         fenced: list[Any] = []

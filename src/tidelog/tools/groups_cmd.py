@@ -39,6 +39,7 @@ class Member:
     client_id: str
     host: str
     partitions: tuple[tuple[str, int], ...]
+    group_instance_id: str | None = None  # a static member's (KIP-345)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,7 @@ def describe_group(admin: Any, group: str) -> GroupInfo:
             client_id=str(m["client_id"]),
             host=str(m["client_host"]),
             partitions=assigned_partitions(m),
+            group_instance_id=m.get("group_instance_id"),
         )
         for m in found.get("members", [])
     )
@@ -257,8 +259,11 @@ def groups_describe(group: str, view: str | None, client: ClientSettings, as_jso
         )
     elif view == "members":
         print_columns(
-            ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"],
-            [[group, m.member_id, m.host, m.client_id, len(m.partitions)] for m in info.members],
+            ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS"],
+            [
+                [group, m.member_id, m.group_instance_id, m.host, m.client_id, len(m.partitions)]
+                for m in info.members
+            ],
         )
     else:
         print_offset_rows(rows)

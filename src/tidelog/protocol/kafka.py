@@ -647,8 +647,8 @@ class KafkaConnection:
         # writes `request_api_version` into any header, which a ResponseHeader lacks.
         response.API_VERSION = request.response_version
         response.with_header(correlation_id=request.correlation_id)
-        data: bytes = response.encode(header=True, framed=True)
-        return data
+        # kafka-python encodes into a bytearray: the frame is handed on as bytes.
+        return bytes(response.encode(header=True, framed=True))
 
 
 def decode_request(payload: bytes) -> KafkaRequest:

@@ -328,11 +328,11 @@ def _encode_item(parts: list[bytes], topic_index: int, partition: int, message: 
         parts.append(layout.item.pack(layout.tag, topic_index, partition, *scalars))
         return
     fields = [getattr(message, name) for name, _ in layout.bytes_fields]
-    counts = [len(values) for values in fields]
+    counts = [len(field) for field in fields]
     parts.append(layout.item.pack(layout.tag, topic_index, partition, *scalars, *counts))
     pack_size = _U32.pack
-    for values in fields:
-        for value in values:
+    for field in fields:  # (not `values`: that name holds the scalars above)
+        for value in field:
             parts.append(pack_size(len(value)))
             parts.append(value)
 

@@ -293,10 +293,10 @@ def _check_records(batch: bytes, header: BatchHeader, rules: BatchRules) -> int:
             return largest
     try:
         return walk_records(records, start, count)
-    except MalformedRecord as error:
+    except MalformedRecord as malformed:
         raise _refusal(
             ErrorCode.INVALID_RECORD,
-            f"Record {error.index} of the batch in topic partition {name}: {error.reason}",
+            f"Record {malformed.index} of the batch in topic partition {name}: {malformed.reason}",
         ) from None
 
 

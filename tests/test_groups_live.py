@@ -25,8 +25,8 @@ from kafka import (
     OffsetAndMetadata,
     TopicPartition,
 )
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError
+from kafka.admin import MemberToRemove, NewTopic
+from kafka.errors import KafkaError, NoError
 
 from tidelog.testing.live import (
     LiveCluster,
@@ -265,7 +265,8 @@ def test_a_static_member_restarts_without_a_rebalance_and_a_double_is_fenced(
     member sends no LeaveGroup) and started again with its group.instance.id: it takes its
     old partitions back with no rebalance (the other member sees no revocation). Then a
     second consumer with the other's instance id joins: it takes that member's place, and
-    the first instance is fenced (a fatal error on its side)."""
+    the first instance is fenced (a fatal error on its side). Last, a static member closed
+    for good is removed by an admin naming its instance id alone."""
     topic, group, partitions = "statics", "statics", 2
     filled_topic(cluster, topic, partitions, [f"s-{i}" for i in range(20)])
     rebalances: list[str] = []
@@ -332,6 +333,19 @@ def test_a_static_member_restarts_without_a_rebalance_and_a_double_is_fenced(
 
         eventually(b_fenced, lambda: f"b fenced by its double ({fenced})")
         assert fenced[-1].code() == ConfluentError._FATAL, fenced
+        # Instance a stops for good: closed, it stays a member until an admin removes it
+        # by its instance id (LeaveGroup v3+ naming only the instance id).
+        again.close()
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=20_000)
+        try:
+            removed = admin.remove_group_members(
+                group, [MemberToRemove(group_instance_id="a", reason="scaled down")]
+            )
+        finally:
+            admin.close()
+        assert removed == {"a": NoError}, removed
+        instances = [m["group_instance_id"] for m in describe(cluster, group)["members"]]
+        assert instances == ["b"], instances
     finally:
         for member in (a, b, again, double):
             if member is not None:

@@ -334,7 +334,7 @@ class Coordinator:
                 return
         elif not body.member_id and group.size() >= config.group_max_size:
             raise GroupError(ErrorCode.GROUP_MAX_SIZE_REACHED)  # KIP-389
-        elif not body.member_id and body.require_known_member_id and not body.group_instance_id:
+        elif not body.member_id and body.require_known_member_id and body.group_instance_id is None:
             # KIP-394: the id first, the join when the client comes back with it; a
             # client that lost this answer and asks again leaves only a lapsing id.
             member_id = self.new_member_id(body.client_id or "member")

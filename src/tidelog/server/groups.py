@@ -64,6 +64,15 @@ __all__ = [
 log = logging.getLogger("tidelog.groups")
 
 
+def result_of(reply: Reply) -> Any:
+    """A reply's result; GroupError when it failed (MEMBER_ID_REQUIRED carries the member
+    id to join with, KIP-394)."""
+    if reply.error is not ErrorCode.NONE:
+        given = reply.result.member_id if isinstance(reply.result, JoinResult) else ""
+        raise GroupError(reply.error, member_id=given)
+    return reply.result
+
+
 def group_partition(group_id: str, partitions: int) -> int:
     """The `__consumer_offsets` partition of a group: Kafka's `abs(hashCode) % partitions`,
     with Java's String.hashCode over UTF-16 code units, so groups land where Kafka puts them."""
@@ -205,19 +214,13 @@ class GroupCoordinator:
 
     async def ask(self, body: Request) -> Any:
         """The result of a request, once answered; GroupError when it failed."""
-        reply = await self.submit(body)
-        if reply.error is not ErrorCode.NONE:
-            raise GroupError(reply.error)
-        return reply.result
+        return result_of(await self.submit(body))
 
     def ask_now(self, body: Request) -> Any:
         """The result of a request the coordinator answers at once."""
         future = self.submit(body)
         assert future.done(), "answered at once"
-        reply = future.result()
-        if reply.error is not ErrorCode.NONE:
-            raise GroupError(reply.error)
-        return reply.result
+        return result_of(future.result())
 
     async def join(
         self,
@@ -249,12 +252,7 @@ class GroupCoordinator:
             reason,
             require_known_member_id,
         )
-        reply = await self.submit(body)
-        result = reply.result
-        if reply.error is not ErrorCode.NONE:
-            given = result.member_id if isinstance(result, JoinResult) else ""
-            raise GroupError(reply.error, member_id=given)
-        assert isinstance(result, JoinResult)
+        result: JoinResult = await self.ask(body)
         return result
 
     async def sync(

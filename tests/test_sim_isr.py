@@ -62,3 +62,15 @@ def test_isr_mode_draws_its_own_settings() -> None:
 def test_the_command_line_runs_isr_mode(capsys: pytest.CaptureFixture[str]) -> None:
     assert sim.main(["--seeds", "2", "--ticks", "100", "--mode", "isr"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 seeds, 0 violations"
+
+
+def test_a_replica_behind_the_leaders_log_start_has_not_converged() -> None:
+    """Seed 7400781: the leader deleted every record (DeleteRecords) while node 2 was down;
+    node 2 came back holding 185..208, which read from the leader's log start (488) is as
+    empty as the leader's log. Taken for converged, the final check found the write at 208
+    missing from node 2; the run goes on until node 2 has taken the leader's log start."""
+    lines: list[str] = []
+    result = sim.Run(7400781, 3, 400, trace=lines.append, isr=True).run()
+    assert result.violations == []
+    caught_up = next(i for i, line in enumerate(lines) if "node 2: follower e5 hwm=488" in line)
+    assert any("DeleteRecords(488) on 1: log start 488" in line for line in lines[:caught_up])

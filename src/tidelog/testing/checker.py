@@ -267,8 +267,14 @@ class Checker:
 
     # ------------------------------------------------------------ the end -----------
     def check_converged(self, replicas: dict[NodeId, Replica]) -> str | None:
-        """None when every replica holds the same fully committed log; else why not."""
+        """None when every replica holds the same fully committed log; else why not.
+        The logs end at one offset: a replica whose log ends below the others' log start
+        (their records deleted while it was away) reads nothing from there, no more than
+        a log emptied by deletion does, and it has not caught up yet."""
         start = Offset(max(r.log.log_start_offset for r in replicas.values()))
+        ends = {node: replica.log.log_end_offset for node, replica in replicas.items()}
+        if len(set(ends.values())) > 1:
+            return f"the logs end at different offsets: {ends}"
         logs: dict[NodeId, list[bytes]] = {}
         for node, replica in replicas.items():
             end = replica.log.log_end_offset

@@ -120,17 +120,17 @@ def start(tree: Tree, directory: Path) -> list[tuple[int, int]]:
     return [(int(node["id"]), int(node["pid"])) for node in record["nodes"]]
 
 
-def describe(tree: Tree, directory: Path) -> dict[str, object]:
-    """Partition 0 of the topic, as `tidelog topics describe --json` tells it."""
+def describe(tree: Tree, directory: Path, topic: str = TOPIC) -> dict[str, object]:
+    """Partition 0 of `topic`, as `tidelog topics describe --json` tells it."""
     partitions = json.loads(
-        tree.tidelog("topics", "describe", TOPIC, "--json", "--data-dir", str(directory))
+        tree.tidelog("topics", "describe", topic, "--json", "--data-dir", str(directory))
     )
     partition: dict[str, object] = partitions[0]
     return partition
 
 
-def leader_of(tree: Tree, directory: Path) -> int:
-    return int(str(describe(tree, directory)["leader"]))
+def leader_of(tree: Tree, directory: Path, topic: str = TOPIC) -> int:
+    return int(str(describe(tree, directory, topic)["leader"]))
 
 
 def first_replica(tree: Tree, directory: Path) -> int:

@@ -29,6 +29,7 @@ def test_no_seed_breaks_a_group_invariant(
         "member ids given first": 0,  # KIP-394's round trip, under the faults too
     }
     fenced = 0  # zombie commits of restarted static members, refused FENCED_INSTANCE_ID
+    full = 0  # joins refused GROUP_MAX_SIZE_REACHED, in the seeds that cap the group
     n = len(seeds)
     results = workers.map(group_sim.run_seed, seeds, [replicas] * n, [400] * n, [disk] * n)
     for seed, result in zip(seeds, results, strict=True):
@@ -37,10 +38,12 @@ def test_no_seed_breaks_a_group_invariant(
         for key in totals:
             totals[key] += result.stops[key]
         fenced += result.stops["zombies fenced"]
+        full += result.stops["refused at group.max.size"]
     # The sweep did what it claims: commits were acknowledged, read back, assignments
     # given, member ids given before the joins of consumers joining as at v4+.
     assert all(count > len(seeds) for count in totals.values()), totals
     assert fenced > 0, "no static member restarted and met its zombie"
+    assert full > 0, "no seed capped the group below its consumers"
 
 
 def test_the_command_line_sums_up_the_sweep(capsys: pytest.CaptureFixture[str]) -> None:

@@ -278,3 +278,41 @@ def test_a_follower_whose_copy_was_lost_catches_up(cluster: LiveCluster) -> None
     leader_dir = Path(cluster.record["nodes"][leader - 1]["data_dir"])
     warned = f"{topic}-0: node {follower}'s copy ends at 0, below the "
     assert warned in (leader_dir / "broker.log").read_text()
+
+
+def test_a_node_whose_whole_data_directory_was_lost_rejoins(cluster: LiveCluster) -> None:
+    """A node's disk replaced while it is down: its whole data directory (the metadata
+    log, every partition, the offsets of the groups) is gone. It starts empty, fetches
+    the metadata log, hosts every partition again and catches up each one from its
+    leader (scenario 26 for each): the copies end identical, no acknowledged record is
+    lost, and a topic created after it came back has a replica on it in sync."""
+    topic = "wiped"
+    create_topic(cluster.bootstrap, topic, partitions=1)
+    acked = produce(cluster.bootstrap, topic, RECORDS)
+    replicas = poll(lambda: replicas_of(cluster, topic), f"{topic} in sync")
+    leader = next(iter(replicas.values()))["leader"]
+    follower = max(node for node in replicas if node != leader)
+    killed = tidelog(
+        "cluster", "kill", "--data-dir", str(cluster.directory), "--node", str(follower)
+    )
+    assert killed.returncode == 0, killed.stderr
+    data_dir = Path(cluster.record["nodes"][follower - 1]["data_dir"])
+    shutil.rmtree(data_dir)
+    data_dir.mkdir()
+
+    restarted = tidelog(
+        "cluster", "restart", "--data-dir", str(cluster.directory), "--node", str(follower)
+    )
+
+    assert restarted.returncode == 0, restarted.stderr
+    acked |= produce(cluster.bootstrap, topic, RECORDS // 10)
+    poll(lambda: replicas_of(cluster, topic), f"{topic}: the emptied node caught up")
+    copies = [batches_of(Path(node["data_dir"]) / f"{topic}-0") for node in cluster.record["nodes"]]
+    assert copies[0] == copies[1] == copies[2]
+    assert consume_all(cluster.bootstrap, topic, len(acked)) >= acked
+    later = "after-the-wipe"
+    create_topic(cluster.bootstrap, later, partitions=3)
+    cluster.wait_hosted_everywhere(later, 3)
+    assert sorted(p.name for p in data_dir.iterdir() if p.name.startswith(later)) == [
+        f"{later}-{partition}" for partition in range(3)
+    ]

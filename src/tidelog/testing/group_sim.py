@@ -9,7 +9,9 @@ an offsets log: no retention, no DeleteRecords) with a coordinator beside every 
 assigns the topic's partitions), heartbeat, commit rising offsets for their partitions,
 fetch them, leave and come back; some join as at JoinGroup v4+ (a member id given first,
 KIP-394) and some are static members (KIP-345) that restart now and then, their old self's
-commit arriving late. Besides every check of the replication simulator:
+commit arriving late; some seeds cap the group below its consumers (group.max.size,
+KIP-389): a consumer refused GROUP_MAX_SIZE_REACHED goes away and tries again later.
+Besides every check of the replication simulator:
 - no committed offset goes back: an OffsetFetch answered by any coordinator is at least
   every commit acknowledged before it was sent (a failover keeps every acknowledged
   commit);
@@ -17,6 +19,7 @@ commit arriving late. Besides every check of the replication simulator:
   generation (two coordinators never answer SyncGroup for one generation differently);
   a restarted static member's old self commits nothing (its late commit, with offsets
   above what its new self commits next, would make an offset go back);
+- no committed generation holds more members than group.max.size;
 - liveness: once everything heals, a consumer commits and reads its commit back within a
   bound.
 A failing seed prints the command that reproduces it; `--trace` prints its events.
@@ -33,7 +36,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tidelog.core.replica import Role
 from tidelog.errors import TidelogError
@@ -75,6 +78,18 @@ CONFIG = GroupConfig(
 REJOIN = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION}
 FORGET = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID}
 STATIC_SHARE = 0.4  # of consumers, drawn per seed
+# group.max.size per seed: (size, share of the seeds); the rest leave it at its default.
+MAX_SIZES = ((1, 0.1), (2, 0.2))
+
+
+def draw_max_size(seed: int) -> int:
+    """The seed's group.max.size, drawn from a generator of its own."""
+    roll = random.Random(f"group max size {seed}").random()
+    for size, share in MAX_SIZES:
+        if roll < share:
+            return size
+        roll -= share
+    return CONFIG.group_max_size
 
 
 def assign(members: list[str]) -> dict[str, bytes]:
@@ -95,6 +110,7 @@ class GroupChecker:
     """What consumers were told and what the coordinators stored, checked as it happens."""
 
     violations: list[str]
+    max_size: int = CONFIG.group_max_size
     events: int = 0  # a clock of client events: acknowledgements and sends
     acked: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # p: (event, offset)
     commits_acked: int = 0
@@ -147,6 +163,11 @@ class GroupChecker:
                 f"{self.last_generation}"
             )
         self.last_generation = generation
+        if len(content["members"]) > self.max_size:
+            self.violations.append(
+                f"generation {generation} at offset {offset} holds "
+                f"{len(content['members'])} members, above group.max.size {self.max_size}"
+            )
         owned: dict[str, tuple[int, ...]] = {}
         claimed: dict[int, str] = {}
         for member in content["members"]:
@@ -227,9 +248,10 @@ class GroupRun:
         )
         self.cluster = self.run.cluster
         self.rng = random.Random(self.seed * 7919 + 1)
-        self.nodes = GroupNodes(self.cluster, CONFIG, {TOPIC})
+        max_size = draw_max_size(self.seed)
+        self.nodes = GroupNodes(self.cluster, replace(CONFIG, group_max_size=max_size), {TOPIC})
         self.nodes.listeners.append(self.on_reply)
-        self.checker = GroupChecker(self.run.checker.violations)
+        self.checker = GroupChecker(self.run.checker.violations, max_size)
         self.nodes.record_listeners.append(self.checker.on_record)
         # Which consumers join as at v4+, and which are static, is drawn apart from `rng`.
         versions = random.Random(f"join versions {self.seed}")
@@ -244,6 +266,7 @@ class GroupRun:
         self.zombies_fenced = 0  # FENCED_INSTANCE_ID answers to a static member's zombie
         self.requests = 0
         self.ids_given_first = 0  # MEMBER_ID_REQUIRED answers
+        self.refused_full = 0  # GROUP_MAX_SIZE_REACHED answers
         self.waiting: dict[int, Consumer] = {}
         self.healed = False
         self.committed_after_heal = False  # a commit acknowledged after healing
@@ -413,7 +436,11 @@ class GroupRun:
             consumer.phase = "gone"
 
     def on_error(self, consumer: Consumer, error: ErrorCode) -> None:
-        if error in FORGET:
+        if error is ErrorCode.GROUP_MAX_SIZE_REACHED:  # fatal to the client: it goes away
+            self.refused_full += 1
+            consumer.rejoin(forget=True)
+            consumer.phase = "gone"
+        elif error in FORGET:
             consumer.rejoin(forget=True)
         elif error in REJOIN:
             if consumer.partitions and self.rng.random() < 0.5:
@@ -453,6 +480,7 @@ class GroupRun:
         stops["assignments checked"] = self.checker.syncs_checked
         stops["member ids given first"] = self.ids_given_first
         stops["zombies fenced"] = self.zombies_fenced
+        stops["refused at group.max.size"] = self.refused_full
         return SeedResult(run.checker.violations, stops)
 
     def liveness(self) -> None:

@@ -567,6 +567,13 @@ CATALOGUE: tuple[Mutant, ...] = (
         "        return member is not None and member.member_id != member_id",
         "        return False",
     ),
+    Mutant(
+        "group-max-size-ignored",
+        "a join that would take a group past group.max.size is refused (KIP-389)",
+        COORDINATOR,
+        "elif not body.member_id and group.size() >= config.group_max_size:",
+        "elif False:",
+    ),
     # ISR mode (docs/isr.md): judged by the abstract model's random walk (`isr` seeds)
     # and by ISR mode's transcripts.
     Mutant(

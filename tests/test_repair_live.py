@@ -16,6 +16,7 @@ import shutil
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -248,22 +249,23 @@ def next_offset(answer: Any) -> int:
     return int(headers[-1].next_offset)
 
 
-def test_a_follower_whose_copy_was_lost_catches_up(cluster: LiveCluster) -> None:
-    """Scenario 26 live: a follower's partition directory is lost while it is down (its
-    disk replaced, or deleted by hand). It starts empty, with nothing that says what it
-    held; its leader learns it from its answers, forgets its match and sends it the whole
-    log: every replica ends with the same batches, and no acknowledged record is lost."""
-    topic = "lost"
+def lose_a_followers_copy(
+    cluster: LiveCluster, topic: str, lose: Callable[[Path], None], pick: Callable[..., int]
+) -> tuple[int, int]:
+    """Write to a new `topic`, kill the follower of its partition 0 that `pick` chooses,
+    `lose` part of its data directory (given the directory), start it again and write
+    more: it catches up, every replica ends with the same batches and no acknowledged
+    record is lost. (leader, follower)."""
     create_topic(cluster.bootstrap, topic, partitions=1)
     acked = produce(cluster.bootstrap, topic, RECORDS)
     replicas = poll(lambda: replicas_of(cluster, topic), f"{topic} in sync")
     leader = next(iter(replicas.values()))["leader"]
-    follower = min(node for node in replicas if node != leader)
+    follower = pick(node for node in replicas if node != leader)
     killed = tidelog(
         "cluster", "kill", "--data-dir", str(cluster.directory), "--node", str(follower)
     )
     assert killed.returncode == 0, killed.stderr
-    shutil.rmtree(Path(cluster.record["nodes"][follower - 1]["data_dir"]) / f"{topic}-0")
+    lose(Path(cluster.record["nodes"][follower - 1]["data_dir"]))
 
     restarted = tidelog(
         "cluster", "restart", "--data-dir", str(cluster.directory), "--node", str(follower)
@@ -275,9 +277,27 @@ def test_a_follower_whose_copy_was_lost_catches_up(cluster: LiveCluster) -> None
     copies = [batches_of(Path(node["data_dir"]) / f"{topic}-0") for node in cluster.record["nodes"]]
     assert copies[0] == copies[1] == copies[2]
     assert consume_all(cluster.bootstrap, topic, len(acked)) >= acked
+    return leader, follower
+
+
+def test_a_follower_whose_copy_was_lost_catches_up(cluster: LiveCluster) -> None:
+    """Scenario 26 live: a follower's partition directory is lost while it is down (its
+    disk replaced, or deleted by hand). It starts empty, with nothing that says what it
+    held; its leader learns it from its answers, forgets its match and sends it the whole
+    log: every replica ends with the same batches, and no acknowledged record is lost."""
+    topic = "lost"
+    leader, follower = lose_a_followers_copy(
+        cluster, topic, lambda data_dir: shutil.rmtree(data_dir / f"{topic}-0"), min
+    )
     leader_dir = Path(cluster.record["nodes"][leader - 1]["data_dir"])
     warned = f"{topic}-0: node {follower}'s copy ends at 0, below the "
     assert warned in (leader_dir / "broker.log").read_text()
+
+
+def wipe(data_dir: Path) -> None:
+    """A data directory's disk replaced: the directory is there again, empty."""
+    shutil.rmtree(data_dir)
+    data_dir.mkdir()
 
 
 def test_a_node_whose_whole_data_directory_was_lost_rejoins(cluster: LiveCluster) -> None:
@@ -286,33 +306,11 @@ def test_a_node_whose_whole_data_directory_was_lost_rejoins(cluster: LiveCluster
     the metadata log, hosts every partition again and catches up each one from its
     leader (scenario 26 for each): the copies end identical, no acknowledged record is
     lost, and a topic created after it came back has a replica on it in sync."""
-    topic = "wiped"
-    create_topic(cluster.bootstrap, topic, partitions=1)
-    acked = produce(cluster.bootstrap, topic, RECORDS)
-    replicas = poll(lambda: replicas_of(cluster, topic), f"{topic} in sync")
-    leader = next(iter(replicas.values()))["leader"]
-    follower = max(node for node in replicas if node != leader)
-    killed = tidelog(
-        "cluster", "kill", "--data-dir", str(cluster.directory), "--node", str(follower)
-    )
-    assert killed.returncode == 0, killed.stderr
-    data_dir = Path(cluster.record["nodes"][follower - 1]["data_dir"])
-    shutil.rmtree(data_dir)
-    data_dir.mkdir()
-
-    restarted = tidelog(
-        "cluster", "restart", "--data-dir", str(cluster.directory), "--node", str(follower)
-    )
-
-    assert restarted.returncode == 0, restarted.stderr
-    acked |= produce(cluster.bootstrap, topic, RECORDS // 10)
-    poll(lambda: replicas_of(cluster, topic), f"{topic}: the emptied node caught up")
-    copies = [batches_of(Path(node["data_dir"]) / f"{topic}-0") for node in cluster.record["nodes"]]
-    assert copies[0] == copies[1] == copies[2]
-    assert consume_all(cluster.bootstrap, topic, len(acked)) >= acked
+    _, follower = lose_a_followers_copy(cluster, "wiped", wipe, max)
     later = "after-the-wipe"
     create_topic(cluster.bootstrap, later, partitions=3)
     cluster.wait_hosted_everywhere(later, 3)
+    data_dir = Path(cluster.record["nodes"][follower - 1]["data_dir"])
     assert sorted(p.name for p in data_dir.iterdir() if p.name.startswith(later)) == [
         f"{later}-{partition}" for partition in range(3)
     ]

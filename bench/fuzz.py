@@ -1,6 +1,6 @@
 """The protocol fuzzer against a live 3-node cluster (a measurement, not a test).
 
-    .venv/bin/python bench/fuzz.py [--inputs 1000000] [--jobs 4] [--json]
+    .venv/bin/python bench/fuzz.py [--inputs 1000000] [--first-seed 0] [--jobs 4] [--json]
 
 A fresh cluster (`tidelog cluster up` in a temporary directory) with a topic `fuzz`, the
 fuzzer's target (it produces, fetches, trims and may delete it), and a topic `checked` of 3
@@ -109,6 +109,9 @@ def committed_batches(node: dict[str, str], partition: int, end: int) -> list[ob
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--inputs", type=int, default=1_000_000)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="inputs are seeds first..first+inputs-1"
+    )
     parser.add_argument("--jobs", type=int, default=4)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -125,7 +128,7 @@ def main() -> int:
         total = FuzzReport()
         addresses = [parse_address(n["kafka"]) for n in nodes]
         with ProcessPoolExecutor(args.jobs) as pool:
-            chunks = range(0, args.inputs, CHUNK)
+            chunks = range(args.first_seed, args.first_seed + args.inputs, CHUNK)
             results = pool.map(
                 fuzz_chunk, [addresses[i % len(addresses)] for i, _ in enumerate(chunks)], chunks
             )

@@ -277,7 +277,7 @@ class Checker:
             return f"the logs end at different offsets: {ends}"
         logs: dict[NodeId, list[bytes]] = {}
         for node, replica in replicas.items():
-            end = replica.log.log_end_offset
+            end = ends[node]
             if replica.hwm != end:
                 return f"node {node}: HWM {replica.hwm} != log end {end}"
             logs[node] = replica.log.read(start, end_offset=end, max_bytes=READ_BYTES_MAX)

@@ -46,12 +46,11 @@ from tidelog.groups.messages import (
     Leave,
     Reply,
     Request,
-    Sync,
     SyncResult,
 )
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.testing.cluster import Cluster
-from tidelog.testing.group_sim import assign
+from tidelog.testing.group_sim import sync_body
 from tidelog.testing.groups import GroupNodes
 from tidelog.testing.scenario import Scenario, ScriptError, nodes_of, run_file, run_text
 from tidelog.types import NodeId
@@ -157,14 +156,7 @@ class GroupScenario(Scenario):
 
     def cmd_sync(self, args: list[str], kv: dict[str, str]) -> None:
         client = self.client(args[0])
-        plan = assign(client.members) if client.members else {}
-        body = Sync(
-            GROUP,
-            client.generation,
-            client.member_id,
-            tuple(plan.items()),
-            group_instance_id=client.instance,
-        )
+        body = sync_body(client.generation, client.member_id, client.members, client.instance)
         self.ask(client, body, kv)
 
     def cmd_heartbeat(self, args: list[str], kv: dict[str, str]) -> None:

@@ -101,6 +101,13 @@ def assign(members: list[str]) -> dict[str, bytes]:
     return {member: ",".join(parts).encode() for member, parts in owned.items()}
 
 
+def sync_body(generation: int, member_id: str, members: list[str], instance: str | None) -> Sync:
+    """A SyncGroup of group GROUP; a leader (given the `members`) assigns them the partitions
+    round robin (`assign`), a follower (given none) assigns nothing."""
+    plan = assign(members) if members else {}
+    return Sync(GROUP, generation, member_id, tuple(plan.items()), group_instance_id=instance)
+
+
 def partitions_of(assignment: bytes) -> tuple[int, ...]:
     return tuple(int(part) for part in assignment.decode().split(",") if part)
 
@@ -321,14 +328,8 @@ class GroupRun:
         if consumer.phase == "join":
             self.send(consumer, self.join_body(consumer))
         elif consumer.phase == "sync":
-            assignments = assign(consumer.members) if consumer.leader else {}
-            body = Sync(
-                GROUP,
-                consumer.generation,
-                consumer.member_id,
-                tuple(assignments.items()),
-                group_instance_id=consumer.instance,
-            )
+            members = consumer.members if consumer.leader else []
+            body = sync_body(consumer.generation, consumer.member_id, members, consumer.instance)
             self.send(consumer, body)
         elif consumer.phase == "fetch":
             partitions = tuple((TOPIC, p) for p in range(PARTITIONS))

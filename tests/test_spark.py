@@ -9,6 +9,7 @@ the query, or are skipped with failOnDataLoss=false; the sink writes what the so
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from tidelog.cli import main
+from tidelog.spark.failures import SparkJobFailed, known_failures, tidelog_cause
 from tidelog.spark.source import offsets_behind_latest
 from tidelog.status import read_status
 from tidelog.testing.live import LiveCluster, create_topic, tidelog
@@ -32,6 +34,7 @@ DEADLINE_S = 60.0
 QUERY_TIMEOUT_S = 180
 
 Record = tuple[int, int, bytes | None, bytes]  # partition, offset, key, value
+SPARK_OPTION_ERROR = "tidelog.spark.options.SparkOptionError"
 
 
 def produce(
@@ -254,6 +257,46 @@ def test_bad_options_are_clear_errors(cluster: LiveCluster, spark: SparkSession)
         ).load().collect()
     with pytest.raises(PySparkException, match="unknown topic"):
         source(spark, cluster.bootstrap, "no-such-topic").collect()
+
+
+def first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0]
+
+
+def test_the_cause_comes_first(cluster: LiveCluster, spark: SparkSession, tmp_path: Path) -> None:
+    """tidelog's one-line message right after Spark's wrapper, on the first line of what
+    the user reads, not after the worker's traceback; the CLI turns it into `error: ...`."""
+    misspelled = "unknown option 'subscrbe' (did you mean 'subscribe'?)"
+    reader = spark.read.format("tidelog").option("kafka.bootstrap.servers", cluster.bootstrap)
+    with pytest.raises(PySparkException) as batch:
+        reader.option("subscrbe", "orders").load().collect()
+    assert first_line(batch.value).endswith(f"reader: {SPARK_OPTION_ERROR}: {misspelled}")
+    assert "Traceback" not in str(batch.value)
+    with pytest.raises(SparkJobFailed, match=re.escape(misspelled)), known_failures():
+        reader.option("subscrbe", "orders").load().collect()
+
+    stream = (
+        spark.readStream.format("tidelog")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscrbe", "orders")
+        .load()
+        .writeStream.format("tidelog")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("topic", "orders")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(PySparkException) as streamed:
+        stream.awaitTermination(QUERY_TIMEOUT_S)
+    assert first_line(streamed.value).endswith(f"{SPARK_OPTION_ERROR}: {misspelled}")
+
+    with pytest.raises(PySparkException) as unknown:
+        source(spark, cluster.bootstrap, "no-such-topic").collect()
+    assert first_line(unknown.value).endswith(
+        f"unknown topic(s) at {cluster.bootstrap}: no-such-topic"
+    )
+    assert tidelog_cause(unknown.value) == f"unknown topic(s) at {cluster.bootstrap}: no-such-topic"
 
 
 # Committed records only

@@ -173,3 +173,49 @@ def test_min_offsets_per_trigger_waits_at_most_max_trigger_delay() -> None:
     assert reader.admit(base, {("t", 0): 500}, ReadMaxRows(100)) == {("t", 0): 110}
     reader.target = {("t", 0): 40}  # Trigger.AvailableNow never waits for more
     assert reader.admit(base, ends, ReadMaxRows(100)) == ends
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"subscrbe": "a"}, "unknown option 'subscrbe' (did you mean 'subscribe'?)"),
+        ({"subscribe": "a", "failOnDataLos": "false"}, "(did you mean 'failOnDataLoss'?)"),
+        ({"subscribe": "a", "STARTINGOFFSET": "earliest"}, "(did you mean 'startingOffsets'?)"),
+        ({"subscribe": "a", "maxOfsetsPerTrigger": "5"}, "(did you mean 'maxOffsetsPerTrigger'?)"),
+    ],
+)
+def test_a_misspelled_option_is_named(options: dict[str, str], message: str) -> None:
+    with pytest.raises(SparkOptionError) as raised:
+        parse_source_options({**BOOTSTRAP, **options}, streaming=False)
+    assert message in str(raised.value)
+    with pytest.raises(SparkOptionError, match=r"unknown option 'topc' \(did you mean 'topic'\?\)"):
+        parse_sink_options({**BOOTSTRAP, "topc": "a"})
+
+
+def test_sparks_own_and_unrelated_options_pass() -> None:
+    """Every option Spark's Kafka source and sink take, Spark's own that reach a source or
+    sink, any `kafka.*`, and names like no known one (ignored, as Spark ignores them)."""
+    options = parse_source_options(
+        {
+            **BOOTSTRAP,
+            "SUBSCRIBE": "a",
+            "startingOffsetsByTimestampStrategy": "latest",
+            "fetchOffset.numRetries": "3",
+            "fetchOffset.retryIntervalMs": "10",
+            "kafkaConsumer.pollTimeoutMs": "500",
+            "groupIdPrefix": "job",
+            "maxRecordsPerPartition": "10",
+            "path": "/x",
+            "checkpointLocation": "/tmp/c",
+            "asyncProgressTrackingEnabled": "false",
+            "asyncProgressTrackingCheckpointIntervalMs": "1000",
+            "kafka.subscrbe": "passes through",
+            "header": "true",
+            "mode": "x",
+        },
+        streaming=True,
+    )
+    assert options.subscription.topics == ("a",)
+    assert options.client_config == {"subscrbe": "passes through"}
+    sink = parse_sink_options({**BOOTSTRAP, "topic": "a", "checkpointLocation": "/tmp/c"})
+    assert sink.topic == "a"

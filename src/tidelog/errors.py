@@ -32,6 +32,8 @@ derives from TidelogError all the same, so `except TidelogError` catches every o
     │   ├── DataLoss                   spark.kafka_io: planned offsets were deleted
     │   └── ReplicaReadError           spark.replicas: one replica could not be read
     ├── NoJava                         spark.session: PySpark found no Java 17
+    ├── WorkerPythonError              spark.workers: the session's workers cannot import tidelog
+    ├── SparkJobFailed                 spark.failures: a Spark job failed for a tidelog reason
     ├── ClientError                    tools.client_kafka: a client command failed
     │   ├── NoBroker                   tools.client_kafka: nothing listens at the bootstrap
     │   └── UnknownTopic               tools.client_kafka: no such topic or partition

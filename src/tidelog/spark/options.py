@@ -8,9 +8,12 @@ format name: `kafka.bootstrap.servers`; exactly one of `subscribe`, `subscribePa
 with `maxTriggerDelay`, `minPartitions`, `maxRecordsPerPartition`, `includeHeaders`,
 `kafka.group.id` / `groupIdPrefix`, `kafkaConsumer.pollTimeoutMs`; the sink's `topic`.
 Every other `kafka.*` option goes to the librdkafka client as it is (`kafka.client.id`, ...).
+Options are case-insensitive. Any other option is ignored, as Spark's Kafka source ignores
+it, unless its name is close to one of KNOWN_OPTIONS: then it is a misspelling, refused by
+name (`unknown option 'subscrbe' (did you mean 'subscribe'?)`).
 
-Rules of this file: it does no IO; whatever is wrong raises `SparkOptionError` with a message
-that names the option and what it takes, before any query starts.
+Rules of this file: it does no IO; whatever is wrong raises `SparkOptionError` with a
+one-line message that names the option and what it takes, before any query starts.
 
 Offsets of one partition are written as Spark's Kafka source writes them, in JSON
 `{"topic": {"0": 23, "1": -2}}`, where -2 means earliest and -1 latest (the HWM).
@@ -18,6 +21,7 @@ Offsets of one partition are written as Spark's Kafka source writes them, in JSO
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -106,6 +110,39 @@ SUBSCRIPTION_OPTIONS: Final = {
     "assign": "assign",
 }
 KAFKA_PREFIX: Final = "kafka."
+KNOWN_OPTIONS: Final = (
+    *SUBSCRIPTION_OPTIONS.values(),
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsetsByTimestampStrategy",
+    "failOnDataLoss",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "includeHeaders",
+    "groupIdPrefix",
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "topic",
+    # Spark's own, which reach a source or sink among its options.
+    "path",
+    "checkpointLocation",
+    "asyncProgressTrackingEnabled",
+    "asyncProgressTrackingCheckpointIntervalMs",
+)
+"""The options of Spark's Kafka source and sink (the fetchOffset.* ones are taken and have
+no use here), and Spark's options that a source or sink is given too."""
+SPELLING_CUTOFF: Final = 0.75
+"""How alike (difflib's ratio) an unknown option must be to a known one to be a misspelling:
+`subscrbe` and `failOnDataLos` are, `header` and `checkpoint` are not."""
 # Kafka client settings the source sets itself, or that make no sense for it.
 RESERVED_CLIENT_KEYS: Final = {
     "bootstrap.servers",
@@ -124,7 +161,21 @@ def lowered(options: Mapping[str, str]) -> dict[str, str]:
     return {key.lower(): value for key, value in options.items()}
 
 
+def check_option_names(options: Mapping[str, str]) -> None:
+    """SparkOptionError naming the first option (in sorted order) that is not known but is
+    spelled almost like one that is; `kafka.*` options all pass."""
+    known = {name.lower(): name for name in KNOWN_OPTIONS}
+    for key in sorted(options):
+        name = key.lower()
+        if name in known or name.startswith(KAFKA_PREFIX):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=SPELLING_CUTOFF)
+        if close:
+            raise SparkOptionError(f"unknown option {key!r} (did you mean {known[close[0]]!r}?)")
+
+
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    check_option_names(options)
     given = lowered(options)
     subscription = parse_subscription(given)
     if streaming and any(k in given for k in ("endingoffsets", "endingtimestamp")):
@@ -168,6 +219,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    check_option_names(options)
     given = lowered(options)
     return SinkOptions(
         bootstrap=bootstrap_of(given),

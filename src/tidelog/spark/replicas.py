@@ -55,6 +55,7 @@ from tidelog.client_config import PLAINTEXT, ClientConfigError, ClientSecurity, 
 from tidelog.errors import CorruptBatch
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.records import HEADER_SIZE, check_framing, crc_of, read_header
+from tidelog.spark.failures import one_line_errors
 from tidelog.spark.kafka_io import SparkKafkaError
 from tidelog.spark.wire import (
     FETCH_VERSION,
@@ -66,6 +67,7 @@ from tidelog.spark.wire import (
     fetch_answer,
 )
 from tidelog.spark.wire import fetch_request as wire_fetch
+from tidelog.spark.workers import point_workers_at_tidelog
 
 # kafka-python 3.0.12 loads its JSON schemas with a deprecated importlib call at import time.
 with warnings.catch_warnings():
@@ -324,6 +326,7 @@ class ReplicaPartition(InputPartition):
         self.read = read
 
 
+@one_line_errors
 class ReplicasReader(DataSourceReader):
     def __init__(self, reads: list[ReplicaRead], security: ClientSecurity) -> None:
         self.reads = reads
@@ -337,6 +340,7 @@ class ReplicasReader(DataSourceReader):
         yield from read_replica(partition.read, self.security)
 
 
+@one_line_errors
 class ReplicasDataSource(DataSource):
     """`format("tidelog-replicas")`: one row per batch of every replica of a topic, and one
     per replica. Options: `plan` (what `plan_to_json` writes), or `bootstrap` and `topic`;
@@ -443,6 +447,8 @@ class ReplicaReport:
 
 
 def register(spark: SparkSession) -> None:
+    """Make `format("tidelog-replicas")` known, its workers running a Python with tidelog."""
+    point_workers_at_tidelog(spark)
     spark.dataSource.register(ReplicasDataSource)
 
 

@@ -32,6 +32,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from tidelog.spark.failures import one_line_errors
 from tidelog.spark.kafka_io import Writer
 from tidelog.spark.options import SinkOptions, SparkOptionError
 
@@ -113,11 +114,13 @@ class ProducesRows:
         return write_batches(self.sink, iterator)
 
 
+@one_line_errors
 class SinkWriter(ProducesRows, DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log.info("tidelog sink: %d records acknowledged", acknowledged(messages))
 
 
+@one_line_errors
 class StreamSinkWriter(ProducesRows, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.info("tidelog sink: batch %d, %d records acknowledged", batchId, acknowledged(messages))

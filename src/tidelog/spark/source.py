@@ -13,6 +13,10 @@ Rules of this file:
 - A planned start below the log start offset is data loss: the query fails with a message
   naming the partition and the offsets (failOnDataLoss=true, the default), or skips ahead
   to the log start and logs it.
+- What is wrong is said in one line, first (`tidelog.spark.failures`): the classes Spark
+  calls are wrapped by `one_line_errors`, and `streamReader` never raises (PySpark 4's
+  stream runner would report its own UnboundLocalError instead): a stream whose options are
+  refused gets a reader that raises the refusal at its first call.
 - A committed micro-batch's end offsets are also committed to a consumer group
   (`kafka.group.id`, else `groupIdPrefix`-uuid), so `tidelog groups describe` shows the
   query's lag; that commit is for watching only, the checkpoint is what the query resumes from.
@@ -46,7 +50,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from tidelog.errors import TidelogError
 from tidelog.spark import direct
+from tidelog.spark.failures import one_line_errors
 from tidelog.spark.kafka_io import (
     DataLoss,
     Planner,
@@ -77,6 +83,7 @@ COMMIT_TRIES_MAX: Final = 3
 OffsetsJson = dict[str, dict[str, int]]
 
 
+@one_line_errors
 class TidelogDataSource(DataSource):
     """The `tidelog` format: Spark's Kafka source and sink, reading committed records only."""
 
@@ -92,7 +99,10 @@ class TidelogDataSource(DataSource):
         return BatchReader(parse_source_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(parse_source_options(self.options, streaming=True))
+        try:
+            return StreamReader(parse_source_options(self.options, streaming=True))
+        except TidelogError as error:
+            return RefusedStreamReader(error)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
@@ -268,6 +278,7 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 # Batch
 
 
+@one_line_errors
 class BatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -297,6 +308,7 @@ class BatchReader(DataSourceReader):
 # Streaming
 
 
+@one_line_errors
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over the partitions the subscription names (new ones from earliest).
 
@@ -436,6 +448,32 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._planner is not None:
             self._planner.close()
             self._planner = None
+
+
+@one_line_errors
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The reader of a stream whose options were refused: every call raises the refusal."""
+
+    def __init__(self, error: TidelogError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> OffsetsJson:
+        raise self.error
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        raise self.error
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> OffsetsJson:
+        raise self.error
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error
 
 
 def prorate(base: PartitionOffsets, ends: PartitionOffsets, maximum: int) -> PartitionOffsets:

@@ -198,6 +198,7 @@ def run_on_spark(
     from pyspark.errors import PySparkException  # noqa: PLC0415
 
     from tidelog.spark.balances import Pipeline  # noqa: PLC0415 - pyspark is heavy
+    from tidelog.spark.failures import tidelog_cause  # noqa: PLC0415
     from tidelog.spark.session import spark_session  # noqa: PLC0415
     from tidelog.tools.spark_progress import ExecutorKiller, StreamProgress  # noqa: PLC0415
 
@@ -220,8 +221,14 @@ def run_on_spark(
         if said is not None:
             console.print(said, soft_wrap=True)
     except (PySparkException, TimeoutError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        raise PipelineError(f"the Spark pipeline failed: {first_line}") from error
+        cause = tidelog_cause(error) if isinstance(error, PySparkException) else None
+        raise PipelineError(f"the Spark pipeline failed: {cause or first_line(error)}") from error
     finally:
         spark.stop()
     return run
+
+
+def first_line(error: BaseException) -> str:
+    """What a failure says first (Spark's errors go on for pages)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else repr(error)

@@ -11,8 +11,9 @@ partition is verified, the rest at the end:
 
 Rules of this file:
 - Exit 0 only when no batch mismatches and every replica was read; 1 otherwise. Expected
-  failures (no broker, unknown topic, no Java) print `error: ...` on stderr and exit 1;
-  click's usage errors exit 2.
+  failures (no broker, unknown topic, no Java, a Spark job that fails for a reason tidelog's
+  code in its workers names) print `error: ...`, one line, on stderr and exit 1; click's
+  usage errors exit 2.
 - `--command-config` (`tools.client_options`) reaches a secure cluster: its properties
   are the job's `kafka.*` options, and every connection of the job (the driver's Metadata
   and ListOffsets, each replica's Fetch) is TLS and SASL as they say.
@@ -165,6 +166,7 @@ def run_job(
     `printer` hears of the start and of each round of partitions done."""
     client = answering(client)
     # pyspark takes seconds to import, and its session starts a JVM: only now.
+    from tidelog.spark.failures import known_failures  # noqa: PLC0415
     from tidelog.spark.replicas import plan_reads, verify_replicas  # noqa: PLC0415
     from tidelog.spark.session import master_of, spark_session  # noqa: PLC0415
 
@@ -176,13 +178,14 @@ def run_job(
     spark = spark_session(APP_NAME, master)
     if printer is not None:
         printer.verifying()
-    return verify_replicas(
-        spark,
-        client.bootstrap,
-        topic,
-        client.properties,
-        on_partitions=None if printer is None else printer.done,
-    )
+    with known_failures():
+        return verify_replicas(
+            spark,
+            client.bootstrap,
+            topic,
+            client.properties,
+            on_partitions=None if printer is None else printer.done,
+        )
 
 
 def kafka_time(now: datetime) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from tidelog.server.cluster_view import DOWN_AFTER_MS, Heard, checked_status, picture
 from tidelog.status import AdminAccess
-from tidelog.tools.ui_cmd import page_url
+from tidelog.tools.cluster import page_url
 
 
 def replica(node: int, *, role: str, epoch: int, hwm: int, log_end: int) -> dict[str, Any]:
@@ -89,6 +89,32 @@ def test_a_groups_lag_is_that_of_groups_describe_from_the_up_coordinators() -> N
     ]
 
 
+def test_a_groups_lag_ends_at_the_leaders_data_end_not_its_control_batches() -> None:
+    """lag = data end - max(committed, log start): the control batches the leaders of
+    epochs 2 and 3 appended after the group stopped at 8 do not count; a node of an older
+    version (no data_end) counts to its HWM."""
+    leader = dict(replica(1, role="leader", epoch=3, hwm=10, log_end=10), data_end=8)
+    follower = dict(replica(2, role="follower", epoch=3, hwm=10, log_end=10), data_end=8)
+    groups = [committed("done", 8), committed("behind", 5), committed("ahead", 9)]
+    heard = {1: Heard(status(1, leader, groups=groups), 100), 2: Heard(status(2, follower), 100)}
+    value = picture(node_id=1, nodes=NODES, heard=heard, now_ms=100, at_wall_ms=0)
+    [row] = value["topics"][0]["partitions"]
+    assert (row["hwm"], row["data_end"]) == (10, 8)
+    assert {g["group"]: g["lag"] for g in row["groups"]} == {"done": 0, "behind": 3, "ahead": 0}
+
+    # Without an up leader: the data end of the replica whose HWM is shown.
+    del heard[1]
+    value = picture(node_id=2, nodes=NODES, heard=heard, now_ms=100, at_wall_ms=0)
+    [row] = value["topics"][0]["partitions"]
+    assert (row["leader"], row["hwm"], row["data_end"]) == (None, 10, 8)
+
+    older = replica(1, role="leader", epoch=3, hwm=10, log_end=10)  # no data_end
+    heard = {1: Heard(status(1, older, groups=groups), 100)}
+    value = picture(node_id=1, nodes=NODES, heard=heard, now_ms=100, at_wall_ms=0)
+    [row] = value["topics"][0]["partitions"]
+    assert {g["group"]: g["lag"] for g in row["groups"]} == {"done": 2, "behind": 5, "ahead": 1}
+
+
 def test_internal_topics_come_last() -> None:
     rows = [
         dict(replica(1, role="leader", epoch=1, hwm=0, log_end=0), topic=name)
@@ -114,12 +140,17 @@ GOOD = status(2, replica(2, role="leader", epoch=1, hwm=1, log_end=1), groups=[c
         dict(GOOD, partitions=[dict(GOOD["partitions"][0], hwm=True)]),
         dict(GOOD, partitions=[dict(GOOD["partitions"][0], replicas=[1, "2"])]),
         dict(GOOD, partitions=[{"topic": "t"}]),
+        dict(GOOD, partitions=[dict(GOOD["partitions"][0], data_end="1")]),
+        dict(GOOD, partitions=[dict(GOOD["partitions"][0], data_end=False)]),
+        dict(GOOD, partitions=[dict(GOOD["partitions"][0], data_end=2)]),  # past the HWM
         dict(GOOD, groups=[{"group": "g"}]),
         dict(GOOD, groups=None),
     ],
 )
 def test_a_peer_answer_that_is_no_status_of_that_node_counts_as_none(answer: object) -> None:
     assert checked_status(GOOD, 2) is GOOD
+    with_data_end = dict(GOOD, partitions=[dict(GOOD["partitions"][0], data_end=0)])
+    assert checked_status(with_data_end, 2) is with_data_end
     assert checked_status(answer, 2) is None
 
 

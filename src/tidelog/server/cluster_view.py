@@ -9,13 +9,18 @@ Rules of this file:
 - `picture()` is pure: what each node last answered, and when, in; one value out. A node
   is up while its last answer is younger than DOWN_AFTER_MS; a node that is down keeps its
   last answer (its bars stay frozen), marked down.
-- A partition's leader, epoch, ISR and HWM are those its leader reports: the up node that
-  claims leadership in the highest epoch. Without one, no leader, and the HWM is the
-  largest an up replica reports (of any replica's, when none is up).
+- A partition's leader, epoch, ISR, HWM and data end are those its leader reports: the up
+  node that claims leadership in the highest epoch. Without one, no leader, and the HWM is
+  the largest an up replica reports (of any replica's, when none is up), with the data end
+  that replica reports. The data end is the offset after the last data record below the
+  HWM (`server/snapshot.py`); a node that does not report it (an older version) is taken
+  to have none but data (its data end is its HWM).
 - A consumer group's committed offsets come from the up nodes that coordinate it (a node
   reports the groups whose `__consumer_offsets` partition it leads); when two report the
   same partition (a coordinator moving), the larger offset wins. Its lag is the lag of
-  `tidelog groups describe`: HWM - max(committed, log start), never negative.
+  `tidelog groups describe` and of the metrics (`snapshot.group_lag`):
+  data end - max(committed, log start), never negative, so the control batches at the top
+  of the log (failovers after the group stopped) do not count.
 - A peer's answer is input from the network: checked at the door (`checked_status`); an
   answer that is not a status of the node asked counts as no answer.
 - In a secured cluster a peer's endpoint is HTTPS, verified against the cluster's CA, and
@@ -35,7 +40,7 @@ from typing import Any, Final
 
 from tidelog.address import format_address
 from tidelog.clock import monotonic_ms, wall_ms
-from tidelog.server.snapshot import status
+from tidelog.server.snapshot import group_lag, status
 from tidelog.server.view import BrokerView
 
 GATHER_INTERVAL_S: Final = 0.5
@@ -84,9 +89,13 @@ def _has_fields(value: object, fields: dict[str, type | tuple[type, ...]]) -> bo
     )
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def checked_status(value: object, node_id: int) -> dict[str, Any] | None:
     """`value` when it is a `/status` of node `node_id` with every field the picture reads,
-    of the right type; else None."""
+    of the right type (`data_end`, when there, an int at most the HWM); else None."""
     if not isinstance(value, dict) or value.get("node_id") != node_id:
         return None
     partitions, groups = value.get("partitions"), value.get("groups", [])
@@ -96,8 +105,11 @@ def checked_status(value: object, node_id: int) -> dict[str, Any] | None:
         return None
     for partition in partitions:
         for nodes in (partition["replicas"], partition["isr"]):
-            if not all(isinstance(n, int) and not isinstance(n, bool) for n in nodes):
+            if not all(_is_int(n) for n in nodes):
                 return None
+        data_end = partition.get("data_end", partition["hwm"])
+        if not _is_int(data_end) or data_end > partition["hwm"]:
+            return None
     if not all(_has_fields(g, _GROUP_FIELDS) for g in groups):
         return None
     return value
@@ -166,9 +178,11 @@ def _partition_row(
     leader = None if not leaders else reports[max(leaders)[1]]
     if leader is not None:
         hwm, log_start = leader["hwm"], leader["log_start_offset"]
+        data_end = leader.get("data_end", hwm)
     else:
         seen = [r for n, r in reports.items() if n in up] or list(reports.values())
-        hwm = max(r["hwm"] for r in seen)
+        furthest = max(seen, key=lambda r: r["hwm"])
+        hwm, data_end = furthest["hwm"], furthest.get("data_end", furthest["hwm"])
         log_start = max(r["log_start_offset"] for r in seen)
     # The replica set as the leader (else the newest report) names it, then any other
     # node that reports a replica of it.
@@ -179,6 +193,7 @@ def _partition_row(
         "leader": None if leader is None else leader["leader"],
         "epoch": None if leader is None else leader["epoch"],
         "hwm": hwm,
+        "data_end": data_end,
         "log_start_offset": log_start,
         "isr": None if leader is None else leader["isr"],
         "replicas": [_replica_row(node, reports.get(node), up) for node in order],
@@ -216,7 +231,9 @@ def _lags(offsets: dict[str, int], row: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "group": group,
             "committed_offset": committed,
-            "lag": max(0, row["hwm"] - max(committed, row["log_start_offset"])),
+            "lag": group_lag(
+                committed, log_start_offset=row["log_start_offset"], data_end=row["data_end"]
+            ),
         }
         for group, committed in sorted(offsets.items())
     ]

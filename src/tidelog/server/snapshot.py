@@ -7,13 +7,23 @@ requests it holds, each partition it hosts with its role, epoch, leader, HWM, lo
 log end offsets, replicas and in-sync replicas (in ISR mode, the committed ISR, partition epoch
 and ELR of the controller's record), whether its replica is repairing or waits for its disk,
 and the committed offset of every consumer group this node coordinates (it leads the group's
-`__consumer_offsets` partition), with its lag against this node's HWM of that partition.
+`__consumer_offsets` partition), with its lag against this node's replica of that partition.
+
+Rules of this file:
+- A partition's `data_end` is the offset after the last data record below its HWM: the HWM
+  less the control batches at the top of the log below it (each new leader appends one at
+  the start of its epoch), as this replica knows them (`PartitionRunner.data_end_offset`).
+- A group's lag (`group_lag`) is data_end - max(committed, log start offset), never
+  negative: a group that read every data record has lag 0, even when failovers appended
+  control batches after it stopped. Control batches between data records still count, as
+  in Kafka (whose lag is the HWM minus the committed offset). The same lag as the live
+  page's (`server/cluster_view.py`) and `tidelog groups describe`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -24,9 +34,22 @@ from tidelog.server.metadata import METADATA_TOPIC
 from tidelog.server.view import BrokerView
 
 
+class Marks(NamedTuple):
+    """Where a replica's log starts, where its data below the HWM ends, and its HWM."""
+
+    log_start_offset: int
+    data_end: int
+    hwm: int
+
+
+def group_lag(committed: int, *, log_start_offset: int, data_end: int) -> int:
+    """data_end - max(committed, log start offset), never negative (the rules above)."""
+    return max(0, data_end - max(committed, log_start_offset))
+
+
 def status(broker: BrokerView) -> dict[str, Any]:
     partitions: list[dict[str, Any]] = []
-    hwms: dict[tuple[str, int], int] = {}
+    marks: dict[tuple[str, int], Marks] = {}
     for key, runner in sorted(broker.runners.items()):
         if key.topic == METADATA_TOPIC:
             continue
@@ -38,7 +61,10 @@ def status(broker: BrokerView) -> dict[str, Any]:
             reported_isr: list[int] | None = [int(node) for node in record.isr]
         else:
             reported_isr = None if reported is None else list(reported.isr)
-        hwms[key.topic, key.partition] = int(state.hwm)
+        data_end = int(runner.data_end_offset(state.hwm))
+        marks[key.topic, key.partition] = Marks(
+            int(state.log_start_offset), data_end, int(state.hwm)
+        )
         partitions.append(
             {
                 "topic": key.topic,
@@ -48,6 +74,8 @@ def status(broker: BrokerView) -> dict[str, Any]:
                 "leader": state.leader_id,
                 "epoch": int(state.epoch),
                 "hwm": int(state.hwm),
+                # The offset after the last data record below the HWM (the rules above).
+                "data_end": data_end,
                 "log_start_offset": int(state.log_start_offset),
                 "log_end_offset": int(state.log_end_offset),
                 "isr": in_sync_of(state, replicas),
@@ -78,14 +106,14 @@ def status(broker: BrokerView) -> dict[str, Any]:
         "kafka_connections": broker.kafka_connections,
         "request_bytes_held": broker.request_bytes.used,
         "partitions": partitions,
-        "groups": group_offsets(broker, hwms),
+        "groups": group_offsets(broker, marks),
     }
 
 
-def group_offsets(broker: BrokerView, hwms: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
-    """The committed offsets of the groups this node coordinates, each with its lag: the
-    partition's HWM here minus the committed offset (None when this node hosts no replica
-    of that partition). A group's offsets are read where they are authoritative: at the
+def group_offsets(broker: BrokerView, marks: dict[tuple[str, int], Marks]) -> list[dict[str, Any]]:
+    """The committed offsets of the groups this node coordinates, each with its lag
+    against this node's replica of the partition (`group_lag`; None when this node hosts
+    no replica of it). A group's offsets are read where they are authoritative: at the
     leader of its `__consumer_offsets` partition, once loaded."""
     rows = []
     for coordinator in broker.coordinators.values():
@@ -94,15 +122,22 @@ def group_offsets(broker: BrokerView, hwms: dict[tuple[str, int], int]) -> list[
             continue
         for group_id, group in sorted(machine.groups.items()):
             for (topic, partition), committed in sorted(group.offsets.items()):
-                hwm = hwms.get((topic, partition))
+                mark = marks.get((topic, partition))
+                lag = None
+                if mark is not None:
+                    lag = group_lag(
+                        committed.offset,
+                        log_start_offset=mark.log_start_offset,
+                        data_end=mark.data_end,
+                    )
                 rows.append(
                     {
                         "group": group_id,
                         "topic": topic,
                         "partition": partition,
                         "committed_offset": committed.offset,
-                        "hwm": hwm,
-                        "lag": None if hwm is None else max(0, hwm - committed.offset),
+                        "hwm": None if mark is None else mark.hwm,
+                        "lag": lag,
                     }
                 )
     return rows
@@ -177,8 +212,9 @@ class StateCollector(Collector):
         )
         lag = family(
             "tidelog_consumer_group_lag",
-            "Records between the partition's HWM (at the coordinator) and the group's "
-            "committed offset.",
+            "Offsets between the group's committed offset (at least the log start) and the "
+            "end of the partition's data below the HWM, at the coordinator (control "
+            "batches at the top do not count).",
             ["group", "topic", "partition"],
         )
         for row in state["groups"]:

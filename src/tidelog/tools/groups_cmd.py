@@ -3,8 +3,21 @@
 
 Rules of this file:
 - LOG-END-OFFSET is the HWM (what `kafka-consumer-groups` calls it), and
-  LAG = HWM - max(committed, log start offset), never negative; `-` where no offset is
-  committed (or no member holds the partition).
+  LAG = DATA-END - max(committed, log start offset), never negative, where DATA-END is the
+  offset after the last data record below the HWM: the control batches at the top of the
+  log (a new leader appends one at the start of its epoch) do not count, so a group that
+  read every data record has lag 0, even after failovers that came after it stopped.
+  Control batches between data records count, as in Kafka. `-` where no offset is
+  committed (or no member holds the partition). The same lag as the broker's metrics and
+  live page (`server/snapshot.py`).
+- DATA-END is found by reading the top of each partition the group is behind the HWM in:
+  the last LAG_READ_MAX offsets below the HWM at most, from where the group is, by one
+  consumer (no group; it skips control batches, its position going past them) for at most
+  LAG_READ_TIMEOUT_S. DATA-END is after the last record it found below the HWM; without
+  one, where it started reading (where the group is: lag 0; else what lies below counts).
+  A partition not read to its HWM in time counts to the HWM (control batches too), and so
+  does every partition when the read fails (a user that may describe the group but not
+  read the topic, say).
 - reset-offsets is a dry run unless `--execute`, and is refused while the group has active
   members (the coordinator would refuse the commit too). New offsets are clamped to
   [log start offset, HWM], as Kafka clamps them.
@@ -13,12 +26,16 @@ Rules of this file:
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 import click
+from kafka import KafkaConsumer
+from kafka.errors import KafkaError
 
 from tidelog.tools.client_kafka import (
+    KAFKA_CLIENT_ID,
     ClientError,
     ClientSettings,
     OffsetAndMetadata,
@@ -31,6 +48,17 @@ from tidelog.tools.client_kafka import (
 from tidelog.tools.client_options import client_options, json_option, reports_errors
 
 INACTIVE_STATES = ("Empty", "Dead")
+LAG_READ_MAX: Final = 64
+"""The most offsets below the HWM `groups describe` reads of a partition to find its last
+data record (see the rules)."""
+LAG_READ_FETCH_BYTES: Final = 64 * 1024
+"""What one fetch of that read asks of a partition (a larger batch still comes whole)."""
+LAG_READ_TIMEOUT_S: Final = 2.0
+"""How long `groups describe` reads those partitions at most."""
+LAG_READ_POLL_MS: Final = 100
+"""One poll of that read, and the longest a fetch of it waits at the HWM."""
+
+Key = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +94,84 @@ class GroupInfo:
     members: tuple[Member, ...]
 
 
-def lag_of(committed: int | None, log_start: int, hwm: int) -> int | None:
-    """HWM - max(committed, log start), never negative; None when nothing is committed."""
+def lag_of(committed: int | None, log_start: int, data_end: int) -> int | None:
+    """data_end - max(committed, log start), never negative; None when nothing is
+    committed. `data_end` is the offset after the last data record below the HWM (the
+    HWM itself when that is not known)."""
     if committed is None:
         return None
-    return max(0, hwm - max(committed, log_start))
+    return max(0, data_end - max(committed, log_start))
+
+
+def to_read(committed: int | None, log_start: int, hwm: int) -> tuple[int, int] | None:
+    """[start, HWM) to read to find the last data record below the HWM: at most the last
+    LAG_READ_MAX offsets, from where the group is (max(committed, log start)) on; None
+    when there is nothing to read (no offset committed, or the group is at the HWM)."""
+    if committed is None:
+        return None
+    start = max(committed, log_start, hwm - LAG_READ_MAX)
+    return (start, hwm) if start < hwm else None
+
+
+def reader_settings(admin: Any) -> dict[str, Any]:
+    """The admin client's bootstrap and security settings, for a consumer that reads from
+    the same brokers the same way (kafka-python keeps them in its `config`)."""
+    config: dict[str, Any] = admin.config
+    return {
+        key: value
+        for key, value in config.items()
+        if key in KafkaConsumer.DEFAULT_CONFIG
+        and (key in ("bootstrap_servers", "security_protocol") or key.startswith(("ssl_", "sasl_")))
+    }
+
+
+def data_ends(admin: Any, spans: dict[Key, tuple[int, int]]) -> dict[Key, int]:
+    """For each partition of `spans` ({key: (start, HWM)}), the offset after the last data
+    record in [start, HWM), `start` when there is none; the HWM when it was not read to
+    the HWM within LAG_READ_TIMEOUT_S. One consumer reads them all (no group, nothing
+    committed); it skips control batches, its position going past them."""
+    if not spans:
+        return {}
+    partitions = {TopicPartition(topic, p): (topic, p) for topic, p in spans}
+    consumer = KafkaConsumer(
+        **reader_settings(admin),
+        client_id=KAFKA_CLIENT_ID,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=LAG_READ_POLL_MS,
+        max_partition_fetch_bytes=LAG_READ_FETCH_BYTES,
+        allow_auto_create_topics=False,
+    )
+    try:
+        consumer.assign(list(partitions))
+        for tp, key in partitions.items():
+            consumer.seek(tp, spans[key][0])
+        return read_data_ends(consumer, partitions, spans)
+    except KafkaError:  # not allowed to read, say: what it did not read counts
+        return {key: hwm for key, (_, hwm) in spans.items()}
+    finally:
+        consumer.close()
+
+
+def read_data_ends(
+    consumer: Any, partitions: dict[Any, Key], spans: dict[Key, tuple[int, int]]
+) -> dict[Key, int]:
+    """`data_ends`' reading: poll until every partition's position reached its HWM, or the
+    time is up."""
+    ends = {key: start for key, (start, _) in spans.items()}
+    pending = set(partitions)
+    deadline = time.monotonic() + LAG_READ_TIMEOUT_S
+    while pending and time.monotonic() < deadline:
+        for tp, records in consumer.poll(timeout_ms=LAG_READ_POLL_MS).items():
+            key = partitions[tp]
+            below = [record.offset for record in records if record.offset < spans[key][1]]
+            if below:
+                ends[key] = max(ends[key], max(below) + 1)
+        pending = {tp for tp in pending if consumer.position(tp) < spans[partitions[tp]][1]}
+    for tp in pending:  # not read to its HWM in time: what it did not read counts
+        ends[partitions[tp]] = spans[partitions[tp]][1]
+    return ends
 
 
 def assigned_partitions(member: dict[str, Any]) -> tuple[tuple[str, int], ...]:
@@ -150,6 +251,12 @@ def offset_rows(admin: Any, info: GroupInfo) -> list[OffsetRow]:
     holders = {key: m for m in info.members for key in m.partitions}
     keys = sorted(set(committed) | set(holders))
     marks = watermarks(admin, keys)
+    spans = {}
+    for key in keys:
+        span = to_read(committed.get(key), *marks[key])
+        if span is not None:
+            spans[key] = span
+    ends = data_ends(admin, spans)
     rows = []
     for key in keys:
         start, hwm = marks[key]
@@ -163,7 +270,7 @@ def offset_rows(admin: Any, info: GroupInfo) -> list[OffsetRow]:
                 current_offset=current,
                 log_start_offset=start,
                 log_end_offset=hwm,
-                lag=lag_of(current, start, hwm),
+                lag=lag_of(current, start, ends.get(key, hwm)),
                 consumer_id=member.member_id if member else None,
                 host=member.host if member else None,
                 client_id=member.client_id if member else None,

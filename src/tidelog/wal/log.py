@@ -66,6 +66,7 @@ from tidelog.errors import CorruptBatch, OffsetOutOfRange, StorageError
 from tidelog.records import HEADER_SIZE, NO_TIMESTAMP, BatchHeader, check_batch, read_header
 from tidelog.types import NO_EPOCH, Epoch, Offset
 from tidelog.wal import checkpoint as ckpt
+from tidelog.wal.controls import ControlBatches
 from tidelog.wal.fs import FileSystem, OsFileSystem
 from tidelog.wal.index import RELATIVE_OFFSET_MAX
 from tidelog.wal.kafka_records import DefaultRecordBatch
@@ -86,6 +87,8 @@ Clock = Callable[[], int]
 DAY_MS = 24 * 60 * 60 * 1000
 QUARANTINE_DIR = "quarantine"
 QUARANTINE_NAMES_MAX = 1000  # quarantine/<cut offset>, -1, -2, ...: one per repair
+CONTROL_HEADER_READS_MAX = 8
+"""Batch headers `data_end_offset` reads per call below what recovery scanned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,8 @@ class DiskStorage:
         self.needs_repair: RepairNeeded | None = None
         self._segments: list[Segment] = []
         self._epochs: list[EpochEntry] = []
+        # Where the control batches lie (wal/controls.py): recovery feeds what it scans.
+        self._controls = ControlBatches(Offset(0))
         self._dirty: list[Segment] = []
         self._unsynced_indexes: list[Segment] = []
         self._dir_dirty = False
@@ -262,6 +267,7 @@ class DiskStorage:
         self._mark_dirty(segment)
         if truncate_epochs(self._epochs, offset):
             self._epochs_dirty = True
+        self._controls.truncate(offset)
         self._hwm = Offset(min(self._hwm, offset))
         self._flush(self._clock())
 
@@ -277,6 +283,7 @@ class DiskStorage:
             assert header.size_bytes == len(batch)
             assert header.base_offset == end, "append leaves a gap"
             self._extend_epochs(header)
+            self._controls.on_batch(header)
             if self._should_roll(header, pending_bytes):
                 self._write_active(pending)
                 pending, pending_bytes = [], 0
@@ -338,6 +345,50 @@ class DiskStorage:
     @property
     def hwm(self) -> Offset:
         return self._hwm
+
+    def data_end_offset(self, below: Offset) -> Offset:
+        """The offset after the last data record below `below` (the HWM), at least the log
+        start: `below` less the control batches (new leaders') at the top of the log below
+        it. A batch whose kind is unknown counts as data (wal/controls.py). Past the log end
+        (a follower told a HWM it has not reached) the batches are unknown, and at or below
+        the log start there are none: `below`.
+        Below the batches recovery scanned it reads batch headers, at most
+        CONTROL_HEADER_READS_MAX per call; those right below what it knows it keeps, so it
+        reads each of them once. It never marks the log damaged."""
+        if self.needs_repair is not None:
+            return below
+        if not self.log_start_offset < below <= self.log_end_offset:
+            return below
+        controls = self._controls
+        end = Offset(max(controls.data_end(below), self.log_start_offset))
+        for _ in range(CONTROL_HEADER_READS_MAX):
+            if end == self.log_start_offset or end > controls.known_from:
+                return end  # the batch that ends at `end` is known to be data
+            learning = end == controls.known_from
+            if learning and not controls.may_learn:
+                return end  # unknown: it counts as data
+            header = self._header_before(end)
+            if header is None:
+                if learning:
+                    controls.cannot_learn()
+                return end
+            if learning:
+                controls.learn(header)
+            if not header.is_control:
+                return end
+            end = Offset(max(header.base_offset, self.log_start_offset))
+        return end
+
+    def _header_before(self, offset: Offset) -> BatchHeader | None:
+        """The header of the batch that ends at `offset` (one the log holds), or None when
+        it cannot be read (a read of the batch, or recovery, will find the damage)."""
+        index = bisect.bisect_right(self._segments, offset - 1, key=lambda s: s.base_offset)
+        segment = self._segments[index - 1]
+        try:
+            header = segment.find(Offset(offset - 1))[1]
+        except (CorruptBatch, OSError):  # a disk that fails a read: the writes will tell
+            return None
+        return header if header.next_offset == offset else None
 
     def segment_paths(self) -> list[str]:
         return [segment.log_path for segment in self._segments]
@@ -450,6 +501,7 @@ class DiskStorage:
             self._forget(segment)
             segment.delete()
         self._segments = [self._new_segment(start_offset)]
+        self._controls.reset(start_offset)
         self._fs.fsync_dir(self.directory)
         self._dir_dirty = False
         self._write_recovery_point(start_offset)
@@ -757,6 +809,7 @@ class DiskStorage:
         self._producers = ckpt.read_producers(self._fs, self.directory)
         if not bases:
             self._segments = [self._new_segment(self.log_start_offset)]
+            self._controls.reset(self.log_start_offset)
             self._fs.fsync_dir(self.directory)
             self._dir_dirty = False
         else:
@@ -792,6 +845,9 @@ class DiskStorage:
     def _open_segments(self, bases: list[Offset]) -> None:
         now = self._clock()
         checkpointed = ckpt.read_epochs(self._fs, self.directory)
+        # The control batches are known from the first segment scanned on (the last one at
+        # least); a log that ends before it (damage) knows none (`_end_log_at`).
+        self._controls.reset(bases[-1])
         scanning = False
         for number, base in enumerate(bases):
             segment = Segment(
@@ -810,6 +866,7 @@ class DiskStorage:
             if not scanning:
                 scanning = True
                 self._epochs = [e for e in checkpointed if e.start_offset < base]
+                self._controls.reset(base)
             if self._segments and base != self._segments[-1].end_offset:
                 self._on_gap(self._segments[-1], base)
                 self._drop_files_after(bases[number:])
@@ -878,11 +935,14 @@ class DiskStorage:
             self.needs_repair = RepairNeeded(self._segments[-1].log_path, end, reason)
 
     def _derive_epochs(self, segment: Segment) -> None:
+        """The epoch history and the control batches of a segment recovery scanned (its
+        good prefix)."""
         for _, header in scan_batches(
             self._fs, segment.log_path, 0, segment.size_bytes, verify=False
         ):
             if extend_epochs(self._epochs, header):
                 self._epochs_dirty = True
+            self._controls.on_batch(header)
 
     def _drop_files_after(self, bases: list[Offset]) -> None:
         """Remove the segments beyond the end of the log found by recovery."""
@@ -961,6 +1021,7 @@ class DiskStorage:
         """The log now ends at `cut`: checkpoint its HWM (at most there), epochs and start,
         and that the repair is done."""
         truncate_epochs(self._epochs, cut)
+        self._controls.truncate(cut)
         self._epochs_dirty = False
         self._hwm = self._hwm_checkpointed = Offset(min(self._hwm, cut))
         self._repair_cut = None

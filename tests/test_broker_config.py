@@ -227,3 +227,27 @@ def test_a_missing_config_file_or_a_file_as_data_dir(
         2,
         f"error: --data-dir: {a_file} exists and is not a directory\n",
     )
+
+
+def test_auto_create_topics_and_kafka_s_name_for_the_partition_default(
+    tmp_path: Path, run_calls: list[BrokerConfig]
+) -> None:
+    assert load_config(flags(), None).auto_create_topics_enable is False  # off by default
+    path = tmp_path / "c.toml"
+    path.write_text("auto_create_topics_enable = true\nnum_partitions = 4\n")
+    config = load_config(flags(), path)
+    assert (config.auto_create_topics_enable, config.default_partitions) == (True, 4)
+    path.write_text("num_partitions = 4\ndefault_partitions = 2\n")
+    with pytest.raises(ConfigError, match="default_partitions and num_partitions are the same"):
+        load_config(flags(), path)
+    path.write_text('auto_create_topics_enable = "yes"\n')
+    with pytest.raises(ConfigError, match=r"auto_create_topics_enable in .*: expected bool"):
+        load_config(flags(), path)
+    extra = ["--auto-create-topics-enable", "--num-partitions", "3"]
+    code, stderr = invoke([*base_args(), *extra, "--default-replication-factor", "2"])
+    assert (code, stderr) == (0, "")
+    [config] = run_calls
+    assert config.auto_create_topics_enable is True
+    assert (config.default_partitions, config.default_replication_factor) == (3, 2)
+    code, stderr = invoke([*base_args(), "--num-partitions", "0"])
+    assert code == 2 and "partitions: 0 is out of range (1-10000)" in stderr

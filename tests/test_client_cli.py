@@ -354,7 +354,7 @@ def test_produce_then_consume_from_the_beginning(cluster: LiveCluster) -> None:
         cluster, "lines", "--partition", "1", "--offset", str(hwm - 2), "--print-offset",
         "--timeout-ms", "300",
     )  # fmt: skip
-    assert result.stdout == f"1:{hwm - 2}:\n1:{hwm - 1}:three\n"
+    assert result.stdout == f"Offset:{hwm - 2}\t\nOffset:{hwm - 1}\tthree\n"
 
 
 def test_produce_keys_and_acks(cluster: LiveCluster) -> None:
@@ -692,16 +692,19 @@ def test_split_bootstrap_and_parse_time() -> None:
 def test_record_text_like_the_console_consumer() -> None:
     record = ConsumedRecord("t", 2, 7, 0, None, None)
     assert record_text(record, TextLayout()) == b"null"
-    assert record_text(record, TextLayout(print_offset=True, print_key=True)) == b"2:7:null\tnull"
+    offset_and_key = TextLayout(print_offset=True, print_key=True)
+    assert record_text(record, offset_and_key) == b"Offset:7\tnull\tnull"
+    both = TextLayout(print_partition=True, print_offset=True)
+    assert record_text(record, both) == b"Partition:2\tOffset:7\tnull"
 
 
 def test_record_text_with_timestamps_and_headers() -> None:
     headers = (("a", b"1"), ("n", None))
     record = ConsumedRecord("t", 2, 7, 5, b"k", b"v", headers, "LogAppendTime")
     every = TextLayout(print_offset=True, print_key=True, print_timestamp=True, print_headers=True)
-    assert record_text(record, every) == b"LogAppendTime:5\t2:7:a:1,n:null\tk\tv"
+    assert record_text(record, every) == b"LogAppendTime:5\tOffset:7\ta:1,n:null\tk\tv"
     bare = ConsumedRecord("t", 2, 7, -1, None, b"v", (), NO_TIMESTAMP_TYPE)
-    assert record_text(bare, every) == b"NO_TIMESTAMP\t2:7:NO_HEADERS\tnull\tv"
+    assert record_text(bare, every) == b"NO_TIMESTAMP\tOffset:7\tNO_HEADERS\tnull\tv"
     assert record_text(bare, TextLayout(print_timestamp=True)) == b"NO_TIMESTAMP\tv"
     assert every.flags() == [
         "--print-offset",
@@ -857,3 +860,101 @@ def test_describe_filters_configs_and_data_dir(cluster: LiveCluster) -> None:
     assert "Role:" not in plain  # no local cluster known: no replica lines
     local = ok(cluster, "topics", "describe", "filtered", "--data-dir", str(cluster.directory))
     assert local.stdout.count("Role:") == 6, local.stdout  # 2 partitions x 3 replicas
+
+
+# Kafka's spellings: --topic, --property, kafka-topics' verbs
+
+
+def test_kafka_spellings_of_topics_produce_and_consume(cluster: LiveCluster) -> None:
+    verbs = ["--partitions", "2", "--replication-factor", "3"]
+    created = ok(cluster, "topics", "--create", "--topic", "spelled", *verbs)
+    assert created.stdout == "Created topic spelled.\n"
+    poll(lambda: led_rows(cluster, "spelled"), "a leader for each partition of spelled")
+    described = ok(cluster, "topics", "--describe", "--topic", "spelled").stdout
+    assert described.startswith("Topic: spelled\tPartitionCount: 2\tReplicationFactor: 3")
+    assert "spelled" in ok(cluster, "topics", "--list").stdout.splitlines()
+    both = run(cluster, "topics", "describe", "spelled", "--topic", "spelled")
+    assert both.exit_code == 2 and "give the topic once" in both.output
+    neither = run(cluster, "topics", "create")
+    assert neither.exit_code == 2 and "name the topic: TOPIC or --topic TOPIC" in neither.output
+    two_verbs = run(cluster, "topics", "--create", "--list")
+    assert two_verbs.exit_code == 2 and "not --create and --list" in two_verbs.output
+    keyed = ["--property", "parse.key=true", "--property", "key.separator=:"]
+    ok(cluster, "produce", "--topic", "spelled", "--partition", "0", *keyed, stdin="k1:v1\n")
+    headed = ["--property", "parse.headers=true", "--property", "ignore.error=true"]
+    ok(cluster, "produce", "--topic", "spelled", "--partition", "0", *headed, stdin="h:1\tv2\nv3\n")
+    strict = run(cluster, "produce", "spelled", "--property", "parse.headers=true", stdin="v\n")
+    assert strict.exit_code == 1 and "line 1: no headers delimiter" in strict.stderr
+    failed(
+        run(cluster, "produce", "spelled", "--property", "parse.kez=true"),
+        "unknown --property parse.kez",
+    )
+    shown = [
+        "--property", "print.key=true", "--property", "print.headers=true",
+        "--property", "key.separator=|", "--property", "null.literal=NIL",
+    ]  # fmt: skip
+    result = ok(
+        cluster, "consume", "--topic", "spelled", "--partition", "0", "--offset", "earliest",
+        "--print-partition", "--print-offset", *shown, "--max-messages", "3",
+        "--timeout-ms", CONSUME_TIMEOUT_MS,
+    )  # fmt: skip
+    assert re.fullmatch(
+        r"Partition:0\|Offset:(\d+)\|NO_HEADERS\|k1\|v1\n"
+        r"Partition:0\|Offset:\d+\|h:1\|NIL\|v2\n"
+        r"Partition:0\|Offset:\d+\|NO_HEADERS\|NIL\|v3\n",
+        result.stdout,
+    ), result.stdout
+    failed(
+        run(cluster, "consume", "spelled", "--property", "print.colour=true"),
+        "unknown --property print.colour",
+    )
+    disagree = run(cluster, "consume", "spelled", "--print-key", "--property", "print.key=false")
+    failed(disagree, "--print-key and --property print.key=false disagree")
+    end = ok(cluster, "get-offsets", "--topic", "spelled", "--partition", "0").stdout
+    assert re.fullmatch(r"spelled:0:\d+\n", end)
+    deleted = ok(
+        cluster, "delete-records", "--topic", "spelled", "--partition", "0", "--offset", "-1"
+    )
+    assert deleted.stdout.startswith("partition: spelled-0\tlow_watermark: ")
+    grown = ok(cluster, "topics", "--alter", "--topic", "spelled", "--partitions", "3")
+    assert grown.stdout == "Topic spelled now has 3 partitions.\n"
+    altered = ok(
+        cluster, "topics", "alter-config", "--topic", "spelled", "--set", "retention.ms=9000"
+    )
+    assert altered.stdout == "Completed updating config for topic spelled.\n"
+
+    def set_for_the_topic() -> bool:  # the answering node may apply the change a moment later
+        configs = ok(cluster, "topics", "describe-configs", "--topic", "spelled").stdout
+        return "  retention.ms=9000 (TOPIC)" in configs.splitlines()
+
+    eventually(set_for_the_topic, "describe-configs --topic shows retention.ms=9000")
+    # A command named first keeps its own options, --delete among them.
+    ok(cluster, "topics", "alter-config", "spelled", "--delete", "retention.ms")
+    assert (
+        ok(cluster, "topics", "--delete", "--topic", "spelled").stdout == "Deleted topic spelled.\n"
+    )
+
+
+def test_a_bad_config_reads_the_same_from_create_and_alter_config(cluster: LiveCluster) -> None:
+    create(cluster, "reconfigured")
+    message = "Invalid value abc for configuration retention.ms: Not a number of type LONG"
+    at_create = run(cluster, "topics", "create", "other", "--config", "retention.ms=abc")
+    at_alter = run(cluster, "topics", "alter-config", "reconfigured", "--set", "retention.ms=abc")
+    failed(at_create, message)
+    failed(at_alter, message)
+    assert at_create.stderr == at_alter.stderr == f"error: {message}\n"
+
+
+def test_an_explicit_data_dir_without_a_cluster_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(main, ["topics", "list", "--data-dir", str(empty)])
+    failed(
+        result,
+        f"{empty} has no cluster.json (no local cluster there; start one with tidelog cluster "
+        f"up --data-dir {empty}, or give --bootstrap-server)",
+    )
+    monkeypatch.setenv("TIDELOG_DATA_DIR", str(empty))
+    failed(CliRunner().invoke(main, ["consume", "t"]), f"{empty} has no cluster.json")

@@ -315,7 +315,8 @@ def test_up_starts_every_node_and_up_again_changes_nothing(cluster: tuple[Path, 
     before = pids(directory)
     code, stdout, stderr = cli("up", "--data-dir", str(directory))
     assert (code, stdout) == (0, printed)
-    assert stderr == f"cluster of 3 nodes ready in {directory}\n"
+    live = f"watch it live: http://{record.node(1).admin}/"
+    assert stderr == f"cluster of 3 nodes ready in {directory}\n{live}\n"
     assert pids(directory) == before
 
 
@@ -424,3 +425,69 @@ def test_down_stops_every_node_and_up_starts_them_again(cluster: tuple[Path, str
     assert log.read_text().count("--- tidelog cluster: starting node 1:") == starts + 1
     # The data stays: the topic is back, with a leader.
     eventually(lambda: leader_of_topic(directory) is not None)
+
+
+def test_signal_commands_say_what_they_do_in_the_imperative() -> None:
+    for name, summary in [
+        ("kill", "Kill one node at once, as a crash would (SIGKILL)."),
+        ("pause", "Pause one node: it answers nothing till resumed (SIGSTOP)."),
+        ("resume", "Resume a paused node (SIGCONT)."),
+    ]:
+        code, stdout, _ = cli(name, "--help")
+        assert code == 0
+        assert f"\n  {summary}\n" in stdout
+
+
+def test_auto_create_topics_enable_is_kept_and_creates_what_a_client_names(
+    cluster_dir: Path,
+) -> None:
+    from kafka import KafkaProducer  # noqa: PLC0415
+
+    record = plan_cluster(cluster_dir, nodes=1, base_port=9092)
+    assert "--auto-create-topics-enable" not in broker_argv(record, record.node(1))  # off
+    base = str(free_base_port(1))
+    directory = str(cluster_dir)
+    flag = "--auto-create-topics-enable"
+    code, _, stderr = cli("up", "--data-dir", directory, "--nodes", "1", "--base-port", base, flag)
+    assert code == 0, stderr
+    assert read_cluster(cluster_dir).auto_create_topics_enable is True
+    assert flag in broker_cmdline(cluster_dir)
+    bootstrap = read_cluster(cluster_dir).bootstrap
+    # kafka-python's producer allows auto-creation: the topic appears, with the defaults.
+    producer = KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=30_000)
+    try:
+        sent = producer.send("made-on-demand", b"hello").get(timeout=DEADLINE_S)
+    finally:
+        producer.close()
+    assert (sent.topic, sent.partition) == ("made-on-demand", 0)
+    via = ["--bootstrap-server", bootstrap]
+    described = CliRunner().invoke(main, ["topics", "describe", "made-on-demand", *via])
+    assert "Topic: made-on-demand\tPartitionCount: 1\tReplicationFactor: 1" in described.stdout
+    # tidelog's own tools never ask for it: an unknown topic stays unknown.
+    produced = CliRunner().invoke(main, ["produce", "not-made", *via], input="x\n")
+    assert produced.exit_code == 1 and "not-made" in produced.stderr
+    assert (
+        "auto-created topic made-on-demand" in (cluster_dir / "node-1" / "broker.log").read_text()
+    )
+    # `up --no-auto-create-topics-enable` records the change for the nodes it starts.
+    assert cli("down", "--data-dir", directory)[0] == 0
+    code, _, stderr = cli("up", "--data-dir", directory, "--no-auto-create-topics-enable")
+    assert code == 0, stderr
+    assert read_cluster(cluster_dir).auto_create_topics_enable is False
+    assert flag not in broker_cmdline(cluster_dir)
+
+
+def test_a_topic_is_not_auto_created_by_default(cluster: tuple[Path, str]) -> None:
+    from kafka import KafkaProducer  # noqa: PLC0415
+    from kafka.errors import KafkaTimeoutError  # noqa: PLC0415
+
+    directory, _ = cluster
+    bootstrap = read_cluster(directory).bootstrap
+    producer = KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=2_000)
+    try:
+        with pytest.raises(KafkaTimeoutError):
+            producer.send("never-made", b"x").get(timeout=DEADLINE_S)
+    finally:
+        producer.close()
+    listed = CliRunner().invoke(main, ["topics", "list", "--bootstrap-server", bootstrap])
+    assert "never-made" not in listed.stdout.split()

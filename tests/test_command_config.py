@@ -46,6 +46,7 @@ from tidelog.server.tls import TlsFiles, listener_context
 from tidelog.status import access_for, read_status
 from tidelog.testing.live import LiveCluster, collect_leaked_sockets, eventually
 from tidelog.tools.certs import issue, make_ca
+from tidelog.tools.client_kafka import ClientError
 from tidelog.tools.client_options import resolve_client
 from tidelog.tools.cluster import (
     admin_client_principal,
@@ -315,6 +316,11 @@ def test_the_settings_come_from_flag_then_variable_then_local_cluster(
     assert resolve_client(None, None).bootstrap == "o:9"
     assert resolve_client(None, named).bootstrap == "h:9"  # --command-config first
     monkeypatch.delenv("TIDELOG_COMMAND_CONFIG")
+    # $TIDELOG_DATA_DIR names a directory without cluster.json: said so, not guessed past.
+    with pytest.raises(ClientError, match=r"no-cluster has no cluster.json \(no local cluster"):
+        resolve_client(None, None)
+    monkeypatch.delenv("TIDELOG_DATA_DIR")
+    monkeypatch.chdir(tmp_path)  # no ./data either: only a guess, so the default
     assert resolve_client(None, None).bootstrap == "127.0.0.1:9092"
     local = tmp_path / "local"
     fake_local_cluster(local, secure=True)

@@ -5,8 +5,8 @@ node-clients`). Small Node scripts (compat/node/*.mjs) drive each against one li
 cluster: produce (acks=all, keys, headers, two partitions), consume it back exactly, a
 consumer group that ends at lag 0, admin (create, list, describe, add partitions, delete),
 offsets by time, and a leader killed with SIGKILL (`tidelog cluster kill`) while the client
-produces. What a client itself gets wrong is in the compatibility matrix (docs/compatibility.md), and
-asserted here as that client's own behaviour, not worked around.
+produces. What a client itself gets wrong is in the compatibility matrix
+(docs/compatibility.md), and asserted here as that client's own behaviour, not worked around.
 """
 
 from __future__ import annotations

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import KafkaProducer
 
 from tidelog.server.logs import JsonFormatter, configure_logging, formatter_for, partition_fields
-from tidelog.testing.live import LiveCluster, create_topic, eventually
+from tidelog.testing.live import LiveCluster, create_topic, eventually, tidelog
 from tidelog.tools.cluster import (
     CLUSTER_FILE,
     LOG_NAME,
@@ -184,3 +185,38 @@ def broker_lines(cluster: LiveCluster, *, node: int) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             pytest.fail(f"node {node} logged a line that is not JSON: {text!r}")
     return lines
+
+
+def test_retention_logs_one_info_line_per_round_with_the_new_log_start(tmp_path: Path) -> None:
+    cluster = LiveCluster(tmp_path / "cluster", nodes=1, log_format="json")
+    try:
+        configs = ["--config", "segment.bytes=1024", "--config", "retention.bytes=1024"]
+        via = ["--bootstrap-server", cluster.bootstrap]
+        created = tidelog("topics", "create", "retained", *configs, *via)
+        assert created.returncode == 0, created.stderr
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=0)
+        try:
+            for _ in range(40):  # about 8 kB in batches of one: several 1 kB segments
+                producer.send("retained", b"x" * 200, partition=0).get(timeout=30)
+        finally:
+            producer.close()
+
+        def deletions() -> list[dict[str, Any]]:
+            return [
+                line
+                for line in broker_lines(cluster, node=1)
+                if line.get("topic") == "retained" and "retention deleted" in line["event"]
+            ]
+
+        eventually(deletions, "node 1 logs a retention round of retained-0")
+    finally:
+        cluster.down()
+    line = deletions()[0]
+    assert (line["level"], line["partition"]) == ("INFO", 0)
+    found = re.fullmatch(
+        r"retained-0: retention deleted (\d+) segments? \(offsets 0-(\d+)\); log start offset "
+        r"now (\d+)",
+        line["event"],
+    )
+    assert found, line["event"]
+    assert int(found[2]) + 1 == int(found[3])

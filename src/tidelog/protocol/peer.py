@@ -164,6 +164,8 @@ MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
 
 _KIND_HANDSHAKE: Final = 1
 _KIND_MESSAGES: Final = 2
+_SHOWN_BYTES_MAX: Final = 8
+"""How many bytes of an unexpected frame an error shows (as a bytes literal)."""
 _HANDSHAKE = struct.Struct(">BHIi")
 _MESSAGES = struct.Struct(">BHI")
 _STR16 = struct.Struct(">H")
@@ -373,7 +375,8 @@ class PeerDecoder:
 
     def _decode_handshake(self, payload: memoryview) -> Handshake:
         if payload[:1] != bytes([_KIND_HANDSHAKE]):
-            raise ProtocolError(f"expected a handshake, got a frame starting {payload[:1]!r}")
+            start = bytes(payload[:_SHOWN_BYTES_MAX])
+            raise ProtocolError(f"expected a handshake, got a frame starting {start!r}")
         _, version, fingerprint, node_id = _HANDSHAKE.unpack_from(payload, 0)
         if version != PEER_PROTOCOL_VERSION:
             raise ProtocolError(f"peer protocol v{version}, ours is v{PEER_PROTOCOL_VERSION}")

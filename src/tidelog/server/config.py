@@ -7,6 +7,8 @@ Rules of this file:
 - `load_config` merges two sources: a TOML file (keys are the flag names with underscores,
   `peer_listen = "127.0.0.1:9201"`) and command-line flags. A flag overrides the file. A
   value from the file is named after its key and file in messages (`listen in c.toml: ...`).
+  A key may also go by Kafka's name (`KEY_ALIASES`: `num_partitions` is `default_partitions`),
+  never both in one source.
 - Addresses are `HOST:PORT` (`[::1]:9092` for IPv6); the peer list is
   `1@host:port,2@host:port` or, in TOML only, a table `[peers]` of `"1" = "host:port"`.
 - `listen` is Kafka's `listeners`: `HOST:PORT` (PLAINTEXT), or a comma-separated list of
@@ -145,8 +147,13 @@ class BrokerConfig:
     tick_ms: int = 50
     election_ticks: int = 10
     heartbeat_ticks: int = 2
+    # A topic created without a partition count or replication factor gets these (Kafka's
+    # num.partitions, also accepted as `num_partitions`, and default.replication.factor).
     default_partitions: int = 1
     default_replication_factor: int = DERIVE_REPLICATION_FACTOR
+    # Kafka's auto.create.topics.enable: a Metadata request that allows it creates an
+    # unknown topic it names, with the defaults above (server/handlers.py). Off, as Redpanda.
+    auto_create_topics_enable: bool = False
     fsync: bool = True
     flush_interval_ms: int | None = None
     log_level: str = "info"
@@ -368,6 +375,8 @@ ADMIN_TOKEN_LENGTH_MIN = 16
 
 # `listeners` is derived from `listen`: not a key of its own.
 CONFIG_KEYS = tuple(field.name for field in fields(BrokerConfig) if field.name != "listeners")
+KEY_ALIASES = {"num_partitions": "default_partitions"}
+"""Kafka's name for a key, accepted in a TOML file and as a flag: {alias: key}."""
 REQUIRED_KEYS = ("node_id", "data_dir", "listen", "peers")
 
 
@@ -377,15 +386,18 @@ def load_config(cli_values: dict[str, object], config_file: Path | None) -> Brok
     `cli_values` maps config keys (underscores) to flag values; None means "not given".
     `--peer-listen` defaults to this node's `--peers` entry. Raises ConfigError.
     """
-    unknown = sorted(set(cli_values) - set(CONFIG_KEYS))
+    unknown = sorted(set(cli_values) - set(CONFIG_KEYS) - set(KEY_ALIASES))
     assert not unknown, f"not config keys: {unknown}"
     raw: dict[str, tuple[object, str]] = {}
     if config_file is not None:
-        for key, value in read_config_file(config_file).items():
-            raw[key] = (value, f"{key} in {config_file}")
-    for key, value in cli_values.items():
-        if value is not None:
-            raw[key] = (value, flag(key))
+        given = read_config_file(config_file)
+        for key, value in given.items():
+            raw[KEY_ALIASES.get(key, key)] = (value, f"{key} in {config_file}")
+        check_aliases(given, where=f"in {config_file}")
+    flags = {key: value for key, value in cli_values.items() if value is not None}
+    check_aliases(flags, where="as flags")
+    for key, value in flags.items():
+        raw[KEY_ALIASES.get(key, key)] = (value, flag(key))
     for key in REQUIRED_KEYS:
         if key not in raw:
             raise ConfigError(f"{flag(key)} is required (a flag, or `{key}` in --config)")
@@ -402,6 +414,13 @@ def load_config(cli_values: dict[str, object], config_file: Path | None) -> Brok
     return BrokerConfig(**values)  # type: ignore[arg-type]
 
 
+def check_aliases(given: dict[str, object], *, where: str) -> None:
+    """ConfigError when a key and its alias are both given in one source."""
+    for alias, key in KEY_ALIASES.items():
+        if alias in given and key in given:
+            raise ConfigError(f"{key} and {alias} are the same setting: give one {where}")
+
+
 def read_config_file(path: Path) -> dict[str, object]:
     """The keys of a TOML config file; unknown keys are an error (typos must not pass)."""
     try:
@@ -414,7 +433,7 @@ def read_config_file(path: Path) -> dict[str, object]:
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"--config: {path} is not valid TOML: {error}") from None
     for key in table:
-        if key not in CONFIG_KEYS:
+        if key not in CONFIG_KEYS and key not in KEY_ALIASES:
             raise ConfigError(f"unknown key {key!r} in {path}")
     return table
 
@@ -439,7 +458,7 @@ def convert(key: str, value: object, *, name: str) -> object:
     if key in ("cluster_id", "log_level", "log_format", "ssl_client_auth"):
         text = expect(str, value, name=name)
         return text.lower() if key in ("log_level", "log_format") else text
-    if key in ("fsync", "authorizer", "metrics"):
+    if key in ("fsync", "authorizer", "metrics", "auto_create_topics_enable"):
         return expect(bool, value, name=name)
     if key == "super_users":
         text = expect(str, value, name=name)

@@ -16,6 +16,10 @@ Rules of this file:
   nothing of it is appended.
 - Topic changes go through the metadata log and are answered once applied on this node;
   only the metadata leader (the "controller") takes them.
+- Auto-creation is Kafka's auto.create.topics.enable, off by default: with it on, a Metadata
+  request that allows it (allow_auto_topic_creation, v4+; always before) and names an
+  unknown topic creates it as CreateTopics would with the broker's defaults, and answers
+  LEADER_NOT_AVAILABLE for it, so the client asks again until its partitions have leaders.
 """
 
 from __future__ import annotations
@@ -148,7 +152,12 @@ async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
             if name != METADATA_TOPIC
         ]
     else:
-        topics = [asked_topic(broker, cls, topic, with_operations) for topic in asked]
+        allow = bool(getattr(body, "allow_auto_topic_creation", True))
+        topics = [
+            await auto_created(broker, cls, topic, allow)
+            or asked_topic(broker, cls, topic, with_operations)
+            for topic in asked
+        ]
     controller = broker.controller_id()
     # Never name a node the broker list lacks: clients would fail on the unknown id.
     controller = controller if reachable(broker, controller) else -1
@@ -164,6 +173,40 @@ async def metadata(broker: BrokerView, request: KafkaRequest) -> Any:
         topics=topics,
         authorized_operations=cluster_operations,
         error_code=0,
+    )
+
+
+class AutoCreatedTopic(NamedTuple):
+    """A topic as auto-creation asks `create_topic` for it: the broker's defaults."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: tuple[Any, ...] = ()
+
+
+async def auto_created(broker: BrokerView, cls: Any, topic: Any, allow: bool) -> Any | None:
+    """The answer for an unknown topic this request creates (this module's rules): the
+    creation's error, or LEADER_NOT_AVAILABLE once it is created; None when the topic is
+    not one to create (known, internal, not named, or creation not asked for or off)."""
+    name = topic.name
+    if not (allow and broker.config.auto_create_topics_enable):
+        return None
+    if not isinstance(name, str) or not name or name in broker.image.topics:
+        return None
+    if name in INTERNAL_TOPICS or name == METADATA_TOPIC:
+        return None
+    if not allowed(broker, DESCRIBE, TOPIC, name):  # answered as any undescribable topic
+        return None
+    code, message, _ = await create_topic(broker, AutoCreatedTopic(name), validate_only=False)
+    if code is ErrorCode.NONE:
+        log.info("auto-created topic %s for a Metadata request", name)
+    if code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+        code = ErrorCode.LEADER_NOT_AVAILABLE
+    else:
+        log.info("did not auto-create topic %s: %s", name, message or code.name)
+    return cls.MetadataResponseTopic(
+        error_code=int(code), name=name, is_internal=False, partitions=[]
     )
 
 

@@ -293,11 +293,27 @@ class PartitionRunner:
     def apply_retention(self, wall_ms: int) -> None:
         """Delete segments past retention.ms / retention.bytes (never at or above the HWM
         the log saved), saving the idempotent producers' snapshot at the new log start with
-        it, then tell the replica where its log starts now."""
+        it, then tell the replica where its log starts now; one INFO line per round that
+        deletes any."""
 
         def retain(replica: Replica) -> None:
-            if self.storage.apply_retention(wall_ms, replica.producer_snapshot):
-                replica.note_log_start(self.storage.log_start_offset)
+            before = self.storage.log_start_offset
+            deleted = self.storage.apply_retention(wall_ms, replica.producer_snapshot)
+            if deleted:
+                start = self.storage.log_start_offset
+                replica.note_log_start(start)
+                log.info(
+                    "%s-%d: retention deleted %d segment%s (offsets %d-%d); log start offset "
+                    "now %d",
+                    self.key.topic,
+                    self.key.partition,
+                    deleted,
+                    "" if deleted == 1 else "s",
+                    before,
+                    start - 1,
+                    start,
+                    extra=self._fields(),
+                )
 
         self.submit(retain)
 
@@ -334,6 +350,15 @@ class PartitionRunner:
             await waiter
         finally:
             self.hwm_waiters.discard(waiter)
+
+    def data_end_offset(self, hwm: Offset) -> Offset:
+        """The offset after the last data record below `hwm` (this replica's HWM): `hwm`
+        less the control batches at the top of the log below it (new leaders'), which a
+        consumer group's lag does not count (`DiskStorage.data_end_offset`). `hwm` itself
+        while a worker thread repairs the log or the log waits for its disk."""
+        if self.busy or self.disk_error is not None:
+            return hwm
+        return self.storage.data_end_offset(hwm)
 
     # ---------------------------------------------------------------- the round --------
     async def _drive(self) -> None:

@@ -24,6 +24,7 @@ from tidelog.tools.client_kafka import (
     wait_for_leaders,
 )
 from tidelog.tools.client_options import client_options, json_option, reports_errors
+from tidelog.tools.kafka_spellings import topic_argument
 
 
 def add_partitions(client: ClientSettings, topic: str, count: int) -> None:
@@ -42,7 +43,7 @@ def add_partitions(client: ClientSettings, topic: str, count: int) -> None:
 
 
 @click.command("add-partitions")
-@click.argument("name")
+@topic_argument(name="name")
 @click.option("--partitions", type=click.IntRange(min=1), required=True, help="The new count.")
 @client_options
 @json_option
@@ -50,7 +51,7 @@ def add_partitions(client: ClientSettings, topic: str, count: int) -> None:
 def add_partitions_command(
     name: str, partitions: int, client: ClientSettings, as_json: bool
 ) -> None:
-    """Grow topic NAME to --partitions partitions (kafka-topics --alter --partitions)."""
+    """Grow topic TOPIC to --partitions partitions (kafka-topics --alter --partitions)."""
     add_partitions(client, name, partitions)
     if as_json:
         click.echo(f'{{"topic": "{name}", "partitions": {partitions}}}')
@@ -92,18 +93,25 @@ def alter_config(
     # kafka-python answers each resource with None, or an error as "[Error N] Name: text".
     outcome: Any = result.get("topic", {}).get(topic) if isinstance(result, dict) else None
     if isinstance(outcome, str) and outcome.startswith("[Error"):
-        raise ClientError(outcome.split("] ", 1)[-1])
+        raise ClientError(broker_message(outcome))
     if outcome is not None and int(getattr(outcome, "errno", None) or 0) != 0:
         raise ClientError(str(getattr(outcome, "message", None) or type(outcome).__name__))
 
 
+def broker_message(outcome: str) -> str:
+    """The broker's own message in kafka-python's "[Error N] Name: message", as `topics
+    create` prints it for the same refusal; the error's name when the broker sent none."""
+    name, _, message = outcome.split("] ", 1)[-1].partition(": ")
+    return message if message and message != "None" else name
+
+
 @click.command("describe-configs")
-@click.argument("name")
+@topic_argument(name="name")
 @client_options
 @json_option
 @reports_errors
 def describe_configs_command(name: str, client: ClientSettings, as_json: bool) -> None:
-    """Every config of topic NAME in force, and where it comes from (kafka-configs
+    """Every config of topic TOPIC in force, and where it comes from (kafka-configs
     --describe --all): TOPIC (set for the topic) or DEFAULT."""
     configs = describe_configs(client, name)
     if as_json:
@@ -116,7 +124,7 @@ def describe_configs_command(name: str, client: ClientSettings, as_json: bool) -
 
 
 @click.command("alter-config")
-@click.argument("name")
+@topic_argument(name="name")
 @click.option("--set", "settings", multiple=True, metavar="K=V", help="Set a config.")
 @click.option("--delete", "deletions", multiple=True, metavar="K", help="Back to the default.")
 @client_options
@@ -124,7 +132,7 @@ def describe_configs_command(name: str, client: ClientSettings, as_json: bool) -
 def alter_config_command(
     name: str, settings: tuple[str, ...], deletions: tuple[str, ...], client: ClientSettings
 ) -> None:
-    """Change configs of topic NAME (kafka-configs --alter --add-config / --delete-config);
+    """Change configs of topic TOPIC (kafka-configs --alter --add-config / --delete-config);
     the replicas follow at once (retention, segments, min.insync.replicas)."""
     if not settings and not deletions:
         raise ClientError("name what to change: --set K=V or --delete K")

@@ -112,6 +112,23 @@ BROKER_MODULE = "tidelog.server.app"
     type=int,
     help="A broker not heard from this long is fenced: out of Metadata (default 9000).",
 )
+@click.option(
+    "--auto-create-topics-enable/--no-auto-create-topics-enable",
+    default=None,
+    help="Create an unknown topic a client's Metadata request names and allows creating, "
+    "with --num-partitions and --default-replication-factor (Kafka's "
+    "auto.create.topics.enable; default: off).",
+)
+@click.option(
+    "--num-partitions",
+    type=int,
+    help="Partitions of a topic created without a count (Kafka's num.partitions; default 1).",
+)
+@click.option(
+    "--default-replication-factor",
+    type=int,
+    help="Replicas of a topic created without a factor (default: min(3, nodes)).",
+)
 def broker(config_file: Path | None, **flags: object) -> None:
     """Run one broker in the foreground until SIGTERM; logs go to stderr."""
     try:

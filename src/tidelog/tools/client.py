@@ -10,6 +10,9 @@ them read ours. Rules:
   `ClientSettings`; the defaults are a running local cluster's (a secure one's SASL_SSL
   listeners and `client-sasl.properties`), else 127.0.0.1:9092.
 - Every command takes `--json`: machine-readable output on stdout, its shape in the help.
+- Kafka's tools' spellings work too (tools/kafka_spellings.py): `--topic` for the TOPIC
+  argument, `--property KEY=VALUE` for the console tools' flags, and `topics --create`,
+  `--describe`, `--alter`, `--list`, `--delete` for the topics commands.
 - The Kafka-format lines are plain text, byte for byte; rich is used only for `--table`.
 - Expected failures (`ClientError`) print `error: ...` on stderr and exit 1, never a
   traceback; click's own usage errors exit 2.
@@ -51,12 +54,20 @@ from tidelog.tools.client_kafka import (
     parse_offset_time,
     topic_configs_of,
 )
-from tidelog.tools.client_options import client_options, json_option, reports_errors
+from tidelog.tools.client_options import (
+    client_options,
+    consumer_property_option,
+    json_option,
+    producer_property_option,
+    reports_errors,
+)
+from tidelog.tools.client_properties import ClientProperties
 from tidelog.tools.client_records import (
     NO_TIMESTAMP_TYPE,
     ConsumedRecord,
     ConsumeOptions,
     Header,
+    HeaderFormat,
     ProduceOptions,
     consume_records,
     produce_lines,
@@ -68,6 +79,15 @@ from tidelog.tools.client_status import (
     local_bootstraps,
     local_cluster_directory,
     replica_statuses,
+)
+from tidelog.tools.kafka_spellings import (
+    TOPICS_VERBS,
+    KafkaTopicsGroup,
+    ProducerProperties,
+    consumer_layout,
+    producer_properties,
+    property_option,
+    topic_argument,
 )
 
 __all__ = [
@@ -100,13 +120,18 @@ def echo_json(value: object) -> None:
 # topics
 
 
-@click.group()
+@click.group(
+    cls=KafkaTopicsGroup,
+    epilog="kafka-topics' verbs work too: "
+    + ", ".join(f"{verb} is {command}" for verb, command in TOPICS_VERBS.items())
+    + ", e.g. tidelog topics --create --topic t --partitions 3 --replication-factor 3.",
+)
 def topics() -> None:
     """Create, list, describe and delete topics (kafka-topics)."""
 
 
 @topics.command("create")
-@click.argument("name")
+@topic_argument(name="name")
 @click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--replication-factor", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--config", "configs", multiple=True, metavar="K=V", help="Topic config; repeat.")
@@ -122,7 +147,7 @@ def topics_create(
     client: ClientSettings,
     as_json: bool,
 ) -> None:
-    """Create topic NAME. Prints `Created topic NAME.`
+    """Create topic TOPIC. Prints `Created topic TOPIC.`
 
     --json: {"topic": NAME, "partitions": P, "replication_factor": R, "configs": {k: v}}
     """
@@ -165,12 +190,12 @@ def topics_list(client: ClientSettings, as_json: bool) -> None:
 
 
 @topics.command("delete")
-@click.argument("name")
+@topic_argument(name="name")
 @client_options
 @json_option
 @reports_errors
 def topics_delete(name: str, client: ClientSettings, as_json: bool) -> None:
-    """Delete topic NAME. Prints `Deleted topic NAME.`
+    """Delete topic TOPIC. Prints `Deleted topic TOPIC.`
 
     --json: {"topic": NAME, "deleted": true}
     """
@@ -293,7 +318,7 @@ def render_table(
 
 
 @topics.command("describe")
-@click.argument("name", required=False)
+@topic_argument(name="name", required=False)
 @click.option("--table", is_flag=True, help="A table, one row per replica (rich).")
 @click.option(
     "--under-replicated-partitions",
@@ -323,7 +348,7 @@ def topics_describe(
     client: ClientSettings,
     as_json: bool,
 ) -> None:
-    """Describe topic NAME (or every topic), one line per partition as kafka-topics does:
+    """Describe topic TOPIC (or every topic), one line per partition as kafka-topics does:
 
     \b
     Topic: t	PartitionCount: 1	ReplicationFactor: 3	ReplicationMode: quorum
@@ -414,7 +439,7 @@ def read_lines(stream: BinaryIO, *, line_bytes_max: int) -> Iterator[bytes | Cli
 
 
 @click.command()
-@click.argument("topic")
+@topic_argument()
 @click.option(
     "--acks",
     type=click.Choice(["all", "-1", "1", "0"]),
@@ -459,6 +484,8 @@ def read_lines(stream: BinaryIO, *, line_bytes_max: int) -> Iterator[bytes | Cli
     help="The longest line sent as a record; a longer one fails (the topic's "
     "max.message.bytes still applies).",
 )
+@property_option
+@producer_property_option
 @client_options
 @json_option
 @reports_errors
@@ -471,6 +498,8 @@ def produce(
     headers: tuple[str, ...],
     timestamp_ms: int | None,
     line_bytes_max: int,
+    properties: tuple[str, ...],
+    producer_config: ClientProperties,
     client: ClientSettings,
     as_json: bool,
 ) -> None:
@@ -480,19 +509,35 @@ def produce(
     produced` on stderr, and each failed line's or send's error; exits 1 if any record
     failed (the others are sent).
 
+    \b
+    --property KEY=VALUE, kafka-console-producer's (true/false or text):
+    parse.key=true        each line is KEY<key.separator>VALUE (--key-separator S is
+                          parse.key=true with key.separator=S)
+    key.separator=S       default a tab; only with parse.key=true, as in Kafka
+    parse.headers=true    each line starts with H1:V1,H2:V2<headers.delimiter>
+    headers.delimiter=S   default a tab
+    headers.separator=S   default ","
+    headers.key.separator=S  default ":"
+    ignore.error=true     a line without a separator is sent anyway: no key (or no
+                          headers), the rest of the line the value
+
     --json (stdout): {"topic", "produced": N, "failed": N, "errors": [..],
     "last_offsets": {"PARTITION": OFFSET}}
     """
     if key_separator == "":
         raise ClientError("--key-separator must not be empty")
+    given = producer_properties(properties)
     options = ProduceOptions(
         topic=topic,
         acks=acks,
-        key_separator=None if key_separator is None else key_separator.encode(),
+        key_separator=line_key_separator(key_separator, given),
         partition=partition,
         headers=tuple(parse_header(text) for text in headers),
         timestamp_ms=timestamp_ms,
         line_bytes_max=line_bytes_max,
+        header_format=header_format(given),
+        ignore_error=given.ignore_error,
+        properties=producer_config,
     )
     lines = read_lines(sys.stdin.buffer, line_bytes_max=line_bytes_max)
     summary = produce_lines(client, options, lines)
@@ -514,9 +559,31 @@ def produce(
         raise SystemExit(1)
 
 
-def null_or(data: bytes | None) -> bytes:
-    """kafka-console-consumer's null.literal for a missing key, value or header value."""
-    return b"null" if data is None else data
+def line_key_separator(flag: str | None, given: ProducerProperties) -> bytes | None:
+    """The separator of each line's key, from --key-separator or parse.key/key.separator;
+    None: lines have no key. ClientError when the two spellings disagree."""
+    if flag is None:
+        return given.key_separator if given.parse_key else None
+    if given.parse_key is False:
+        raise ClientError("--key-separator and --property parse.key=false exclude each other")
+    if given.key_separator_given and given.key_separator != utf8(flag):
+        raise ClientError("--key-separator and --property key.separator differ: give one")
+    return utf8(flag)
+
+
+def header_format(given: ProducerProperties) -> HeaderFormat | None:
+    """How each line's own headers are laid out (parse.headers=true), else None."""
+    if not given.parse_headers:
+        return None
+    return HeaderFormat(
+        given.headers_delimiter, given.headers_separator, given.headers_key_separator
+    )
+
+
+def null_or(data: bytes | None, null: bytes = b"null") -> bytes:
+    """`data`, or kafka-console-consumer's null.literal for a missing key, value or header
+    value."""
+    return null if data is None else data
 
 
 def joined_headers(headers: tuple[Header, ...], *, pair: bytes, null: bytes) -> bytes:
@@ -535,36 +602,56 @@ def timestamp_text(record: ConsumedRecord) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class TextLayout:
-    """Which fields `record_text` prints besides the value: the --print-* flags."""
+    """What `record_text` prints: the --print-* flags, and kafka-console-consumer's
+    --property settings (print.value, key.separator, headers.separator,
+    headers.key.separator, null.literal), its defaults where not given."""
 
     print_offset: bool = False
     print_key: bool = False
     print_timestamp: bool = False
     print_headers: bool = False
+    print_partition: bool = False
+    print_value: bool = True
+    separator: bytes = b"\t"
+    headers_separator: bytes = b","
+    headers_key_separator: bytes = b":"
+    null_literal: bytes = b"null"
 
     def flags(self) -> list[str]:
-        """The --print-* flags that are on."""
-        return [f"--{f.name.replace('_', '-')}" for f in fields(self) if getattr(self, f.name)]
+        """The --print-* flags that are on, and --property when a setting differs from the
+        default (what --format excludes)."""
+        default = TextLayout()
+        changed = [
+            f.name for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)
+        ]
+        named = [name for name in changed if name.startswith("print_") and name != "print_value"]
+        rest = ["--property"] if len(named) < len(changed) else []
+        return [f"--{name.replace('_', '-')}" for name in named] + rest
 
 
 def record_text(record: ConsumedRecord, layout: TextLayout) -> bytes:
-    """One record as kafka-console-consumer's formatter lays it out: tab-separated fields
-    in its order (timestamp, partition and offset, headers, key, value), `null` for a
-    missing key or value, NO_HEADERS for none. Our partition and offset are one
-    `PARTITION:OFFSET:` prefix of the field after them, as tidelog always printed them."""
+    """One record as kafka-console-consumer 3.x's DefaultMessageFormatter lays it out: its
+    fields in its order (CreateTime:MS, Partition:P, Offset:O, headers, key, value) joined
+    by key.separator (a tab), null.literal for a missing key, value or header value,
+    NO_HEADERS for none."""
     fields: list[bytes] = []
     if layout.print_timestamp:
         fields.append(timestamp_text(record))
-    prefix = f"{record.partition}:{record.offset}:".encode() if layout.print_offset else b""
+    if layout.print_partition:
+        fields.append(f"Partition:{record.partition}".encode())
+    if layout.print_offset:
+        fields.append(f"Offset:{record.offset}".encode())
     if layout.print_headers:
-        shown = joined_headers(record.headers, pair=b":", null=b"null")
-        fields.append(prefix + (shown if record.headers else b"NO_HEADERS"))
-        prefix = b""
+        pair, null = layout.headers_key_separator, layout.null_literal
+        shown = layout.headers_separator.join(
+            key.encode() + pair + null_or(value, null) for key, value in record.headers
+        )
+        fields.append(shown if record.headers else b"NO_HEADERS")
     if layout.print_key:
-        fields.append(prefix + null_or(record.key))
-        prefix = b""
-    fields.append(prefix + null_or(record.value))
-    return b"\t".join(fields)
+        fields.append(null_or(record.key, layout.null_literal))
+    if layout.print_value:
+        fields.append(null_or(record.value, layout.null_literal))
+    return layout.separator.join(fields)
 
 
 def record_json(record: ConsumedRecord) -> str:
@@ -656,7 +743,22 @@ def record_renderer(
         return RecordFormat.parse(format_text).render
     if as_json:
         return lambda record: record_json(record).encode() + b"\n"
+    if not any(getattr(layout, f.name) for f in fields(layout) if f.name.startswith("print_")):
+        return lambda record: b""  # no field at all: Kafka's formatter prints nothing
     return lambda record: record_text(record, layout) + b"\n"
+
+
+def text_layout(flags: dict[str, bool], properties: tuple[str, ...]) -> TextLayout:
+    """The layout of the --print-* `flags` that are on and the --property settings;
+    ClientError when a flag is on that a property turns off."""
+    settings = consumer_layout(properties)
+    for name, on in flags.items():
+        if on and settings.get(name) is False:
+            flag = "--" + name.replace("_", "-")
+            raise ClientError(f"{flag} and --property {name.replace('_', '.')}=false disagree")
+        if on:
+            settings[name] = True
+    return TextLayout(**settings)
 
 
 def start_offset(
@@ -729,7 +831,7 @@ def print_records(
 
 
 @click.command()
-@click.argument("topic")
+@topic_argument()
 @click.option("--from-beginning", is_flag=True, help="Start at the log start offset.")
 @click.option(
     "--offset",
@@ -750,7 +852,8 @@ def print_records(
     default=None,
     help="Exit when no record arrives for this long (default: follow until Ctrl-C).",
 )
-@click.option("--print-offset", is_flag=True, help="Print PARTITION:OFFSET:VALUE.")
+@click.option("--print-partition", is_flag=True, help="Print Partition:P<TAB> before the offset.")
+@click.option("--print-offset", is_flag=True, help="Print Offset:O<TAB> before the headers.")
 @click.option("--print-key", is_flag=True, help="Print KEY<TAB>VALUE.")
 @click.option("--print-timestamp", is_flag=True, help="Print CreateTime:MS<TAB> first.")
 @click.option(
@@ -764,6 +867,8 @@ def print_records(
     help="Print each record as kcat -f does (see below); excludes --json and --print-*.",
 )
 @click.option("--group", default=None, help="Join this consumer group and commit offsets.")
+@property_option
+@consumer_property_option
 @client_options
 @json_option
 @reports_errors
@@ -775,12 +880,15 @@ def consume(
     partition: int | None,
     max_messages: int | None,
     timeout_ms: int | None,
+    print_partition: bool,
     print_offset: bool,
     print_key: bool,
     print_timestamp: bool,
     print_headers: bool,
     format_text: str | None,
     group: str | None,
+    properties: tuple[str, ...],
+    consumer_config: ClientProperties,
     client: ClientSettings,
     as_json: bool,
 ) -> None:
@@ -796,7 +904,13 @@ def consume(
 
     \b
     The --print-* fields come in kafka-console-consumer's order:
-    CreateTime:MS<TAB>PARTITION:OFFSET:K1:V1,K2:V2<TAB>KEY<TAB>VALUE
+    CreateTime:MS<TAB>Partition:P<TAB>Offset:O<TAB>K1:V1,K2:V2<TAB>KEY<TAB>VALUE
+
+    \b
+    --property KEY=VALUE, kafka-console-consumer's: print.timestamp, print.partition,
+    print.offset, print.headers, print.key, print.value (true/false; print.value is true
+    unless turned off), key.separator (between fields, default a tab), headers.separator
+    (","), headers.key.separator (":"), null.literal ("null").
 
     \b
     --format FMT (kcat's -f), nothing added at the end:
@@ -809,7 +923,14 @@ def consume(
     "timestamp_type", "headers": [[KEY, VALUE], ..], "key", "value"} per record; key, value
     and header values as UTF-8 text (invalid bytes replaced by U+FFFD) or null.
     """
-    layout = TextLayout(print_offset, print_key, print_timestamp, print_headers)
+    flags = {
+        "print_partition": print_partition,
+        "print_offset": print_offset,
+        "print_key": print_key,
+        "print_timestamp": print_timestamp,
+        "print_headers": print_headers,
+    }
+    layout = text_layout(flags, properties)
     render = record_renderer(format_text, as_json=as_json, layout=layout)
     check_start(offset=offset, partition=partition, from_beginning=from_beginning)
     options = ConsumeOptions(
@@ -820,6 +941,7 @@ def consume(
         max_messages=max_messages,
         idle_timeout_ms=timeout_ms,
         group=group,
+        properties=consumer_config,
     )
     with stopped_by_signals() as stopping:
         records = consume_records(client, options, stop=stopping.is_set, warn=echo_warning)
@@ -835,7 +957,7 @@ def echo_warning(message: str) -> None:
 
 
 @click.command("get-offsets")
-@click.argument("topic")
+@topic_argument()
 @click.option(
     "--time",
     "time_spec",
@@ -866,7 +988,7 @@ def get_offsets(
 
 
 @click.command("delete-records")
-@click.argument("topic")
+@topic_argument()
 @click.option("--partition", type=click.IntRange(min=0), required=True)
 @click.option(
     "--offset",

@@ -13,9 +13,16 @@ printing belongs to `tools/client.py`. Rules:
   within PROBE_TIMEOUT_MS: a broker that is down or paused costs at most that, never
   kafka-python's whole bootstrap or request timeout. When none answers, NoBroker names
   every address tried and why.
+- A broker that did not answer the probe stays known as unresponsive: every kafka-python
+  client built here (`ClientSettings.kafka_python`) sends the requests any broker may answer
+  (Metadata, InitProducerId, FindCoordinator, ...) to the others while any of them is
+  listed (`SteeredManager`). A paused broker stays in Metadata until the controller fences
+  it; without this, kafka-python picks it at random and waits out the connection's setup.
 - An admin request that fails retriably (a leader or controller changing, a connection
-  lost: kafka-python's `retriable` errors) is asked again on a fresh client, with backoff,
-  for up to RETRY_DEADLINE_S (`ask_admin`).
+  lost, a request timed out: kafka-python's `retriable` errors) is asked again on a fresh
+  client, with backoff from retry.backoff.ms doubling up to retry.backoff.max.ms, until
+  default.api.timeout.ms (`ask_admin`, Kafka's AdminClient defaults in `ClientTiming`);
+  then it fails with one line naming the error and that timeout (`GaveUp`).
 - `create_topic` returns once every partition has a leader (TOPIC_READY_TIMEOUT_S at
   most), so a produce right after it finds one.
 - Every wait has a named maximum (`*_MS` below), so no command can hang forever.
@@ -23,6 +30,7 @@ printing belongs to `tools/client.py`. Rules:
     TidelogError
     └── ClientError         a client command failed in an expected way; message for the user
         ├── NoBroker        no broker answers at any bootstrap address
+        ├── GaveUp          a request kept failing retriably until its timeout
         └── UnknownTopic    the cluster does not know the topic (or partition)
 """
 
@@ -37,11 +45,13 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Final, TypeVar
 
 from tidelog.address import format_address, parse_address
 from tidelog.client_config import PLAINTEXT, ClientSecurity, security_of
 from tidelog.errors import TidelogError
+from tidelog.tools.client_properties import DEFAULT_TIMING, ClientTiming
 
 # kafka-python 3.0.12 loads its JSON schemas with a deprecated importlib call at import time.
 with warnings.catch_warnings():
@@ -54,25 +64,35 @@ with warnings.catch_warnings():
         OffsetAndMetadata,
         TopicPartition,
     )
+    from kafka.net.compat import KafkaNetClient
+    from kafka.net.manager import KafkaConnectionManager
+    from kafka.net.selector import NetworkSelector
     from kafka.protocol.consumer.offsets import OffsetSpec
 
 PROBE_TIMEOUT_MS: Final = 2_000
 """How long the probe of one bootstrap address (connect, ApiVersions) may take."""
-RETRY_DEADLINE_S: Final = 30.0
-RETRY_BACKOFF_S: Final = (0.1, 2.0)  # first and largest wait between attempts
 TOPIC_READY_TIMEOUT_S: Final = 30.0
+TOPIC_READY_POLL_S: Final = 0.1
 BOOTSTRAP_TIMEOUT_MS: Final = 10_000
-"""How long a kafka-python client may take to fetch its first metadata."""
-REQUEST_TIMEOUT_MS: Final = 15_000
-"""How long one request to a broker may take."""
+"""How long a kafka-python client may take to fetch its first metadata (from brokers that
+answered the probe)."""
 DEFAULT_PORT: Final = 9092
 
 KAFKA_CLIENT_ID: Final = "tidelog-cli"
 API_VERSIONS: Final = 18  # the Kafka API key the probe asks
 T = TypeVar("T")
 
+KafkaTimeoutError: Final = kafka_errors_module.KafkaTimeoutError
+
 # kafka-python's clients, imported once above (quietly) for `client_records`.
-__all__ = ["KafkaConsumer", "KafkaProducer", "OffsetAndMetadata", "OffsetSpec", "TopicPartition"]
+__all__ = [
+    "KafkaConsumer",
+    "KafkaProducer",
+    "KafkaTimeoutError",
+    "OffsetAndMetadata",
+    "OffsetSpec",
+    "TopicPartition",
+]
 
 
 class ClientError(TidelogError):
@@ -90,6 +110,16 @@ class NoBroker(ClientError):
         )
         super().__init__(f"no broker at {where} (is the cluster up? tidelog cluster up ...)")
         self.bootstrap = bootstrap
+
+
+class GaveUp(ClientError):
+    """A request failed retriably on every attempt until the timeout that bounds it."""
+
+    def __init__(self, error: BaseException, *, timeout_name: str, timeout_ms: int) -> None:
+        cause = error.__cause__ if isinstance(error, ClientError) and error.__cause__ else error
+        super().__init__(
+            f"{describe_kafka_error(cause)} (still failing after {timeout_name}={timeout_ms})"
+        )
 
 
 class UnknownTopic(ClientError):
@@ -110,21 +140,76 @@ class ClientSettings:
     bootstrap: str
     properties: Mapping[str, str] = field(default_factory=dict)
     security: ClientSecurity = PLAINTEXT
+    timing: ClientTiming = DEFAULT_TIMING
+    unresponsive: frozenset[tuple[str, int]] = frozenset()
+    """Broker addresses that did not answer the probe: asked only when no other can be."""
 
     @classmethod
     def of(cls, bootstrap: str, properties: Mapping[str, str]) -> ClientSettings:
         """Settings of client properties (without bootstrap.servers); ClientConfigError when
-        their security settings are wrong."""
-        return cls(bootstrap, dict(properties), security_of(properties))
+        their security or timing settings are wrong."""
+        timing = DEFAULT_TIMING.with_properties(properties, "")
+        return cls(bootstrap, dict(properties), security_of(properties), timing)
 
     def at(self, bootstrap: str) -> ClientSettings:
         """The same settings for other brokers (the controller, say)."""
         return replace(self, bootstrap=bootstrap)
 
+    def timed(self, timing: ClientTiming) -> ClientSettings:
+        return replace(self, timing=timing)
+
     @property
     def kafka_python(self) -> dict[str, Any]:
-        """kafka-python's keyword arguments: bootstrap_servers and the security ones."""
-        return {"bootstrap_servers": self.bootstrap, **self.security.kafka_python()}
+        """kafka-python's keyword arguments: bootstrap_servers, the security ones, the
+        request timeout and retry backoff, and the client that steers around the
+        unresponsive brokers."""
+        return {
+            "bootstrap_servers": self.bootstrap,
+            **self.security.kafka_python(),
+            "request_timeout_ms": self.timing.request_timeout_ms,
+            "retry_backoff_ms": self.timing.retry_backoff_ms,
+            "kafka_client": partial(steered_client, unresponsive=self.unresponsive),
+        }
+
+
+class SteeredManager(KafkaConnectionManager):  # type: ignore[misc]
+    """kafka-python's connection manager, but the node it picks for a request any broker
+    may answer is one not known as unresponsive, while such a node is listed."""
+
+    def __init__(self, net: Any, *, unresponsive: frozenset[tuple[str, int]], **configs: Any):
+        super().__init__(net, **configs)
+        self.unresponsive = unresponsive
+
+    def least_loaded_node(self) -> Any:
+        chosen = super().least_loaded_node()
+        if chosen is None or not self.is_unresponsive(chosen):
+            return chosen
+        # Every other listed node, in kafka-python's order of preference: connected and
+        # idle, else not in reconnect backoff with the fewest requests in flight.
+        others = [
+            broker.node_id
+            for broker in self.cluster.brokers()
+            if not self.is_unresponsive(broker.node_id)
+            and self.connection_delay(broker.node_id) <= 0
+        ]
+        if not others:
+            return chosen
+        return min(others, key=self.in_flight_count)
+
+    def is_unresponsive(self, node_id: Any) -> bool:
+        broker = self.cluster.broker_metadata(node_id)
+        return broker is not None and (broker.host, broker.port) in self.unresponsive
+
+    def in_flight_count(self, node_id: Any) -> int:
+        conn = self._conns.get(node_id)
+        return 0 if conn is None else len(conn.in_flight_requests)
+
+
+def steered_client(*, unresponsive: frozenset[tuple[str, int]], **configs: Any) -> Any:
+    """kafka-python's client (its `kafka_client` setting) with a SteeredManager."""
+    net = NetworkSelector(**configs)
+    manager = SteeredManager(net, unresponsive=unresponsive, **configs)
+    return KafkaNetClient(net=net, manager=manager, **configs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +279,8 @@ def answering(client: ClientSettings) -> ClientSettings:
     if not alive:
         tried = {name: str(why) for name, why in zip(named, outcomes, strict=True)}
         raise NoBroker(client.bootstrap, tried)
-    return client.at(",".join(alive))
+    silent = {address for address, why in zip(addresses, outcomes, strict=True) if why}
+    return replace(client.at(",".join(alive)), unresponsive=client.unresponsive | silent)
 
 
 def describe_kafka_error(error: BaseException) -> str:
@@ -246,7 +332,6 @@ def admin_client(client: ClientSettings) -> Iterator[Any]:
             **client.kafka_python,
             client_id=KAFKA_CLIENT_ID,
             bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
-            request_timeout_ms=REQUEST_TIMEOUT_MS,
         )
         try:
             yield admin
@@ -260,6 +345,8 @@ def is_retriable(error: BaseException) -> bool:
     cause = error if isinstance(error, kafka_errors_module.KafkaError) else error.__cause__
     if isinstance(cause, kafka_errors_module.KafkaTimeoutError) and "bootstrap" in str(cause):
         return False  # kafka_errors said who did not let the client in
+    if isinstance(cause, kafka_errors_module.UnknownTopicOrPartitionError):
+        return False  # a final answer for a named topic, as Kafka's AdminClient takes it
     # UnknownBrokerIdError: kafka-python's word for a partition whose leader is -1 (being
     # elected, as right after a topic is created).
     return bool(getattr(cause, "retriable", False)) or isinstance(
@@ -270,20 +357,38 @@ def is_retriable(error: BaseException) -> bool:
     )
 
 
-def ask_admin(client: ClientSettings, ask: Callable[[Any], T], *, needs: str = "this request") -> T:
-    """`ask(admin)` on a fresh admin client, asked again with backoff while it fails
-    retriably, for up to RETRY_DEADLINE_S; its answer, or the last error."""
-    deadline = time.monotonic() + RETRY_DEADLINE_S
-    wait_s, wait_max_s = RETRY_BACKOFF_S
+def retrying(client: ClientSettings, attempt: Callable[[], T]) -> T:
+    """`attempt()`, tried again after a retriable ClientError with backoff (retry.backoff.ms
+    doubling up to retry.backoff.max.ms) until default.api.timeout.ms; its answer, the
+    first error that is not retriable, or GaveUp naming the last error and the timeout."""
+    timing = client.timing
+    deadline = time.monotonic() + timing.default_api_timeout_ms / 1000
+    wait_s = timing.retry_backoff_ms / 1000
     while True:
         try:
-            with admin_client(client) as admin, kafka_errors(client, needs=needs):
-                return ask(admin)
+            return attempt()
         except ClientError as error:
-            if not is_retriable(error) or time.monotonic() + wait_s > deadline:
+            if not is_retriable(error):
                 raise
+            if time.monotonic() + wait_s >= deadline:
+                raise GaveUp(
+                    error,
+                    timeout_name="default.api.timeout.ms",
+                    timeout_ms=timing.default_api_timeout_ms,
+                ) from (error.__cause__ or error)
         time.sleep(wait_s)
-        wait_s = min(wait_s * 2, wait_max_s)
+        wait_s = min(wait_s * 2, max(timing.retry_backoff_max_ms, timing.retry_backoff_ms) / 1000)
+
+
+def ask_admin(client: ClientSettings, ask: Callable[[Any], T], *, needs: str = "this request") -> T:
+    """`ask(admin)` on a fresh admin client, asked again while it fails retriably
+    (`retrying`); its answer, or the error."""
+
+    def attempt() -> T:
+        with admin_client(client) as admin, kafka_errors(client, needs=needs):
+            return ask(admin)
+
+    return retrying(client, attempt)
 
 
 def create_topic(
@@ -328,7 +433,7 @@ def wait_for_leaders(client: ClientSettings, topic: str) -> None:
         leaderless = [p.partition for p in partitions if p.leader < 0]
         if partitions and not leaderless:
             return
-        time.sleep(RETRY_BACKOFF_S[0])
+        time.sleep(TOPIC_READY_POLL_S)
     raise ClientError(
         f"topic '{topic}' was created, but partitions {leaderless or 'all'} have no leader "
         f"after {TOPIC_READY_TIMEOUT_S:g} s"

@@ -8,7 +8,13 @@ Rules of this file:
   `$TIDELOG_COMMAND_CONFIG`, else (only when `--bootstrap-server` is not given either) a
   running secure local cluster's `DIR/client-sasl.properties`; else none: PLAINTEXT. The
   bootstrap: `--bootstrap-server`, else the file's `bootstrap.servers`, else the running
-  local cluster's, else 127.0.0.1:9092.
+  local cluster's, else 127.0.0.1:9092. A data directory given explicitly (`--data-dir`,
+  `$TIDELOG_DATA_DIR`) without `cluster.json` is an error naming it, when the bootstrap
+  would come from it.
+- `--command-config`'s timing keys (request.timeout.ms, retry.backoff.ms,
+  retry.backoff.max.ms, default.api.timeout.ms) set every request's timeout and retries
+  (`ClientSettings.timing`); `produce --producer-property` and `consume --consumer-property`
+  take Kafka's producer and consumer settings (`client_properties` checks and maps them).
 - A bad file or setting, like every expected failure of a client command (`ClientError`,
   `ClientConfigError`), prints `error: ...` on stderr and exits 1, never a traceback.
 """
@@ -25,12 +31,20 @@ import click
 
 from tidelog.client_config import ClientConfigError, read_properties
 from tidelog.tools.client_kafka import ClientError, ClientSettings
+from tidelog.tools.client_properties import (
+    CONSUMER,
+    PRODUCER,
+    ClientProperties,
+    consumer_client_properties,
+    producer_client_properties,
+)
 from tidelog.tools.client_status import (
     CLIENT_SASL_PROPERTIES,
     DATA_DIR_ENV,
     chosen_data_dir,
     find_local_cluster,
     local_cluster_directory,
+    missing_cluster_file,
 )
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9092"
@@ -122,13 +136,18 @@ def resolve_client(bootstrap: str | None, command_config: Path | None) -> Client
     the file when it cannot be read or a setting in it is wrong."""
     where, path = config_file(bootstrap, command_config)
     if path is None:
+        if not bootstrap:
+            check_data_dir()
         return ClientSettings.of(bootstrap or default_bootstrap(), {})
     properties = read_properties(path, where)
     file_bootstrap = properties.pop("bootstrap.servers", "")
     try:
-        return ClientSettings.of(bootstrap or file_bootstrap or default_bootstrap(), properties)
+        settings = ClientSettings.of(bootstrap or file_bootstrap or default_bootstrap(), properties)
     except ClientConfigError as error:
         raise ClientConfigError(f"{where} {path}: {error}") from None
+    if not (bootstrap or file_bootstrap):
+        check_data_dir()
+    return settings
 
 
 def config_file(bootstrap: str | None, command_config: Path | None) -> tuple[str, Path | None]:
@@ -158,3 +177,56 @@ def default_bootstrap() -> str:
     """The bootstrap of a running local cluster, else 127.0.0.1:9092."""
     cluster = find_local_cluster()
     return str(cluster["bootstrap"]) if cluster is not None else DEFAULT_BOOTSTRAP
+
+
+def check_data_dir() -> None:
+    """ClientError when the bootstrap would come from a data directory given explicitly
+    that holds no cluster.json (say so, rather than fail to reach 127.0.0.1:9092)."""
+    missing = missing_cluster_file()
+    if missing is not None:
+        raise ClientError(missing)
+
+
+def parsed_properties(
+    parse: Callable[[tuple[str, ...]], ClientProperties],
+) -> Callable[[click.Context, click.Parameter, tuple[str, ...]], ClientProperties]:
+    """A click callback: the option's K=V items checked by `parse`; a usage error naming
+    the unknown key or bad value otherwise."""
+
+    def callback(
+        _ctx: click.Context, _param: click.Parameter, items: tuple[str, ...]
+    ) -> ClientProperties:
+        try:
+            return parse(items)
+        except ClientConfigError as error:
+            raise click.BadParameter(str(error)) from None
+
+    return callback
+
+
+def producer_property_option(command: Callable[P, R]) -> Callable[P, R]:
+    """`--producer-property K=V` (repeatable), as kafka-console-producer takes it, handed to
+    the command checked as `producer_config: ClientProperties`."""
+    known = ", ".join(sorted(PRODUCER))
+    return click.option(
+        "--producer-property",
+        "producer_config",
+        multiple=True,
+        metavar="K=V",
+        callback=parsed_properties(producer_client_properties),
+        help=f"A producer setting in Kafka's name; repeat. Known: {known}.",
+    )(command)
+
+
+def consumer_property_option(command: Callable[P, R]) -> Callable[P, R]:
+    """`--consumer-property K=V` (repeatable), as kafka-console-consumer takes it, handed to
+    the command checked as `consumer_config: ClientProperties`."""
+    known = ", ".join(sorted(CONSUMER))
+    return click.option(
+        "--consumer-property",
+        "consumer_config",
+        multiple=True,
+        metavar="K=V",
+        callback=parsed_properties(consumer_client_properties),
+        help=f"A consumer setting in Kafka's name; repeat. Known: {known}.",
+    )(command)

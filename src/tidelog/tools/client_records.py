@@ -8,9 +8,19 @@ Rules:
   is counted and described, never raised; the caller decides the exit status.
 - acks=all turns idempotence on (the producer's default in kafka-python 3); acks 0 and 1
   turn it off, since Kafka allows idempotence only with acks=all.
+- The producer and consumer take Kafka's defaults (request.timeout.ms 30000,
+  retry.backoff.ms 100; delivery.timeout.ms 120000 and max.block.ms 60000 for the producer),
+  then the `--producer-property`/`--consumer-property` settings (`client_properties`), which
+  win over the flags. A producer retries every retriable failure (a leader moving, a broker
+  not answering) until delivery.timeout.ms; a record still unacknowledged then fails naming
+  it. A delivery.timeout.ms below linger.ms + request.timeout.ms lowers the request timeout
+  to fit, unless request.timeout.ms was given too (then it is refused).
+- The topic check and the consumer's set-up are retried while they fail retriably, until
+  default.api.timeout.ms (`retrying`).
 - Every record of one `produce_lines` call carries the same headers and timestamp (none:
-  the producer's clock); a line refused before it is sent (too long, no key separator) is
-  counted and described like a failed send.
+  the producer's clock), then the line's own headers when `header_format` says lines start
+  with them; a line refused before it is sent (too long, no key separator or headers
+  delimiter without `ignore_error`) is counted and described like a failed send.
 - `consume_records` follows the log until `max_messages` records, `idle_timeout_ms` without
   a record (when given), or `stop()` says so; `stop` is asked between polls, so a stop takes
   at most POLL_INTERVAL_MS_MAX, and a poll's records are all yielded first (as Kafka's
@@ -28,30 +38,37 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field
+from contextlib import suppress
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeAlias
 
 from tidelog.tools.client_kafka import (
     BOOTSTRAP_TIMEOUT_MS,
     KAFKA_CLIENT_ID,
-    REQUEST_TIMEOUT_MS,
     ClientError,
     ClientSettings,
     KafkaConsumer,
     KafkaProducer,
+    KafkaTimeoutError,
     OffsetAndMetadata,
     TopicPartition,
-    admin_client,
     answering,
+    ask_admin,
     describe_kafka_error,
     kafka_errors,
+    retrying,
     topic_partitions,
 )
+from tidelog.tools.client_properties import (
+    DELIVERY_TIMEOUT_MS_DEFAULT,
+    MAX_BLOCK_MS_DEFAULT,
+    NONE,
+    ClientProperties,
+)
 
-DELIVERY_TIMEOUT_MS: Final = 30_000
-"""How long one record may take from `send` to acknowledged, retries included."""
-FLUSH_TIMEOUT_S: Final = 60.0
-"""How long the final flush may take."""
+FLUSH_MARGIN_S: Final = 5.0
+"""How long the final flush may take beyond delivery.timeout.ms (by then every send has
+been acknowledged or has expired)."""
 PENDING_SENDS_MAX: Final = 10_000
 """Sends in flight before the producer flushes and settles them (bounds memory)."""
 POLL_INTERVAL_MS_MAX: Final = 500
@@ -114,6 +131,23 @@ class ProduceOptions:
     """CreateTime of every record; None: the producer's clock at each send."""
     line_bytes_max: int = REQUEST_BYTES_MIN
     """The longest line the caller lets through (the producer must take such a record)."""
+    properties: ClientProperties = NONE
+    """The --producer-property settings, checked; they win over the fields above."""
+    header_format: HeaderFormat | None = None
+    """Each line starts with its own headers (kafka-console-producer's parse.headers)."""
+    ignore_error: bool = False
+    """A missing separator is no error (Kafka's ignore.error): no key (or no headers, or a
+    header without a value), the rest of the line the value."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderFormat:
+    """kafka-console-producer's parse.headers: a line is HEADERS<delimiter>REST, HEADERS
+    pairs KEY<key_separator>VALUE joined by `separator`."""
+
+    delimiter: bytes = b"\t"
+    separator: bytes = b","
+    key_separator: bytes = b":"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,16 +162,47 @@ class ConsumeOptions:
     idle_timeout_ms: int | None = None
     """Stop when no record came for this long; None: follow until stopped."""
     group: str | None = None
+    properties: ClientProperties = NONE
+    """The --consumer-property settings, checked; they win over the fields above."""
 
 
-def split_line(line: bytes, key_separator: bytes | None) -> tuple[bytes | None, bytes]:
-    """(key, value) of one input line. Raises ClientError when the separator is missing."""
+def split_line(
+    line: bytes, key_separator: bytes | None, *, ignore_error: bool = False
+) -> tuple[bytes | None, bytes]:
+    """(key, value) of one input line. Raises ClientError when the separator is missing,
+    unless `ignore_error` (then the whole line is the value, without a key)."""
     if key_separator is None:
         return None, line
     key, found, value = line.partition(key_separator)
+    if not found and ignore_error:
+        return None, line
     if not found:
         raise ClientError(f"no key separator {key_separator.decode(errors='replace')!r}")
     return key, value
+
+
+def split_headers(
+    line: bytes, form: HeaderFormat | None, *, ignore_error: bool = False
+) -> tuple[tuple[Header, ...], bytes]:
+    """(headers, rest) of one input line as parse.headers reads it; ClientError when a
+    separator is missing (unless `ignore_error`) or a header key is not UTF-8."""
+    if form is None:
+        return (), line
+    shown, found, rest = line.partition(form.delimiter)
+    if not found:
+        if ignore_error:
+            return (), line
+        raise ClientError(f"no headers delimiter {form.delimiter.decode(errors='replace')!r}")
+    headers: list[Header] = []
+    for pair in shown.split(form.separator) if shown else ():
+        key, found, value = pair.partition(form.key_separator)
+        if not found and not ignore_error:
+            raise ClientError(f"no header key separator in {pair.decode(errors='replace')!r}")
+        try:
+            headers.append((key.decode(), value if found else None))
+        except UnicodeDecodeError:
+            raise ClientError(f"header key {key!r} is not UTF-8 text") from None
+    return tuple(headers), rest
 
 
 def request_bytes_max(options: ProduceOptions) -> int:
@@ -148,32 +213,61 @@ def request_bytes_max(options: ProduceOptions) -> int:
     return max(REQUEST_BYTES_MIN, needed)
 
 
-def _new_producer(client: ClientSettings, options: ProduceOptions) -> Any:
+def producer_settings(client: ClientSettings, options: ProduceOptions) -> dict[str, Any]:
+    """kafka-python's KafkaProducer arguments: Kafka's defaults, the flags, then the
+    --producer-property settings (this module's rules); ClientError when they conflict."""
     if options.acks not in ACKS:
         raise ClientError(f"bad acks {options.acks!r} (want all, 1 or 0)")
-    acks = ACKS[options.acks]
-    return KafkaProducer(
-        **answering(client).kafka_python,
-        client_id=KAFKA_CLIENT_ID,
-        acks=acks,
-        enable_idempotence=acks == "all",
-        bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
-        request_timeout_ms=REQUEST_TIMEOUT_MS,
-        delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
-        max_block_ms=REQUEST_TIMEOUT_MS,
-        max_request_size=request_bytes_max(options),
-        allow_auto_create_topics=False,
-    )
+    given = options.properties.kafka_python
+    settings: dict[str, Any] = {
+        **client.kafka_python,
+        "client_id": KAFKA_CLIENT_ID,
+        "acks": ACKS[options.acks],
+        "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+        "delivery_timeout_ms": DELIVERY_TIMEOUT_MS_DEFAULT,
+        "max_block_ms": MAX_BLOCK_MS_DEFAULT,
+        "max_request_size": request_bytes_max(options),
+        "allow_auto_create_topics": False,
+        **given,
+    }
+    settings.setdefault("enable_idempotence", settings["acks"] == "all")
+    if "enable_idempotence" not in given:
+        settings["enable_idempotence"] = settings["acks"] == "all"
+    if settings["enable_idempotence"] and settings["acks"] != "all":
+        raise ClientError("enable.idempotence=true needs acks=all (Kafka allows no other)")
+    room_ms = settings["delivery_timeout_ms"] - settings.get("linger_ms", 0)
+    if settings["request_timeout_ms"] > room_ms:
+        if "request_timeout_ms" in given or room_ms <= 0:
+            raise ClientError("delivery.timeout.ms must be at least linger.ms + request.timeout.ms")
+        settings["request_timeout_ms"] = room_ms
+    return settings
+
+
+def _new_producer(client: ClientSettings, options: ProduceOptions) -> Any:
+    return KafkaProducer(**producer_settings(answering(client), options))
+
+
+def send_error(error: BaseException, delivery_timeout_ms: int) -> str:
+    """One failed send's error for the user; an expired one names delivery.timeout.ms."""
+    described = describe_kafka_error(error)
+    if isinstance(error, KafkaTimeoutError):
+        return f"{described} (delivery.timeout.ms={delivery_timeout_ms})"
+    return described
 
 
 def _settle(producer: Any, pending: list[Any], summary: ProduceSummary) -> None:
-    """Flush, then count each pending send as produced or failed."""
-    producer.flush(timeout=FLUSH_TIMEOUT_S)
+    """Flush (delivery.timeout.ms and FLUSH_MARGIN_S at most), then count each pending send
+    as produced or failed."""
+    delivery_timeout_ms = int(producer.config["delivery_timeout_ms"])
+    with suppress(KafkaTimeoutError):  # the sends still pending are counted below
+        producer.flush(timeout=delivery_timeout_ms / 1000 + FLUSH_MARGIN_S)
     for future in pending:
         if not future.is_done:
-            summary.record_error("not acknowledged before the flush timed out")
+            summary.record_error(
+                f"not acknowledged within delivery.timeout.ms={delivery_timeout_ms}"
+            )
         elif future.exception is not None:
-            summary.record_error(describe_kafka_error(future.exception))
+            summary.record_error(send_error(future.exception, delivery_timeout_ms))
         else:
             metadata = future.value
             summary.produced += 1
@@ -191,8 +285,9 @@ def produce_lines(
     `lines` holds each line, or the error that refused it (a line too long); such a line,
     and one without the key separator, is counted as failed and not sent.
     """
-    with admin_client(client) as admin:
-        topic_partitions(admin, options.topic, options.partition)
+    client = client.timed(options.properties.timing(client.timing, "--producer-property"))
+    client = answering(client)  # once: a broker that does not answer costs its probe once
+    ask_admin(client, lambda admin: topic_partitions(admin, options.topic, options.partition))
     summary = ProduceSummary()
     headers = list(options.headers) or None
     with kafka_errors(client):
@@ -203,7 +298,12 @@ def produce_lines(
                 try:
                     if isinstance(line, ClientError):
                         raise line
-                    key, value = split_line(line, options.key_separator)
+                    own, rest = split_headers(
+                        line, options.header_format, ignore_error=options.ignore_error
+                    )
+                    key, value = split_line(
+                        rest, options.key_separator, ignore_error=options.ignore_error
+                    )
                 except ClientError as error:
                     summary.record_error(f"line {number}: {error}")
                     continue
@@ -211,7 +311,7 @@ def produce_lines(
                     options.topic,
                     value=value,
                     key=key,
-                    headers=headers,
+                    headers=[*(headers or ()), *own] if own else headers,
                     partition=options.partition,
                     timestamp_ms=options.timestamp_ms,
                 )
@@ -220,22 +320,28 @@ def produce_lines(
                     _settle(producer, pending, summary)
             _settle(producer, pending, summary)
         finally:
-            producer.close(timeout=FLUSH_TIMEOUT_S)
+            producer.close(timeout=FLUSH_MARGIN_S)
     return summary
 
 
+def consumer_settings(client: ClientSettings, options: ConsumeOptions) -> dict[str, Any]:
+    """kafka-python's KafkaConsumer arguments: Kafka's defaults, the flags, then the
+    --consumer-property settings (this module's rules)."""
+    return {
+        **client.kafka_python,
+        "client_id": KAFKA_CLIENT_ID,
+        "group_id": options.group,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest" if options.from_beginning else "latest",
+        "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+        "fetch_max_wait_ms": POLL_INTERVAL_MS_MAX,
+        "allow_auto_create_topics": False,
+        **options.properties.kafka_python,
+    }
+
+
 def _new_consumer(client: ClientSettings, options: ConsumeOptions) -> Any:
-    return KafkaConsumer(
-        **answering(client).kafka_python,
-        client_id=KAFKA_CLIENT_ID,
-        group_id=options.group,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest" if options.from_beginning else "latest",
-        bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
-        request_timeout_ms=REQUEST_TIMEOUT_MS,
-        fetch_max_wait_ms=POLL_INTERVAL_MS_MAX,
-        allow_auto_create_topics=False,
-    )
+    return KafkaConsumer(**consumer_settings(answering(client), options))
 
 
 def never() -> bool:
@@ -309,21 +415,43 @@ def consume_records(
     """Yield records of `options.topic` until `max_messages`, `idle_timeout_ms` of silence
     or `stop()`; `warn` gets what the user should know that is no error (a start offset
     out of range)."""
+    group = options.properties.kafka_python.get("group_id", options.group)
+    options = replace(options, group=group)
     if options.group is not None and (options.partition is not None or options.offset is not None):
         raise ClientError("--group cannot be combined with --partition or --offset")
-    with admin_client(client) as admin:
-        partitions = topic_partitions(admin, options.topic, options.partition)
+    client = client.timed(options.properties.timing(client.timing, "--consumer-property"))
+    client = answering(client)  # once: a broker that does not answer costs its probe once
+    partitions = ask_admin(
+        client, lambda admin: topic_partitions(admin, options.topic, options.partition)
+    )
     needs = "consumer groups" if options.group is not None else "this request"
+    consumer = retrying(client, lambda: _positioned_consumer(client, options, partitions, warn))
+    committed: dict[Any, Any] = {}
     with kafka_errors(client, needs=needs):
-        consumer = _new_consumer(client, options)
-        committed: dict[Any, Any] = {}
         try:
-            _position_consumer(consumer, options, partitions, warn)
             yield from _poll_loop(consumer, options, committed, stop)
         finally:
             if options.group is not None and committed:
                 consumer.commit(committed)
             consumer.close(autocommit=False)
+
+
+def _positioned_consumer(
+    client: ClientSettings,
+    options: ConsumeOptions,
+    partitions: list[int],
+    warn: Callable[[str], None],
+) -> Any:
+    """A new consumer, subscribed or assigned and positioned; closed again when that fails."""
+    needs = "consumer groups" if options.group is not None else "this request"
+    with kafka_errors(client, needs=needs):
+        consumer = _new_consumer(client, options)
+        try:
+            _position_consumer(consumer, options, partitions, warn)
+        except BaseException:
+            consumer.close(autocommit=False)
+            raise
+    return consumer
 
 
 def consumed_record(record: Any) -> ConsumedRecord:

@@ -87,6 +87,21 @@ def local_cluster_directory() -> Path:
     return Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
 
 
+def missing_cluster_file() -> str | None:
+    """Why the data directory given explicitly (`--data-dir`, `$TIDELOG_DATA_DIR`) names no
+    local cluster, when its `cluster.json` is missing; None when it has one, or when none was
+    given (./data is only a guess, never an error)."""
+    chosen = chosen_data_dir.get()
+    if chosen is None and os.environ.get(DATA_DIR_ENV):
+        chosen = Path(os.environ[DATA_DIR_ENV])
+    if chosen is None or (chosen / CLUSTER_FILE).exists():
+        return None
+    return (
+        f"{chosen} has no {CLUSTER_FILE} (no local cluster there; start one with tidelog "
+        f"cluster up --data-dir {chosen}, or give --bootstrap-server)"
+    )
+
+
 def find_local_cluster() -> dict[str, Any] | None:
     """The `cluster.json` of a running local cluster, or None.
 

@@ -29,6 +29,8 @@ Rules of this file:
   `cluster` itself writes to a node's log (`--- tidelog cluster: ...`) stays plain text.
 - `up --no-metrics` starts brokers without metrics (`GET /metrics` answers 404;
   server/metrics.py); kept in `cluster.json` the same way, until `up --metrics`.
+  `up --auto-create-topics-enable` is kept the same way (off by default, as a broker's).
+- `up` prints the live page's URL (`watch it live: ...`), as `tidelog demo` does.
 - A node is not started on a full disk (less than DISK_FREE_BYTES_MIN free where its data
   lives), and a file the command cannot write is named with its reason: a clear message,
   never a traceback.
@@ -47,6 +49,7 @@ import socket
 import string
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -59,7 +62,7 @@ from tidelog.address import parse_address
 from tidelog.client_config import ClientConfigError, read_properties
 from tidelog.errors import TidelogError
 from tidelog.server.logs import LOG_FORMATS
-from tidelog.status import TOKEN_FILE, access_for, read_status
+from tidelog.status import TOKEN_FILE, AdminAccess, access_for, read_status
 from tidelog.tools.client_kafka import ClientError, ClientSettings
 from tidelog.tools.client_options import COMMAND_CONFIG_ENV
 from tidelog.tools.client_status import CLIENT_SASL_PROPERTIES, DATA_DIR_ENV
@@ -124,6 +127,9 @@ class ClusterRecord:
     secure: bool = False  # peer links are mutual TLS; the certificates are in certs/
     log_format: str = "text"  # every broker's --log-format
     metrics: bool = True  # False: every broker runs with --no-metrics
+    # True: every broker runs with --auto-create-topics-enable (Kafka's
+    # auto.create.topics.enable; a broker's default is off).
+    auto_create_topics_enable: bool = False
 
     @property
     def ssl_bootstrap(self) -> str:
@@ -303,6 +309,7 @@ def read_cluster(directory: Path) -> ClusterRecord:
             secure=bool(data.get("secure", False)),
             log_format=str(data.get("log_format", "text")),
             metrics=data.get("metrics", True),
+            auto_create_topics_enable=data.get("auto_create_topics_enable", False),
         )
     except (ValueError, KeyError, TypeError) as error:
         raise ClusterError(f"{path} is not a cluster file: {error!r}") from None
@@ -312,6 +319,9 @@ def read_cluster(directory: Path) -> ClusterRecord:
         raise ClusterError(f"{path}: log_format {record.log_format!r} is not one of {LOG_FORMATS}")
     if not isinstance(record.metrics, bool):  # a file edited by hand: "false" is not False
         raise ClusterError(f"{path}: metrics {record.metrics!r} is not true or false")
+    if not isinstance(record.auto_create_topics_enable, bool):
+        shown = record.auto_create_topics_enable
+        raise ClusterError(f"{path}: auto_create_topics_enable {shown!r} is not true or false")
     return record
 
 
@@ -322,6 +332,7 @@ def write_cluster(directory: Path, record: ClusterRecord) -> None:
         "secure": record.secure,
         "log_format": record.log_format,
         "metrics": record.metrics,
+        "auto_create_topics_enable": record.auto_create_topics_enable,
         "nodes": [asdict(node) for node in record.nodes],
     }
     temporary = directory / f".{CLUSTER_FILE}.tmp"
@@ -351,6 +362,8 @@ def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
         argv.append(f"--log-format={record.log_format}")
     if not record.metrics:  # on is the broker's default, as for the log format
         argv.append("--no-metrics")
+    if record.auto_create_topics_enable:  # off is the broker's default
+        argv.append("--auto-create-topics-enable")
     if record.secure:
         directory = Path(node.data_dir).parent
         certs = directory / CERTS_DIR
@@ -637,6 +650,14 @@ def cluster() -> None:
     help="Whether the brokers serve GET /metrics (a new cluster's default: on). Kept in "
     "cluster.json for the nodes started and restarted later.",
 )
+@click.option(
+    "--auto-create-topics-enable/--no-auto-create-topics-enable",
+    "auto_create",
+    default=None,
+    help="Whether the brokers create a topic a client's Metadata request names and asks "
+    "them to create (Kafka's auto.create.topics.enable; a new cluster's default: off). Kept "
+    "in cluster.json for the nodes started and restarted later.",
+)
 @timeout_option
 def up(
     *,
@@ -646,6 +667,7 @@ def up(
     secure: bool,
     log_format: str | None,
     metrics: bool | None,
+    auto_create: bool | None,
     timeout_s: float,
 ) -> None:
     """Start a cluster, or restart the stopped nodes of an existing one; print bootstrap."""
@@ -669,12 +691,16 @@ def up(
         if metrics is not None and metrics != record.metrics:
             record = replace(record, metrics=metrics)
             write_cluster(directory, record)
+        if auto_create is not None and auto_create != record.auto_create_topics_enable:
+            record = replace(record, auto_create_topics_enable=auto_create)
+            write_cluster(directory, record)
         if record.secure:
             make_certificates(directory, record)
         record = start_stopped(directory, record, timeout_s=timeout_s)
     except TidelogError as error:  # ClusterError, or a certificate not made
         fail(error)
     click.echo(f"cluster of {len(record.nodes)} nodes ready in {directory}", err=True)
+    click.echo(f"watch it live: {live_page_url(directory, record)}", err=True)
     if record.secure:
         try:
             properties = write_client_properties(directory, record)
@@ -686,6 +712,18 @@ def up(
         for line in usage:
             click.echo(line, err=True)
     click.echo(record.bootstrap)
+
+
+def page_url(admin: str, access: AdminAccess) -> str:
+    """The live page's URL at admin endpoint `admin` (HOST:PORT)."""
+    scheme = "http" if access.ca is None else "https"
+    fragment = "" if access.token is None else "#" + urllib.parse.urlencode({"token": access.token})
+    return f"{scheme}://{admin}/{fragment}"
+
+
+def live_page_url(directory: Path, record: ClusterRecord) -> str:
+    """The live page of the cluster's first node, as `tidelog demo` and `tidelog ui` name it."""
+    return page_url(record.nodes[0].admin, access_for(directory))
 
 
 def secure_usage(directory: Path, record: ClusterRecord, *, ssl: Path, sasl: Path) -> list[str]:
@@ -861,10 +899,11 @@ def print_status_table(states: list[dict[str, Any]]) -> None:
                 console.print(f"  {node['last_error']}", markup=False)
 
 
-def signal_command(name: str, signum: signal.Signals, verb: str) -> None:
-    """Register `cluster NAME --node N`: send `signum` to one node."""
+def signal_command(name: str, signum: signal.Signals, verb: str, summary: str) -> None:
+    """Register `cluster NAME --node N`: send `signum` to one node; `summary` is its help
+    (imperative, as every command's), `verb` what it prints it did."""
 
-    @cluster.command(name, help=f"{verb.capitalize()} one node ({signum.name}).")
+    @cluster.command(name, help=f"{summary} ({signum.name}).")
     @directory_option
     @node_option
     def command(directory: Path, node_id: int) -> None:
@@ -877,9 +916,9 @@ def signal_command(name: str, signum: signal.Signals, verb: str) -> None:
         click.echo(f"node {node_id}: {verb} (pid {node.pid})")
 
 
-signal_command("kill", signal.SIGKILL, "killed")
-signal_command("pause", signal.SIGSTOP, "paused")
-signal_command("resume", signal.SIGCONT, "resumed")
+signal_command("kill", signal.SIGKILL, "killed", "Kill one node at once, as a crash would")
+signal_command("pause", signal.SIGSTOP, "paused", "Pause one node: it answers nothing till resumed")
+signal_command("resume", signal.SIGCONT, "resumed", "Resume a paused node")
 
 
 def restart_node(

@@ -78,6 +78,7 @@ from tidelog.tools.cluster import (
     NodeRecord,
     has_exited,
     log_tail,
+    page_url,
     plan_cluster,
     ports_in_use,
     read_cluster,
@@ -89,7 +90,6 @@ from tidelog.tools.cluster import (
     write_cluster,
 )
 from tidelog.tools.demo_pipeline import PIPELINE_DIR, SparkPlace, Transfer, run_pipeline_stage
-from tidelog.tools.ui_cmd import page_url
 
 TOPIC: Final = "transfers"
 PARTITIONS: Final = 3

@@ -13,7 +13,6 @@ Rules of this file:
 
 from __future__ import annotations
 
-import urllib.parse
 import webbrowser
 from pathlib import Path
 
@@ -22,14 +21,7 @@ import click
 from tidelog.address import format_address, parse_address
 from tidelog.status import AdminAccess, access_for, read_status
 from tidelog.tools.client_status import CLUSTER_FILE, DATA_DIR_ENV, DEFAULT_DATA_DIR
-from tidelog.tools.cluster import ClusterError, fail, read_cluster
-
-
-def page_url(admin: str, access: AdminAccess) -> str:
-    """The page's URL at admin endpoint `admin` (HOST:PORT)."""
-    scheme = "http" if access.ca is None else "https"
-    fragment = "" if access.token is None else "#" + urllib.parse.urlencode({"token": access.token})
-    return f"{scheme}://{admin}/{fragment}"
+from tidelog.tools.cluster import ClusterError, fail, page_url, read_cluster
 
 
 def answering_admin(directory: Path, access: AdminAccess) -> str:

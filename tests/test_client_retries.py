@@ -219,3 +219,38 @@ def test_status_json_names_a_controller(cluster: LiveCluster) -> None:
         if node.get("status")
     }
     assert leaders == {controller_of(cluster)}
+
+
+def test_group_commands_ride_over_a_killed_coordinator(cluster: LiveCluster) -> None:
+    """`groups describe` and `groups reset-offsets` right after the group's coordinator was
+    killed: connection refused, then NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS until
+    another node leads its `__consumer_offsets` partition; each is retried, as Kafka's
+    AdminClient retries them, and the command answers."""
+    new_topic(cluster, "billed")
+    code, _, stderr = client(
+        cluster, "produce", "billed", "--acks", "all", stdin="\n".join(LINES) + "\n"
+    )
+    assert code == 0, stderr
+    code, _, stderr = client(
+        cluster, "consume", "billed", "--group", "billing", "--from-beginning",
+        "--timeout-ms", "3000",
+    )  # fmt: skip
+    assert code == 0, stderr
+    code, stdout, stderr = client(cluster, "groups", "describe", "billing", "--state", "--json")
+    assert code == 0, stderr
+    coordinator = int(json.loads(stdout)["coordinator"])
+    cluster_command(cluster, "kill", "--node", str(coordinator))
+    try:
+        code, stdout, stderr = client(cluster, "groups", "describe", "billing", "--json")
+        assert code == 0, stderr
+        offsets = json.loads(stdout)["offsets"]
+        assert [row["lag"] for row in offsets] == [0]
+        code, stdout, stderr = client(
+            cluster, "groups", "reset-offsets", "billing", "--topic", "billed",
+            "--to-earliest", "--execute", "--json",
+        )  # fmt: skip
+        assert code == 0, stderr
+        assert json.loads(stdout)["executed"] is True
+    finally:
+        cluster_command(cluster, "restart", "--node", str(coordinator))
+        eventually(lambda: healthy(cluster), "the cluster healthy", deadline_s=HEALTHY_DEADLINE_S)

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import click
 
-from tidelog.tools.client_kafka import ClientError, ClientSettings, admin_client, kafka_errors
+from tidelog.tools.client_kafka import ClientError, ClientSettings, ask_admin
 from tidelog.tools.client_options import client_options, json_option, reports_errors
 from tidelog.tools.users_cmd import until_controller
 
@@ -90,11 +90,9 @@ def ask_controller(client: ClientSettings, ask: Callable[[Any], Any]) -> Any:
     controller), asked again while no controller is elected yet (NOT_CONTROLLER)."""
     from kafka.errors import NotControllerError  # noqa: PLC0415
 
-    def once() -> Any:
-        with admin_client(client) as admin, kafka_errors(client):
-            return ask(admin)
-
-    return until_controller(once, lambda answer: NotControllerError in errors_of(answer))
+    return until_controller(
+        lambda: ask_admin(client, ask), lambda answer: NotControllerError in errors_of(answer)
+    )
 
 
 def described(error: Any) -> str:
@@ -206,8 +204,7 @@ def list_acls(
             ResourceType[kind], name, ACLResourcePatternType.ANY
         ),
     )
-    with admin_client(client) as admin, kafka_errors(client):
-        found, _ = admin.describe_acls(wanted)
+    found, _ = ask_admin(client, lambda admin: admin.describe_acls(wanted))
     rows = [
         {
             "permission": acl.permission_type.name,

@@ -41,8 +41,7 @@ from tidelog.tools.client_kafka import (
     OffsetAndMetadata,
     OffsetSpec,
     TopicPartition,
-    admin_client,
-    kafka_errors,
+    ask_admin,
     topic_partitions,
 )
 from tidelog.tools.client_options import client_options, json_option, reports_errors
@@ -319,8 +318,7 @@ def groups() -> None:
 @reports_errors
 def groups_list(client: ClientSettings, as_json: bool) -> None:
     """Print every consumer group's id (--json: [{"group", "protocol_type", "state"}])."""
-    with admin_client(client) as admin, kafka_errors(client, needs="consumer groups"):
-        listed = admin.list_groups()
+    listed = ask_admin(client, lambda admin: admin.list_groups(), needs="consumer groups")
     found = sorted(
         (str(g["group_id"]), str(g.get("protocol_type", "")), str(g.get("group_state", "")))
         for g in listed
@@ -341,9 +339,12 @@ def groups_list(client: ClientSettings, as_json: bool) -> None:
 @reports_errors
 def groups_describe(group: str, view: str | None, client: ClientSettings, as_json: bool) -> None:
     """Committed offsets, log start, HWM (LOG-END-OFFSET) and lag per partition of GROUP."""
-    with admin_client(client) as admin, kafka_errors(client, needs="consumer groups"):
+
+    def ask(admin: Any) -> tuple[GroupInfo, list[OffsetRow]]:
         info = describe_group(admin, group)
-        rows = offset_rows(admin, info) if view is None else []
+        return info, offset_rows(admin, info) if view is None else []
+
+    info, rows = ask_admin(client, ask, needs="consumer groups")
     if info.state == "Dead" and not rows:
         raise ClientError(f"consumer group '{group}' does not exist")
     if as_json:
@@ -422,7 +423,8 @@ def groups_reset_offsets(
             "give exactly one of --to-earliest, --to-latest, --to-offset, --shift-by"
         )
     name, _, listed = topic.partition(":")
-    with admin_client(client) as admin, kafka_errors(client, needs="consumer groups"):
+
+    def plan(admin: Any) -> dict[tuple[str, int], int]:
         info = describe_group(admin, group)
         if info.state not in INACTIVE_STATES:
             raise ClientError(
@@ -446,11 +448,19 @@ def groups_reset_offsets(
                 assert shift_by is not None
                 target = committed.get(key, start) + shift_by
             planned[key] = min(max(target, start), hwm)
-        if execute:
-            offsets = {
-                TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in planned.items()
-            }
-            check_altered(admin.alter_group_offsets(group, offsets))
+        return planned
+
+    # Planned once, committed as absolute offsets: a retried commit cannot shift twice.
+    planned = ask_admin(client, plan, needs="consumer groups")
+    if execute:
+        offsets = {
+            TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in planned.items()
+        }
+        ask_admin(
+            client,
+            lambda admin: check_altered(admin.alter_group_offsets(group, offsets)),
+            needs="consumer groups",
+        )
     if as_json:
         click.echo(
             json.dumps(
@@ -480,8 +490,9 @@ def groups_reset_offsets(
 @reports_errors
 def groups_delete(group_ids: tuple[str, ...], client: ClientSettings, as_json: bool) -> None:
     """Delete empty groups and their committed offsets (kafka-consumer-groups --delete)."""
-    with admin_client(client) as admin, kafka_errors(client, needs="DeleteGroups"):
-        results = admin.delete_groups(list(group_ids))
+    results = ask_admin(
+        client, lambda admin: admin.delete_groups(list(group_ids)), needs="DeleteGroups"
+    )
     pairs = results.items() if isinstance(results, dict) else results  # kafka-python's shapes
     outcome = {group: error_name(error) for group, error in pairs}
     if as_json:
@@ -506,9 +517,12 @@ def groups_delete_offsets(group: str, topic: str, client: ClientSettings, as_jso
     """Delete GROUP's committed offsets of TOPIC's partitions; the group must have no
     members (kafka-consumer-groups --delete-offsets)."""
     name, _, listed = topic.partition(":")
-    with admin_client(client) as admin, kafka_errors(client, needs="OffsetDelete"):
+
+    def ask(admin: Any) -> Any:
         numbers = parse_partitions(admin, name, listed)
-        results = admin.delete_group_offsets(group, [TopicPartition(name, p) for p in numbers])
+        return admin.delete_group_offsets(group, [TopicPartition(name, p) for p in numbers])
+
+    results = ask_admin(client, ask, needs="OffsetDelete")
     outcome = {
         (tp.topic, tp.partition): error_name(error)
         for tp, error in sorted(results.items(), key=lambda item: tuple(item[0]))

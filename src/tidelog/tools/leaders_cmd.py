@@ -20,8 +20,7 @@ import click
 from tidelog.tools.client_kafka import (
     ClientError,
     ClientSettings,
-    admin_client,
-    kafka_errors,
+    ask_admin,
     topic_partitions,
 )
 from tidelog.tools.client_options import client_options, json_option, reports_errors
@@ -36,10 +35,13 @@ def elect_preferred(
 ) -> dict[str, list[tuple[str, int, str | None]]]:
     """Ask for preferred elections (None: every partition); {"elected": [...],
     "not_needed": [...], "failed": [...]}, each a list of (topic, partition, message)."""
-    with admin_client(client) as admin, kafka_errors(client, needs="ElectLeaders"):
-        answer = admin.elect_leaders(
+    answer = ask_admin(
+        client,
+        lambda admin: admin.elect_leaders(
             PREFERRED, partitions, timeout_ms=ELECTION_TIMEOUT_MS, raise_errors=False
-        )
+        ),
+        needs="ElectLeaders",
+    )
     from kafka.errors import for_code  # noqa: PLC0415
 
     outcome: dict[str, list[tuple[str, int, str | None]]] = {
@@ -102,8 +104,8 @@ def elect(
         raise ClientError("--partition needs --topic")
     partitions: dict[str, list[int]] | None = None
     if topic is not None:
-        with admin_client(client) as admin, kafka_errors(client):
-            partitions = {topic: topic_partitions(admin, topic, partition)}
+        named = topic
+        partitions = {named: ask_admin(client, lambda a: topic_partitions(a, named, partition))}
     outcome = elect_preferred(client, partitions)
     if as_json:
         click.echo(

@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from tidelog.tools.client_kafka import ClientError, ClientSettings, admin_client, kafka_errors
+from tidelog.tools.client_kafka import ClientError, ClientSettings, ask_admin
 from tidelog.tools.client_options import client_options, json_option, reports_errors
 
 MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -47,8 +47,8 @@ def alter(client: ClientSettings, alterations: list[Any]) -> dict[str, str | Non
     """Send alterations to the cluster; {user: error message or None}."""
 
     def ask() -> dict[str, str | None]:
-        with admin_client(client) as admin, kafka_errors(client):
-            return dict(admin.alter_user_scram_credentials(alterations))
+        answer = ask_admin(client, lambda admin: admin.alter_user_scram_credentials(alterations))
+        return dict(answer)
 
     return until_controller(
         ask, lambda errors: any(error and "controller" in error for error in errors.values())
@@ -125,8 +125,7 @@ def remove(name: str, client: ClientSettings) -> None:
 
 def describe(client: ClientSettings) -> dict[str, list[str]]:
     """{user: [mechanism, ...]} of every SCRAM user."""
-    with admin_client(client) as admin, kafka_errors(client):
-        described = admin.describe_user_scram_credentials()
+    described = ask_admin(client, lambda admin: admin.describe_user_scram_credentials())
     return {
         user: sorted(info["mechanism"].name.replace("_", "-") for info in entry["credential_infos"])
         for user, entry in sorted(described.items())

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final, NoReturn, ParamSpec, TypeVar
 
@@ -204,29 +204,20 @@ def parsed_properties(
     return callback
 
 
-def producer_property_option(command: Callable[P, R]) -> Callable[P, R]:
-    """`--producer-property K=V` (repeatable), as kafka-console-producer takes it, handed to
-    the command checked as `producer_config: ClientProperties`."""
-    known = ", ".join(sorted(PRODUCER))
+def kafka_property_option(
+    role: str, parse: Callable[[tuple[str, ...]], ClientProperties], known: Iterable[str]
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`--ROLE-property K=V` (repeatable), as Kafka's console tools take it, handed to the
+    command checked as `ROLE_config: ClientProperties`."""
     return click.option(
-        "--producer-property",
-        "producer_config",
+        f"--{role}-property",
+        f"{role}_config",
         multiple=True,
         metavar="K=V",
-        callback=parsed_properties(producer_client_properties),
-        help=f"A producer setting in Kafka's name; repeat. Known: {known}.",
-    )(command)
+        callback=parsed_properties(parse),
+        help=f"A {role} setting in Kafka's name; repeat. Known: {', '.join(sorted(known))}.",
+    )
 
 
-def consumer_property_option(command: Callable[P, R]) -> Callable[P, R]:
-    """`--consumer-property K=V` (repeatable), as kafka-console-consumer takes it, handed to
-    the command checked as `consumer_config: ClientProperties`."""
-    known = ", ".join(sorted(CONSUMER))
-    return click.option(
-        "--consumer-property",
-        "consumer_config",
-        multiple=True,
-        metavar="K=V",
-        callback=parsed_properties(consumer_client_properties),
-        help=f"A consumer setting in Kafka's name; repeat. Known: {known}.",
-    )(command)
+producer_property_option = kafka_property_option("producer", producer_client_properties, PRODUCER)
+consumer_property_option = kafka_property_option("consumer", consumer_client_properties, CONSUMER)

@@ -935,6 +935,34 @@ def test_kafka_spellings_of_topics_produce_and_consume(cluster: LiveCluster) -> 
     )
 
 
+def test_kafka_consumer_groups_spellings(cluster: LiveCluster) -> None:
+    create(cluster, "grouped")
+    ok(cluster, "produce", "grouped", stdin="a\nb\n")
+    ok(
+        cluster, "consume", "grouped", "--group", "spelled-group", "--from-beginning",
+        "--timeout-ms", CONSUME_TIMEOUT_MS,
+    )  # fmt: skip
+    assert "spelled-group" in ok(cluster, "groups", "--list").stdout.splitlines()
+    described = json.loads(
+        ok(cluster, "groups", "--describe", "--group", "spelled-group", "--json").stdout
+    )
+    assert [row["lag"] for row in described["offsets"]] == [0]
+    both = run(cluster, "groups", "describe", "spelled-group", "--group", "spelled-group")
+    assert both.exit_code == 2 and "give the group once" in both.output
+    neither = run(cluster, "groups", "describe")
+    assert neither.exit_code == 2 and "name the group: GROUP or --group GROUP" in neither.output
+    reset = ok(
+        cluster, "groups", "--reset-offsets", "--group", "spelled-group", "--topic", "grouped",
+        "--to-earliest", "--execute", "--json",
+    )  # fmt: skip
+    assert json.loads(reset.stdout)["executed"] is True
+    ok(cluster, "groups", "--delete-offsets", "--group", "spelled-group", "--topic", "grouped")
+    deleted = ok(cluster, "groups", "--delete", "--group", "spelled-group")
+    assert deleted.stdout == "Deletion of group 'spelled-group' was successful.\n"
+    unnamed = run(cluster, "groups", "--delete")
+    assert unnamed.exit_code == 2 and "name the groups" in unnamed.output
+
+
 def test_a_bad_config_reads_the_same_from_create_and_alter_config(cluster: LiveCluster) -> None:
     create(cluster, "reconfigured")
     message = "Invalid value abc for configuration retention.ms: Not a number of type LONG"

@@ -88,6 +88,7 @@ from tidelog.tools.kafka_spellings import (
     producer_properties,
     property_option,
     topic_argument,
+    verbs_epilog,
 )
 
 __all__ = [
@@ -122,9 +123,11 @@ def echo_json(value: object) -> None:
 
 @click.group(
     cls=KafkaTopicsGroup,
-    epilog="kafka-topics' verbs work too: "
-    + ", ".join(f"{verb} is {command}" for verb, command in TOPICS_VERBS.items())
-    + ", e.g. tidelog topics --create --topic t --partitions 3 --replication-factor 3.",
+    epilog=verbs_epilog(
+        "kafka-topics",
+        TOPICS_VERBS,
+        "tidelog topics --create --topic t --partitions 3 --replication-factor 3",
+    ),
 )
 def topics() -> None:
     """Create, list, describe and delete topics (kafka-topics)."""

@@ -45,6 +45,12 @@ from tidelog.tools.client_kafka import (
     topic_partitions,
 )
 from tidelog.tools.client_options import client_options, json_option, reports_errors
+from tidelog.tools.kafka_spellings import (
+    GROUPS_VERBS,
+    KafkaGroupsGroup,
+    group_argument,
+    verbs_epilog,
+)
 
 INACTIVE_STATES = ("Empty", "Dead")
 LAG_READ_MAX: Final = 64
@@ -307,7 +313,12 @@ def print_offset_rows(rows: list[OffsetRow]) -> None:
     print_columns(OFFSET_COLUMNS, [list(asdict(row).values()) for row in rows])
 
 
-@click.group()
+@click.group(
+    cls=KafkaGroupsGroup,
+    epilog=verbs_epilog(
+        "kafka-consumer-groups", GROUPS_VERBS, "tidelog groups --describe --group billing"
+    ),
+)
 def groups() -> None:
     """Consumer groups: list, describe (offsets and lag), reset offsets."""
 
@@ -331,7 +342,7 @@ def groups_list(client: ClientSettings, as_json: bool) -> None:
 
 
 @groups.command("describe")
-@click.argument("group")
+@group_argument()
 @click.option("--members", "view", flag_value="members", help="One line per member.")
 @click.option("--state", "view", flag_value="state", help="The group's state and coordinator.")
 @client_options
@@ -394,7 +405,7 @@ def describe_json(info: GroupInfo, rows: list[OffsetRow], view: str | None) -> d
 
 
 @groups.command("reset-offsets")
-@click.argument("group")
+@group_argument()
 @click.option("--topic", required=True, help="TOPIC or TOPIC:P,P,... (the partitions to reset).")
 @click.option("--to-earliest", is_flag=True, help="To the log start offset.")
 @click.option("--to-latest", is_flag=True, help="To the HWM.")
@@ -484,12 +495,27 @@ def groups_reset_offsets(
 
 
 @groups.command("delete")
-@click.argument("group_ids", nargs=-1, required=True, metavar="GROUP...")
+@click.argument("group_ids", nargs=-1, metavar="GROUP...")
+@click.option(
+    "--group",
+    "group_options",
+    multiple=True,
+    metavar="GROUP",
+    help="A group to delete (Kafka's spelling of GROUP); repeat for more.",
+)
 @client_options
 @json_option
 @reports_errors
-def groups_delete(group_ids: tuple[str, ...], client: ClientSettings, as_json: bool) -> None:
+def groups_delete(
+    group_ids: tuple[str, ...],
+    group_options: tuple[str, ...],
+    client: ClientSettings,
+    as_json: bool,
+) -> None:
     """Delete empty groups and their committed offsets (kafka-consumer-groups --delete)."""
+    group_ids = (*group_ids, *group_options)
+    if not group_ids:
+        raise click.UsageError("name the groups: GROUP... or --group GROUP (repeatable)")
     results = ask_admin(
         client, lambda admin: admin.delete_groups(list(group_ids)), needs="DeleteGroups"
     )
@@ -508,7 +534,7 @@ def groups_delete(group_ids: tuple[str, ...], client: ClientSettings, as_json: b
 
 
 @groups.command("delete-offsets")
-@click.argument("group")
+@group_argument()
 @click.option("--topic", required=True, help="TOPIC or TOPIC:P,P,... (the offsets to delete).")
 @client_options
 @json_option

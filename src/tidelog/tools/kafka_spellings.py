@@ -1,20 +1,22 @@
 """Kafka's tools' spellings of what the client commands already take, in one place:
-`--topic` beside the positional TOPIC, kafka-console-consumer's and kafka-console-producer's
-`--property KEY=VALUE`, and kafka-topics' `--create`/`--describe`/`--alter`/`--list`/
-`--delete` verbs.
+`--topic` beside the positional TOPIC and `--group` beside GROUP, kafka-console-consumer's
+and kafka-console-producer's `--property KEY=VALUE`, kafka-topics' `--create`/`--describe`/
+`--alter`/`--list`/`--delete` verbs and kafka-consumer-groups' `--list`/`--describe`/
+`--reset-offsets`/`--delete`/`--delete-offsets`.
 
 Rules of this file:
-- `topic_argument` gives a command both spellings of its topic and hands it one: exactly
-  one of them when the topic is required, at most one otherwise; both, or neither when one
-  is required, is a usage error (exit 2) that says so.
+- `topic_argument` (and `group_argument`) gives a command both spellings of its topic (its
+  group) and hands it one: exactly one of them when it is required, at most one otherwise;
+  both, or neither when one is required, is a usage error (exit 2) that says so.
 - `--property` keys are Kafka's; each maps onto a flag the command has (`print.key=true` is
   `--print-key`) or onto a setting only Kafka's spelling reaches (`null.literal`). An unknown
   key, a value that is not what the key wants, or a key given twice is refused naming the
   key, before anything is asked of the cluster.
-- `KafkaTopicsGroup` rewrites `topics --VERB ...` into `topics COMMAND ...` before click
-  parses it, so each verb is an alias of a command with the same options and help, and
-  the group's help lists the commands alone (the verbs in one line of its epilog). A
-  command named first is left alone: `alter-config --delete K` is that command's option.
+- `KafkaTopicsGroup` and `KafkaGroupsGroup` rewrite `topics --VERB ...` (`groups --VERB
+  ...`) into `topics COMMAND ...` before click parses it, so each verb is an alias of a
+  command with the same options and help, and the group's help lists the commands alone
+  (the verbs in one line of its epilog, `verbs_epilog`). A command named first is left
+  alone: `alter-config --delete K` is that command's option.
 - No IO here: parsing only.
 """
 
@@ -29,8 +31,6 @@ import click
 
 from tidelog.tools.client_kafka import ClientError
 
-TOPIC_HELP: Final = "The topic (Kafka's spelling of the TOPIC argument)."
-
 TOPICS_VERBS: Final = {
     "--create": "create",
     "--describe": "describe",
@@ -40,6 +40,14 @@ TOPICS_VERBS: Final = {
 }
 """kafka-topics' verbs, each the command it stands for (--alter grows a topic's partitions,
 what kafka-topics 3.x --alter does; configs are `topics alter-config`)."""
+GROUPS_VERBS: Final = {
+    "--list": "list",
+    "--describe": "describe",
+    "--reset-offsets": "reset-offsets",
+    "--delete": "delete",
+    "--delete-offsets": "delete-offsets",
+}
+"""kafka-consumer-groups' verbs, each the command it stands for."""
 
 CONSUMER_FLAGS: Final = {
     "print.key": "print_key",
@@ -69,34 +77,52 @@ PRODUCER_TEXTS: Final = (
 """Its text keys (each must not be empty)."""
 
 
-def topic_argument(*, required: bool = True, name: str = "topic") -> Callable[..., Any]:
-    """The positional TOPIC (optional on the command line) and `--topic`, resolved into the
-    command's `name` parameter (this module's rules); None when neither is given and the
-    topic is not required."""
+def named_argument(kind: str, *, required: bool, name: str) -> Callable[..., Any]:
+    """The positional KIND (optional on the command line) and `--KIND`, resolved into the
+    command's `name` parameter (this module's rules); None when neither is given and it is
+    not required."""
+    upper = kind.upper()
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(command)
-        def wrapper(
-            *args: Any, topic_positional: str | None, topic_option: str | None, **kwargs: Any
-        ) -> None:
-            kwargs[name] = one_topic(topic_positional, topic_option, required=required)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            positional = kwargs.pop(f"{kind}_positional")
+            option = kwargs.pop(f"{kind}_option")
+            kwargs[name] = one_named(kind, positional, option, required=required)
             command(*args, **kwargs)
 
         with_option = click.option(
-            "--topic", "topic_option", default=None, metavar="TOPIC", help=TOPIC_HELP
+            f"--{kind}",
+            f"{kind}_option",
+            default=None,
+            metavar=upper,
+            help=f"The {kind} (Kafka's spelling of the {upper} argument).",
         )(wrapper)
-        metavar = "TOPIC" if required else "[TOPIC]"
-        return click.argument("topic_positional", metavar=metavar, required=False)(with_option)
+        metavar = upper if required else f"[{upper}]"
+        return click.argument(f"{kind}_positional", metavar=metavar, required=False)(with_option)
 
     return decorate
 
 
-def one_topic(positional: str | None, option: str | None, *, required: bool) -> str | None:
-    """The topic given once; click.UsageError when given twice, or not at all if required."""
+def topic_argument(*, required: bool = True, name: str = "topic") -> Callable[..., Any]:
+    """TOPIC or `--topic TOPIC` (`named_argument`)."""
+    return named_argument("topic", required=required, name=name)
+
+
+def group_argument(*, name: str = "group") -> Callable[..., Any]:
+    """GROUP or `--group GROUP` (`named_argument`), as kafka-consumer-groups names it."""
+    return named_argument("group", required=True, name=name)
+
+
+def one_named(
+    kind: str, positional: str | None, option: str | None, *, required: bool
+) -> str | None:
+    """The name given once; click.UsageError when given twice, or not at all if required."""
+    upper = kind.upper()
     if positional is not None and option is not None:
-        raise click.UsageError("give the topic once: as TOPIC or as --topic, not both")
+        raise click.UsageError(f"give the {kind} once: as {upper} or as --{kind}, not both")
     if required and positional is None and option is None:
-        raise click.UsageError("name the topic: TOPIC or --topic TOPIC")
+        raise click.UsageError(f"name the {kind}: {upper} or --{kind} {upper}")
     return positional if positional is not None else option
 
 
@@ -188,17 +214,37 @@ def utf8(text: str) -> bytes:
     return text.encode(errors="surrogateescape")
 
 
-class KafkaTopicsGroup(click.Group):
-    """A command group that takes kafka-topics' verbs (`--create`, ...) for its commands."""
+class KafkaVerbsGroup(click.Group):
+    """A command group that takes a Kafka tool's verbs (`--create`, ...) for its commands."""
+
+    verbs: dict[str, str] = {}
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] in self.commands:  # a command named: its own options (--delete)
             return super().parse_args(ctx, args)
-        verbs = [arg for arg in args if arg in TOPICS_VERBS]
+        verbs = [arg for arg in args if arg in self.verbs]
         if len(verbs) > 1:
             raise click.UsageError(
-                f"give one of {', '.join(TOPICS_VERBS)}, not {' and '.join(verbs)}"
+                f"give one of {', '.join(self.verbs)}, not {' and '.join(verbs)}"
             )
         if verbs:
-            args = [TOPICS_VERBS[verbs[0]], *(arg for arg in args if arg != verbs[0])]
+            args = [self.verbs[verbs[0]], *(arg for arg in args if arg != verbs[0])]
         return super().parse_args(ctx, args)
+
+
+class KafkaTopicsGroup(KafkaVerbsGroup):
+    """`tidelog topics`, which takes kafka-topics' verbs."""
+
+    verbs = TOPICS_VERBS
+
+
+class KafkaGroupsGroup(KafkaVerbsGroup):
+    """`tidelog groups`, which takes kafka-consumer-groups' verbs."""
+
+    verbs = GROUPS_VERBS
+
+
+def verbs_epilog(tool: str, verbs: dict[str, str], example: str) -> str:
+    """One line of a group's help naming the Kafka tool's verbs it takes."""
+    named = ", ".join(f"{verb} is {command}" for verb, command in verbs.items())
+    return f"{tool}' verbs work too: {named}, e.g. {example}."

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -35,8 +36,6 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-
-from tidelog.testing.live import port_free
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 PAGES: Final = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -161,13 +160,25 @@ def stop_what_was_left(sandbox: Path, environment: dict[str, str]) -> None:
         )
 
 
+def listenable(port: int) -> bool:
+    """Whether a server could listen on 127.0.0.1:`port` now, as the brokers do: with
+    SO_REUSEADDR, so the connections a page before left in TIME_WAIT do not count."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def run_page(page: Path, tmp_path: Path) -> Iterator[str]:
     """Run every block of `page`; yields a description of each failure."""
     blocks = [b for b in blocks_of(page) if b.language in RUN]
     if not blocks:
         return
     deadline = time.monotonic() + PORTS_WAIT_S
-    while taken := [port for port in KAFKA_PORTS if not port_free(port)]:
+    while taken := [port for port in KAFKA_PORTS if not listenable(port)]:
         assert time.monotonic() < deadline, f"the pages use Kafka's default ports; in use: {taken}"
         time.sleep(0.5)
     sandbox = make_sandbox(tmp_path / "sandbox")

@@ -936,10 +936,10 @@ def test_kafka_spellings_of_topics_produce_and_consume(cluster: LiveCluster) -> 
 
 
 def test_kafka_consumer_groups_spellings(cluster: LiveCluster) -> None:
-    create(cluster, "grouped")
-    ok(cluster, "produce", "grouped", stdin="a\nb\n")
+    create(cluster, "cg-spelled")
+    ok(cluster, "produce", "cg-spelled", stdin="a\nb\n")
     ok(
-        cluster, "consume", "grouped", "--group", "spelled-group", "--from-beginning",
+        cluster, "consume", "cg-spelled", "--group", "spelled-group", "--from-beginning",
         "--timeout-ms", CONSUME_TIMEOUT_MS,
     )  # fmt: skip
     assert "spelled-group" in ok(cluster, "groups", "--list").stdout.splitlines()
@@ -952,11 +952,11 @@ def test_kafka_consumer_groups_spellings(cluster: LiveCluster) -> None:
     neither = run(cluster, "groups", "describe")
     assert neither.exit_code == 2 and "name the group: GROUP or --group GROUP" in neither.output
     reset = ok(
-        cluster, "groups", "--reset-offsets", "--group", "spelled-group", "--topic", "grouped",
+        cluster, "groups", "--reset-offsets", "--group", "spelled-group", "--topic", "cg-spelled",
         "--to-earliest", "--execute", "--json",
     )  # fmt: skip
     assert json.loads(reset.stdout)["executed"] is True
-    ok(cluster, "groups", "--delete-offsets", "--group", "spelled-group", "--topic", "grouped")
+    ok(cluster, "groups", "--delete-offsets", "--group", "spelled-group", "--topic", "cg-spelled")
     deleted = ok(cluster, "groups", "--delete", "--group", "spelled-group")
     assert deleted.stdout == "Deletion of group 'spelled-group' was successful.\n"
     unnamed = run(cluster, "groups", "--delete")

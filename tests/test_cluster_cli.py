@@ -103,6 +103,24 @@ def test_a_directory_without_a_cluster(tmp_path: Path, args: list[str]) -> None:
     assert stderr == f"error: no cluster in {tmp_path} (run `tidelog cluster up`)\n"
 
 
+def test_the_directory_defaults_as_the_client_commands_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --data-dir: $TIDELOG_DATA_DIR, else ./data (here: neither holds a cluster)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TIDELOG_DATA_DIR", raising=False)
+    code, _, stderr = cli("status")
+    assert (code, stderr) == (1, "error: no cluster in data (run `tidelog cluster up`)\n")
+    named = tmp_path / "elsewhere"
+    result = CliRunner(env={"TIDELOG_DATA_DIR": str(named)}).invoke(
+        main, ["cluster", "kill", "--node", "1"]
+    )
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"error: no cluster in {named} (run `tidelog cluster up`)\n",
+    )
+
+
 def test_bad_arguments_and_files(tmp_path: Path) -> None:
     write_cluster(tmp_path, plan_cluster(tmp_path, nodes=3, base_port=9092))
     code, _, stderr = cli("kill", "--data-dir", str(tmp_path), "--node", "7")

@@ -4,6 +4,8 @@ Rules of this file:
 - A cluster lives in one directory: `DIR/cluster.json` records every node (id, pid,
   addresses, data directory), `DIR/node-N/` is node N's data directory and
   `DIR/node-N/broker.log` its stdout and stderr. `cluster.json` is replaced atomically.
+- DIR is `--data-dir`, else `$TIDELOG_DATA_DIR`, else `./data`: where the client commands
+  look for the local cluster too.
 - Brokers run as `python -m tidelog broker ...` on 127.0.0.1 in their own session, so they
   outlive the command that started them. Node i (from 1) of base port P listens on P+i-1
   (Kafka), P+100+i-1 (peers) and P+200+i-1 (admin HTTP).
@@ -65,7 +67,7 @@ from tidelog.server.logs import LOG_FORMATS
 from tidelog.status import TOKEN_FILE, AdminAccess, access_for, read_status
 from tidelog.tools.client_kafka import ClientError, ClientSettings
 from tidelog.tools.client_options import COMMAND_CONFIG_ENV
-from tidelog.tools.client_status import CLIENT_SASL_PROPERTIES, DATA_DIR_ENV
+from tidelog.tools.client_status import CLIENT_SASL_PROPERTIES, DATA_DIR_ENV, DEFAULT_DATA_DIR
 from tidelog.tools.leaders_cmd import elect_preferred
 
 CERTS_DIR = "certs"
@@ -606,9 +608,12 @@ def fail(error: TidelogError) -> NoReturn:
 directory_option = click.option(
     "--data-dir",
     "directory",
-    required=True,
+    envvar=DATA_DIR_ENV,
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="The cluster's directory (holds cluster.json and node-N/).",
+    help=f"The cluster's directory (holds cluster.json and node-N/; default: ${DATA_DIR_ENV}, "
+    "else ./data, as the client commands).",
 )
 node_option = click.option("--node", "node_id", type=int, required=True, help="Node id.")
 timeout_option = click.option(

@@ -26,13 +26,14 @@ Rules of this file:
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 import click
 from kafka import KafkaConsumer
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, for_code
 
 from tidelog.tools.client_kafka import (
     KAFKA_CLIENT_ID,
@@ -53,6 +54,8 @@ from tidelog.tools.kafka_spellings import (
 )
 
 INACTIVE_STATES = ("Empty", "Dead")
+ERROR_TEXT: Final = re.compile(r"\[Error (-?\d+)\]")
+"""How kafka-python 3 writes a group's error code in the text it gives instead of the error."""
 LAG_READ_MAX: Final = 64
 """The most offsets below the HWM `groups describe` reads of a partition to find its last
 data record (see the rules)."""
@@ -198,9 +201,11 @@ def describe_group(admin: Any, group: str) -> GroupInfo:
     # ..."); a group that does not exist (GROUP_ID_NOT_FOUND, DescribeGroups v6+) is
     # described as Dead, as before v6, and said so by the caller.
     if isinstance(error, str) and error and "GroupIdNotFoundError" not in error:
-        raise ClientError(f"group '{group}': {error}")
+        # Raised from the error it names, so a retriable one (NOT_COORDINATOR while a new
+        # coordinator is elected, COORDINATOR_LOAD_IN_PROGRESS) is asked again (ask_admin).
+        raise ClientError(f"group '{group}': {error}") from error_of_text(error)
     if is_error(error):
-        raise ClientError(f"group '{group}': {type(error).__name__}")
+        raise ClientError(f"group '{group}': {type(error).__name__}") from error
     members = tuple(
         Member(
             member_id=str(m["member_id"]),
@@ -227,6 +232,13 @@ def coordinator_of(admin: Any, group: str) -> int:
     cluster = getattr(getattr(admin, "_manager", None), "cluster", None)
     found = cluster.get_coordinator(group) if cluster is not None else None
     return -1 if found is None else int(found)
+
+
+def error_of_text(text: str) -> Exception | None:
+    """The kafka-python error that kafka-python's text of it (`[Error 16] NotCoordinatorError:
+    ...`) names, or None."""
+    found = ERROR_TEXT.match(text)
+    return None if found is None else for_code(int(found.group(1)))()
 
 
 def committed_offsets(admin: Any, group: str) -> dict[tuple[str, int], int]:

@@ -43,6 +43,15 @@ TOPIC = "drained"
 RECORDS = 10
 
 
+def write_records(bootstrap: str, topic: str) -> None:
+    """A new topic of one partition holding RECORDS records, each acknowledged (acks=all)."""
+    create_topic(bootstrap, topic, partitions=1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i in range(RECORDS):
+        producer.send(topic, f"r{i}".encode(), partition=0).get(timeout=30)
+    producer.close()
+
+
 def lag_of(bootstrap: str, group: str) -> list[Any]:
     result = tidelog("groups", "describe", group, "--json", "--bootstrap-server", bootstrap)
     assert result.returncode == 0, result.stderr
@@ -52,11 +61,7 @@ def lag_of(bootstrap: str, group: str) -> list[Any]:
 def test_a_drained_group_shows_lag_0_behind_a_control_batch(tmp_path: Path) -> None:
     cluster = LiveCluster(tmp_path / "cluster")
     try:
-        create_topic(cluster.bootstrap, TOPIC, partitions=1)
-        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
-        for i in range(RECORDS):
-            producer.send(TOPIC, f"r{i}".encode(), partition=0).get(timeout=30)
-        producer.close()
+        write_records(cluster.bootstrap, TOPIC)
         node = cluster.leader_of(TOPIC)
         restarted = tidelog(
             "cluster", "restart", "--data-dir", str(tmp_path / "cluster"), "--node", str(node)
@@ -403,10 +408,7 @@ def test_an_idle_group_keeps_lag_0_through_a_failover(tmp_path: Path) -> None:
     Kafka)."""
     cluster = LiveCluster(tmp_path / "cluster")
     try:
-        create_topic(cluster.bootstrap, FAILOVER_TOPIC, partitions=1)
-        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
-        for i in range(RECORDS):
-            producer.send(FAILOVER_TOPIC, f"r{i}".encode(), partition=0).get(timeout=30)
+        write_records(cluster.bootstrap, FAILOVER_TOPIC)
         read = tidelog(
             "consume", FAILOVER_TOPIC, "--group", GROUP, "--from-beginning",
             "--timeout-ms", "2000", "--bootstrap-server", cluster.bootstrap,
@@ -439,6 +441,7 @@ def test_an_idle_group_keeps_lag_0_through_a_failover(tmp_path: Path) -> None:
             lambda: f"the live page: {page_lag(admins[0])}",
         )
 
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
         producer.send(FAILOVER_TOPIC, b"one more", partition=0).get(timeout=30)
         producer.close()
         eventually(lambda: described_lag(cluster.bootstrap) == 2, "one more record: lag 2")

@@ -23,7 +23,7 @@ Rules of this file:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -34,14 +34,6 @@ from tidelog.server.metadata import METADATA_TOPIC
 from tidelog.server.view import BrokerView
 
 
-class Marks(NamedTuple):
-    """Where a replica's log starts, where its data below the HWM ends, and its HWM."""
-
-    log_start_offset: int
-    data_end: int
-    hwm: int
-
-
 def group_lag(committed: int, *, log_start_offset: int, data_end: int) -> int:
     """data_end - max(committed, log start offset), never negative (the rules above)."""
     return max(0, data_end - max(committed, log_start_offset))
@@ -49,7 +41,6 @@ def group_lag(committed: int, *, log_start_offset: int, data_end: int) -> int:
 
 def status(broker: BrokerView) -> dict[str, Any]:
     partitions: list[dict[str, Any]] = []
-    marks: dict[tuple[str, int], Marks] = {}
     for key, runner in sorted(broker.runners.items()):
         if key.topic == METADATA_TOPIC:
             continue
@@ -61,10 +52,6 @@ def status(broker: BrokerView) -> dict[str, Any]:
             reported_isr: list[int] | None = [int(node) for node in record.isr]
         else:
             reported_isr = None if reported is None else list(reported.isr)
-        data_end = int(runner.data_end_offset(state.hwm))
-        marks[key.topic, key.partition] = Marks(
-            int(state.log_start_offset), data_end, int(state.hwm)
-        )
         partitions.append(
             {
                 "topic": key.topic,
@@ -75,7 +62,7 @@ def status(broker: BrokerView) -> dict[str, Any]:
                 "epoch": int(state.epoch),
                 "hwm": int(state.hwm),
                 # The offset after the last data record below the HWM (the rules above).
-                "data_end": data_end,
+                "data_end": int(runner.data_end_offset(state.hwm)),
                 "log_start_offset": int(state.log_start_offset),
                 "log_end_offset": int(state.log_end_offset),
                 "isr": in_sync_of(state, replicas),
@@ -106,15 +93,17 @@ def status(broker: BrokerView) -> dict[str, Any]:
         "kafka_connections": broker.kafka_connections,
         "request_bytes_held": broker.request_bytes.used,
         "partitions": partitions,
-        "groups": group_offsets(broker, marks),
+        "groups": group_offsets(broker, {(p["topic"], p["partition"]): p for p in partitions}),
     }
 
 
-def group_offsets(broker: BrokerView, marks: dict[tuple[str, int], Marks]) -> list[dict[str, Any]]:
+def group_offsets(
+    broker: BrokerView, hosted: dict[tuple[str, int], dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The committed offsets of the groups this node coordinates, each with its lag
-    against this node's replica of the partition (`group_lag`; None when this node hosts
-    no replica of it). A group's offsets are read where they are authoritative: at the
-    leader of its `__consumer_offsets` partition, once loaded."""
+    against this node's replica of the partition (`hosted`: its status row; `group_lag`;
+    None when this node hosts no replica of it). A group's offsets are read where they are
+    authoritative: at the leader of its `__consumer_offsets` partition, once loaded."""
     rows = []
     for coordinator in broker.coordinators.values():
         machine = coordinator.machine
@@ -122,13 +111,13 @@ def group_offsets(broker: BrokerView, marks: dict[tuple[str, int], Marks]) -> li
             continue
         for group_id, group in sorted(machine.groups.items()):
             for (topic, partition), committed in sorted(group.offsets.items()):
-                mark = marks.get((topic, partition))
+                replica = hosted.get((topic, partition))
                 lag = None
-                if mark is not None:
+                if replica is not None:
                     lag = group_lag(
                         committed.offset,
-                        log_start_offset=mark.log_start_offset,
-                        data_end=mark.data_end,
+                        log_start_offset=replica["log_start_offset"],
+                        data_end=replica["data_end"],
                     )
                 rows.append(
                     {
@@ -136,7 +125,7 @@ def group_offsets(broker: BrokerView, marks: dict[tuple[str, int], Marks]) -> li
                         "topic": topic,
                         "partition": partition,
                         "committed_offset": committed.offset,
-                        "hwm": None if mark is None else mark.hwm,
+                        "hwm": None if replica is None else replica["hwm"],
                         "lag": lag,
                     }
                 )

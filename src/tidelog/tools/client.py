@@ -589,11 +589,11 @@ def null_or(data: bytes | None, null: bytes = b"null") -> bytes:
     return null if data is None else data
 
 
-def joined_headers(headers: tuple[Header, ...], *, pair: bytes, null: bytes) -> bytes:
-    """KEY<pair>VALUE for each header, joined by ","; `null` for a null value."""
-    return b",".join(
-        key.encode() + pair + (null if value is None else value) for key, value in headers
-    )
+def joined_headers(
+    headers: tuple[Header, ...], *, pair: bytes, null: bytes, separator: bytes = b","
+) -> bytes:
+    """KEY<pair>VALUE for each header, joined by `separator`; `null` for a null value."""
+    return separator.join(key.encode() + pair + null_or(value, null) for key, value in headers)
 
 
 def timestamp_text(record: ConsumedRecord) -> bytes:
@@ -645,9 +645,11 @@ def record_text(record: ConsumedRecord, layout: TextLayout) -> bytes:
     if layout.print_offset:
         fields.append(f"Offset:{record.offset}".encode())
     if layout.print_headers:
-        pair, null = layout.headers_key_separator, layout.null_literal
-        shown = layout.headers_separator.join(
-            key.encode() + pair + null_or(value, null) for key, value in record.headers
+        shown = joined_headers(
+            record.headers,
+            pair=layout.headers_key_separator,
+            null=layout.null_literal,
+            separator=layout.headers_separator,
         )
         fields.append(shown if record.headers else b"NO_HEADERS")
     if layout.print_key:

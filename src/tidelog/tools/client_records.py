@@ -231,8 +231,6 @@ def producer_settings(client: ClientSettings, options: ProduceOptions) -> dict[s
         **given,
     }
     settings.setdefault("enable_idempotence", settings["acks"] == "all")
-    if "enable_idempotence" not in given:
-        settings["enable_idempotence"] = settings["acks"] == "all"
     if settings["enable_idempotence"] and settings["acks"] != "all":
         raise ClientError("enable.idempotence=true needs acks=all (Kafka allows no other)")
     room_ms = settings["delivery_timeout_ms"] - settings.get("linger_ms", 0)
@@ -424,16 +422,20 @@ def consume_records(
     partitions = ask_admin(
         client, lambda admin: topic_partitions(admin, options.topic, options.partition)
     )
-    needs = "consumer groups" if options.group is not None else "this request"
     consumer = retrying(client, lambda: _positioned_consumer(client, options, partitions, warn))
     committed: dict[Any, Any] = {}
-    with kafka_errors(client, needs=needs):
+    with kafka_errors(client, needs=needs_of(options)):
         try:
             yield from _poll_loop(consumer, options, committed, stop)
         finally:
             if options.group is not None and committed:
                 consumer.commit(committed)
             consumer.close(autocommit=False)
+
+
+def needs_of(options: ConsumeOptions) -> str:
+    """The Kafka API a consume depends on, for kafka_errors."""
+    return "consumer groups" if options.group is not None else "this request"
 
 
 def _positioned_consumer(
@@ -443,8 +445,7 @@ def _positioned_consumer(
     warn: Callable[[str], None],
 ) -> Any:
     """A new consumer, subscribed or assigned and positioned; closed again when that fails."""
-    needs = "consumer groups" if options.group is not None else "this request"
-    with kafka_errors(client, needs=needs):
+    with kafka_errors(client, needs=needs_of(options)):
         consumer = _new_consumer(client, options)
         try:
             _position_consumer(consumer, options, partitions, warn)

@@ -78,22 +78,26 @@ chosen_data_dir: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
 """A command's `--data-dir`, for the length of the command (`client_options`)."""
 
 
-def local_cluster_directory() -> Path:
-    """Where a local cluster is looked for: the command's `--data-dir`, else
-    `$TIDELOG_DATA_DIR`, else `./data`."""
+def given_data_dir() -> Path | None:
+    """The data directory named explicitly: the command's `--data-dir`, else
+    `$TIDELOG_DATA_DIR`; None when neither is given."""
     chosen = chosen_data_dir.get()
     if chosen is not None:
         return chosen
-    return Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
+    named = os.environ.get(DATA_DIR_ENV)
+    return Path(named) if named else None
+
+
+def local_cluster_directory() -> Path:
+    """Where a local cluster is looked for: `given_data_dir()`, else `./data`."""
+    return given_data_dir() or Path(DEFAULT_DATA_DIR)
 
 
 def missing_cluster_file() -> str | None:
     """Why the data directory given explicitly (`--data-dir`, `$TIDELOG_DATA_DIR`) names no
     local cluster, when its `cluster.json` is missing; None when it has one, or when none was
     given (./data is only a guess, never an error)."""
-    chosen = chosen_data_dir.get()
-    if chosen is None and os.environ.get(DATA_DIR_ENV):
-        chosen = Path(os.environ[DATA_DIR_ENV])
+    chosen = given_data_dir()
     if chosen is None or (chosen / CLUSTER_FILE).exists():
         return None
     return (

@@ -319,11 +319,10 @@ def read_cluster(directory: Path) -> ClusterRecord:
         raise ClusterError(f"{path} lists no nodes")
     if record.log_format not in LOG_FORMATS:
         raise ClusterError(f"{path}: log_format {record.log_format!r} is not one of {LOG_FORMATS}")
-    if not isinstance(record.metrics, bool):  # a file edited by hand: "false" is not False
-        raise ClusterError(f"{path}: metrics {record.metrics!r} is not true or false")
-    if not isinstance(record.auto_create_topics_enable, bool):
-        shown = record.auto_create_topics_enable
-        raise ClusterError(f"{path}: auto_create_topics_enable {shown!r} is not true or false")
+    for name in ("metrics", "auto_create_topics_enable"):
+        value = getattr(record, name)
+        if not isinstance(value, bool):  # a file edited by hand: "false" is not False
+            raise ClusterError(f"{path}: {name} {value!r} is not true or false")
     return record
 
 
@@ -690,14 +689,14 @@ def up(
         else:
             record = plan_cluster(directory, nodes=nodes, base_port=base_port, secure=secure)
             directory.mkdir(parents=True, exist_ok=True)
-        if log_format is not None and log_format.lower() != record.log_format:
-            record = replace(record, log_format=log_format.lower())
-            write_cluster(directory, record)
-        if metrics is not None and metrics != record.metrics:
-            record = replace(record, metrics=metrics)
-            write_cluster(directory, record)
-        if auto_create is not None and auto_create != record.auto_create_topics_enable:
-            record = replace(record, auto_create_topics_enable=auto_create)
+        kept: dict[str, Any] = {  # the brokers' settings given to `up`, kept for restarts
+            "log_format": None if log_format is None else log_format.lower(),
+            "metrics": metrics,
+            "auto_create_topics_enable": auto_create,
+        }
+        changed = {k: v for k, v in kept.items() if v is not None and v != getattr(record, k)}
+        if changed:
+            record = replace(record, **changed)
             write_cluster(directory, record)
         if record.secure:
             make_certificates(directory, record)

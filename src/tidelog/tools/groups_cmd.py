@@ -35,6 +35,7 @@ import click
 from kafka import KafkaConsumer
 from kafka.errors import KafkaError, for_code
 
+from tidelog.server.snapshot import group_lag
 from tidelog.tools.client_kafka import (
     KAFKA_CLIENT_ID,
     ClientError,
@@ -108,7 +109,7 @@ def lag_of(committed: int | None, log_start: int, data_end: int) -> int | None:
     HWM itself when that is not known)."""
     if committed is None:
         return None
-    return max(0, data_end - max(committed, log_start))
+    return group_lag(committed, log_start_offset=log_start, data_end=data_end)
 
 
 def to_read(committed: int | None, log_start: int, hwm: int) -> tuple[int, int] | None:

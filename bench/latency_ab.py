@@ -1,6 +1,11 @@
-"""One acks=all record in flight, this checkout against another revision (not a test).
+"""This checkout against another revision, A/B in one pair of clusters (not a test).
 
     .venv/bin/python bench/latency_ab.py [--base REV] [--runs R] [--records N]
+                                         [--measure latency|produce]
+
+`--measure latency` (the default): one acks=all record in flight; `--measure produce`: the
+produce rate, `tidelog perf produce` of N 100-byte records with acks=all as fast as the
+producer goes.
 
 Exports REV's `src/` (default: main) with `git archive` into a temporary directory and
 starts two 3-node clusters on 127.0.0.1 side by side (free ports): one running this
@@ -8,9 +13,9 @@ checkout's code, one REV's. Both stay up for the whole run, so the one not measu
 beside the one measured either way. On each, a topic of one partition (replication factor
 3) whose leader is its first replica (`tidelog leaders elect`). Each of the R runs runs
 `tidelog perf latency --json` (this checkout's client, the same for both: confluent-kafka,
-linger 0, one record in flight, each read back by a consumer) against one cluster, then the
-other; the order alternates from run to run, so a machine that slows down (or warms up)
-over the run weighs on both alike.
+linger 0, one record in flight, each read back by a consumer), or `tidelog perf produce
+--json`, against one cluster, then the other; the order alternates from run to run, so a
+machine that slows down (or warms up) over the run weighs on both alike.
 
 Latency on a shared machine is noisy (other work takes the cores in turns); the CPU the
 brokers spend much less so: each run also reads each broker process's CPU time (user +
@@ -18,8 +23,8 @@ system, /proc/PID/stat) before and after, and reports CPU microseconds per recor
 leader and of the followers (which includes what they spend idling: ticks, heartbeats).
 
 Prints each run (the acknowledgement's p50 and p99, and the p50 from the send to the
-consumer's receipt), the medians and the ratios this/REV. Every loop is bounded in count and
-time; the script stops only the clusters it started.
+consumer's receipt; or the records per second), the medians and the ratios this/REV. Every
+loop is bounded in count and time; the script stops only the clusters it started.
 """
 
 from __future__ import annotations
@@ -68,13 +73,10 @@ class Tree:
         return result.stdout
 
 
-@dataclass(frozen=True)
-class Run:
-    p50_ms: float
-    p99_ms: float
-    consume_p50_ms: float  # from the send to the consumer's receipt
-    leader_us: float  # broker CPU per record
-    followers_us: float
+Run = dict[str, float]
+"""One run's figures by name (the CPU per record of the leader and of the followers too)."""
+
+MEASURES = ("latency", "produce")
 
 
 def export_src(rev: str, into: Path) -> Path:
@@ -145,48 +147,55 @@ def cpu_s(pid: int) -> float:
 
 
 def measure(
-    tree: Tree, directory: Path, nodes: list[tuple[int, int]], records: int, client: Tree
+    tree: Tree,
+    directory: Path,
+    nodes: list[tuple[int, int]],
+    records: int,
+    *,
+    client: Tree,
+    what: str,
 ) -> Run:
     leader = leader_of(tree, directory)
     before = {node: cpu_s(pid) for node, pid in nodes}
-    report = json.loads(
-        client.tidelog(
-            "perf",
-            "latency",
-            "--topic",
-            TOPIC,
-            "--num-records",
-            str(records),
-            "--json",
-            "--data-dir",
-            str(directory),
+    common = ["--topic", TOPIC, "--num-records", str(records), "--json"]
+    common += ["--data-dir", str(directory)]
+    if what == "latency":
+        report = json.loads(client.tidelog("perf", "latency", *common))
+        run = {
+            "p50_ms": float(report["acknowledge"]["p50_ms"]),
+            "p99_ms": float(report["acknowledge"]["p99_ms"]),
+            "consume_p50_ms": float(report["consume"]["p50_ms"]),
+        }
+    else:
+        report = json.loads(
+            client.tidelog(
+                "perf",
+                "produce",
+                *common,
+                "--record-size",
+                "100",
+                "--throughput",
+                "-1",
+                "--acks",
+                "all",
+            )
         )
-    )
+        if report["failed"]:
+            raise RuntimeError(f"{tree.name}: {report['failed']} records failed")
+        run = {"records_per_s": float(report["records_per_s"])}
     spent = {node: (cpu_s(pid) - before[node]) * 1e6 / records for node, pid in nodes}
-    followers = [us for node, us in spent.items() if node != leader]
-    return Run(
-        p50_ms=report["acknowledge"]["p50_ms"],
-        p99_ms=report["acknowledge"]["p99_ms"],
-        consume_p50_ms=report["consume"]["p50_ms"],
-        leader_us=spent[leader],
-        followers_us=statistics.fmean(followers),
-    )
+    run["leader_us"] = spent[leader]
+    run["followers_us"] = statistics.fmean(us for node, us in spent.items() if node != leader)
+    return run
 
 
-def summary(name: str, runs: list[Run]) -> dict[str, float]:
-    medians = {
-        "p50_ms": statistics.median(run.p50_ms for run in runs),
-        "p99_ms": statistics.median(run.p99_ms for run in runs),
-        "consume_p50_ms": statistics.median(run.consume_p50_ms for run in runs),
-        "leader_us": statistics.median(run.leader_us for run in runs),
-        "followers_us": statistics.median(run.followers_us for run in runs),
-    }
-    print(
-        f"{name:>5} medians: p50 {medians['p50_ms']:.2f} ms, p99 {medians['p99_ms']:.2f} ms, "
-        f"consumed p50 {medians['consume_p50_ms']:.2f} ms, "
-        f"CPU per record: leader {medians['leader_us']:.0f} us, "
-        f"followers {medians['followers_us']:.0f} us"
-    )
+def shown(run: Run) -> str:
+    return ", ".join(f"{key} {value:.2f}" for key, value in run.items())
+
+
+def summary(name: str, runs: list[Run]) -> Run:
+    medians = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    print(f"{name:>5} medians: {shown(medians)}")
     return medians
 
 
@@ -195,6 +204,7 @@ def main() -> None:
     parser.add_argument("--base", default="main", help="The revision to compare with.")
     parser.add_argument("--runs", type=int, default=RUNS_DEFAULT)
     parser.add_argument("--records", type=int, default=RECORDS_DEFAULT)
+    parser.add_argument("--measure", choices=MEASURES, default="latency")
     options = parser.parse_args()
     if not 1 <= options.runs <= RUNS_MAX or options.records < 100:
         parser.error(f"--runs must be 1..{RUNS_MAX} and --records at least 100")
@@ -215,15 +225,11 @@ def main() -> None:
                 order = trees if number % 2 == 0 else trees[::-1]
                 for tree in order:
                     directory, pids = nodes[tree.name]
-                    run = measure(tree, directory, pids, options.records, this)
-                    results[tree.name].append(run)
-                    print(
-                        f"run {number + 1} {tree.name:>5}: p50 {run.p50_ms:.2f} ms, "
-                        f"p99 {run.p99_ms:.2f} ms, consumed p50 {run.consume_p50_ms:.2f} ms, "
-                        f"CPU per record: leader "
-                        f"{run.leader_us:.0f} us, followers {run.followers_us:.0f} us",
-                        flush=True,
+                    run = measure(
+                        tree, directory, pids, options.records, client=this, what=options.measure
                     )
+                    results[tree.name].append(run)
+                    print(f"run {number + 1} {tree.name:>5}: {shown(run)}", flush=True)
         finally:
             for tree, directory in started:
                 tree.tidelog("cluster", "down", "--data-dir", str(directory))

@@ -73,8 +73,6 @@ from tidelog.wal.timestamps import max_timestamp_record, offset_for_timestamp
 __all__ = ["DiskStorage", "RepairNeeded", "WalConfig"]
 
 Clock = Callable[[], int]
-CONTROL_HEADER_READS_MAX = 8
-"""Batch headers `data_end_offset` reads per call below what recovery scanned."""
 
 
 class DiskStorage:
@@ -252,32 +250,15 @@ class DiskStorage:
         it. A batch whose kind is unknown counts as data (wal/controls.py). Past the log end
         (a follower told a HWM it has not reached) the batches are unknown, and at or below
         the log start there are none: `below`.
-        Below the batches recovery scanned it reads batch headers, at most
-        CONTROL_HEADER_READS_MAX per call; those right below what it knows it keeps, so it
-        reads each of them once. It never marks the log damaged."""
+        Below the batches recovery scanned it reads batch headers (wal/controls.py's
+        `data_end_offset`). It never marks the log damaged."""
         if self.needs_repair is not None:
             return below
         if not self.log_start_offset < below <= self.log_end_offset:
             return below
-        controls = self._controls
-        end = Offset(max(controls.data_end(below), self.log_start_offset))
-        for _ in range(CONTROL_HEADER_READS_MAX):
-            if end == self.log_start_offset or end > controls.known_from:
-                return end  # the batch that ends at `end` is known to be data
-            learning = end == controls.known_from
-            if learning and not controls.may_learn:
-                return end  # unknown: it counts as data
-            header = self._local.header_before(end)
-            if header is None:
-                if learning:
-                    controls.cannot_learn()
-                return end
-            if learning:
-                controls.learn(header)
-            if not header.is_control:
-                return end
-            end = Offset(max(header.base_offset, self.log_start_offset))
-        return end
+        return self._controls.data_end_offset(
+            below, log_start_offset=self.log_start_offset, header_before=self._local.header_before
+        )
 
     def segment_paths(self) -> list[str]:
         return self._local.segments.paths()

@@ -14,8 +14,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from tidelog.core.epochs import EpochEntry, EpochHistory
 from tidelog.core.messages import HardState
-from tidelog.core.storage import EpochEntry, extend_epochs, trim_epochs
 from tidelog.records import read_header
 from tidelog.types import Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, WalConfig
@@ -30,10 +30,17 @@ DIRECTORY = "/data/topic-0"
 
 def derive_epochs(epochs: list[EpochEntry], batches: list[bytes]) -> list[EpochEntry]:
     """The epoch history extended by `batches`, as Kafka derives it on append."""
-    epochs = list(epochs)
+    history = EpochHistory(epochs)
     for batch in batches:
-        extend_epochs(epochs, read_header(batch))
-    return epochs
+        history.extend(read_header(batch))
+    return list(history)
+
+
+def trim_epochs(epochs: list[EpochEntry], first_offset: Offset) -> list[EpochEntry]:
+    """The epoch history from the record before `first_offset` on, as Kafka trims it."""
+    history = EpochHistory(epochs)
+    history.trim(first_offset)
+    return list(history)
 
 
 class DiskLogMachine(RuleBasedStateMachine):

@@ -7,10 +7,11 @@ import random
 
 import pytest
 
+from tidelog.core.epochs import EpochEntry
 from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry, SequencedBatch
-from tidelog.core.storage import EpochEntry, MemoryStorage
-from tidelog.errors import OffsetOutOfRange, StorageError
+from tidelog.core.storage import MemoryStorage
+from tidelog.errors import CorruptBatch, OffsetOutOfRange, StorageError
 from tidelog.records import CONTROL_TYPE_LEADER_CHANGE, build_control_batch, read_header
 from tidelog.types import Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, OsFileSystem, WalConfig
@@ -118,7 +119,7 @@ def test_the_last_batch_is_found_without_a_scan_and_still_checked(tmp_path: obje
     one_segment = WalConfig(segment_bytes=1 << 20, index_interval_bytes=200)
     with open_disk(str(tmp_path), one_segment) as storage:
         storage.append(batches)
-        segment = storage._segments[-1]
+        segment = storage._local.segments.active
         assert segment.last_batch is not None
         assert segment.last_batch[0] == sum(len(batch) for batch in batches[:-1])
         assert storage.read(Offset(21), end_offset=Offset(24), max_bytes=1) == [batches[5]]
@@ -136,6 +137,33 @@ def test_the_last_batch_is_found_without_a_scan_and_still_checked(tmp_path: obje
         with pytest.raises(StorageError, match="needs repair"):
             storage.read_range(Offset(20), end_offset=Offset(24), max_bytes=1)
         assert storage.needs_repair is not None
+
+
+def test_append_checks_framing_and_a_read_checks_the_crc(tmp_path: object) -> None:
+    """The leader's door and the follower's core check each batch's CRC before it reaches
+    the log, so `append` checks only framing; a batch that rots on the way is still never
+    served: the read that meets it fails and marks the log for repair, after a reopen too."""
+    batches = build_batches([4] * 4)
+    rotten = bytearray(batches[2])
+    rotten[-1] ^= 0x01  # a record byte: inside the CRC, outside the framing
+    with open_disk(str(tmp_path)) as storage:
+        storage.append([*batches[:2], bytes(rotten), batches[3]])
+        assert storage.read(Offset(0), end_offset=Offset(8), max_bytes=1 << 20) == batches[:2]
+        with pytest.raises(StorageError, match="needs repair: corrupt batch at offset 8"):
+            storage.read(Offset(4), end_offset=Offset(16), max_bytes=1 << 20)
+        with pytest.raises(StorageError, match="needs repair"):
+            storage.append(build_batches([4], base_offset=16))
+        assert storage.quarantine()
+        assert storage.load().log_end_offset == 8
+        assert read_all(storage) == batches[:2]
+        with pytest.raises(CorruptBatch, match="bytes"):
+            storage.append([batches[2][:-1]])  # framing: its length says one byte more
+    with open_disk(str(tmp_path)) as storage:
+        storage.append([bytes(rotten), batches[3]])
+    with open_disk(str(tmp_path)) as storage:
+        assert storage.read(Offset(0), end_offset=Offset(8), max_bytes=1 << 20) == batches[:2]
+        with pytest.raises(StorageError, match="corrupt batch at offset 8"):
+            read_all(storage)
 
 
 def test_sparse_index_entries_every_interval(tmp_path: object) -> None:

@@ -3,6 +3,7 @@
 Messages, ticks and client requests go in; a `Ready` comes out. See `replica.py`.
 """
 
+from tidelog.core.epochs import EpochEntry
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -15,7 +16,7 @@ from tidelog.core.messages import (
     VoteResponse,
 )
 from tidelog.core.replica import Replica, ReplicaConfig, Rng, Role
-from tidelog.core.storage import EpochEntry, LogStorage, MemoryStorage, StoredState
+from tidelog.core.storage import LogStorage, MemoryStorage, StoredState
 
 __all__ = [
     "AppendRequest",

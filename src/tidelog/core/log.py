@@ -15,15 +15,8 @@ from __future__ import annotations
 
 import bisect
 
-from tidelog.core.storage import (
-    EpochEntry,
-    LogStorage,
-    StoredState,
-    extend_epochs,
-    reset_epochs,
-    trim_epochs,
-    truncate_epochs,
-)
+from tidelog.core.epochs import EpochEntry, EpochHistory
+from tidelog.core.storage import LogStorage, StoredState
 from tidelog.records import BatchHeader, read_header
 from tidelog.types import NO_EPOCH, Epoch, Offset
 
@@ -36,7 +29,7 @@ class ReplicaLog:
         self.log_start_offset = state.log_start_offset
         self.log_end_offset = state.log_end_offset
         self.durable_end_offset = state.log_end_offset
-        self.epochs: list[EpochEntry] = list(state.epochs)
+        self.history = EpochHistory(state.epochs)
         # Storage holds [log_start_offset, stored_end_offset); memory holds the rest.
         self.stored_end_offset = state.log_end_offset
         self.unstable: list[bytes] = []
@@ -48,32 +41,27 @@ class ReplicaLog:
 
     # --- questions ------------------------------------------------------------------
     @property
+    def epochs(self) -> tuple[EpochEntry, ...]:
+        """The leader-epoch history, oldest first."""
+        return self.history.entries
+
+    @property
     def last_epoch(self) -> Epoch:
-        return self.epochs[-1].epoch if self.epochs else NO_EPOCH
+        return self.history.last_epoch
 
     def epoch_at(self, offset: Offset) -> Epoch:
         """The epoch of the record at `offset` (NO_EPOCH below the history: a deleted
         record more than one below the first batch held)."""
         assert offset < self.log_end_offset or offset < 0
-        index = bisect.bisect_right(self.epochs, offset, key=lambda entry: entry.start_offset)
-        return self.epochs[index - 1].epoch if index > 0 else NO_EPOCH
+        return self.history.epoch_at(offset)
 
     def end_offset_for_epoch(self, epoch: Epoch) -> tuple[Epoch, Offset]:
         """(largest epoch <= `epoch`, the offset where it ends here): Kafka's
         OffsetsForLeaderEpoch answer. Before the first epoch: (NO_EPOCH, first offset)."""
-        index = bisect.bisect_right(self.epochs, epoch, key=lambda entry: entry.epoch)
-        if index == 0:
-            first = self.epochs[0].start_offset if self.epochs else self.log_end_offset
-            return NO_EPOCH, Offset(first)
-        if index == len(self.epochs):
-            return self.epochs[-1].epoch, self.log_end_offset
-        return self.epochs[index - 1].epoch, self.epochs[index].start_offset
+        return self.history.end_offset_for_epoch(epoch, log_end_offset=self.log_end_offset)
 
     def epoch_start_offset(self, epoch: Epoch) -> Offset | None:
-        for entry in reversed(self.epochs):
-            if entry.epoch == epoch:
-                return entry.start_offset
-        return None
+        return self.history.epoch_start_offset(epoch)
 
     def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
         """Whole batches from the one holding `start_offset`, each ending by `end_offset`."""
@@ -102,7 +90,7 @@ class ReplicaLog:
         """Append a stamped batch at the log end; extend the epoch history."""
         assert header.base_offset == self.log_end_offset
         assert header.epoch >= self.last_epoch
-        extend_epochs(self.epochs, header)
+        self.history.extend(header)
         self.unstable.append(batch)
         self.unstable_ends.append(header.next_offset)
         self.log_end_offset = header.next_offset
@@ -111,7 +99,7 @@ class ReplicaLog:
         """Remove everything at or above `offset`, a batch boundary."""
         assert offset < self.log_end_offset
         assert offset >= self.log_start_offset
-        truncate_epochs(self.epochs, offset)
+        self.history.truncate(offset)
         self.log_end_offset = offset
         self.durable_end_offset = Offset(min(self.durable_end_offset, offset))
         if offset >= self.stored_end_offset:
@@ -130,7 +118,7 @@ class ReplicaLog:
         """Records below `offset` are gone (DeleteRecords, retention); the caller keeps
         `offset` at most the HWM."""
         assert self.log_start_offset < offset <= self.log_end_offset
-        self.epochs = trim_epochs(self.epochs, self.base_of_batch_at(offset))
+        self.history.trim(self.base_of_batch_at(offset))
         self.log_start_offset = offset
         self.start_moved_to = offset
 
@@ -147,7 +135,7 @@ class ReplicaLog:
         its last record of `prev_epoch`."""
         self.unstable.clear()
         self.unstable_ends.clear()
-        self.epochs = reset_epochs(start_offset, prev_epoch)
+        self.history.reset(start_offset, prev_epoch)
         self.log_start_offset = self.log_end_offset = start_offset
         self.stored_end_offset = self.durable_end_offset = start_offset
         self.reset_to = start_offset

@@ -16,18 +16,12 @@ import bisect
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from tidelog.core.epochs import EpochEntry, EpochHistory
 from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry
 from tidelog.errors import StorageError
-from tidelog.records import BatchHeader, read_header
-from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
-
-
-class EpochEntry(NamedTuple):
-    """One line of the leader-epoch history: `epoch` begins at `start_offset`."""
-
-    epoch: Epoch
-    start_offset: Offset
+from tidelog.records import read_header
+from tidelog.types import Epoch, NodeId, Offset
 
 
 class RepairFloor(NamedTuple):
@@ -118,7 +112,7 @@ class LogStorage(Protocol):
     ) -> None:
         """Drop the whole log and start it empty at `start_offset`, which becomes the log
         start and the HWM (a follower behind its leader's log start). `prev_epoch` is the
-        epoch of the record at start_offset - 1: the epoch history keeps it (`reset_epochs`);
+        epoch of the record at start_offset - 1: the epoch history keeps it (`EpochHistory.reset`);
         `producers` is the leader's producer snapshot there."""
         ...
 
@@ -142,49 +136,6 @@ def initial_state(epochs: tuple[EpochEntry, ...] = ()) -> StoredState:
     )
 
 
-def trim_epochs(epochs: list[EpochEntry], first_offset: Offset) -> list[EpochEntry]:
-    """Kafka's truncateFromStart, one record further back: the history of the records from
-    `first_offset - 1` on, where `first_offset` is the first offset the log still holds
-    (the base of its first batch). The entry covering first_offset - 1 stays, its start
-    raised to that offset: an emptied log still knows the epoch of its last record (Raft's
-    snapshot "last included term"), for votes and for consistency checks."""
-    if first_offset <= 0:
-        return list(epochs)
-    before = Offset(first_offset - 1)
-    index = bisect.bisect_right(epochs, before, key=lambda e: e.start_offset)
-    if index == 0:
-        return list(epochs)
-    covering = epochs[index - 1]
-    return [EpochEntry(covering.epoch, Offset(max(covering.start_offset, before))), *epochs[index:]]
-
-
-def reset_epochs(start_offset: Offset, prev_epoch: Epoch) -> list[EpochEntry]:
-    """The history of a log emptied at `start_offset` whose last record was of `prev_epoch`."""
-    if start_offset <= 0 or prev_epoch == NO_EPOCH:
-        return []
-    return [EpochEntry(prev_epoch, Offset(start_offset - 1))]
-
-
-def extend_epochs(epochs: list[EpochEntry], header: BatchHeader) -> bool:
-    """A batch was appended: a larger epoch begins at its base (Kafka's
-    LeaderEpochFileCache.assign, which replaces entries at or after it). True if changed."""
-    if epochs and header.epoch <= epochs[-1].epoch:
-        return False
-    while epochs and epochs[-1].start_offset >= header.base_offset:
-        epochs.pop()
-    epochs.append(EpochEntry(header.epoch, header.base_offset))
-    return True
-
-
-def truncate_epochs(epochs: list[EpochEntry], offset: Offset) -> bool:
-    """The log lost everything at or above `offset`: so do the epochs. True if changed."""
-    changed = False
-    while epochs and epochs[-1].start_offset >= offset:
-        epochs.pop()
-        changed = True
-    return changed
-
-
 @dataclass(slots=True)
 class _MemoryLog:
     batches: list[bytes]
@@ -192,7 +143,7 @@ class _MemoryLog:
     hard_state: HardState
     hwm: Offset
     log_start: Offset = field(default_factory=lambda: Offset(0))
-    epochs: list[EpochEntry] = field(default_factory=list)
+    epochs: EpochHistory = field(default_factory=EpochHistory)
     repair_floor: RepairFloor | None = None
     damaged: set[Offset] = field(default_factory=set)  # bases of batches that rotted
     producers: tuple[ProducerEntry, ...] = ()
@@ -204,7 +155,7 @@ class _MemoryLog:
             self.hard_state,
             self.hwm,
             self.log_start,
-            list(self.epochs),
+            self.epochs.copy(),
             self.repair_floor,
             set(self.damaged),
             self.producers,
@@ -219,7 +170,7 @@ class _MemoryLog:
         index = bisect.bisect_right(self.ends, cut)
         del self.batches[index:]
         del self.ends[index:]
-        truncate_epochs(self.epochs, cut)
+        self.epochs.truncate(cut)
         self.log_start = Offset(min(self.log_start, cut))
         self.hwm = Offset(min(self.hwm, cut))
         self.damaged = {base for base in self.damaged if base < cut}
@@ -245,7 +196,7 @@ class MemoryStorage:
             hwm=Offset(min(max(log.hwm, log.log_start), end)),
             log_start_offset=log.log_start,
             log_end_offset=end,
-            epochs=tuple(log.epochs),
+            epochs=log.epochs.entries,
             repair_floor=log.repair_floor,
             producers=log.producers,
         )
@@ -280,7 +231,7 @@ class MemoryStorage:
             assert read_header(log.batches[index]).base_offset == offset, "not a batch boundary"
         del log.batches[index:]
         del log.ends[index:]
-        truncate_epochs(log.epochs, offset)
+        log.epochs.truncate(offset)
 
     def append(self, batches: list[bytes]) -> None:
         log = self._working
@@ -288,7 +239,7 @@ class MemoryStorage:
             header = read_header(batch)
             end = log.ends[-1] if log.ends else log.log_start
             assert header.base_offset == end, "append leaves a gap"
-            extend_epochs(log.epochs, header)
+            log.epochs.extend(header)
             log.batches.append(batch)
             log.ends.append(header.next_offset)
 
@@ -312,7 +263,7 @@ class MemoryStorage:
         del log.batches[:index]
         del log.ends[:index]
         first = read_header(log.batches[0]).base_offset if log.batches else offset
-        log.epochs = trim_epochs(log.epochs, first)
+        log.epochs.trim(first)
 
     def reset(
         self,
@@ -328,7 +279,7 @@ class MemoryStorage:
         log.ends.clear()
         log.log_start = start_offset
         log.hwm = start_offset
-        log.epochs = reset_epochs(start_offset, prev_epoch)
+        log.epochs.reset(start_offset, prev_epoch)
 
     def clear_repair_floor(self) -> None:
         self._working.repair_floor = None
@@ -346,8 +297,7 @@ class MemoryStorage:
             return False
         self.needs_repair = None
         working = self._working
-        last_epoch = working.epochs[-1].epoch if working.epochs else NO_EPOCH
-        floor = RepairFloor(last_epoch, working.end)
+        floor = RepairFloor(working.epochs.last_epoch, working.end)
         for log in (self._working, self._durable):
             log.cut_damaged(cut, floor)
         return True

@@ -428,14 +428,14 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "emptied-log-forgets-last-epoch",
         "a log reset to its leader's start keeps the epoch of the record before it",
-        STORAGE,
-        "return [EpochEntry(prev_epoch, Offset(start_offset - 1))]",
-        "return []",
+        "core/epochs.py",
+        "self._entries = [EpochEntry(prev_epoch, Offset(start_offset - 1))]",
+        "self._entries = []",
     ),
     Mutant(
         "no-epoch-below-log-start",
         "the epoch history keeps the record before the first batch (scenario 22)",
-        STORAGE,
+        "core/epochs.py",
         "before = Offset(first_offset - 1)",
         "before = first_offset",
     ),

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import posixpath
 
+from tidelog.core.epochs import EpochEntry
 from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry, SequencedBatch, entry_is_valid
-from tidelog.core.storage import EpochEntry, RepairFloor
+from tidelog.core.storage import RepairFloor
 from tidelog.errors import StorageError
 from tidelog.types import Epoch, NodeId, Offset
 from tidelog.wal.fs import FileSystem

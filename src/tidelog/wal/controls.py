@@ -23,6 +23,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, NamedTuple
 
 from tidelog.records import BatchHeader
@@ -31,6 +32,8 @@ from tidelog.types import Offset
 RUNS_MAX: Final = 16
 """Runs of control batches kept; only the one at the top of the log matters to `data_end`
 while the log grows, the others after a truncation removed it."""
+HEADER_READS_MAX: Final = 8
+"""Batch headers `data_end_offset` reads per call below what is known."""
 
 
 class Run(NamedTuple):
@@ -109,3 +112,33 @@ class ControlBatches:
                 continue  # above `below` (not committed yet, say)
             return run.start if run.end >= below else below
         return below
+
+    def data_end_offset(
+        self,
+        below: Offset,
+        *,
+        log_start_offset: Offset,
+        header_before: Callable[[Offset], BatchHeader | None],
+    ) -> Offset:
+        """`data_end(below)`, at least the log start, reading what it must know: below
+        `known_from` the headers of the batches that end where it looks (`header_before`,
+        None when one cannot be read), at most HEADER_READS_MAX per call; those right below
+        what it knows it keeps, so it reads each of them once."""
+        end = Offset(max(self.data_end(below), log_start_offset))
+        for _ in range(HEADER_READS_MAX):
+            if end == log_start_offset or end > self.known_from:
+                return end  # the batch that ends at `end` is known to be data
+            learning = end == self.known_from
+            if learning and not self.may_learn:
+                return end  # unknown: it counts as data
+            header = header_before(end)
+            if header is None:
+                if learning:
+                    self.cannot_learn()
+                return end
+            if learning:
+                self.learn(header)
+            if not header.is_control:
+                return end
+            end = Offset(max(header.base_offset, log_start_offset))
+        return end

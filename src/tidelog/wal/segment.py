@@ -3,8 +3,9 @@
 Rules of this file:
 - The `.log` file holds Kafka record batches v2 exactly as on the wire, back to back; its
   name is the base offset, zero-padded to 20 digits, as in Kafka.
-- A batch is checked (framing and CRC-32C) before it is written and again whenever it is
-  read back (pair assertion); a batch that fails is never returned.
+- A batch's framing is checked before it is written (its CRC-32C was checked before it
+  reached the log: at the leader's door, or by the follower's core), and framing and
+  CRC-32C again whenever it is read back; a batch that fails is never returned.
 - The indexes are hints rebuilt from the log whenever they look wrong; they are written
   without fsync while the segment is active and fsync'd once when it is sealed.
 """

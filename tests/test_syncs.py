@@ -9,7 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tidelog.server.partition import (
+from tidelog.server.disk_health import (
     SYNC_INLINE_BACKOFF_S,
     SYNC_INLINE_BYTES_MAX,
     SYNC_INLINE_SLOW_S,

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
+from typing import assert_never
 
 from tidelog.clock import wall_ms
 from tidelog.core.isr import IsrProposal, PartitionRecord
@@ -223,29 +224,31 @@ class PartitionRunner:
         """Carry out one input on the replica (the one dispatch of every input kind)."""
         replica = self.replica
         match command:
-            case Propose(request_id, batch, acks):
-                replica.propose(request_id, batch, acks=acks)
-            case Step(message):
-                step_message(replica, message)
-            case Tick(monotonic_ms, wall_ms):
-                replica.tick(now_ms=monotonic_ms, wall_clock_ms=wall_ms)
+            case Propose():  # the hot paths first: a class pattern is one isinstance
+                replica.propose(command.request_id, command.batch, acks=command.acks)
+            case Step():
+                step_message(replica, command.message)
+            case Tick():
+                replica.tick(now_ms=command.monotonic_ms, wall_clock_ms=command.wall_ms)
             case Campaign():
                 campaign_if_leaderless(replica)
             case Transfer():
                 if transfer(self.key, replica, command):
                     self.metrics.transferred()
-            case SetMinInsync(value):
-                set_min_insync(replica, value)
+            case SetMinInsync():
+                set_min_insync(replica, command.value)
             case TakeRecord():
                 declined = take_record(self.key, replica, command)
                 if declined is not None and self.on_declined is not None:
                     self.on_declined(self.key, declined)
             case TakeAnswer():
                 take_answer(self.key, replica, command)
-            case Retain(wall_ms):
-                self._retain(replica, wall_ms)
+            case Retain():
+                self._retain(replica, command.wall_ms)
             case DeleteRecords():
                 delete_records(replica, command)
+            case _:
+                assert_never(command)
 
     def _retain(self, replica: Replica, wall_ms: int) -> None:
         """Delete segments past retention.ms / retention.bytes (never at or above the HWM

@@ -1,4 +1,4 @@
-"""Where a partition's round fsyncs (server/partition.py `Syncs`): on the loop for a small
+"""Where a partition's round fsyncs (server/disk_health.py `Syncs`): on the loop for a small
 round when no sync of the node is in a thread and none on the loop was slow lately, with the
 peers' messages flushed first; in a worker thread otherwise."""
 

@@ -278,7 +278,7 @@ class Stream(threading.Thread):
         return [line for line in list(self.lines) if "offset" in line]
 
 
-# What a broker logs when it answers a produce as a retry (tidelog.server.handlers.log_retry).
+# What a broker logs when it answers a produce as a retry (tidelog.server.produce_api.log_retry).
 RETRY_ANSWER = re.compile(
     r"produce to (?P<partition>\S+): producer (?P<producer>\d+) epoch \d+ "
     r"sequences (?P<sequence>\d+)\.\.\d+ are at offset (?P<offset>\d+) already"

@@ -18,7 +18,9 @@ from tidelog.core.replica import ACKS_ALL
 from tidelog.errors import RequestTimedOut
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.deadlines import COMPACT_MIN, Deadlines
-from tidelog.server.partition import DiskHealth, PartitionRunner
+from tidelog.server.disk_health import DiskHealth
+from tidelog.server.partition import PartitionRunner
+from tidelog.server.partition_inputs import Tick
 from tidelog.testing.sim import build_batch
 from tidelog.types import NodeId, Offset
 from tidelog.wal import DiskStorage, OsFileSystem, WalConfig
@@ -115,7 +117,7 @@ class Lone:
         while self.runner.replica.high_watermark() == 0:
             assert time.monotonic() < deadline, "not leading in time"
             now += 100
-            self.runner.submit(lambda replica, now=now: replica.tick(now_ms=now))
+            self.runner.submit(Tick(now))
             await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
@@ -146,7 +148,7 @@ async def until(condition: Callable[[], bool]) -> None:
 
 def test_a_produce_not_answered_in_time_times_out(tmp_path: Path) -> None:
     async def body(node: Lone) -> None:
-        node.runner.submit = lambda action: None  # type: ignore[method-assign]
+        node.runner.submit = lambda command: None  # type: ignore[method-assign]
         started = time.monotonic()
         future = node.runner.produce(build_batch(b"v"), ACKS_ALL, 0.1)
         result = await asyncio.wait_for(future, DEADLINE_S)

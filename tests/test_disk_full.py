@@ -16,7 +16,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 
 import pytest
 
@@ -24,7 +23,9 @@ from tidelog.core import ProduceResult, Replica, ReplicaConfig, Role
 from tidelog.core.replica import ACKS_ALL
 from tidelog.errors import StorageError
 from tidelog.protocol.peer import PartitionKey
-from tidelog.server.partition import DiskHealth, PartitionRunner
+from tidelog.server.disk_health import DiskHealth
+from tidelog.server.partition import PartitionRunner
+from tidelog.server.partition_inputs import Tick
 from tidelog.testing.sim import build_batch
 from tidelog.types import NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, WalConfig
@@ -69,7 +70,7 @@ class Lone:
         while True:
             await asyncio.sleep(TICK_S)
             now = int(time.monotonic() * 1000)
-            self.runner.submit(partial(tick, now))
+            self.runner.submit(Tick(now, now))
 
     async def produce(self, value: bytes) -> ProduceResult:
         return await self.runner.produce(build_batch(value), ACKS_ALL)
@@ -85,10 +86,6 @@ class Lone:
         self.ticker.cancel()
         await self.runner.stop()
         self.executor.shutdown()
-
-
-def tick(now: int, replica: Replica) -> None:
-    replica.tick(now_ms=now, wall_clock_ms=now)
 
 
 def value_of(batch: bytes) -> bytes | None:

@@ -14,7 +14,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,6 +23,7 @@ from tidelog.core.replica import Replica, ReplicaConfig
 from tidelog.groups.state import GroupState
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
+from tidelog.server.disk_health import DiskHealth
 from tidelog.server.groups import (
     OFFSETS_TOPIC,
     GroupConfig,
@@ -31,7 +31,8 @@ from tidelog.server.groups import (
     GroupError,
     group_partition,
 )
-from tidelog.server.partition import DiskHealth, PartitionRunner
+from tidelog.server.partition import PartitionRunner
+from tidelog.server.partition_inputs import Campaign, Tick
 from tidelog.types import NodeId
 from tidelog.wal import DiskStorage
 
@@ -62,7 +63,7 @@ class Node:
         self.ticker: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.runner.submit(Replica.campaign)
+        self.runner.submit(Campaign())
         self.ticker = asyncio.get_running_loop().create_task(self.tick_forever())
         await until(lambda: self.coordinator.loaded)
 
@@ -70,7 +71,7 @@ class Node:
         while True:
             await asyncio.sleep(0.01)
             now = int(time.monotonic() * 1000)
-            self.runner.submit(partial(tick, now))
+            self.runner.submit(Tick(now, now))
             self.coordinator.tick()
 
     async def stop(self) -> None:
@@ -78,10 +79,6 @@ class Node:
         self.ticker.cancel()
         await self.runner.stop()
         self.executor.shutdown()
-
-
-def tick(now: int, replica: Replica) -> None:
-    replica.tick(now_ms=now, wall_clock_ms=now)
 
 
 async def until(condition: Callable[[], bool]) -> None:

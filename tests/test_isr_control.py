@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
 from typing import Any
 
+from tidelog.core.isr import PartitionRecord
 from tidelog.core.isr_replica import IsrReplica, new_replica
 from tidelog.core.replica import Replica, ReplicaConfig, Replication
 from tidelog.core.storage import MemoryStorage
@@ -16,6 +16,7 @@ from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.isr_control import IsrControl
 from tidelog.server.metadata import MetadataImage, encode_command
+from tidelog.server.partition_inputs import Input, TakeRecord, take_record
 from tidelog.types import NodeId
 
 KEY = PartitionKey("t", 0)
@@ -23,20 +24,30 @@ NODES = (NodeId(1), NodeId(2), NodeId(3))
 
 
 class Runner:
-    """A partition runner that carries out what is submitted when asked (`run`)."""
+    """A partition runner that carries out the records submitted when asked (`run`)."""
 
     def __init__(self, node: NodeId) -> None:
         config = ReplicaConfig(node, NODES, replication=Replication.ISR)
+        self.key = KEY
         self.replica: Replica = new_replica(config, MemoryStorage(), random.Random(1))
-        self.busy = False
-        self.submitted: list[Callable[[Replica], None]] = []
+        self.isr_mode = True
+        self.repairing = False
+        self.submitted: list[Input] = []
 
-    def submit(self, action: Callable[[Replica], None]) -> None:
-        self.submitted.append(action)
+    def submit(self, command: Input) -> None:
+        self.submitted.append(command)
+
+    def isr_record(self) -> PartitionRecord | None:
+        return replica_of(self).partition_record()
+
+    def declines_leadership(self) -> bool:
+        return replica_of(self).declines_leadership()
 
     def run(self) -> None:
         while self.submitted:
-            self.submitted.pop(0)(self.replica)
+            command = self.submitted.pop(0)
+            assert isinstance(command, TakeRecord)
+            take_record(self.key, self.replica, command)
 
 
 class Broker:
@@ -50,6 +61,12 @@ class Broker:
         self.commands: list[dict[str, Any]] = []
         self.answer = asyncio.Event()
 
+    def hosted(self) -> list[Runner]:
+        return list(self.runners.values())
+
+    def hosting(self, key: PartitionKey) -> Runner | None:
+        return self.runners.get(key)
+
     def apply(self, command: dict[str, Any]) -> None:
         self.image.apply(self.image.applied_offset, encode_command(command))
 
@@ -60,8 +77,9 @@ class Broker:
         return ErrorCode.NONE, None
 
 
-def replica_of(broker: Broker) -> IsrReplica:
-    replica = broker.runners[KEY].replica
+def replica_of(where: Broker | Runner) -> IsrReplica:
+    runner = where.runners[KEY] if isinstance(where, Broker) else where
+    replica = runner.replica
     assert isinstance(replica, IsrReplica)
     return replica
 

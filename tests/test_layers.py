@@ -280,3 +280,86 @@ def test_outside_the_core_a_replica_is_seen_through_its_status(package: str) -> 
 
 def test_the_replica_face_check_sees_a_stray_read() -> None:
     assert replica_uses("x = runner.replica.log.log_end_offset\n") == {"log"}
+
+
+# ------------------------------------------------------------------ the runner's door ---
+# A partition's replica and its disk log are the runner's (server/partition.py, and the
+# small modules that are part of it): every other server module gives the runner typed
+# inputs and reads it through its typed queries, never through `runner.replica`,
+# `runner.storage` or `runner.busy`, and never builds or names a replica or a disk log.
+RUNNER_MODULES = {
+    "server/partition.py",
+    "server/partition_inputs.py",  # its inputs, and the steps that carry them out
+    "server/disk_health.py",  # where its rounds fsync, whether the disk takes writes
+    "server/round_lines.py",  # the log lines of what its Ready says was lost
+}
+RUNNER_INSIDES = {"replica", "storage", "busy"}
+# What only the runner may import: the replica and its opener, the disk log.
+RUNNER_ONLY_IMPORTS = {
+    "tidelog.core.replica.Replica",
+    "tidelog.core.isr_replica",
+    "tidelog.node.driver.open_replica",
+    "tidelog.node.driver.apply_committed",
+    "tidelog.wal.DiskStorage",
+    "tidelog.wal.log",
+}
+
+
+def door_violations(source: str) -> list[str]:
+    """Where a module reaches past a partition runner's door (see above)."""
+    wrong = [
+        f"imports {name}"
+        for name in sorted(imported_modules(source))
+        if any(name == only or name.startswith(f"{only}.") for only in RUNNER_ONLY_IMPORTS)
+    ]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in RUNNER_INSIDES:
+            wrong.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Name) and node.id.endswith("Replica"):
+            wrong.append(f"line {node.lineno}: names {node.id}")
+    return wrong
+
+
+def test_no_server_module_but_the_runner_reaches_a_replica_or_a_disk_log() -> None:
+    outside = [
+        path for path in modules_of("server") if str(path.relative_to(SRC)) not in RUNNER_MODULES
+    ]
+    assert len(outside) > 20
+    problems = {
+        str(path.relative_to(SRC)): found
+        for path in outside
+        if (found := door_violations(path.read_text()))
+    }
+    assert problems == {}
+
+
+def test_the_runners_modules_exist() -> None:
+    assert all((SRC / module).exists() for module in RUNNER_MODULES)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "status = runner.replica.status()\n",
+        "end = runner.storage.log_end_offset\n",
+        "if runner.busy:\n    pass\n",
+        "from tidelog.core.replica import ACKS_ALL, Replica\n",
+        "from tidelog.core.isr_replica import IsrReplica\n",
+        "from tidelog.wal import DiskStorage, WalConfig\n",
+        "from tidelog.node.driver import apply_committed\n",
+        "quorum = not isinstance(replica, IsrReplica)\n",
+    ],
+)
+def test_the_door_check_sees_a_reach_past_the_runner(line: str) -> None:
+    assert door_violations(line) != []
+
+
+def test_the_door_check_accepts_the_runners_api() -> None:
+    source = (
+        "from tidelog.core.replica import ACKS_ALL, ReplicaStatus, Role\n"
+        "from tidelog.wal import WalConfig\n"
+        "status = runner.status()\n"
+        "bounds, records = runner.read(offset, current_leader_epoch=None, max_bytes=1, now_ms=0)\n"
+        "quorum = not runner.isr_mode\n"
+    )
+    assert door_violations(source) == []

@@ -15,7 +15,7 @@ from tidelog.core.replica import Role
 from tidelog.errors import NotLeader, OffsetNotAvailable, TidelogError
 from tidelog.protocol.kafka import _APIS, ApiKey
 from tidelog.protocol.kafka_errors import ErrorCode
-from tidelog.server import handlers
+from tidelog.server import offsets_api
 from tidelog.server.acl import Authorizer
 from tidelog.server.metadata import MetadataImage
 
@@ -24,10 +24,12 @@ RESPONSE = _APIS[ApiKey.LIST_OFFSETS].response_class.ListOffsetsTopicResponse
 
 
 class Leader:
-    """A leader whose latest offset raises `errors` first (one per call), then is 42."""
+    """A leader's partition runner whose latest offset raises `errors` first (one per call),
+    then is 42."""
 
     def __init__(self, errors: list[TidelogError], role: Role = Role.LEADER) -> None:
         self.errors = errors
+        self.repairing = False
         self.role = role
         self.calls = 0
 
@@ -42,13 +44,13 @@ class Leader:
 
 
 def ask(replica: Leader) -> Any:
-    runner = SimpleNamespace(busy=False, replica=replica)
+    runner = replica  # what ListOffsets asks of a partition's runner
     broker = SimpleNamespace(
         authorizer=Authorizer(False, frozenset()),
         image=MetadataImage(),
         runner=lambda topic, partition: runner,
     )
-    return asyncio.run(handlers.list_partition(broker, RESPONSE, "t", 0, LATEST, version=5))  # type: ignore[arg-type]
+    return asyncio.run(offsets_api.list_partition(broker, RESPONSE, "t", 0, LATEST, version=5))  # type: ignore[arg-type]
 
 
 def test_a_leader_not_ready_yet_is_waited_for() -> None:
@@ -59,7 +61,7 @@ def test_a_leader_not_ready_yet_is_waited_for() -> None:
 
 
 def test_past_the_wait_the_retriable_error_is_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(handlers, "SERVING_WAIT_S", 0.1)
+    monkeypatch.setattr(offsets_api, "SERVING_WAIT_S", 0.1)
     replica = Leader([NotLeader(None)] * 1000)
     answer = ask(replica)
     assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER

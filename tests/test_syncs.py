@@ -1,4 +1,4 @@
-"""Where a partition's round fsyncs (server/partition.py `Syncs`): on the loop for a small
+"""Where a partition's round fsyncs (server/disk_health.py `Syncs`): on the loop for a small
 round when no sync of the node is in a thread and none on the loop was slow lately, with the
 peers' messages flushed first; in a worker thread otherwise."""
 
@@ -9,7 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tidelog.server.partition import (
+from tidelog.server.disk_health import (
     SYNC_INLINE_BACKOFF_S,
     SYNC_INLINE_BYTES_MAX,
     SYNC_INLINE_SLOW_S,

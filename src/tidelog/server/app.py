@@ -22,10 +22,10 @@ from tidelog.address import format_address
 from tidelog.server.admin import serve_admin
 from tidelog.server.broker import Broker
 from tidelog.server.config import BrokerConfig
+from tidelog.server.disk_health import describe_disk_error, is_disk_error
 from tidelog.server.isr_control import mark_clean_shutdown
 from tidelog.server.kafka_server import serve_kafka
 from tidelog.server.logs import configure_logging
-from tidelog.server.partition import describe_disk_error, is_disk_error
 from tidelog.server.snapshot import StateCollector
 from tidelog.server.tls import admin_context, listener_context
 
@@ -86,7 +86,7 @@ async def serve(broker: Broker) -> int:
         if server is not None:
             server.close()
     await broker.transport.close()
-    for runner in list(broker.runners.values()):
+    for runner in broker.hosted():
         await runner.stop()
     broker.executor.shutdown(wait=True)
     if broker.exit_code == 0:

@@ -33,15 +33,12 @@ import random
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 from tidelog.clock import monotonic_ms, wall_ms
-from tidelog.core.messages import Message
-from tidelog.core.replica import ACKS_ALL, Replica, ReplicaConfig, Replication, Role
+from tidelog.core.replica import ACKS_ALL, ReplicaConfig, Replication, Role
 from tidelog.errors import RequestTimedOut
-from tidelog.node.driver import apply_committed, open_replica
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
 from tidelog.protocol.peer import (
     BrokerNotice,
@@ -54,14 +51,10 @@ from tidelog.protocol.peer import (
 from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
+from tidelog.server.disk_health import DiskHealth, Syncs, is_disk_error
 from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.isr_control import IsrControl, clean_start
-from tidelog.server.leadership import (
-    campaign_if_leaderless,
-    controlled_shutdown,
-    hand_over,
-    rebalance,
-)
+from tidelog.server.leadership import controlled_shutdown, hand_over, rebalance
 from tidelog.server.logs import partition_fields
 from tidelog.server.metadata import (
     METADATA_TOPIC,
@@ -73,19 +66,15 @@ from tidelog.server.metadata import (
     place_replicas,
 )
 from tidelog.server.metrics import NULL_METRICS, NodeMetrics
-from tidelog.server.partition import (
-    DiskHealth,
-    PartitionRunner,
-    Syncs,
-    is_disk_error,
-)
+from tidelog.server.partition import OnRound, PartitionRunner, open_on_disk
+from tidelog.server.partition_inputs import Campaign, Retain, Step, Tick
 from tidelog.server.peers import PeerTransport
 from tidelog.server.tls import peer_contexts
 from tidelog.server.topic_config import TopicConfig
 from tidelog.server.truth import ClusterTruth
 from tidelog.server.view import client_listener
 from tidelog.types import Epoch, NodeId
-from tidelog.wal import DiskStorage, WalConfig
+from tidelog.wal import WalConfig
 from tidelog.wal.batches import producer_batch
 
 log = logging.getLogger("tidelog.broker")
@@ -183,9 +172,9 @@ class Broker:
         self.unopened: dict[PartitionKey, TopicInfo] = {}
         # New partitions this node prefers, and the ticks left to campaign for them.
         self.campaigning: dict[PartitionKey, int] = {}
+        self.isr = IsrControl(self, clean=clean_start(config.data_dir))
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
         self.truth = ClusterTruth(self)
-        self.isr = IsrControl(self, clean=clean_start(config.data_dir))
 
     # ---------------------------------------------------------------- partitions -------
     def partition_dir(self, key: PartitionKey) -> Path:
@@ -197,8 +186,6 @@ class Broker:
         replicas: tuple[NodeId, ...],
         config: TopicConfig,
     ) -> PartitionRunner:
-        wal_config = self.wal_config(config)
-        storage = DiskStorage(str(self.partition_dir(key)), clock=wall_ms, config=wal_config)
         replica_config = ReplicaConfig(
             self.node_id,
             replicas,
@@ -210,35 +197,34 @@ class Broker:
             replica_lag_time_max_ms=max(1, self.config.replica_lag_time_max_ms),
         )
 
-        def start_replica(storage: DiskStorage) -> Replica:
-            return open_replica(replica_config, storage, self.rng)
-
-        try:
-            runner = PartitionRunner(
-                key,
-                storage,
-                open_replica=start_replica,
-                send=self.transport.send,
-                executor=self.executor,
-                fatal=self.fatal,
-                disk=self.disk,
-                syncs=self.syncs,
-                metrics=self.metrics,
-            )
-        except BaseException:
-            storage.release()
-            raise
-        on_round = self.apply_metadata if key == self.metadata_key else None
+        storage, start_replica = open_on_disk(
+            str(self.partition_dir(key)), self.wal_config(config), replica_config, self.rng
+        )
+        on_round: OnRound | None = self.apply_metadata if key == self.metadata_key else None
+        coordinator = None
         if key.topic == OFFSETS_TOPIC:
             coordinator = GroupCoordinator(
                 key.partition, self.group_config, topic_exists=self.image.topics.__contains__
             )
-            self.coordinators[key.partition] = coordinator
             on_round = coordinator.on_round
-        runner.on_round = on_round
-        if config.isr_mode:
-            runner.on_proposals = self.isr.propose
-            runner.on_set_aside = lambda runner: self.isr.report_restarted(runner.key)
+        isr = self.isr if config.isr_mode else None
+        runner = PartitionRunner(  # it releases the log if its replica fails to start
+            key,
+            storage,
+            open_replica=start_replica,
+            send=self.transport.send,
+            executor=self.executor,
+            fatal=self.fatal,
+            disk=self.disk,
+            on_round=on_round,
+            on_proposals=None if isr is None else isr.propose,
+            on_set_aside=None if isr is None else isr.on_set_aside,
+            on_declined=None if isr is None else isr.report_restarted,
+            syncs=self.syncs,
+            metrics=self.metrics,
+        )
+        if coordinator is not None:
+            self.coordinators[key.partition] = coordinator
         self.runners[key] = runner
         return runner
 
@@ -246,6 +232,15 @@ class Broker:
         if topic == METADATA_TOPIC:  # never a client's to read or write, as in Kafka
             return None
         return self.runners.get(PartitionKey(topic, partition))
+
+    def hosted(self) -> list[PartitionRunner]:
+        """The partitions this node hosts (the metadata log's too), in the order it came
+        to host them."""
+        return list(self.runners.values())
+
+    def hosting(self, key: PartitionKey) -> PartitionRunner | None:
+        """The partition's runner here (the metadata log's too), when this node hosts it."""
+        return self.runners.get(key)
 
     def fatal(self, error: BaseException) -> None:
         log.critical("stopping: a partition's log failed: %r", error)
@@ -259,9 +254,7 @@ class Broker:
         def apply(offset: int, key: bytes | None, value: bytes | None) -> None:
             self.on_change(self.image.apply(offset, value or b""))
 
-        self.image.applied_offset = apply_committed(
-            runner.replica, self.image.applied_offset, apply
-        )
+        self.image.applied_offset = runner.apply_committed(self.image.applied_offset, apply)
 
     def on_change(self, change: Change) -> None:
         for topic in change.created:
@@ -289,8 +282,7 @@ class Broker:
             runner = self.runners.get(PartitionKey(topic.name, partition))
             if runner is None:
                 continue
-            runner.storage.config = wal_config
-            runner.submit(partial(set_min_insync, min_insync))
+            runner.reconfigure(wal_config, min_insync)
 
     def create_replicas(self, topic: TopicInfo) -> None:
         for partition, nodes in enumerate(topic.replicas):
@@ -316,8 +308,8 @@ class Broker:
             )
             if topic.config.isr_mode:
                 self.isr.hand_record(key)  # the controller names its leader
-            elif replicas[0] == self.node_id and runner.replica.status().epoch == 0:
-                runner.submit(campaign_if_leaderless)  # the preferred leader starts at once,
+            elif replicas[0] == self.node_id and runner.status().epoch == 0:
+                runner.submit(Campaign())  # the preferred leader starts at once,
                 self.campaigning[key] = self.config.election_ticks  # and tries each tick
 
     def open_unopened(self) -> None:
@@ -353,7 +345,7 @@ class Broker:
     async def commit_metadata(self, command: dict[str, Any]) -> tuple[ErrorCode, str | None]:
         """Commit one command to the metadata log with acks=all, here when this node is the
         controller, else forwarded to it; answer once the command is applied here."""
-        if self.metadata.replica.status().role is Role.LEADER:
+        if self.metadata.status().role is Role.LEADER:
             code, message, next_offset = await self.commit_here(command)
         else:
             code, message, next_offset = await self.forward(command)
@@ -364,7 +356,7 @@ class Broker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return ErrorCode.REQUEST_TIMED_OUT, "the metadata was not applied in time"
-            await self.metadata.wait_for_hwm(self.metadata.replica.status().hwm, remaining)
+            await self.metadata.wait_for_hwm(self.metadata.status().hwm, remaining)
         return ErrorCode.NONE, None
 
     async def commit_here(self, command: dict[str, Any]) -> Outcome:
@@ -406,7 +398,7 @@ class Broker:
             )
             self.transport.send(self.metadata_key, [answer])
 
-        if self.metadata.replica.status().role is not Role.LEADER:
+        if self.metadata.status().role is not Role.LEADER:
             reply((ErrorCode.NOT_CONTROLLER, "this node is not the controller", -1))
             return
         if self.forwarding >= FORWARDED_MAX:
@@ -444,7 +436,7 @@ class Broker:
         if (
             self.creating_offsets_topic
             or OFFSETS_TOPIC in self.image.topics
-            or self.metadata.replica.status().role is not Role.LEADER
+            or self.metadata.status().role is not Role.LEADER
             or len(self.kafka_ports) < len(self.all_nodes)
         ):
             return
@@ -472,14 +464,14 @@ class Broker:
         asyncio.get_running_loop().create_task(create())
 
     def controller_id(self) -> int:
-        leader = self.metadata.replica.status().leader_id
+        leader = self.metadata.status().leader_id
         return -1 if leader is None else int(leader)
 
     def leader_of(self, key: PartitionKey) -> tuple[int, int]:
         """(leader id or -1, leader epoch or -1) as this node knows it."""
         runner = self.runners.get(key)
         if runner is not None and runner.disk_error is None:
-            status = runner.replica.status()
+            status = runner.status()
             if status.leader_id is None:
                 return -1, -1
             return int(status.leader_id), int(status.epoch)
@@ -516,7 +508,7 @@ class Broker:
             else:
                 runner = self.runners.get(key)
                 if runner is not None:
-                    runner.submit(partial(step_message, msg))
+                    runner.submit(Step(msg))
 
     @property
     def kafka_ports(self) -> dict[NodeId, int]:
@@ -551,7 +543,7 @@ class Broker:
         notices = [self.notice_to(peer) for peer in self.all_nodes if peer != self.node_id]
         self.transport.send(self.metadata_key, notices)
         for key, runner in self.runners.items():
-            status = runner.replica.status()
+            status = runner.status()
             if status.role is not Role.LEADER:
                 continue
             others = [n for n in self.all_nodes if n not in status.replicas]
@@ -567,7 +559,7 @@ class Broker:
             return
         runner = self.runners.get(key)
         if runner is not None:
-            hand_over(runner, runner.replica.status().replicas[0])
+            hand_over(runner, runner.status().replicas[0])
 
     def on_elect_preferred(self, key: PartitionKey, msg: ElectPreferred) -> None:
         """A node asks us, the partition's leader in `msg.epoch`, to hand over to its
@@ -575,7 +567,7 @@ class Broker:
         runner = self.runners.get(key)
         if msg.recipient != self.node_id or runner is None:
             return
-        status = runner.replica.status()
+        status = runner.status()
         if status.role is Role.LEADER and status.epoch == msg.epoch:
             preferred = status.replicas[0]
             if preferred not in self.stopping_nodes:
@@ -605,7 +597,7 @@ class Broker:
             self.ticks += 1
             stamp, wall = monotonic_ms(), wall_ms()
             for runner in list(self.runners.values()):
-                runner.submit(partial(tick_replica, stamp, wall))
+                runner.submit(Tick(stamp, wall))
             self.campaign_again()
             for coordinator in list(self.coordinators.values()):
                 coordinator.tick()
@@ -623,7 +615,7 @@ class Broker:
                 rebalance(self, self.config.leader_imbalance_per_broker_percentage)
             if self.ticks % RETENTION_EVERY_TICKS == 0:
                 for runner in list(self.runners.values()):
-                    runner.apply_retention(wall)
+                    runner.submit(Retain(wall))
                 self.open_unopened()
 
     def campaign_again(self) -> None:
@@ -631,11 +623,11 @@ class Broker:
         election timeout (server/leadership.py)."""
         for key, ticks_left in list(self.campaigning.items()):
             runner = self.runners.get(key)
-            if runner is None or ticks_left <= 0 or runner.replica.status().leader_id is not None:
+            if runner is None or ticks_left <= 0 or runner.status().leader_id is not None:
                 del self.campaigning[key]
                 continue
             self.campaigning[key] = ticks_left - 1
-            runner.submit(campaign_if_leaderless)
+            runner.submit(Campaign())
 
     # ---------------------------------------------------------------- lifecycle --------
     def announce_to(self, peer: NodeId) -> None:
@@ -663,19 +655,3 @@ def forwarded_command(request: ForwardRequest) -> dict[str, Any] | None:
         )
         return None
     return command
-
-
-def set_min_insync(value: int | None, replica: Replica) -> None:
-    refusal = replica.set_min_insync_replicas(value)
-    if refusal is not None:  # validated when committed: a bug if it ever shows
-        log.error("min.insync.replicas %s not taken: %s", value, refusal)
-
-
-def step_message(msg: Message, replica: Replica) -> None:
-    refusal = replica.step(msg)
-    if refusal is not None:  # it cannot be right (the core's rule 9): one line, no harm
-        log.warning("dropped a peer message: %s", refusal)
-
-
-def tick_replica(stamp: int, wall: int, replica: Replica) -> None:
-    replica.tick(now_ms=stamp, wall_clock_ms=wall)

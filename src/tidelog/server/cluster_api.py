@@ -69,12 +69,13 @@ async def describe_log_dirs(broker: BrokerView, request: KafkaRequest) -> Any:
         {str(t.topic): set(t.partitions) for t in asked} if asked is not None else {}
     )
     sizes: dict[str, list[tuple[int, int]]] = {}
-    for key, runner in sorted(broker.runners.items()):
+    for runner in sorted(broker.hosted(), key=lambda runner: runner.key):
+        key = runner.key
         if key.topic == METADATA_TOPIC or runner.disk_error is not None:
             continue
         if asked is not None and key.partition not in (wanted.get(key.topic) or ()):
             continue
-        sizes.setdefault(key.topic, []).append((key.partition, runner.storage.size_bytes()))
+        sizes.setdefault(key.topic, []).append((key.partition, runner.size_bytes()))
     topic_cls = cls.DescribeLogDirsTopic
     topics = [
         topic_cls(

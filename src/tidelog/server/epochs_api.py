@@ -49,7 +49,7 @@ def end_of(broker: BrokerView, cls: Any, topic: str, asked: Any) -> Any:
     if not allowed(broker, DESCRIBE, TOPIC, topic):
         return answer(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     runner = broker.runner(topic, asked.partition)
-    status = None if runner is None else runner.replica.status()
+    status = None if runner is None else runner.status()
     if runner is None or status is None or status.role is not Role.LEADER:
         known = topic in broker.image.topics
         return answer(
@@ -59,7 +59,7 @@ def end_of(broker: BrokerView, cls: Any, topic: str, asked: Any) -> Any:
     if current > status.epoch:
         return answer(ErrorCode.UNKNOWN_LEADER_EPOCH)
     try:
-        epoch, end = runner.replica.end_offset_for_epoch(
+        epoch, end = runner.end_offset_for_epoch(
             Epoch(asked.leader_epoch),
             current_leader_epoch=None if current < 0 else Epoch(current),
             now_ms=monotonic_ms(),

@@ -47,7 +47,6 @@ from tidelog.groups.messages import (
     Write,
     error_of_write,
 )
-from tidelog.node.driver import apply_committed
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.server.metadata import OFFSETS_TOPIC
 from tidelog.server.partition import PartitionRunner
@@ -124,7 +123,7 @@ class GroupCoordinator:
     def on_round(self, runner: PartitionRunner) -> None:
         """After each round of the partition: follow its leadership, apply what committed."""
         self.runner = runner
-        state = runner.replica.status()
+        state = runner.status()
         machine = self.machine
         if state.role is not Role.LEADER:
             if machine.active:
@@ -132,7 +131,7 @@ class GroupCoordinator:
                 self.flush()
             return
         machine.lead(int(state.epoch), int(state.log_start_offset))
-        applied = apply_committed(runner.replica, machine.applied_offset, machine.apply)
+        applied = runner.apply_committed(machine.applied_offset, machine.apply)
         machine.applied(applied, self.clock(), caught_up=state.hwm > state.epoch_start_offset)
         self.flush()
 
@@ -146,7 +145,7 @@ class GroupCoordinator:
 
     @staticmethod
     def leads(runner: PartitionRunner) -> bool:
-        return runner.replica.status().role is Role.LEADER
+        return runner.status().role is Role.LEADER
 
     def expire_now(self) -> None:
         self.machine.expire_now()
@@ -339,7 +338,7 @@ class GroupCoordinator:
         self.check_serving()
         assert self.runner is not None
         try:
-            self.runner.replica.latest_offset(now_ms=now_ms)
+            self.runner.latest_offset(now_ms=now_ms)
         except OffsetNotAvailable:
             raise GroupError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) from None
         except NotLeader:

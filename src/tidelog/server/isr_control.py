@@ -41,17 +41,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-from tidelog.core.isr import AlterResult, IsrProposal, PartitionRecord
-from tidelog.core.isr_replica import IsrReplica
-from tidelog.core.replica import Replica
+from tidelog.core.isr import IsrProposal, PartitionRecord
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
-from tidelog.server.logs import partition_fields
 from tidelog.server.partition import PartitionRunner
+from tidelog.server.partition_inputs import TakeAnswer, TakeRecord
 from tidelog.server.truth import commit_once
 from tidelog.server.view import BrokerView
 
@@ -93,38 +90,29 @@ class IsrControl:
     def hand_record(self, key: PartitionKey) -> None:
         """Hand the partition's replica here the image's record (as of when it takes it),
         once this node's registration is applied."""
-        runner = self.broker.runners.get(key)
+        runner = self.broker.hosting(key)
         if self.registered and runner is not None and self.record_of(key) is not None:
-            runner.submit(partial(self._take_record, key))
-
-    def _take_record(self, key: PartitionKey, replica: Replica) -> None:
-        record = self.record_of(key)
-        if not isinstance(replica, IsrReplica) or record is None:
-            return
-        if record.leader_epoch < replica.status().epoch:
-            return  # the image is behind this replica (a replay): a later record comes
-        refusal = replica.on_partition_record(record)
-        fields = partition_fields(key.topic, key.partition, record.leader_epoch)
-        if replica.declines_leadership():  # expected after a restart: the controller is told
-            if refusal is not None:
-                log.info("%s-%d: %s", key.topic, key.partition, refusal, extra=fields)
-            self.report_restarted(key, record)
-        elif refusal is not None:
-            log.warning("%s-%d: %s", key.topic, key.partition, refusal, extra=fields)
+            # The replica declining the leadership the record names it for comes back to
+            # `report_restarted` (the runner's `on_declined`).
+            runner.submit(TakeRecord(self.broker.image.records))
 
     def refresh(self) -> None:
         """Every ISR-mode replica here holds the image's record (see the rules)."""
         if not self.registered:
             return
-        for key, runner in list(self.broker.runners.items()):
+        for runner in self.broker.hosted():
+            key = runner.key
             record = self.record_of(key)
-            replica = runner.replica
-            if record is None or not isinstance(replica, IsrReplica) or runner.busy:
+            if record is None or not runner.isr_mode or runner.repairing:
                 continue
-            if replica.partition_record() != record:
+            if runner.isr_record() != record:
                 self.hand_record(key)
-            elif replica.declines_leadership():
+            elif runner.declines_leadership():
                 self.report_restarted(key, record)
+
+    def on_set_aside(self, runner: PartitionRunner) -> None:
+        """The replica's storage set damaged records aside (rule 9): the controller is told."""
+        self.report_restarted(runner.key)
 
     def report_restarted(self, key: PartitionKey, record: PartitionRecord | None = None) -> None:
         """Tell the controller this replica started again (rule 9), for the leader epoch
@@ -160,8 +148,8 @@ class IsrControl:
 
         def answer() -> None:
             held = self.broker.image.answers.get((key.topic, key.partition))
-            if held is not None and held[0] == proposal and self.broker.runners.get(key) is runner:
-                runner.submit(partial(take_answer, key, proposal, held[1]))
+            if held is not None and held[0] == proposal and self.broker.hosting(key) is runner:
+                runner.submit(TakeAnswer(proposal, held[1]))
 
         self.commit(tag, command, answer)
 
@@ -183,9 +171,7 @@ class IsrControl:
         self.refresh()  # the replicas take their records now, not a step later
 
     def leads_any(self) -> bool:
-        return any(
-            isinstance(runner.replica, IsrReplica) for runner in self.broker.runners.values()
-        )
+        return any(runner.isr_mode for runner in self.broker.hosted())
 
     async def shut_down(self) -> None:
         """Controlled shutdown of this node's ISR-mode replicas (see the rules)."""
@@ -222,21 +208,3 @@ class IsrControl:
         self, tag: object, command: dict[str, Any], then: Callable[[], None] | None = None
     ) -> None:
         commit_once(self.broker, self.in_flight, tag, command, then)
-
-
-def take_answer(
-    key: PartitionKey, proposal: IsrProposal, result: AlterResult, replica: Replica
-) -> None:
-    if not isinstance(replica, IsrReplica):
-        return
-    if result.record.leader_epoch < replica.status().epoch:
-        return
-    refusal = replica.on_isr_answer(proposal, result)
-    if refusal is not None:
-        log.warning(
-            "%s-%d: answer not taken: %s",
-            key.topic,
-            key.partition,
-            refusal,
-            extra=partition_fields(key.topic, key.partition, result.record.leader_epoch),
-        )

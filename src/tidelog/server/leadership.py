@@ -42,16 +42,15 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from tidelog.core.isr_replica import IsrReplica
-from tidelog.core.replica import Replica, ReplicaStatus, Role
+from tidelog.core.replica import ReplicaStatus, Role
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.acl import ALTER
 from tidelog.server.answers import body_of, response
 from tidelog.server.authorize import cluster_allowed
-from tidelog.server.logs import partition_fields
 from tidelog.server.partition import PartitionRunner
+from tidelog.server.partition_inputs import Transfer, successor
 from tidelog.server.view import BrokerView
 from tidelog.types import NodeId
 
@@ -66,50 +65,19 @@ def preferred_of(status: ReplicaStatus) -> NodeId:
     return status.replicas[0]
 
 
-def successor(status: ReplicaStatus, avoid: frozenset[NodeId]) -> NodeId | None:
-    """Who this leader should hand over to: the first of its replicas (the preferred one
-    first) that is in sync, never this node or one in `avoid` (shutting down); None when
-    there is none."""
-    in_sync = set(status.in_sync_replicas) - avoid - {status.node_id}
-    return next((node for node in status.replicas if node in in_sync), None)
-
-
 def hand_over(
     runner: PartitionRunner, target: NodeId | None = None, avoid: frozenset[NodeId] = frozenset()
 ) -> None:
-    """Ask the partition's leader here to hand over, to `target` or to its successor."""
-
-    def transfer(replica: Replica) -> None:
-        status = replica.status()
-        chosen = successor(status, avoid) if target is None else target
-        if status.role is not Role.LEADER or chosen is None:
-            return
-        if chosen not in status.in_sync_replicas:
-            return
-        refusal = replica.transfer_leadership(chosen)
-        if refusal is not None:
-            key = runner.key
-            log.info(
-                "%s: no handover to node %d: %s",
-                key,
-                chosen,
-                refusal,
-                extra=partition_fields(key.topic, key.partition, status.epoch),
-            )
-        else:
-            runner.metrics.transferred()
-
-    runner.submit(transfer)
+    """Ask the partition's leader here to hand over, to `target` or to its successor
+    (`partition_inputs.successor`), in its next round; only to an in-sync replica."""
+    runner.submit(Transfer(target, avoid))
 
 
 def led(runners: Iterable[PartitionRunner]) -> list[PartitionRunner]:
     """The partitions led here whose leader hands over (quorum mode; in ISR mode the
     controller moves leaderships: server/isr_control.py)."""
     return [
-        runner
-        for runner in runners
-        if runner.replica.status().role is Role.LEADER
-        and not isinstance(runner.replica, IsrReplica)
+        runner for runner in runners if runner.status().role is Role.LEADER and not runner.isr_mode
     ]
 
 
@@ -118,18 +86,18 @@ async def controlled_shutdown(broker: BrokerView, timeout_s: float) -> int:
     still leads when done: those with no in-sync replica to take them (all replicas
     shutting down, as in `cluster down`), or not taken in time."""
     deadline = time.monotonic() + timeout_s
-    leading = led(broker.runners.values())
+    leading = led(broker.hosted())
     if leading:
         log.info("controlled shutdown: handing over %d leaderships", len(leading))
     while time.monotonic() < deadline:
         avoid = frozenset(broker.stopping_nodes)
-        movable = [r for r in leading if successor(r.replica.status(), avoid) is not None]
+        movable = [r for r in leading if successor(r.status(), avoid) is not None]
         if not movable:
             break
         for runner in movable:
             hand_over(runner, avoid=avoid)
         await asyncio.sleep(HANDOVER_POLL_S)
-        leading = led(broker.runners.values())
+        leading = led(broker.hosted())
     if leading:
         names = ", ".join(f"{r.key.topic}-{r.key.partition}" for r in leading[:10])
         timed_out = time.monotonic() >= deadline
@@ -156,14 +124,6 @@ def preferred_shares(broker: BrokerView) -> dict[NodeId, float]:
     return {node: not_led.get(node, 0) / count for node, count in preferred.items()}
 
 
-def campaign_if_leaderless(replica: Replica) -> None:
-    """A new partition's preferred replica campaigns while no one leads epoch 0 (see the
-    rules); a follower that knows a leader, or any later epoch, is left alone."""
-    status = replica.status()
-    if status.epoch == 0 and status.leader_id is None and status.role is not Role.LEADER:
-        replica.campaign()
-
-
 def partitions_of(broker: BrokerView) -> Iterator[tuple[PartitionKey, tuple[int, ...]]]:
     """Every partition of the cluster with its replicas, the metadata log's included."""
     yield broker.metadata.key, tuple(broker.all_nodes)
@@ -176,8 +136,8 @@ def rebalance(broker: BrokerView, threshold_percent: int) -> int:
     """The automatic rebalance's check (see the rules); how many handovers it asked for."""
     shares = preferred_shares(broker)
     asked = 0
-    for runner in list(broker.runners.values()):
-        status = runner.replica.status()
+    for runner in broker.hosted():
+        status = runner.status()
         if status.role is not Role.LEADER:
             continue
         preferred = preferred_of(status)

@@ -24,158 +24,95 @@ Rules of this file:
   growing delay until the disk takes it, then starts the replica again on it. Meanwhile it
   refuses writes (StorageError) and serves the reads its old replica may. The node logs the
   outage once (`DiskHealth`). Any other failure stops the node (fail-stop): it is a bug.
+- This is the partition's one door: the other server modules give it typed inputs
+  (server/partition_inputs.py, one frozen dataclass per kind, stepped by `_step`) and read
+  it through its typed queries (`status`, `read`, `latest_offset`, ...); none of them
+  touches its replica or its disk log. What it tells them (a round done, ISR proposals,
+  damage set aside, a record declined) goes to the callbacks it is built with.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
+from typing import assert_never
 
-from tidelog.core.isr import IsrProposal
-from tidelog.core.isr_replica import IsrReplica
-from tidelog.core.messages import Message, ProduceResult, Ready
-from tidelog.core.replica import Replica, ReplicaStatus, Role
+from tidelog.clock import wall_ms
+from tidelog.core.isr import IsrProposal, PartitionRecord
+from tidelog.core.messages import FetchResult, Message, ProduceResult
+from tidelog.core.replica import Replica, ReplicaConfig, ReplicaStatus, Rng, Role
 from tidelog.core.storage import RepairFloor
-from tidelog.errors import NotLeader, RequestTimedOut, StorageError, TidelogError
-from tidelog.node.driver import begin_round, finish_round
+from tidelog.errors import NotLeader, OffsetOutOfRange, RequestTimedOut, StorageError, TidelogError
+from tidelog.node.driver import (
+    ApplyRecord,
+    apply_committed,
+    begin_round,
+    finish_round,
+    open_replica,
+)
+from tidelog.protocol.kafka import join_batches
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.deadlines import Deadlines
+from tidelog.server.disk_health import (
+    DISK_RETRY_S_MAX,
+    DISK_RETRY_S_MIN,
+    DiskHealth,
+    Syncs,
+    describe_disk_error,
+    is_disk_error,
+)
 from tidelog.server.logs import partition_fields
 from tidelog.server.metrics import NULL_METRICS, NodeMetrics
-from tidelog.types import Offset
-from tidelog.wal import DiskStorage
+from tidelog.server.partition_inputs import (
+    Campaign,
+    DeleteRecords,
+    Input,
+    Propose,
+    Retain,
+    SetMinInsync,
+    Step,
+    TakeAnswer,
+    TakeRecord,
+    Tick,
+    Transfer,
+    campaign_if_leaderless,
+    delete_records,
+    isr_of,
+    set_min_insync,
+    step_message,
+    take_answer,
+    take_record,
+    transfer,
+)
+from tidelog.server.round_lines import name_lost_copies, name_what_is_given_up
+from tidelog.types import Epoch, Offset
+from tidelog.wal import DiskStorage, WalConfig
 
 log = logging.getLogger(__name__)
 
 
-Action = Callable[[Replica], None]
-T = TypeVar("T")
 Send = Callable[[PartitionKey, Sequence[Message]], None]
 OpenReplica = Callable[[DiskStorage], Replica]
+OnRound = Callable[["PartitionRunner"], None]
+OnProposals = Callable[["PartitionRunner", Sequence[IsrProposal]], None]
+OnDeclined = Callable[[PartitionKey, PartitionRecord], None]
 INPUTS_MAX = 100_000
-# What a failing disk raises: the partition waits for it; anything else is a bug.
-DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
-DISK_RETRY_S_MIN = 0.1
-DISK_RETRY_S_MAX = 5.0
-DISK_QUIET_S = 5.0  # a disk that took every write this long after a failure is well again
-SYNC_INLINE_BYTES_MAX = 4096  # a round that wrote at most this may sync on the loop
-SYNC_INLINE_SLOW_S = 0.02  # far beyond a small fsync; far below an election timeout
-SYNC_INLINE_BACKOFF_S = 1.0
 
 
-def is_disk_error(error: BaseException) -> bool:
-    return isinstance(error, OSError) and error.errno in DISK_ERRNOS
+@dataclass(frozen=True, slots=True)
+class PartitionSnapshot:
+    """What /status tells of a partition: its replica's status, the offset after the last
+    data record below its HWM (`PartitionRunner.data_end_offset`), and the disk error its
+    log waits on (None: none), all of one moment."""
 
-
-class DiskHealth:
-    """Whether this node's disk takes writes. An outage begins at the first write or fsync
-    that fails, and is over once a sync completed after the last failure and `quiet_s`
-    passed without another (`on_sync`, or `maybe_over` from a timer): each is logged once
-    (one line, no traceback), however often the partitions fail and try again in between
-    (a little room freed, then filled again)."""
-
-    def __init__(
-        self, *, quiet_s: float = DISK_QUIET_S, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.quiet_s = quiet_s
-        self.clock = clock
-        self.failure: OSError | None = None
-        self.failed_at = 0.0
-        self.synced_since = False
-
-    def on_failure(self, key: PartitionKey, error: OSError, *, epoch: int | None = None) -> None:
-        """A write, fsync or open of partition `key` (in `epoch`, if known) failed."""
-        if self.failure is None:
-            log.error(
-                "%s-%d: %s; this node acknowledges no write until the disk takes them "
-                "again (it serves the reads it can meanwhile, and retries on its own)",
-                key.topic,
-                key.partition,
-                describe_disk_error(error),
-                extra=partition_fields(key.topic, key.partition, epoch),
-            )
-        self.failure = error
-        self.failed_at = self.clock()
-        self.synced_since = False
-
-    def on_sync(self) -> None:
-        if self.failure is not None:
-            self.synced_since = True
-            self.maybe_over()
-
-    def maybe_over(self) -> None:
-        if (
-            self.failure is not None
-            and self.synced_since
-            and self.clock() - self.failed_at >= self.quiet_s
-        ):
-            log.warning(
-                "the disk takes writes again: %s is over", describe_disk_error(self.failure)
-            )
-            self.failure = None
-
-
-class Syncs:
-    """Where the rounds of one node's partitions fsync: on the loop when the round wrote
-    little, no sync is in a worker thread, and no sync on the loop was slow lately; else in
-    `executor` (see the module's rules). `flush` sends what the rounds queued for the peers
-    (the transport's), called before and after a sync on the loop."""
-
-    def __init__(
-        self,
-        executor: Executor,
-        flush: Callable[[], None] | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        metrics: NodeMetrics = NULL_METRICS,
-    ) -> None:
-        self.executor = executor
-        self.flush = flush
-        self.clock = clock
-        self.metrics = metrics
-        self.in_threads = 0
-        self.inline_after = 0.0  # a slow sync on the loop: threads only until then
-
-    def inline(self, written_bytes: int) -> bool:
-        return (
-            written_bytes <= SYNC_INLINE_BYTES_MAX
-            and self.in_threads == 0
-            and self.clock() >= self.inline_after
-        )
-
-    async def sync(self, storage: DiskStorage, written_bytes: int) -> bool:
-        """`storage.sync()`, here or in a thread; True when it ran on the loop."""
-        if self.inline(written_bytes):
-            if self.flush is not None:
-                self.flush()  # the peers' messages leave before the loop blocks
-            started = self.clock()
-            storage.sync()
-            took = self.clock() - started
-            if took > SYNC_INLINE_SLOW_S:
-                self.inline_after = self.clock() + SYNC_INLINE_BACKOFF_S
-            self.metrics.fsynced(took, written_bytes)
-            return True
-        self.in_threads += 1
-        try:
-            took = await asyncio.get_running_loop().run_in_executor(
-                self.executor, timed_sync, storage, self.clock
-            )
-        finally:
-            self.in_threads -= 1
-        self.metrics.fsynced(took, written_bytes)
-        return False
-
-    def sent(self) -> None:
-        """After a round that synced on the loop: its acknowledgements leave now."""
-        if self.flush is not None:
-            self.flush()
+    status: ReplicaStatus
+    data_end: Offset
+    disk_error: str | None
 
 
 def release(waiters: set[asyncio.Future[None]]) -> None:
@@ -183,13 +120,6 @@ def release(waiters: set[asyncio.Future[None]]) -> None:
     for waiter in waiters:
         if not waiter.done():
             waiter.set_result(None)
-
-
-def timed_sync(storage: DiskStorage, clock: Callable[[], float]) -> float:
-    """`storage.sync()` in a worker thread; the seconds it took there."""
-    started = clock()
-    storage.sync()
-    return clock() - started
 
 
 def timed_out(request_id: int, timeout_s: float) -> ProduceResult:
@@ -203,15 +133,25 @@ def nothing() -> None:
     """What a long-polling fetch's wait ends with at its deadline."""
 
 
-def describe_disk_error(error: OSError) -> str:
-    """'disk full (No space left on device: PATH)', or 'disk error (...)'."""
-    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
-    where = f": {error.filename}" if error.filename else ""
-    return f"{'disk full' if full else 'disk error'} ({error.strerror or error}{where})"
+def open_on_disk(
+    directory: str, wal_config: WalConfig, replica_config: ReplicaConfig, rng: Rng
+) -> tuple[DiskStorage, OpenReplica]:
+    """A partition's disk log in `directory`, recovered, and how its replica starts on it
+    (now, and again after a repair or a disk outage): what a `PartitionRunner` is built on."""
+    storage = DiskStorage(directory, clock=wall_ms, config=wal_config)
+
+    def start_replica(storage: DiskStorage) -> Replica:
+        return open_replica(replica_config, storage, rng)
+
+    return storage, start_replica
 
 
 class PartitionRunner:
-    """Drives one replica; `submit` work, `produce` batches, wait for the HWM to move."""
+    """Drives one replica; `submit` inputs, `produce` batches, wait for the HWM to move.
+
+    `on_round` is called after each round that carried out a Ready; ISR mode: a leader's
+    ISR proposals go to `on_proposals`, damage set aside to `on_set_aside`, and a record
+    this replica declines to lead for (it started again) to `on_declined`."""
 
     def __init__(
         self,
@@ -223,14 +163,21 @@ class PartitionRunner:
         executor: Executor,
         fatal: Callable[[BaseException], None],
         disk: DiskHealth,
-        on_round: Callable[[PartitionRunner], None] | None = None,
+        on_round: OnRound | None = None,
+        on_proposals: OnProposals | None = None,
+        on_set_aside: OnRound | None = None,
+        on_declined: OnDeclined | None = None,
         syncs: Syncs | None = None,
         metrics: NodeMetrics = NULL_METRICS,
     ) -> None:
         self.key = key
         self.storage = storage
         self.open_replica = open_replica
-        self.replica = open_replica(storage)
+        try:
+            self.replica = open_replica(storage)
+        except BaseException:
+            storage.release()
+            raise
         self.send = send
         self.executor = executor
         self.fatal = fatal
@@ -238,10 +185,12 @@ class PartitionRunner:
         self.on_round = on_round
         self.syncs = Syncs(executor) if syncs is None else syncs
         self.metrics = metrics
-        # ISR mode (server/isr_control.py): a leader's ISR proposals, and damage set aside.
-        self.on_proposals: Callable[[PartitionRunner, Sequence[IsrProposal]], None] | None = None
-        self.on_set_aside: Callable[[PartitionRunner], None] | None = None
-        self.inputs: deque[Action] = deque()
+        # ISR mode (server/isr_control.py): a leader's ISR proposals, damage set aside, and
+        # a record declined.
+        self.on_proposals = on_proposals
+        self.on_set_aside = on_set_aside
+        self.on_declined = on_declined
+        self.inputs: deque[Input] = deque()
         self.futures: dict[int, asyncio.Future[ProduceResult]] = {}
         self.next_request = 0
         self.task: asyncio.Task[None] | None = None
@@ -259,7 +208,7 @@ class PartitionRunner:
         self._log_repair_change(status)
 
     # ---------------------------------------------------------------- inputs -----------
-    def submit(self, action: Action) -> None:
+    def submit(self, command: Input) -> None:
         """Queue an input for the next round; dropped while the log waits for its disk
         (the replica starts again from disk: peers resend, ticks come again)."""
         if self.stopped or self.disk_error is not None:
@@ -267,55 +216,76 @@ class PartitionRunner:
         if len(self.inputs) >= INPUTS_MAX:
             log.warning("%s: input queue full, dropping an input", self.key, extra=self._fields())
             return
-        self.inputs.append(action)
+        self.inputs.append(command)
         if self.task is None:
             self.task = asyncio.get_running_loop().create_task(self._drive())
 
-    def call(self, function: Callable[[Replica], T]) -> asyncio.Future[T]:
-        """Run `function` on the replica in its turn (between rounds); its result or error
-        completes the future."""
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        if self.disk_error is not None:
-            future.set_exception(self.storage_error())
-            return future
+    def _step(self, command: Input) -> None:
+        """Carry out one input on the replica (the one dispatch of every input kind)."""
+        replica = self.replica
+        match command:
+            case Propose():  # the hot paths first: a class pattern is one isinstance
+                replica.propose(command.request_id, command.batch, acks=command.acks)
+            case Step():
+                step_message(replica, command.message)
+            case Tick():
+                replica.tick(now_ms=command.monotonic_ms, wall_clock_ms=command.wall_ms)
+            case Campaign():
+                campaign_if_leaderless(replica)
+            case Transfer():
+                if transfer(self.key, replica, command):
+                    self.metrics.transferred()
+            case SetMinInsync():
+                set_min_insync(replica, command.value)
+            case TakeRecord():
+                declined = take_record(self.key, replica, command)
+                if declined is not None and self.on_declined is not None:
+                    self.on_declined(self.key, declined)
+            case TakeAnswer():
+                take_answer(self.key, replica, command)
+            case Retain():
+                self._retain(replica, command.wall_ms)
+            case DeleteRecords():
+                delete_records(replica, command)
+            case _:
+                assert_never(command)
 
-        def action(replica: Replica) -> None:
-            try:
-                result = function(replica)
-            except TidelogError as error:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-
-        self.submit(action)
-        return future
-
-    def apply_retention(self, wall_ms: int) -> None:
+    def _retain(self, replica: Replica, wall_ms: int) -> None:
         """Delete segments past retention.ms / retention.bytes (never at or above the HWM
         the log saved), saving the idempotent producers' snapshot at the new log start with
         it, then tell the replica where its log starts now; one INFO line per round that
         deletes any."""
+        before = self.storage.log_start_offset
+        deleted = self.storage.apply_retention(wall_ms, replica.producer_snapshot)
+        if deleted:
+            start = self.storage.log_start_offset
+            replica.note_log_start(start)
+            log.info(
+                "%s-%d: retention deleted %d segment%s (offsets %d-%d); log start offset now %d",
+                self.key.topic,
+                self.key.partition,
+                deleted,
+                "" if deleted == 1 else "s",
+                before,
+                start - 1,
+                start,
+                extra=self._fields(),
+            )
 
-        def retain(replica: Replica) -> None:
-            before = self.storage.log_start_offset
-            deleted = self.storage.apply_retention(wall_ms, replica.producer_snapshot)
-            if deleted:
-                start = self.storage.log_start_offset
-                replica.note_log_start(start)
-                log.info(
-                    "%s-%d: retention deleted %d segment%s (offsets %d-%d); log start offset "
-                    "now %d",
-                    self.key.topic,
-                    self.key.partition,
-                    deleted,
-                    "" if deleted == 1 else "s",
-                    before,
-                    start - 1,
-                    start,
-                    extra=self._fields(),
-                )
+    def delete_records(self, offset: Offset | None) -> asyncio.Future[Offset]:
+        """DeleteRecords on the leader, in its turn: the new log start, or the refusal."""
+        future: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
+        if self.disk_error is not None:
+            future.set_exception(self.storage_error())
+            return future
+        self.submit(DeleteRecords(offset, future))
+        return future
 
-        self.submit(retain)
+    def reconfigure(self, wal_config: WalConfig, min_insync: int | None) -> None:
+        """The topic's configs changed: retention and segments at once, min.insync.replicas
+        from the next round."""
+        self.storage.config = wal_config
+        self.submit(SetMinInsync(min_insync))
 
     def produce(
         self, batch: bytes, acks: int, timeout_s: float | None = None
@@ -335,7 +305,7 @@ class PartitionRunner:
             self.deadlines.add(
                 loop.time() + timeout_s, future, partial(timed_out, request_id, timeout_s)
             )
-        self.submit(lambda replica: replica.propose(request_id, batch, acks=acks))
+        self.submit(Propose(request_id, batch, acks))
         return future
 
     async def wait_for_hwm(self, seen: Offset, timeout_s: float) -> None:
@@ -359,6 +329,97 @@ class PartitionRunner:
         if self.busy or self.disk_error is not None:
             return hwm
         return self.storage.data_end_offset(hwm)
+
+    # ---------------------------------------------------------------- queries ----------
+    # Read between rounds, on the loop: each answers as of this moment.
+    def status(self) -> ReplicaStatus:
+        """The replica's status: one frozen value, every field of one moment."""
+        return self.replica.status()
+
+    def high_watermark(self) -> Offset:
+        return self.replica.high_watermark()
+
+    @property
+    def repairing(self) -> bool:
+        """A worker thread repairs the log: it serves no read (KAFKA_STORAGE_ERROR)."""
+        return self.busy
+
+    @property
+    def isr_mode(self) -> bool:
+        """Whether the replica replicates in ISR mode (docs/isr.md), not by quorum."""
+        return isr_of(self.replica) is not None
+
+    def isr_record(self) -> PartitionRecord | None:
+        """ISR mode: the controller's record the replica holds (None: none, or quorum)."""
+        replica = isr_of(self.replica)
+        return None if replica is None else replica.partition_record()
+
+    def declines_leadership(self) -> bool:
+        """ISR mode: the replica will not lead the epoch its record names it for."""
+        replica = isr_of(self.replica)
+        return replica is not None and replica.declines_leadership()
+
+    def snapshot(self) -> PartitionSnapshot:
+        status = self.replica.status()
+        error = None if self.disk_error is None else str(self.disk_error)
+        return PartitionSnapshot(status, self.data_end_offset(status.hwm), error)
+
+    def size_bytes(self) -> int:
+        """The bytes of its log's segments (DescribeLogDirs)."""
+        return self.storage.size_bytes()
+
+    def read(
+        self, offset: Offset, *, current_leader_epoch: Epoch | None, max_bytes: int, now_ms: int
+    ) -> tuple[FetchResult, bytes | memoryview]:
+        """A consumer's Fetch at `offset`: what the replica may serve (`Replica.fetch_bounds`:
+        its error, or the HWM and log start), and the committed batches from `offset` below
+        that HWM, at most `max_bytes` (at least one batch). Raises StorageError (a batch
+        failed its CRC) or OSError (the disk failed to read)."""
+        bounds = self.replica.fetch_bounds(
+            offset, current_leader_epoch=current_leader_epoch, now_ms=now_ms
+        )
+        if bounds.error is not None or offset >= bounds.hwm:
+            return bounds, b""
+        return bounds, self._read_committed(offset, bounds.hwm, max_bytes)
+
+    def _read_committed(self, offset: Offset, end: Offset, max_bytes: int) -> bytes | memoryview:
+        """Committed batches from `offset` to `end`: straight from the segment file when they
+        are written there (always, below a leader's HWM), else through the replica's log."""
+        if end <= self.storage.log_end_offset:
+            try:
+                return self.storage.read_range(offset, end_offset=end, max_bytes=max_bytes)
+            except OffsetOutOfRange:
+                pass  # retention moved the log start since the bounds were taken: ask the core
+        result = self.replica.fetch(offset, max_bytes=max_bytes)
+        return join_batches(result.batches)
+
+    def latest_offset(self, *, now_ms: int) -> Offset:
+        """The "latest" offset clients may see (the HWM); raises while it is not known
+        (`Replica.latest_offset`: a new epoch's HWM, a read lease, not the leader)."""
+        return self.replica.latest_offset(now_ms=now_ms)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[Offset, int] | None:
+        """(offset, timestamp) of the first data record at or after `timestamp`, or None."""
+        return self.storage.offset_for_timestamp(timestamp)
+
+    def max_timestamp_record(self, below: Offset) -> tuple[Offset, int] | None:
+        """(offset, timestamp) of the first data record below `below` with the largest
+        timestamp, or None (ListOffsets' MAX_TIMESTAMP)."""
+        return self.storage.max_timestamp_record(below)
+
+    def end_offset_for_epoch(
+        self, leader_epoch: Epoch, *, current_leader_epoch: Epoch | None, now_ms: int
+    ) -> tuple[Epoch, Offset]:
+        """OffsetForLeaderEpoch for a client (`Replica.end_offset_for_epoch`)."""
+        return self.replica.end_offset_for_epoch(
+            leader_epoch, current_leader_epoch=current_leader_epoch, now_ms=now_ms
+        )
+
+    def apply_committed(self, applied_offset: int, apply: ApplyRecord) -> int:
+        """Hand `apply` every committed data record at or above `applied_offset`
+        (`tidelog.node.driver.apply_committed`); the new applied offset. Called from
+        `on_round` (between rounds), by the state machines fed by a log."""
+        return apply_committed(self.replica, applied_offset, apply)
 
     # ---------------------------------------------------------------- the round --------
     async def _drive(self) -> None:
@@ -392,15 +453,17 @@ class PartitionRunner:
         if self.storage.needs_repair is not None:  # a Fetch found damage
             await self._repair()
         while self.inputs:
-            self.inputs.popleft()(self.replica)
+            self._step(self.inputs.popleft())
         log_end = self.storage.log_end_offset
         ready = begin_round(self.replica, self.storage, self._send)
         if ready is None:
             # Stepping an acknowledgement may have moved the HWM.
             self._maybe_wake_fetchers(self.replica.high_watermark())
             return False
-        self._name_what_is_given_up(ready, log_end)
-        self._name_lost_copies(ready)
+        if ready.given_up or ready.truncate_to is not None:
+            name_what_is_given_up(self.key, ready, log_end, self.isr_record())
+        if ready.lost_copies:
+            name_lost_copies(self.key, ready, self._fields())
         if ready.truncate_to is not None:
             self.metrics.truncated(self.key.topic, self.key.partition)
         if ready.reset_to is not None:
@@ -428,58 +491,6 @@ class PartitionRunner:
         if self.on_round is not None:
             self.on_round(self)
         return True
-
-    def _name_lost_copies(self, ready: Ready) -> None:
-        """A follower proved its copy lost records it acknowledged (rule 7 of the replica):
-        a disk replaced or a partition directory deleted, while the node was down."""
-        for lost in ready.lost_copies:
-            log.warning(
-                "%s-%d: node %d's copy ends at %d, below the %d it acknowledged: it lost "
-                "records (a disk replaced, or its directory deleted?); sending it the log again",
-                self.key.topic,
-                self.key.partition,
-                lost.follower,
-                lost.log_end,
-                lost.acknowledged,
-                extra=self._fields(),
-            )
-
-    def _name_what_is_given_up(self, ready: Ready, log_end: Offset) -> None:
-        """ISR mode, after an unclean election (docs/isr.md rule 10): log the records this
-        replica gives up to the new leader's log, those it had committed (`given_up`) and
-        those above its HWM, which its old leader may have acknowledged."""
-        name = f"{self.key.topic}-{self.key.partition}"
-        for lost in ready.given_up:
-            log.error(
-                "%s: gave up offsets %d..%d, committed here, to leader %d of epoch %d after the "
-                "unclean election of epoch %d: those records are lost",
-                name,
-                lost.start_offset,
-                lost.end_offset - 1,
-                lost.leader,
-                lost.leader_epoch,
-                lost.unclean_epoch,
-                extra=self._fields(lost.leader_epoch),
-            )
-        replica = self.replica
-        if ready.truncate_to is None or not isinstance(replica, IsrReplica):
-            return
-        record = replica.partition_record()
-        if record is None or not record.may_give_up(record.leader_epoch):
-            return
-        start = max([ready.truncate_to, *(lost.end_offset for lost in ready.given_up)])
-        if start < log_end:
-            log.error(
-                "%s: gave up offsets %d..%d to leader %d of epoch %d after the unclean election "
-                "of epoch %d: any of them its old leader acknowledged is lost",
-                name,
-                start,
-                log_end - 1,
-                record.leader,
-                record.leader_epoch,
-                record.unclean_epoch,
-                extra=self._fields(record.leader_epoch),
-            )
 
     def _fields(self, epoch: int | None = None) -> dict[str, object]:
         """The structured fields of a log line about this partition (server/logs.py), in

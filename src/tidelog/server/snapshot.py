@@ -41,10 +41,12 @@ def group_lag(committed: int, *, log_start_offset: int, data_end: int) -> int:
 
 def status(broker: BrokerView) -> dict[str, Any]:
     partitions: list[dict[str, Any]] = []
-    for key, runner in sorted(broker.runners.items()):
+    for runner in sorted(broker.hosted(), key=lambda runner: runner.key):
+        key = runner.key
         if key.topic == METADATA_TOPIC:
             continue
-        state = runner.replica.status()  # one frozen value: every field of one moment
+        snapshot = runner.snapshot()  # one frozen value: every field of one moment
+        state = snapshot.status
         replicas = tuple(int(n) for n in state.replicas)
         reported = broker.image.partitions.get((key.topic, key.partition))
         record = broker.image.records.get((key.topic, key.partition))
@@ -62,7 +64,7 @@ def status(broker: BrokerView) -> dict[str, Any]:
                 "epoch": int(state.epoch),
                 "hwm": int(state.hwm),
                 # The offset after the last data record below the HWM (the rules above).
-                "data_end": int(runner.data_end_offset(state.hwm)),
+                "data_end": int(snapshot.data_end),
                 "log_start_offset": int(state.log_start_offset),
                 "log_end_offset": int(state.log_end_offset),
                 "isr": in_sync_of(state, replicas),
@@ -73,7 +75,7 @@ def status(broker: BrokerView) -> dict[str, Any]:
                 "partition_epoch": None if record is None else record.partition_epoch,
                 "elr": None if record is None else [int(node) for node in record.elr],
                 "repairing": state.repair_floor is not None,
-                "disk_error": None if runner.disk_error is None else str(runner.disk_error),
+                "disk_error": snapshot.disk_error,
             }
         )
     controller = broker.controller_id()

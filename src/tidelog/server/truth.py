@@ -77,13 +77,14 @@ class ClusterTruth:
 
     def report_partitions(self, now: float) -> None:
         broker = self.broker
-        for key, runner in list(broker.runners.items()):
+        for runner in broker.hosted():
+            key = runner.key
             if key.topic == METADATA_TOPIC or key in self.in_flight:
                 continue
             if (key.topic, key.partition) in broker.image.records:
                 continue  # ISR mode: the controller's record is the truth
 
-            status = runner.replica.status()
+            status = runner.status()
             if status.role is not Role.LEADER:
                 continue
             held = broker.image.partitions.get((key.topic, key.partition))
@@ -105,7 +106,7 @@ class ClusterTruth:
     # ---------------------------------------------------------------- sessions ---------
     def check_sessions(self, now: float) -> None:
         broker = self.broker
-        if broker.metadata.replica.status().role is not Role.LEADER:
+        if broker.metadata.status().role is not Role.LEADER:
             self.controller_since = None
             return
         if self.controller_since is None:

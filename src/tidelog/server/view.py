@@ -41,7 +41,6 @@ class BrokerView(Protocol):
     image: MetadataImage  # the topics as the applied metadata log says
     authorizer: Authorizer  # with the ACLs of `image`
     metadata: PartitionRunner  # the metadata log's partition
-    runners: dict[PartitionKey, PartitionRunner]
     coordinators: dict[int, GroupCoordinator]  # by __consumer_offsets partition
     kafka_connections: int
     stopping_nodes: set[NodeId]  # nodes shutting down (this one too): no leadership for them
@@ -65,6 +64,15 @@ class BrokerView(Protocol):
         """The partition's runner on this node, for a client's request: when it hosts it
         and its log is open; never the metadata log's (its commands hold the SCRAM
         credentials and the ACLs: no client reads or writes it, as in Kafka)."""
+        ...
+
+    def hosted(self) -> list[PartitionRunner]:
+        """The partitions this node hosts (the metadata log's too), in the order it came
+        to host them: a copy, for any request or task to read through their typed door."""
+        ...
+
+    def hosting(self, key: PartitionKey) -> PartitionRunner | None:
+        """The partition's runner here (the metadata log's too), when this node hosts it."""
         ...
 
     def controller_id(self) -> int:

@@ -4,6 +4,13 @@ The format follows etcd-io/raft's datadriven testdata: a command line, `----`, t
 exact output expected, then a blank line. `run_file(path, rewrite=True)` writes the
 actual output back instead of comparing (pytest --rewrite).
 
+This file holds the interpreter (`Scenario`: setup, what a Ready reports, inspection) and
+the file format; each command family lives in a room of its own, mixed into `Scenario`:
+scenario_net.py (time and network), scenario_disk.py (nodes, disks, syncs),
+scenario_clients.py (produce, fetch, latest, delete-records), scenario_isr.py (the
+controller of ISR mode), over scenario_base.py (the shared state and the transcripts'
+descriptions). A command `name` runs the method `cmd_name`; group_scenario.py adds its own.
+
 Commands (nodes are numbers; lists are comma-separated):
     cluster replicas=N [min-insync=N] [pre-vote=false] [check-quorum=false] [append-bytes-max=N]
     campaign N            start an election on N, as if its timer fired

@@ -41,11 +41,12 @@ derives from TidelogError all the same, so `except TidelogError` catches every o
     ├── DemoError                      tools.demo: a wait of the demo ran out
     └── PipelineError                  tools.demo_pipeline: the Spark pipeline did not finish
 Every configuration (`BrokerConfig`, `WalConfig`, `ReplicaConfig`, `IsrConfig`,
-`GroupConfig`, client properties, Spark options) checks itself when it is made and raises
-ConfigError with one line naming the setting, the value and what is allowed
+`GroupConfig`, client properties, Spark options) checks itself when it is made or parsed
+and raises ConfigError with one line naming the setting, the value and what is allowed
 (`WalConfig.segment_bytes: 0 is out of range (1-2147483647)`), never an assert, which -O
 drops. ConfigError is also a ValueError, as a bad value is. A command-line tool prints it
-as `error: ...` and exits non-zero.
+as `error: ...` and exits non-zero. (A topic's configs, set by a Kafka client, are refused
+with MetadataError INVALID_CONFIG, the code Kafka answers.)
 Codecs raise ValueError subclasses (protocol.codecs.CodecError, protocol.record_walk.
 MalformedRecord) that their callers turn into Kafka error codes at once.
 """

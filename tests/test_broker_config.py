@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from tidelog.cli import main
+from tidelog.errors import ConfigError
 from tidelog.server.config import (
     BrokerConfig,
-    ConfigError,
     format_peers,
     load_config,
     parse_address,

@@ -10,6 +10,7 @@ from tidelog.core import MemoryStorage, Ready, Replica, ReplicaConfig, Role
 from tidelog.core.messages import AppendRequest, VoteRequest, VoteResponse
 from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE
 from tidelog.errors import (
+    ConfigError,
     CorruptBatch,
     FencedEpoch,
     InvalidProducerEpoch,
@@ -51,12 +52,12 @@ def lone_leader() -> tuple[Replica, MemoryStorage]:
         ({"replicas": (ONE, ONE)}, "name a node twice"),
         ({"replicas": (ONE,), "heartbeat_ticks": 5, "election_ticks": 5}, "heartbeat_ticks"),
         ({"replicas": (ONE,), "heartbeat_ticks": 2, "election_ticks": 4}, "lease margin"),
-        ({"replicas": (ONE,), "min_insync_replicas": 2}, "min.insync.replicas 2"),
-        ({"replicas": (ONE,), "inflight_appends_max": 0}, "must be positive"),
+        ({"replicas": (ONE,), "min_insync_replicas": 2}, r"min.insync.replicas\): 2"),
+        ({"replicas": (ONE,), "inflight_appends_max": 0}, "inflight_appends_max: 0"),
     ],
 )
 def test_config_refuses_what_does_not_fit(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         ReplicaConfig(ONE, **kwargs)  # type: ignore[arg-type]
 
 

@@ -26,8 +26,9 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAuthorizationFailedError
 
 from tidelog.client_config import read_properties
+from tidelog.errors import ConfigError
 from tidelog.server.app import exposure_warnings
-from tidelog.server.config import ConfigError, load_config
+from tidelog.server.config import load_config
 from tidelog.testing.live import LiveCluster, eventually, free_base_port, one_broker, poll
 from tidelog.tools.certs import issue, issue_node, make_ca
 

@@ -23,8 +23,9 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tidelog.core.messages import AppendRequest
+from tidelog.errors import ConfigError
 from tidelog.protocol.peer import PartitionKey, PeerEncoder
-from tidelog.server.config import ConfigError, load_config
+from tidelog.server.config import load_config
 from tidelog.server.tls import TlsError, TlsFiles, node_id_of, peer_contexts
 from tidelog.status import AdminAccess, access_for, read_status
 from tidelog.testing.live import LiveCluster, create_topic, eventually, tidelog

@@ -18,7 +18,8 @@ Rules of this file:
 - A password is never in a repr or an error message.
 
     TidelogError
-    └── ClientConfigError    a client properties file, or a setting in it, is wrong
+    └── ConfigError                a setting is out of what it allows (tidelog.errors)
+        └── ClientConfigError    a client properties file, or a setting in it, is wrong
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from tidelog.errors import TidelogError
+from tidelog.errors import ConfigError
 
 PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -42,7 +43,7 @@ NO_HOSTNAME_CHECK: Final = ("", "none")
 FILE_PROPERTIES: Final = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
 
 
-class ClientConfigError(TidelogError):
+class ClientConfigError(ConfigError):
     """A client properties file, or a setting in it, is wrong; `str(error)` is for the user."""
 
 

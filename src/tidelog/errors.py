@@ -24,10 +24,10 @@ derives from TidelogError all the same, so `except TidelogError` catches every o
     ├── StorageError                   the disk log cannot serve (needs repair, bad path)
     ├── ProtocolError                  protocol.framing: off-protocol bytes; one connection closes
     │   └── FrameTooLarge              protocol.peer: more than one peer frame may hold
-    ├── ConfigError                    server.config: a bad broker flag or config value
-    ├── ClientConfigError              client_config: a client properties file or setting
+    ├── ConfigError                    a setting of any layer is out of what it allows
+    │   ├── ClientConfigError          client_config: a client properties file or setting
+    │   └── SparkOptionError           spark.options: a source or sink option is wrong
     ├── GroupError                     server.groups: a group request refused with a Kafka code
-    ├── SparkOptionError               spark.options: a source or sink option is wrong
     ├── SparkKafkaError                spark.kafka_io: the cluster did not answer as Spark needs
     │   ├── DataLoss                   spark.kafka_io: planned offsets were deleted
     │   └── ReplicaReadError           spark.replicas: one replica could not be read
@@ -40,6 +40,13 @@ derives from TidelogError all the same, so `except TidelogError` catches every o
     ├── ClusterError                   tools.cluster: the cluster directory or a node refused
     ├── DemoError                      tools.demo: a wait of the demo ran out
     └── PipelineError                  tools.demo_pipeline: the Spark pipeline did not finish
+Every configuration (`BrokerConfig`, `WalConfig`, `ReplicaConfig`, `IsrConfig`,
+`GroupConfig`, client properties, Spark options) checks itself when it is made or parsed
+and raises ConfigError with one line naming the setting, the value and what is allowed
+(`WalConfig.segment_bytes: 0 is out of range (1-2147483647)`), never an assert, which -O
+drops. ConfigError is also a ValueError, as a bad value is. A command-line tool prints it
+as `error: ...` and exits non-zero. (A topic's configs, set by a Kafka client, are refused
+with MetadataError INVALID_CONFIG, the code Kafka answers.)
 Codecs raise ValueError subclasses (protocol.codecs.CodecError, protocol.record_walk.
 MalformedRecord) that their callers turn into Kafka error codes at once.
 """
@@ -162,3 +169,18 @@ class MetadataError(TidelogError):
 
 class StorageError(TidelogError):
     """The storage of a partition cannot serve the request."""
+
+
+class ConfigError(TidelogError, ValueError):
+    """A configuration value is missing, malformed, or contradicts another one; the
+    message is one line: the setting, the value, what is allowed."""
+
+
+def check_range(setting: str, value: int, low: int, high: int | None = None) -> None:
+    """ConfigError `setting: value is out of range (low-high)` unless low <= value <= high
+    (`high` None: no upper bound)."""
+    if high is None:
+        if value < low:
+            raise ConfigError(f"{setting}: {value} is out of range ({low} or more)")
+    elif not low <= value <= high:
+        raise ConfigError(f"{setting}: {value} is out of range ({low}-{high})")

@@ -51,6 +51,7 @@ import enum
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
+from tidelog.errors import check_range
 from tidelog.types import Epoch, NodeId, Offset
 
 NO_LEADER = NodeId(-1)
@@ -334,6 +335,11 @@ class IsrConfig:
 
     min_insync: int = 1
     replica_lag_time_max_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        """ConfigError naming the first setting out of range (tidelog.errors)."""
+        check_range("IsrConfig.min_insync", self.min_insync, 1)
+        check_range("IsrConfig.replica_lag_time_max_ms", self.replica_lag_time_max_ms, 1)
 
 
 @dataclass(slots=True)

@@ -85,6 +85,7 @@ from tidelog.core.quorum import VoteResult, committed_offset, majority, quorum_s
 from tidelog.core.storage import LogStorage, RepairFloor
 from tidelog.core.tracker import Progress
 from tidelog.errors import (
+    ConfigError,
     CorruptBatch,
     FencedEpoch,
     LogDiverged,
@@ -94,6 +95,7 @@ from tidelog.errors import (
     OffsetOutOfRange,
     RequestTimedOut,
     TidelogError,
+    check_range,
 )
 from tidelog.records import (
     CONTROL_TYPE_LEADER_CHANGE,
@@ -174,7 +176,7 @@ class ReplicaStatus:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
-    """The fixed settings of one replica. Raises ValueError when they do not fit together."""
+    """The fixed settings of one replica. Raises ConfigError when they do not fit together."""
 
     node_id: NodeId
     replicas: tuple[NodeId, ...]
@@ -193,27 +195,32 @@ class ReplicaConfig:
     replica_lag_time_max_ms: int = 10_000
 
     def __post_init__(self) -> None:
+        """ConfigError naming the first setting that does not fit (tidelog.errors)."""
         if self.node_id not in self.replicas:
-            raise ValueError(f"node {self.node_id} is not among the replicas {self.replicas}")
-        if len(set(self.replicas)) != len(self.replicas):
-            raise ValueError(f"replicas {self.replicas} name a node twice")
-        if self.heartbeat_ticks < 1 or self.election_ticks <= self.heartbeat_ticks:
-            raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
-        if self.election_ticks - LEASE_MARGIN_TICKS <= self.heartbeat_ticks:
-            raise ValueError("election_ticks must exceed heartbeat_ticks by the lease margin")
-        if self.tick_ms < 1:
-            raise ValueError("tick_ms must be positive")
-        if self.min_insync_replicas is not None and not (
-            1 <= self.min_insync_replicas <= len(self.replicas)
-        ):
-            raise ValueError(
-                f"min.insync.replicas {self.min_insync_replicas} is not within "
-                f"1..{len(self.replicas)}"
+            raise ConfigError(
+                f"ReplicaConfig.node_id: {self.node_id} is not among the replicas {self.replicas}"
             )
-        if self.inflight_appends_max < 1 or self.append_bytes_max < 1:
-            raise ValueError("inflight_appends_max and append_bytes_max must be positive")
-        if self.replica_lag_time_max_ms < 1:
-            raise ValueError("replica_lag_time_max_ms must be positive")
+        if len(set(self.replicas)) != len(self.replicas):
+            raise ConfigError(f"ReplicaConfig.replicas: {self.replicas} name a node twice")
+        check_range("ReplicaConfig.heartbeat_ticks", self.heartbeat_ticks, 1)
+        if self.election_ticks - LEASE_MARGIN_TICKS <= self.heartbeat_ticks:
+            raise ConfigError(
+                f"ReplicaConfig.election_ticks: {self.election_ticks} must exceed "
+                f"heartbeat_ticks {self.heartbeat_ticks} by the lease margin {LEASE_MARGIN_TICKS}"
+            )
+        check_range("ReplicaConfig.tick_ms", self.tick_ms, 1)
+        if self.min_insync_replicas is not None:
+            check_range(
+                "ReplicaConfig.min_insync_replicas (min.insync.replicas)",
+                self.min_insync_replicas,
+                1,
+                len(self.replicas),
+            )
+        check_range("ReplicaConfig.inflight_appends_max", self.inflight_appends_max, 1)
+        check_range("ReplicaConfig.append_bytes_max", self.append_bytes_max, 1)
+        check_range("ReplicaConfig.produce_timeout_ticks", self.produce_timeout_ticks, 1)
+        check_range("ReplicaConfig.pending_produces_max", self.pending_produces_max, 1)
+        check_range("ReplicaConfig.replica_lag_time_max_ms", self.replica_lag_time_max_ms, 1)
 
     @property
     def lease_ms(self) -> int:

@@ -8,7 +8,10 @@ committed records of the partition (`apply`, then `applied`), leadership (`lead`
 clock for sessions and deadlines, the time of day for commit times and expiry), and so
 are member ids and whether a topic exists. The asyncio adapter (`tidelog.server.groups`)
 does the IO; the group scenarios and the group simulator (`tidelog.testing.groups`) run
-this same machine over the replicated partition of the simulator.
+this same machine over the replicated partition of the simulator. Its rooms: this class
+(leadership, applying the log, writes and replies, the rebalance protocol, time);
+groups/offsets.py (what the offset requests and retention check and write);
+groups/joining.py (a join's checks and answer); groups/group.py (a group in memory).
 
 Rules of this file:
 - The partition's log is the only durable state. Committed offsets and each group's last
@@ -41,9 +44,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidelog.groups.group import Group, Member, apply_group, apply_offset
+from tidelog.groups.joining import check_join, join_result, log_reason, names_another, new_member
 from tidelog.groups.messages import (
     Commit,
-    CommittedOffset,
     DeleteGroup,
     DeleteOffsets,
     Effect,
@@ -61,20 +64,21 @@ from tidelog.groups.messages import (
     SyncResult,
     Write,
 )
-from tidelog.groups.records import (
-    group_key,
-    offset_key,
-    offset_value,
+from tidelog.groups.offsets import (
+    commit_records,
+    delete_group_keys,
+    delete_offsets_keys,
+    expired_keys,
+    fetch_offsets,
+    forget,
 )
+from tidelog.groups.records import group_key
 from tidelog.groups.state import GroupEvent, GroupState, next_state
 from tidelog.protocol.kafka_errors import ErrorCode
 
 log = logging.getLogger("tidelog.groups")
 
-OFFSET_METADATA_BYTES_MAX = 4096
 JOIN_WAIT_SLACK_MS = 5_000
-GROUP_ID_LENGTH_MAX = 255
-REASON_LOGGED_MAX = 300  # characters of a client's join or leave reason that are logged
 
 
 @dataclass(slots=True)
@@ -91,25 +95,6 @@ class _Pending:
     joined: JoinResult | None = None  # a static member's answer, once its id is stored
     next_offset: int | None = None  # once written: applied up to here means done
     deadline_ms: int = 0
-
-
-def names_another(given: str | None, chosen: str | None) -> bool:
-    """Whether a client named a protocol (or type) other than the group's; a name not
-    given, or a group that has none, never differs (Kafka's isProtocolInconsistent)."""
-    return given is not None and chosen is not None and given != chosen
-
-
-def log_reason(group: Group, member_id: str, what: str, reason: str | None) -> None:
-    """Log the reason a client gave for a member's join or leave (KIP-800), cut short."""
-    if reason:
-        log.info(
-            "group %s: %s %s (client reason: %.*s)",
-            group.group_id,
-            member_id,
-            what,
-            REASON_LOGGED_MAX,
-            reason,
-        )
 
 
 class Coordinator:
@@ -246,12 +231,12 @@ class Coordinator:
             self._reply(pending.request, codes)
         elif pending.kind == "delete":
             assert pending.request is not None
-            self._forget(pending.dead, code)
+            forget(self.groups, pending.dead, code)
             self._reply(pending.request, error=code)
         elif pending.kind == "sync":
             self._synced(pending.group_id, pending.generation, code, now)
         elif pending.kind == "expire":
-            self._forget(pending.dead, code)
+            forget(self.groups, pending.dead, code)
         elif pending.kind == "static":
             assert pending.request is not None and pending.joined is not None
             group = self.groups.get(pending.group_id)
@@ -296,7 +281,7 @@ class Coordinator:
             elif isinstance(body, DeleteOffsets):
                 self._delete_offsets(request, body, now)
             else:
-                self._reply(request, self._fetch(body))
+                self._reply(request, fetch_offsets(self.groups, body))
         except GroupError as error:
             self._reply(request, error=error.code)
 
@@ -311,14 +296,7 @@ class Coordinator:
         """JoinGroup: answered when the rebalance completes (or at once, when nothing
         changed for a known member)."""
         config = self.config
-        if not body.group_id or len(body.group_id) > GROUP_ID_LENGTH_MAX:
-            raise GroupError(ErrorCode.INVALID_GROUP_ID)
-        if (
-            not config.session_timeout_ms_min
-            <= body.session_timeout_ms
-            <= config.session_timeout_ms_max
-        ):
-            raise GroupError(ErrorCode.INVALID_SESSION_TIMEOUT)
+        check_join(body, config)
         group = self.groups.get(body.group_id)
         if group is None:
             if body.member_id:
@@ -344,15 +322,7 @@ class Coordinator:
             return
         elif not body.member_id or group.pending.pop(body.member_id, None) is not None:
             member_id = body.member_id or self.new_member_id(body.client_id or "member")
-            member = Member(
-                member_id=member_id,
-                group_instance_id=body.group_instance_id,
-                client_id=body.client_id,
-                client_host=body.client_host,
-                session_timeout_ms=body.session_timeout_ms,
-                rebalance_timeout_ms=body.rebalance_timeout_ms,
-                protocols=body.protocols,
-            )
+            member = new_member(member_id, body)
             group.members[member.member_id] = member
             group.protocol_type = body.protocol_type
             member.heard(now)
@@ -382,7 +352,7 @@ class Coordinator:
                 group.state is GroupState.STABLE and body.member_id != group.leader
             )
             if steady and not changed:
-                self._reply(request, self._join_result(group, member))
+                self._reply(request, join_result(group, member))
                 return
             if member.join is not None:
                 self._reply(member.join, error=ErrorCode.UNKNOWN_MEMBER_ID)
@@ -448,24 +418,6 @@ class Coordinator:
             self._prepare_rebalance(group, f"static member {body.group_instance_id} rejoined", now)
         return False
 
-    def _join_result(self, group: Group, member: Member) -> JoinResult:
-        members = (
-            [
-                (m.member_id, m.group_instance_id, m.metadata_for(group.protocol))
-                for m in group.members.values()
-            ]
-            if member.member_id == group.leader
-            else []
-        )
-        return JoinResult(
-            generation=group.generation,
-            protocol=group.protocol,
-            leader=group.leader or "",
-            member_id=member.member_id,
-            members=members,
-            protocol_type=group.protocol_type,
-        )
-
     def _prepare_rebalance(self, group: Group, reason: str, now: Now) -> None:
         if group.state is GroupState.COMPLETING_REBALANCE:
             for member in group.members.values():
@@ -514,7 +466,7 @@ class Coordinator:
             waiting, member.join = member.join, None
             member.heard(now)
             if waiting is not None:
-                self._reply(waiting, self._join_result(group, member))
+                self._reply(waiting, join_result(group, member))
 
     def _remove_member(self, group: Group, member: Member, code: ErrorCode) -> None:
         self._fail_member(member, code)
@@ -633,82 +585,25 @@ class Coordinator:
     def _commit(self, request: int, body: Commit, now: Now) -> None:
         """OffsetCommit: one code per partition, NONE only once the record is committed
         and applied."""
-        if not body.group_id:
-            raise GroupError(ErrorCode.INVALID_GROUP_ID)
-        group = self.groups.get(body.group_id)
-        standalone = body.generation < 0 and not body.member_id
-        if standalone and group is not None and group.state is not GroupState.EMPTY:
-            raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
-        if not standalone:
-            if group is None or group.state is GroupState.EMPTY:
-                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
-            if group.fenced(body.member_id, body.group_instance_id):
-                raise GroupError(ErrorCode.FENCED_INSTANCE_ID)
-            if group.state is GroupState.COMPLETING_REBALANCE:
-                raise GroupError(ErrorCode.REBALANCE_IN_PROGRESS)
-            member = group.members.get(body.member_id)
-            if member is None:
-                raise GroupError(ErrorCode.UNKNOWN_MEMBER_ID)
-            if body.generation != group.generation:
-                raise GroupError(ErrorCode.ILLEGAL_GENERATION)
-            member.heard(now)
-        codes: dict[tuple[str, int], ErrorCode] = {}
-        keys: list[bytes] = []
-        values: list[bytes | None] = []
-        for (topic, partition), (offset, epoch, metadata) in body.offsets:
-            if not self.topic_exists(topic):
-                codes[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif len(metadata.encode()) > OFFSET_METADATA_BYTES_MAX:
-                codes[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                keys.append(offset_key(body.group_id, topic, partition))
-                values.append(offset_value(offset, epoch, metadata, now.wall_ms))
-                codes[(topic, partition)] = ErrorCode.NONE
+        codes, (keys, values) = commit_records(self.groups, body, now, self.topic_exists)
         if not keys:
             self._reply(request, codes)
             return
         self._write(keys, values, _Pending("commit", request=request, codes=codes), now)
 
     def _delete_group(self, request: int, body: DeleteGroup, now: Now) -> None:
-        """DeleteGroups: an empty group goes, its offsets with it (tombstones); answered
-        once they are committed. A group with members: NON_EMPTY_GROUP."""
-        group = self.groups.get(body.group_id)
-        if group is None:
-            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND)
-        if group.state is not GroupState.EMPTY:
-            raise GroupError(ErrorCode.NON_EMPTY_GROUP)
-        keys = [offset_key(group.group_id, topic, p) for topic, p in sorted(group.offsets)]
-        keys.append(group_key(group.group_id))
-        group.state = next_state(group.state, GroupEvent.EXPIRED)
-        pending = _Pending("delete", request=request, dead=(group.group_id,))
+        """DeleteGroups: answered once the group's tombstones are committed."""
+        keys = delete_group_keys(self.groups, body)
+        pending = _Pending("delete", request=request, dead=(body.group_id,))
         self._write(keys, [None] * len(keys), pending, now)
 
     def _delete_offsets(self, request: int, body: DeleteOffsets, now: Now) -> None:
-        """OffsetDelete: one code per partition. A group with members keeps every offset
-        (GROUP_SUBSCRIBED_TO_TOPIC: tidelog does not read their subscriptions); an empty
-        one loses the offsets named, once their tombstones are committed."""
-        group = self.groups.get(body.group_id)
-        if group is None:
-            raise GroupError(ErrorCode.GROUP_ID_NOT_FOUND)
-        if group.state is not GroupState.EMPTY:
-            codes = dict.fromkeys(body.partitions, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
-            self._reply(request, codes)
-            return
-        codes = dict.fromkeys(body.partitions, ErrorCode.NONE)
-        keys = [offset_key(group.group_id, t, p) for t, p in body.partitions]
+        """OffsetDelete: answered once the offsets' tombstones are committed."""
+        codes, keys = delete_offsets_keys(self.groups, body)
         if not keys:
             self._reply(request, codes)
             return
         self._write(keys, [None] * len(keys), _Pending("commit", request=request, codes=codes), now)
-
-    def _fetch(self, body: FetchOffsets) -> dict[tuple[str, int], CommittedOffset | None]:
-        """OffsetFetch: the committed offset of each partition (None: none committed).
-        The caller holds the leader's read lease (a deposed leader must not answer)."""
-        group = self.groups.get(body.group_id)
-        offsets = group.offsets if group is not None else {}
-        if body.partitions is None:
-            return dict(sorted(offsets.items()))
-        return {key: offsets.get(key) for key in body.partitions}
 
     # ================================================================ time ============
     def tick(self, now: Now) -> None:
@@ -755,35 +650,9 @@ class Coordinator:
         self._next_expiry_check_ms = 0
 
     def _expire_offsets(self, now: Now) -> None:
-        """Tombstones for offsets of deleted topics, and of groups empty for longer than
-        the retention; then for empty groups left with no offsets."""
-        keys: list[bytes] = []
-        retention = self.config.offsets_retention_ms
-        for group in self.groups.values():
-            empty = group.state is GroupState.EMPTY
-            expired = [
-                key
-                for key, committed in group.offsets.items()
-                if not self.topic_exists(key[0])
-                or (empty and max(committed.commit_ms, group.state_ms) + retention < now.wall_ms)
-            ]
-            keys.extend(offset_key(group.group_id, topic, p) for topic, p in expired)
-            if empty and len(expired) == len(group.offsets) and group.protocol_type:
-                keys.append(group_key(group.group_id))
-                group.state = next_state(group.state, GroupEvent.EXPIRED)
+        """Tombstones for what retention expires (groups/offsets.py), in one write."""
+        keys = expired_keys(self.groups, self.config.offsets_retention_ms, now, self.topic_exists)
         if keys:
             log.info("partition %d: expiring %d records", self.partition, len(keys))
             dead = tuple(g.group_id for g in self.groups.values() if g.state is GroupState.DEAD)
             self._write(keys, [None] * len(keys), _Pending("expire", dead=dead), now)
-
-    def _forget(self, group_ids: tuple[str, ...], code: ErrorCode) -> None:
-        """Drop expired groups once their tombstones are committed (a restart must not bring
-        them back); when the write failed, they stay empty and the next check tries again."""
-        for group_id in group_ids:
-            group = self.groups.get(group_id)
-            if group is None or group.state is not GroupState.DEAD:
-                continue  # gone with a new coordinator's state, or joined again meanwhile
-            if code is ErrorCode.NONE:
-                del self.groups[group_id]
-            else:
-                group.state = next_state(group.state, GroupEvent.DELETE_FAILED)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidelog.errors import NotEnoughReplicas, NotLeader, TidelogError
+from tidelog.errors import NotEnoughReplicas, NotLeader, TidelogError, check_range
 from tidelog.protocol.kafka_errors import ErrorCode
 
 
@@ -21,6 +21,9 @@ class GroupError(TidelogError):
 
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
+    """The coordinator's settings (Kafka's group.* and offsets.* broker configs); raises
+    ConfigError when one is out of range."""
+
     session_timeout_ms_min: int = 6_000
     session_timeout_ms_max: int = 1_800_000
     initial_rebalance_delay_ms: int = 0
@@ -30,6 +33,24 @@ class GroupConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
     commit_timeout_ms: int = 5_000
+
+    def __post_init__(self) -> None:
+        """ConfigError naming the first setting out of range (tidelog.errors)."""
+        check_range("GroupConfig.session_timeout_ms_min", self.session_timeout_ms_min, 1)
+        check_range(
+            "GroupConfig.session_timeout_ms_max",
+            self.session_timeout_ms_max,
+            self.session_timeout_ms_min,
+        )
+        check_range("GroupConfig.initial_rebalance_delay_ms", self.initial_rebalance_delay_ms, 0)
+        check_range("GroupConfig.group_max_size", self.group_max_size, 1)
+        check_range("GroupConfig.offsets_retention_ms", self.offsets_retention_ms, 1)
+        check_range(
+            "GroupConfig.offsets_retention_check_interval_ms",
+            self.offsets_retention_check_interval_ms,
+            1,
+        )
+        check_range("GroupConfig.commit_timeout_ms", self.commit_timeout_ms, 1)
 
 
 @dataclass(frozen=True, slots=True)

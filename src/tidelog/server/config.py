@@ -4,6 +4,7 @@ Rules of this file:
 - `BrokerConfig` is immutable and valid by construction: `__post_init__` checks every
   value and every relation between values, and raises `ConfigError` with a message that
   names the flag (`--peers: node 4 is not listed`). A broker never starts half-configured.
+  `ConfigError` is tidelog.errors' (every layer's configs raise it).
 - `load_config` merges two sources: a TOML file (keys are the flag names with underscores,
   `peer_listen = "127.0.0.1:9201"`) and command-line flags. A flag overrides the file. A
   value from the file is named after its key and file in messages (`listen in c.toml: ...`).
@@ -34,7 +35,8 @@ from typing import NamedTuple, TypeVar
 
 from tidelog.address import format_address
 from tidelog.address import parse_address as parse_host_port
-from tidelog.errors import TidelogError
+from tidelog.errors import ConfigError
+from tidelog.errors import check_range as check_setting_range
 from tidelog.server.logs import LOG_FORMATS
 from tidelog.server.tls import TlsError, TlsFiles, peer_contexts
 
@@ -71,10 +73,6 @@ class Listener(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.protocol}://{format_address(self.address)}"
-
-
-class ConfigError(TidelogError):
-    """A configuration value is missing, malformed, or contradicts another one."""
 
 
 def flag(key: str) -> str:
@@ -222,8 +220,8 @@ class BrokerConfig:
 
 
 def check_range(key: str, value: int, low: int, high: int) -> None:
-    if not low <= value <= high:
-        raise ConfigError(f"{flag(key)}: {value} is out of range ({low}-{high})")
+    """ConfigError naming the flag of `key` unless low <= value <= high."""
+    check_setting_range(flag(key), value, low, high)
 
 
 def check_values(config: BrokerConfig) -> None:

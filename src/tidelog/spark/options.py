@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from tidelog.errors import TidelogError
+from tidelog.errors import ConfigError
 
 EARLIEST: Final = -2
 LATEST: Final = -1
@@ -41,7 +41,7 @@ TopicPartition = tuple[str, int]
 PartitionOffsets = dict[TopicPartition, int]
 
 
-class SparkOptionError(TidelogError, ValueError):
+class SparkOptionError(ConfigError):
     """An option of the tidelog source or sink is missing, unknown in its form, or contradicts
     another; the message says which and what it takes."""
 

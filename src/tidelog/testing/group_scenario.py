@@ -52,7 +52,8 @@ from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.testing.cluster import Cluster
 from tidelog.testing.group_sim import sync_body
 from tidelog.testing.groups import GroupNodes
-from tidelog.testing.scenario import Scenario, ScriptError, nodes_of, run_file, run_text
+from tidelog.testing.scenario import Scenario, run_file, run_text
+from tidelog.testing.scenario_base import ScriptError, nodes_of
 from tidelog.types import NodeId
 
 TICK_MS = 10

@@ -538,18 +538,18 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "delete-a-group-with-members",
         "DeleteGroups deletes only an empty group (members keep their offsets)",
-        COORDINATOR,
-        "            raise GroupError(ErrorCode.NON_EMPTY_GROUP)",
-        "            pass",
+        "groups/offsets.py",
+        "        raise GroupError(ErrorCode.NON_EMPTY_GROUP)",
+        "        pass",
     ),
     Mutant(
         "commit-generation-unfenced",
         "an OffsetCommit names the group's current generation (stale members are fenced)",
-        COORDINATOR,
-        "            if body.generation != group.generation:\n"
-        "                raise GroupError(ErrorCode.ILLEGAL_GENERATION)\n"
-        "            member.heard(now)\n        codes",
-        "            member.heard(now)\n        codes",
+        "groups/offsets.py",
+        "        if body.generation != group.generation:\n"
+        "            raise GroupError(ErrorCode.ILLEGAL_GENERATION)\n"
+        "        member.heard(now)\n\n\ndef commit_records(",
+        "        member.heard(now)\n\n\ndef commit_records(",
     ),
     Mutant(
         "static-member-answered-before-stored",

@@ -17,7 +17,8 @@ from typing import cast
 
 import click
 
-from tidelog.server.config import LOG_LEVELS, BrokerConfig, ConfigError, load_config
+from tidelog.errors import ConfigError
+from tidelog.server.config import LOG_LEVELS, BrokerConfig, load_config
 from tidelog.server.logs import LOG_FORMATS, configure_logging
 
 EXIT_CONFIG_ERROR = 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tidelog.errors import check_range
 from tidelog.wal.segment import SEGMENT_BYTES_MAX
 
 DAY_MS = 24 * 60 * 60 * 1000
@@ -24,7 +25,14 @@ class WalConfig:
     hwm_checkpoint_interval_ms: int = 5000
 
     def __post_init__(self) -> None:
-        assert 0 < self.segment_bytes <= SEGMENT_BYTES_MAX
-        assert self.segment_ms > 0
-        assert self.index_interval_bytes > 0
-        assert self.hwm_checkpoint_interval_ms >= 0
+        """ConfigError naming the first setting out of range (tidelog.errors)."""
+        check_range("WalConfig.segment_bytes", self.segment_bytes, 1, SEGMENT_BYTES_MAX)
+        check_range("WalConfig.segment_ms", self.segment_ms, 1)
+        check_range("WalConfig.index_interval_bytes", self.index_interval_bytes, 1)
+        if self.retention_bytes is not None:
+            check_range("WalConfig.retention_bytes", self.retention_bytes, 0)
+        if self.retention_ms is not None:
+            check_range("WalConfig.retention_ms", self.retention_ms, 0)
+        if self.flush_interval_ms is not None:
+            check_range("WalConfig.flush_interval_ms", self.flush_interval_ms, 0)
+        check_range("WalConfig.hwm_checkpoint_interval_ms", self.hwm_checkpoint_interval_ms, 0)

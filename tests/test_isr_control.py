@@ -9,7 +9,6 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from tidelog.core.isr_replica import IsrReplica, new_replica
 from tidelog.core.replica import Replica, ReplicaConfig, Replication
 from tidelog.core.storage import MemoryStorage
 from tidelog.protocol.kafka_errors import ErrorCode
@@ -27,7 +26,7 @@ class Runner:
 
     def __init__(self, node: NodeId) -> None:
         config = ReplicaConfig(node, NODES, replication=Replication.ISR)
-        self.replica: Replica = new_replica(config, MemoryStorage(), random.Random(1))
+        self.replica: Replica = Replica(config, MemoryStorage(), random.Random(1))
         self.busy = False
         self.submitted: list[Callable[[Replica], None]] = []
 
@@ -60,9 +59,9 @@ class Broker:
         return ErrorCode.NONE, None
 
 
-def replica_of(broker: Broker) -> IsrReplica:
+def replica_of(broker: Broker) -> Replica:
     replica = broker.runners[KEY].replica
-    assert isinstance(replica, IsrReplica)
+    assert replica.isr is not None
     return replica
 
 

@@ -248,7 +248,9 @@ REPLICA_API = {
     "campaign",  # a new partition's preferred replica starts its election at once
     "end_offset_for_epoch",
     "set_min_insync_replicas",
-    # ISR mode (core/isr_replica.py): the controller's records and answers in.
+    # ISR mode (core/mode/isr.py): the controller's records and answers in, and
+    # whether the replica is in ISR mode (`isr` is None in quorum mode).
+    "isr",
     "on_partition_record",
     "on_isr_answer",
     "partition_record",

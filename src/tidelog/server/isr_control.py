@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from tidelog.core.isr import AlterResult, IsrProposal, PartitionRecord
-from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.replica import Replica
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
@@ -99,7 +98,7 @@ class IsrControl:
 
     def _take_record(self, key: PartitionKey, replica: Replica) -> None:
         record = self.record_of(key)
-        if not isinstance(replica, IsrReplica) or record is None:
+        if replica.isr is None or record is None:
             return
         if record.leader_epoch < replica.status().epoch:
             return  # the image is behind this replica (a replay): a later record comes
@@ -119,7 +118,7 @@ class IsrControl:
         for key, runner in list(self.broker.runners.items()):
             record = self.record_of(key)
             replica = runner.replica
-            if record is None or not isinstance(replica, IsrReplica) or runner.busy:
+            if record is None or replica.isr is None or runner.busy:
                 continue
             if replica.partition_record() != record:
                 self.hand_record(key)
@@ -183,9 +182,7 @@ class IsrControl:
         self.refresh()  # the replicas take their records now, not a step later
 
     def leads_any(self) -> bool:
-        return any(
-            isinstance(runner.replica, IsrReplica) for runner in self.broker.runners.values()
-        )
+        return any(runner.replica.isr is not None for runner in self.broker.runners.values())
 
     async def shut_down(self) -> None:
         """Controlled shutdown of this node's ISR-mode replicas (see the rules)."""
@@ -227,7 +224,7 @@ class IsrControl:
 def take_answer(
     key: PartitionKey, proposal: IsrProposal, result: AlterResult, replica: Replica
 ) -> None:
-    if not isinstance(replica, IsrReplica):
+    if replica.isr is None:
         return
     if result.record.leader_epoch < replica.status().epoch:
         return

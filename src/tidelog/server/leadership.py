@@ -42,7 +42,6 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.replica import Replica, ReplicaStatus, Role
 from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
@@ -108,8 +107,7 @@ def led(runners: Iterable[PartitionRunner]) -> list[PartitionRunner]:
     return [
         runner
         for runner in runners
-        if runner.replica.status().role is Role.LEADER
-        and not isinstance(runner.replica, IsrReplica)
+        if runner.replica.status().role is Role.LEADER and runner.replica.isr is None
     ]
 
 

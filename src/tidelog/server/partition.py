@@ -39,7 +39,6 @@ from functools import partial
 from typing import TypeVar
 
 from tidelog.core.isr import IsrProposal
-from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.messages import Message, ProduceResult, Ready
 from tidelog.core.replica import Replica, ReplicaStatus, Role
 from tidelog.core.storage import RepairFloor
@@ -462,7 +461,7 @@ class PartitionRunner:
                 extra=self._fields(lost.leader_epoch),
             )
         replica = self.replica
-        if ready.truncate_to is None or not isinstance(replica, IsrReplica):
+        if ready.truncate_to is None or replica.isr is None:
             return
         record = replica.partition_record()
         if record is None or not record.may_give_up(record.leader_epoch):

@@ -1,0 +1,89 @@
+"""What a replica is handed when it is made: its fixed settings and its randomness.
+
+Rules of this file:
+- A `ReplicaConfig` that does not fit together raises ValueError when made; a replica
+  never holds one that cannot be (min.insync.replicas changes by `replace`, checked so).
+- The lease is an election timeout less `LEASE_MARGIN_TICKS`: the nodes' clocks may tick
+  apart by that much (rule 6 of core/replica.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from tidelog.core.mode.base import Replication
+from tidelog.core.quorum import majority, quorum_size
+from tidelog.types import NodeId
+
+LEASE_MARGIN_TICKS: Final = 2
+"""How many ticks the lease stays short of an election timeout."""
+
+
+class Rng(Protocol):
+    """The randomness a replica is handed (random.Random fits)."""
+
+    def randrange(self, start: int, stop: int, /) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """The fixed settings of one replica. Raises ValueError when they do not fit together."""
+
+    node_id: NodeId
+    replicas: tuple[NodeId, ...]
+    election_ticks: int = 10
+    heartbeat_ticks: int = 2
+    min_insync_replicas: int | None = None  # None: a majority of the replicas
+    inflight_appends_max: int = 8
+    append_bytes_max: int = 1 << 20
+    produce_timeout_ticks: int = 60
+    pending_produces_max: int = 10_000
+    pre_vote: bool = True
+    check_quorum: bool = True
+    tick_ms: int = 1  # how much the clock handed to `tick(now_ms=)` moves per tick
+    # ISR mode (docs/isr.md, core/mode/isr.py) reads these; quorum mode ignores them.
+    replication: Replication = Replication.QUORUM
+    replica_lag_time_max_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.node_id not in self.replicas:
+            raise ValueError(f"node {self.node_id} is not among the replicas {self.replicas}")
+        if len(set(self.replicas)) != len(self.replicas):
+            raise ValueError(f"replicas {self.replicas} name a node twice")
+        if self.heartbeat_ticks < 1 or self.election_ticks <= self.heartbeat_ticks:
+            raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
+        if self.election_ticks - LEASE_MARGIN_TICKS <= self.heartbeat_ticks:
+            raise ValueError("election_ticks must exceed heartbeat_ticks by the lease margin")
+        if self.tick_ms < 1:
+            raise ValueError("tick_ms must be positive")
+        if self.min_insync_replicas is not None and not (
+            1 <= self.min_insync_replicas <= len(self.replicas)
+        ):
+            raise ValueError(
+                f"min.insync.replicas {self.min_insync_replicas} is not within "
+                f"1..{len(self.replicas)}"
+            )
+        if self.inflight_appends_max < 1 or self.append_bytes_max < 1:
+            raise ValueError("inflight_appends_max and append_bytes_max must be positive")
+        if self.replica_lag_time_max_ms < 1:
+            raise ValueError("replica_lag_time_max_ms must be positive")
+
+    @property
+    def lease_ms(self) -> int:
+        """How long a majority's answer keeps a leader's reads safe: an election timeout
+        less a margin for the nodes' clocks ticking apart, in the clock's units."""
+        return (self.election_ticks - LEASE_MARGIN_TICKS) * self.tick_ms
+
+    @property
+    def majority(self) -> int:
+        return majority(len(self.replicas))
+
+    @property
+    def min_insync(self) -> int:
+        return self.min_insync_replicas or self.majority
+
+    @property
+    def quorum_size(self) -> int:
+        """How many durable copies commit an offset: a majority, at least min.insync."""
+        return quorum_size(len(self.replicas), self.min_insync)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from tidelog.core.mode.base import Replication
 from tidelog.core.quorum import majority, quorum_size
+from tidelog.core.roles import Replication
 from tidelog.types import NodeId
 
 LEASE_MARGIN_TICKS: Final = 2

@@ -20,9 +20,9 @@ from __future__ import annotations
 import enum
 
 from tidelog.core.messages import AppendRequest, AppendResponse, Message, VoteRequest, VoteResponse
-from tidelog.core.mode.base import Role
 from tidelog.core.producers import ProducerStates, decode_entries
-from tidelog.core.requests import ClientRequests
+from tidelog.core.roles import Role
+from tidelog.core.state import ReplicaState
 from tidelog.errors import CorruptBatch
 from tidelog.records import BatchHeader, check_batch
 from tidelog.types import NO_EPOCH, Epoch, Offset
@@ -36,8 +36,8 @@ class _Batch(enum.Enum):
     CONFLICTS_WITH_COMMITTED = "conflicts"  # never cut: the append is refused
 
 
-class FollowerPath(ClientRequests):
-    """The leader's appends in: the third part of the replica (core/state.py)."""
+class FollowerPath(ReplicaState):
+    """The leader's appends in: a part of the replica (core/state.py)."""
 
     def on_append_request(self, msg: AppendRequest) -> None:
         if self.role is not Role.FOLLOWER or self.leader_id != msg.sender:

@@ -1,14 +1,15 @@
 """The replica of one partition: a sans-IO replication state machine (etcd-io/raft, h11).
 
 This file is the replica's door: `step`, `tick`, `propose`, `ready`, `advance`, `status`
-and the controller's inputs in ISR mode. One `Replica` class serves both modes; it is
-built in parts, one concern a file, each adding to the same object (core/state.py:
-the state and role changes; requests.py: produces and reads; follow.py: the follower's
-path; replicate.py: the leader's pipeline), and it holds one `Mode` (mode/base.py) that
-decides where the modes differ: mode/quorum.py (elections, pre-vote, the lease,
-check-quorum, transfer, Raft's Figure 8) or mode/isr.py (the controller's record,
-`IsrLeader`; docs/isr.md). `config.replication` chooses it; `replica.isr` is ISR mode's
-state, None in quorum mode.
+and the controller's inputs in ISR mode. One `Replica` class serves both modes. It joins
+parts, one concern a file, each adding to the same state: core/state.py (the state, role
+changes, the HWM and the produces waiting for it), requests.py (produces and reads),
+follow.py (the follower's path), replicate.py (the leader's pipeline). And it holds one
+`Mode` (core/roles.py) that decides where the modes differ: mode/quorum.py (elections,
+pre-vote, the lease, check-quorum, transfer, Raft's Figure 8) or mode/isr.py (the
+controller's record, `IsrLeader`; docs/isr.md). `config.replication` chooses it;
+`replica.isr` is ISR mode's state, None in quorum mode. The rules below hold for the
+whole replica; the parts cite them by number.
 
 Rules of this file:
 1. No IO, no clock, no randomness of its own: ticks, messages and client requests come in;
@@ -68,6 +69,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tidelog.core.config import LEASE_MARGIN_TICKS, ReplicaConfig, Rng
+from tidelog.core.follow import FollowerPath
 from tidelog.core.isr import AlterResult, IsrLeader, IsrProposal, PartitionRecord
 from tidelog.core.messages import (
     AppendRequest,
@@ -78,12 +80,13 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from tidelog.core.mode.base import Replication, Role
 from tidelog.core.mode.isr import IsrMode
 from tidelog.core.mode.quorum import QuorumMode
 from tidelog.core.producers import decode_entries
 from tidelog.core.replicate import LeaderPipeline
-from tidelog.core.requests import ACKS_ALL, ACKS_LEADER, ACKS_NONE
+from tidelog.core.requests import ClientRequests
+from tidelog.core.roles import Replication, Role
+from tidelog.core.state import ACKS_ALL, ACKS_LEADER, ACKS_NONE
 from tidelog.core.storage import LogStorage, RepairFloor
 from tidelog.types import EPOCH_MAX, NO_EPOCH, Epoch, NodeId, Offset
 
@@ -130,7 +133,7 @@ class ReplicaStatus:
         return self.role is Role.LEADER
 
 
-class Replica(LeaderPipeline):
+class Replica(ClientRequests, FollowerPath, LeaderPipeline):
     """One partition's replica, in the mode `config.replication` names. Drive it with
     `step`, `tick`, `propose` (and, in ISR mode, `on_partition_record`, `on_isr_answer`);
     drain `ready`, then `advance`."""

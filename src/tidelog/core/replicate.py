@@ -19,17 +19,17 @@ Rules of this file:
 
 from __future__ import annotations
 
-from tidelog.core.follow import FollowerPath
 from tidelog.core.messages import AppendRequest, AppendResponse, LostCopy
-from tidelog.core.mode.base import Role
 from tidelog.core.producers import encode_entries
+from tidelog.core.roles import Role
+from tidelog.core.state import ReplicaState
 from tidelog.core.tracker import Progress
 from tidelog.records import read_header
 from tidelog.types import NO_EPOCH, NodeId, Offset
 
 
-class LeaderPipeline(FollowerPath):
-    """The leader's appends out: the fourth part of the replica (core/state.py)."""
+class LeaderPipeline(ReplicaState):
+    """The leader's appends out: a part of the replica (core/state.py)."""
 
     def _heartbeat(self) -> None:
         """Tell every follower the HWM; resend a lost probe; restart a stalled pipeline."""

@@ -1,28 +1,23 @@
-"""A replica's clients: the produce queue and the reads (rules 3 and 5 of core/replica.py).
+"""A replica's clients: produces in and reads out (rules 3 and 5 of core/replica.py).
 
 Rules of this file:
 - A produce is taken only by a leader the mode lets take it (`Mode.produce_error`); its
   batch's CRC was checked at the door (protocol/validate.py; the simulator's producer and
-  the tests hand valid batches), its framing is checked here. It completes at once
-  (acks=0), once the leader's copy is durable (acks=1) or once the HWM passes it
-  (acks=all); a deadline bounds the wait, and `pending_produces_max` the queue.
+  the tests hand valid batches), its framing is checked here. It waits in the queue of
+  core/state.py until acknowledged.
 - A retried idempotent batch is answered with the offsets it got the first time
   (core/producers.py, scenario 17).
 - Clients read only below min(HWM, log end offset); a leader serves only once its HWM
   passed its epoch start (KIP-207) and while the mode says it may (the read lease in
   quorum mode); a follower only once verified against the current leader.
-- The HWM moves where the mode says it may (`Mode.hwm_candidate`), and never back.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Final
-
 from tidelog.core.messages import FetchResult, ProduceResult
-from tidelog.core.mode.base import Role
 from tidelog.core.producers import ProducerEntry, SequencedBatch
-from tidelog.core.state import ReplicaState, _PendingProduce
+from tidelog.core.roles import Role
+from tidelog.core.state import ACKS_ALL, ACKS_LEADER, ACKS_NONE, ReplicaState
 from tidelog.errors import (
     CorruptBatch,
     FencedEpoch,
@@ -30,22 +25,14 @@ from tidelog.errors import (
     NotLeader,
     OffsetNotAvailable,
     OffsetOutOfRange,
-    RequestTimedOut,
     TidelogError,
 )
 from tidelog.records import BatchHeader, check_framing, stamp
 from tidelog.types import NO_EPOCH, Epoch, Offset
 
-ACKS_NONE: Final = 0
-"""Answered at once, before anything is durable."""
-ACKS_LEADER: Final = 1
-"""Answered once the leader's own copy is durable."""
-ACKS_ALL: Final = -1
-"""Answered once the HWM passed the batch."""
-
 
 class ClientRequests(ReplicaState):
-    """Produces in, reads out: the second part of the replica (core/state.py)."""
+    """Produces in, reads out: a part of the replica (core/state.py)."""
 
     # ================================================================== produces ========
     def propose(self, request_id: int, batch: bytes, *, acks: int) -> None:
@@ -80,17 +67,6 @@ class ClientRequests(ReplicaState):
         self.log.append(stamped, header)
         self.producers.on_append(header)
         self._await_produce(request_id, base, header.next_offset, acks)
-
-    def _await_produce(
-        self, request_id: int, base: Offset, end: Offset, acks: int, *, retried: bool = False
-    ) -> None:
-        """Complete a produce now (acks=0) or once its batch is durable or committed."""
-        if acks == ACKS_NONE:
-            self.completions.append(ProduceResult(request_id, base, end, None, retried))
-            return
-        deadline = self.tick_count + self.config.produce_timeout_ticks
-        self.pending.append(_PendingProduce(request_id, base, end, acks, deadline, retried))
-        self._complete_produces()
 
     # ================================================================== reads ===========
     def fetch(
@@ -212,50 +188,7 @@ class ClientRequests(ReplicaState):
             return []
         return self.log.read(start_offset, end_offset=end, max_bytes=max_bytes)
 
-    # ================================================================== the queue =======
-    def _queue_full_error(self) -> TidelogError | None:
-        if len(self.pending) >= self.config.pending_produces_max:
-            return RequestTimedOut("too many produce requests waiting for the HWM")
-        return None
-
-    def _maybe_advance_hwm(self) -> bool:
-        """Move the HWM to where the mode says it may (rule 3), never back."""
-        candidate = self.mode.hwm_candidate()
-        if candidate is None or candidate <= self.hwm:
-            return False
-        self._raise_hwm(candidate)
-        return True
-
-    def _complete_produces(self) -> None:
-        durable = self.log.durable_end_offset
-        while self.pending:
-            head = self.pending[0]
-            done = self.hwm if head.acks == ACKS_ALL else durable
-            if head.next_offset > done:
-                return
-            self.pending.popleft()
-            self.completions.append(
-                ProduceResult(
-                    head.request_id, head.base_offset, head.next_offset, None, head.retried
-                )
-            )
-
-    def _fail_acks_all(self, error: TidelogError) -> None:
-        """Answer every acks=all produce waiting with `error`; the others wait on."""
-        kept: deque[_PendingProduce] = deque()
-        for pending in self.pending:
-            if pending.acks == ACKS_ALL:
-                self.completions.append(ProduceResult(pending.request_id, None, None, error))
-            else:
-                kept.append(pending)
-        self.pending = kept
-
-    def _expire_produces(self) -> None:
-        while self.pending and self.pending[0].deadline_tick <= self.tick_count:
-            head = self.pending.popleft()
-            error = RequestTimedOut(f"offset {head.base_offset} not committed in time")
-            self.completions.append(ProduceResult(head.request_id, None, None, error))
-
+    # ================================================================== read checks =====
     def _serving_error(self, now_ms: int | None) -> TidelogError | None:
         """Why this replica cannot serve reads now, or None."""
         refused = self.mode.serving_error()

@@ -1,35 +1,42 @@
-"""The state one replica holds in either mode, and its role changes (core/replica.py).
+"""The state one replica holds in either mode, its role changes, and the HWM with the
+produces that wait for it (core/replica.py).
 
-`ReplicaState` is the first of the replica's parts, each in its own file and each adding
-the functions of one concern to the same object, as etcd-io/raft's raft.go, log.go and
-tracker/ add to one `raft` struct: requests.py (produces and reads), follow.py (the
-follower's path), replicate.py (the leader's pipeline), replica.py (the door). No part
-overrides another's function; where the modes differ, the part asks `self.mode`.
+`ReplicaState` is what the replica's parts share. Each part is a file that adds the
+functions of one concern to the same object, as etcd-io/raft's files add to one `raft`
+struct: requests.py (the client's produces and reads), follow.py (the follower's path),
+replicate.py (the leader's pipeline); replica.py is the door that joins them. A part uses
+only this state and its own functions; no part overrides another's; where the modes
+differ, a part asks `self.mode` (core/roles.py).
 
 Rules of this file:
-- A role changes only through `_set_role`, along `ROLE_TRANSITIONS` (mode/base.py):
+- A role changes only through `_set_role`, along `ROLE_TRANSITIONS` (core/roles.py):
   `become_follower` from any role, `become_leader` from the role the mode leads from;
   quorum mode's candidacies (mode/quorum.py) go through `_set_role` too.
 - A new leader starts its epoch with a control batch of that epoch (KIP-207), appended
   through the log as any batch, and fresh progress for every follower.
 - A deposed leader answers every produce still waiting with NotLeader.
-- The HWM only grows here (`_raise_hwm`), never past the log end; the two places it goes
-  back are named where they are (a follower's reset, ISR mode's unclean recovery).
+- The HWM only grows here (`_raise_hwm`), never past the log end, and a leader's only
+  where the mode says it may (`Mode.hwm_candidate`); the two places it goes back are named
+  where they are (a follower's reset, ISR mode's unclean recovery).
+- A produce completes at once (acks=0), once the leader's copy is durable (acks=1) or
+  once the HWM passes it (acks=all); a deadline bounds the wait, `pending_produces_max`
+  the queue.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Final
 
 from tidelog.core.config import ReplicaConfig
 from tidelog.core.log import ReplicaLog
 from tidelog.core.messages import HardState, LostCopy, Message, ProduceResult
-from tidelog.core.mode.base import ROLE_TRANSITIONS, Mode, Role
 from tidelog.core.producers import ProducerStates
+from tidelog.core.roles import ROLE_TRANSITIONS, Mode, Role
 from tidelog.core.storage import LogStorage, RepairFloor
 from tidelog.core.tracker import Progress
-from tidelog.errors import NotLeader, TidelogError
+from tidelog.errors import NotLeader, RequestTimedOut, TidelogError
 from tidelog.records import (
     CONTROL_TYPE_LEADER_CHANGE,
     build_control_batch,
@@ -40,6 +47,14 @@ from tidelog.records import (
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
 REBUILD_CHUNK_BYTES = 4 << 20
+
+
+ACKS_NONE: Final = 0
+"""Answered at once, before anything is durable."""
+ACKS_LEADER: Final = 1
+"""Answered once the leader's own copy is durable."""
+ACKS_ALL: Final = -1
+"""Answered once the HWM passed the batch."""
 
 
 @dataclass(slots=True)
@@ -137,6 +152,61 @@ class ReplicaState:
     def _fail_pending(self, error: TidelogError) -> None:
         while self.pending:
             head = self.pending.popleft()
+            self.completions.append(ProduceResult(head.request_id, None, None, error))
+
+    # ================================================================== the HWM and its waiters
+    def _await_produce(
+        self, request_id: int, base: Offset, end: Offset, acks: int, *, retried: bool = False
+    ) -> None:
+        """Complete a produce now (acks=0) or once its batch is durable or committed."""
+        if acks == ACKS_NONE:
+            self.completions.append(ProduceResult(request_id, base, end, None, retried))
+            return
+        deadline = self.tick_count + self.config.produce_timeout_ticks
+        self.pending.append(_PendingProduce(request_id, base, end, acks, deadline, retried))
+        self._complete_produces()
+
+    def _queue_full_error(self) -> TidelogError | None:
+        if len(self.pending) >= self.config.pending_produces_max:
+            return RequestTimedOut("too many produce requests waiting for the HWM")
+        return None
+
+    def _maybe_advance_hwm(self) -> bool:
+        """Move the HWM to where the mode says it may (rule 3), never back."""
+        candidate = self.mode.hwm_candidate()
+        if candidate is None or candidate <= self.hwm:
+            return False
+        self._raise_hwm(candidate)
+        return True
+
+    def _complete_produces(self) -> None:
+        durable = self.log.durable_end_offset
+        while self.pending:
+            head = self.pending[0]
+            done = self.hwm if head.acks == ACKS_ALL else durable
+            if head.next_offset > done:
+                return
+            self.pending.popleft()
+            self.completions.append(
+                ProduceResult(
+                    head.request_id, head.base_offset, head.next_offset, None, head.retried
+                )
+            )
+
+    def _fail_acks_all(self, error: TidelogError) -> None:
+        """Answer every acks=all produce waiting with `error`; the others wait on."""
+        kept: deque[_PendingProduce] = deque()
+        for pending in self.pending:
+            if pending.acks == ACKS_ALL:
+                self.completions.append(ProduceResult(pending.request_id, None, None, error))
+            else:
+                kept.append(pending)
+        self.pending = kept
+
+    def _expire_produces(self) -> None:
+        while self.pending and self.pending[0].deadline_tick <= self.tick_count:
+            head = self.pending.popleft()
+            error = RequestTimedOut(f"offset {head.base_offset} not committed in time")
             self.completions.append(ProduceResult(head.request_id, None, None, error))
 
     # ================================================================== shared steps ====

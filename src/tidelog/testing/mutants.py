@@ -112,7 +112,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "acks-1-before-fsync",
         "acks=1 is acknowledged once the leader's copy is durable",
-        REQUESTS,
+        STATE,
         "else durable",
         "else self.log.log_end_offset",
     ),

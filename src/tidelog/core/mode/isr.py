@@ -1,4 +1,4 @@
-"""ISR mode (docs/isr.md, issue 18): the decisions of `Mode` (mode/base.py) for a replica
+"""ISR mode (docs/isr.md, issue 18): the decisions of `Mode` (core/roles.py) for a replica
 led by whom the controller's committed `PartitionRecord` names, committing by the in-sync
 replicas. The record, its transitions and the leader's side (`IsrLeader`) are core/isr.py's.
 
@@ -75,9 +75,9 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from tidelog.core.mode.base import ElectionMessage, Role
 from tidelog.core.replicate import LeaderPipeline
-from tidelog.core.requests import ACKS_ALL
+from tidelog.core.roles import ElectionMessage, Role
+from tidelog.core.state import ACKS_ALL
 from tidelog.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, NotLeader, TidelogError
 from tidelog.records import BatchHeader
 from tidelog.types import EPOCH_MAX, Epoch, NodeId, Offset

@@ -1,6 +1,6 @@
 """Quorum mode (rules 2, 3, 6, 8, 10 of core/replica.py): a majority elects its own leader.
 
-The decisions of `Mode` (mode/base.py) for a partition that commits by a majority quorum
+The decisions of `Mode` (core/roles.py) for a partition that commits by a majority quorum
 and elects its leaders itself (Raft): elections with pre-vote, the leader lease,
 check-quorum, leadership transfer, and Raft's Figure-8 commit rule. The quorum arithmetic
 is core/quorum.py's.
@@ -35,10 +35,10 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from tidelog.core.mode.base import ElectionMessage, Role
 from tidelog.core.quorum import VoteResult, committed_offset, has_quorum, vote_result
 from tidelog.core.replicate import LeaderPipeline
-from tidelog.core.requests import ACKS_ALL
+from tidelog.core.roles import ElectionMessage, Role
+from tidelog.core.state import ACKS_ALL
 from tidelog.errors import NotEnoughReplicas, NotLeader, TidelogError
 from tidelog.records import BatchHeader
 from tidelog.types import Epoch, NodeId, Offset

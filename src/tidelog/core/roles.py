@@ -1,4 +1,4 @@
-"""What a replication mode decides, and the roles a replica moves between (docs/isr.md).
+"""The roles a replica moves between, and what a replication mode decides (`Mode`).
 
 A replica (core/replica.py) is one class in either mode. It holds one `Mode` object
 (quorum: mode/quorum.py, ISR: mode/isr.py) and asks it at the decision points below, and

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from tidelog.core import MemoryStorage, Ready, Replica, ReplicaConfig, Role
+from tidelog.core.isr import PartitionRecord
 from tidelog.core.messages import AppendRequest, VoteRequest, VoteResponse
 from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE
 from tidelog.errors import (
@@ -114,6 +115,30 @@ def test_acks_zero_completes_at_once_and_acks_one_after_the_sync() -> None:
     storage.sync()
     replica.advance(ready)
     assert [c.request_id for c in replica.ready().completions] == [2]
+
+
+def test_roles_change_only_along_the_table() -> None:
+    """One function changes a role (ROLE_TRANSITIONS); a quorum replica leads only from
+    candidacy, so a follower cannot be made leader by a path that skips the election."""
+    follower = Replica(ReplicaConfig(ONE, (ONE, NodeId(2))), MemoryStorage(), random.Random(1))
+    with pytest.raises(AssertionError):
+        follower.become_leader((ONE,))
+    assert follower.role is Role.FOLLOWER
+    leader, _ = lone_leader()
+    with pytest.raises(AssertionError, match="leader -> candidate"):
+        leader._set_role(Role.CANDIDATE)
+    assert leader.role is Role.LEADER
+
+
+def test_a_quorum_replica_has_no_isr_state_and_takes_no_record() -> None:
+    replica, _ = lone_leader()
+    assert replica.isr is None
+    assert replica.partition_record() is None
+    assert not replica.declines_leadership()
+    record = PartitionRecord((ONE,), ONE, Epoch(1), 0, (ONE,))
+    assert replica.on_partition_record(record) == (
+        "quorum mode: the replicas elect their leader, not the controller"
+    )
 
 
 def test_a_batch_that_lies_about_its_size_is_refused_with_its_reason() -> None:

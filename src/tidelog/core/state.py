@@ -111,7 +111,7 @@ class ReplicaState:
     # ================================================================== roles ===========
     def _set_role(self, role: Role) -> None:
         """The one place a role changes (rules of this file)."""
-        assert role in ROLE_TRANSITIONS[self.role], f"{self.role} -> {role}"
+        assert role in ROLE_TRANSITIONS[self.role], f"{self.role.value} -> {role.value}"
         self.role = role
 
     def become_follower(self, epoch: Epoch, leader: NodeId | None) -> None:

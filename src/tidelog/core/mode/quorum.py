@@ -158,7 +158,7 @@ class QuorumMode:
         if full is not None:
             return full
         if acks == ACKS_ALL:
-            in_sync = r.in_sync_count()
+            in_sync = len(self.in_sync_replicas())
             if in_sync < r.config.min_insync:
                 return NotEnoughReplicas(in_sync, r.config.min_insync)
         return None

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from tidelog.core import MemoryStorage, Ready, Replica, ReplicaConfig, Role
+from tidelog.core.isr import PartitionRecord
 from tidelog.core.messages import AppendRequest, VoteRequest, VoteResponse
 from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, ACKS_NONE
 from tidelog.errors import (
@@ -117,14 +118,39 @@ def test_acks_zero_completes_at_once_and_acks_one_after_the_sync() -> None:
     assert [c.request_id for c in replica.ready().completions] == [2]
 
 
-def test_a_corrupt_batch_is_refused_with_its_reason() -> None:
+def test_roles_change_only_along_the_table() -> None:
+    """One function changes a role (ROLE_TRANSITIONS); a quorum replica leads only from
+    candidacy, so a follower cannot be made leader by a path that skips the election."""
+    follower = Replica(ReplicaConfig(ONE, (ONE, NodeId(2))), MemoryStorage(), random.Random(1))
+    with pytest.raises(AssertionError):
+        follower.become_leader((ONE,))
+    assert follower.role is Role.FOLLOWER
+    leader, _ = lone_leader()
+    with pytest.raises(AssertionError, match="leader -> candidate"):
+        leader._set_role(Role.CANDIDATE)
+    assert leader.role is Role.LEADER
+
+
+def test_a_quorum_replica_has_no_isr_state_and_takes_no_record() -> None:
     replica, _ = lone_leader()
-    damaged = bytearray(build_batch(b"payload"))
-    damaged[-1] ^= 0xFF
-    replica.propose(3, bytes(damaged), acks=ACKS_ALL)
+    assert replica.isr is None
+    assert replica.partition_record() is None
+    assert not replica.declines_leadership()
+    record = PartitionRecord((ONE,), ONE, Epoch(1), 0, (ONE,))
+    assert replica.on_partition_record(record) == (
+        "quorum mode: the replicas elect their leader, not the controller"
+    )
+
+
+def test_a_batch_that_lies_about_its_size_is_refused_with_its_reason() -> None:
+    """The leader checks a produce's framing; its CRC is the door's (protocol/validate.py,
+    the "bad CRC" case of test_produce_validation), not computed again here."""
+    replica, _ = lone_leader()
+    cut = build_batch(b"payload")[:-1]
+    replica.propose(3, cut, acks=ACKS_ALL)
     (completion,) = replica.ready().completions
     assert isinstance(completion.error, CorruptBatch)
-    assert "CRC-32C mismatch" in str(completion.error)
+    assert "present" in str(completion.error)
     assert replica.log.log_end_offset == 1
 
 

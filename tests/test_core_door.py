@@ -18,6 +18,7 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
+from tidelog.core.mode.quorum import QuorumMode
 from tidelog.core.replica import ACKS_ALL
 from tidelog.node.driver import run_round
 from tidelog.testing.sim import build_batch
@@ -177,7 +178,8 @@ def test_a_transfer_that_cannot_be_done_says_why() -> None:
     assert replica.transfer_leadership(STRANGER) == "node 9 is no other replica of this partition"
     assert replica.transfer_leadership(ONE) == "node 1 is no other replica of this partition"
     assert drain(replica, storage) == [] or replica.status() == before
-    assert replica.transfer_target is None
+    assert isinstance(replica.mode, QuorumMode)
+    assert replica.mode.transfer_target is None
     assert replica.transfer_leadership(TWO) is None
     assert replica.transfer_leadership(THREE) == "a transfer is under way"
     assert follower()[0].transfer_leadership(ONE) == "not the leader"

@@ -9,7 +9,6 @@ import random
 from typing import Any
 
 from tidelog.core.isr import PartitionRecord
-from tidelog.core.isr_replica import IsrReplica, new_replica
 from tidelog.core.replica import Replica, ReplicaConfig, Replication
 from tidelog.core.storage import MemoryStorage
 from tidelog.protocol.kafka_errors import ErrorCode
@@ -29,7 +28,7 @@ class Runner:
     def __init__(self, node: NodeId) -> None:
         config = ReplicaConfig(node, NODES, replication=Replication.ISR)
         self.key = KEY
-        self.replica: Replica = new_replica(config, MemoryStorage(), random.Random(1))
+        self.replica: Replica = Replica(config, MemoryStorage(), random.Random(1))
         self.isr_mode = True
         self.repairing = False
         self.submitted: list[Input] = []
@@ -77,10 +76,10 @@ class Broker:
         return ErrorCode.NONE, None
 
 
-def replica_of(where: Broker | Runner) -> IsrReplica:
+def replica_of(where: Broker | Runner) -> Replica:
     runner = where.runners[KEY] if isinstance(where, Broker) else where
     replica = runner.replica
-    assert isinstance(replica, IsrReplica)
+    assert replica.isr is not None
     return replica
 
 

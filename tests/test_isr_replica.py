@@ -1,4 +1,4 @@
-"""ISR mode of the core replica (core/isr_replica.py): who leads, what it refuses, what it
+"""ISR mode of the core replica (core/mode/isr.py): who leads, what it refuses, what it
 proposes. The scenarios of docs/isr.md are transcripts in tests/scenarios/isr/."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import pytest
 
 from tidelog.core import MemoryStorage, Ready, Replica, ReplicaConfig, Role
 from tidelog.core.isr import NO_LEADER, GivenUp, IsrProposal, PartitionRecord, alter_isr, elect
-from tidelog.core.isr_replica import IsrReplica, new_replica
 from tidelog.core.messages import AppendRequest, AppendResponse, VoteRequest
 from tidelog.core.replica import ACKS_ALL, ACKS_LEADER, Replication
 from tidelog.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, NotLeader
@@ -36,10 +35,10 @@ def config(node: NodeId = N1, *, min_insync: int | None = None) -> ReplicaConfig
 
 def isr_replica(
     node: NodeId = N1, *, storage: MemoryStorage | None = None, min_insync: int | None = None
-) -> tuple[IsrReplica, MemoryStorage]:
+) -> tuple[Replica, MemoryStorage]:
     storage = storage or MemoryStorage()
-    replica = new_replica(config(node, min_insync=min_insync), storage, random.Random(1))
-    assert isinstance(replica, IsrReplica)
+    replica = Replica(config(node, min_insync=min_insync), storage, random.Random(1))
+    assert replica.isr is not None
     return replica, storage
 
 
@@ -67,7 +66,7 @@ def proposals(readies: list[Ready]) -> list[IsrProposal]:
 
 def leader(
     *, isr: tuple[NodeId, ...] = NODES, min_insync: int | None = None
-) -> tuple[IsrReplica, MemoryStorage]:
+) -> tuple[Replica, MemoryStorage]:
     replica, storage = isr_replica(min_insync=min_insync)
     assert replica.on_partition_record(record(isr=isr)) is None
     rounds(replica, storage)
@@ -75,7 +74,7 @@ def leader(
     return replica, storage
 
 
-def ack(replica: IsrReplica, peer: NodeId, match: int) -> None:
+def ack(replica: Replica, peer: NodeId, match: int) -> None:
     """`peer` answers the latest append with a durable, verified match."""
     replica.step(
         AppendResponse(
@@ -87,9 +86,8 @@ def ack(replica: IsrReplica, peer: NodeId, match: int) -> None:
 # ------------------------------------------------------------------ configuration ---------
 def test_the_config_decides_the_mode() -> None:
     quorum = ReplicaConfig(N1, NODES)
-    assert type(new_replica(quorum, MemoryStorage(), random.Random(1))) is Replica
-    with pytest.raises(ValueError, match="replication=isr"):
-        IsrReplica(quorum, MemoryStorage(), random.Random(1))
+    assert Replica(quorum, MemoryStorage(), random.Random(1)).isr is None
+    assert isr_replica()[0].isr is not None
     with pytest.raises(ValueError, match="replica_lag_time_max_ms"):
         ReplicaConfig(N1, NODES, replica_lag_time_max_ms=0)
 
@@ -137,7 +135,7 @@ def test_appends_only_from_the_leader_a_record_names() -> None:
 def test_a_record_that_cannot_be_right_changes_nothing(bad: PartitionRecord, reason: str) -> None:
     replica, _ = isr_replica()
     assert reason in (replica.on_partition_record(bad) or "")
-    assert replica.record is None
+    assert replica.partition_record() is None
     assert not replica.has_ready()
 
 
@@ -240,8 +238,8 @@ def test_a_lagging_follower_is_proposed_out_and_a_lost_proposal_sent_again() -> 
     assert len(sent) == 2  # the first, and once more an election timeout later
     assert sent[0] == sent[1]
     assert sent[0].isr == (N1, N2)
-    assert replica.record is not None
-    result = alter_isr(replica.record, sent[0], min_insync=1)
+    assert replica.partition_record() is not None
+    result = alter_isr(replica.partition_record(), sent[0], min_insync=1)
     assert result.accepted
     assert replica.on_isr_answer(sent[0], result) is None
     assert replica.status().in_sync_replicas == (N1, N2)
@@ -259,7 +257,7 @@ def test_a_leader_counts_a_restarted_follower_only_on_its_answers_from_then() ->
     3 is proposed only on what it answers from then on."""
     replica, storage = leader(isr=(N1, N2))
     ack(replica, N2, 1)
-    before = replica.record
+    before = replica.partition_record()
     assert before is not None
     stale_seq = replica.append_seq
     restarted = replace(before, partition_epoch=1, restarts=(0, 0, 1))
@@ -303,7 +301,7 @@ def append_from(
     )
 
 
-def follower_that_committed_three() -> tuple[IsrReplica, MemoryStorage]:
+def follower_that_committed_three() -> tuple[Replica, MemoryStorage]:
     """N2, following N1 in epoch 1, holding offsets 0..2 of epoch 1, all committed."""
     replica, storage = isr_replica(N2)
     replica.on_partition_record(record(N1))
@@ -382,7 +380,7 @@ def test_a_leader_named_before_its_first_tick_dates_its_followers_by_the_clock()
     ack(replica, N3, int(replica.hwm))  # at the HWM, short of the log end: it may join
     (expand,) = proposals(rounds(replica, storage))
     assert expand.isr == NODES
-    result = alter_isr(replica.record or record(), expand, min_insync=1)
+    result = alter_isr(replica.partition_record() or record(), expand, min_insync=1)
     assert replica.on_isr_answer(expand, result) is None
     replica.tick(now_ms=1_000_001)
     assert proposals(rounds(replica, storage)) == []

@@ -248,7 +248,9 @@ REPLICA_API = {
     "campaign",  # a new partition's preferred replica starts its election at once
     "end_offset_for_epoch",
     "set_min_insync_replicas",
-    # ISR mode (core/isr_replica.py): the controller's records and answers in.
+    # ISR mode (core/mode/isr.py): the controller's records and answers in, and
+    # whether the replica is in ISR mode (`isr` is None in quorum mode).
+    "isr",
     "on_partition_record",
     "on_isr_answer",
     "partition_record",
@@ -297,7 +299,7 @@ RUNNER_INSIDES = {"replica", "storage", "busy"}
 # What only the runner may import: the replica and its opener, the disk log.
 RUNNER_ONLY_IMPORTS = {
     "tidelog.core.replica.Replica",
-    "tidelog.core.isr_replica",
+    "tidelog.core.mode",
     "tidelog.node.driver.open_replica",
     "tidelog.node.driver.apply_committed",
     "tidelog.wal.DiskStorage",
@@ -344,7 +346,7 @@ def test_the_runners_modules_exist() -> None:
         "end = runner.storage.log_end_offset\n",
         "if runner.busy:\n    pass\n",
         "from tidelog.core.replica import ACKS_ALL, Replica\n",
-        "from tidelog.core.isr_replica import IsrReplica\n",
+        "from tidelog.core.mode.isr import IsrMode\n",
         "from tidelog.wal import DiskStorage, WalConfig\n",
         "from tidelog.node.driver import apply_committed\n",
         "quorum = not isinstance(replica, IsrReplica)\n",

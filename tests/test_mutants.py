@@ -50,7 +50,7 @@ def one_edit(path: str, old: str, new: str = "pass") -> Mutant:
         (one_edit("core/replica.py", "no such text anywhere"), "occurs 0 times in core/replica"),
         (one_edit("core/replica.py", "self.epoch"), "times in core/replica.py, not once"),
         (one_edit("testing/sim.py", "MICROS_PER_TICK = 10"), "outside"),
-        (one_edit("core/replica.py", "LEASE_MARGIN_TICKS = 2", "LEASE_MARGIN ="), "compile"),
+        (one_edit("core/config.py", "LEASE_MARGIN_TICKS: Final = 2", "LEASE_MARGIN ="), "compile"),
     ],
     ids=["missing", "ambiguous", "outside-core", "syntax"],
 )

@@ -166,7 +166,7 @@ class Ready:
     client answers; produce acknowledgements in them are already safe to deliver.
     `isr_proposals` (ISR mode only) go to the controller, which may be at once: they rest
     on what followers hold durably and on the HWM, never on this Ready's writes; its
-    answers come back through `IsrReplica.on_isr_answer`. `given_up` (ISR mode only, after
+    answers come back through `Replica.on_isr_answer`. `given_up` (ISR mode only, after
     an unclean election) names committed records this replica gave up: the caller logs
     them, and its storage lowers its HWM (and any HWM checkpoint) to the first of them
     before the truncation in step 1, which then cuts below the old HWM. `lost_copies`

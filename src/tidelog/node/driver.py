@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from tidelog.core.isr_replica import new_replica
 from tidelog.core.messages import Message, Ready
 from tidelog.core.replica import Replica, ReplicaConfig, Rng
 from tidelog.core.storage import LogStorage
@@ -113,7 +112,7 @@ def open_replica(config: ReplicaConfig, storage: RepairableStorage, rng: Rng) ->
     """A replica on `storage`, after setting aside any damage its start reads find."""
     for _ in range(OPEN_ATTEMPTS_MAX):
         try:
-            return new_replica(config, storage, rng)
+            return Replica(config, storage, rng)
         except StorageError:
             if not storage.quarantine():
                 raise

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tidelog.core.isr import AlterResult, IsrProposal, PartitionRecord
-from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.messages import Message
 from tidelog.core.replica import Replica, ReplicaStatus, Role
 from tidelog.errors import TidelogError
@@ -127,10 +126,10 @@ Input = (
 """What a runner takes (`PartitionRunner.submit`); `Propose` only from its `produce`."""
 
 
-def isr_of(replica: Replica) -> IsrReplica | None:
+def isr_of(replica: Replica) -> Replica | None:
     """The replica when it replicates in ISR mode (docs/isr.md), else None: the one place
     the server asks a replica's replication mode."""
-    return replica if isinstance(replica, IsrReplica) else None
+    return None if replica.isr is None else replica
 
 
 def step_message(replica: Replica, message: Message) -> None:

@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 
 from tidelog.core import isr
 from tidelog.core.isr import NO_LEADER, AlterResult, IsrProposal, PartitionRecord, Refusal
-from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.replica import Replica
 from tidelog.records import read_header
 from tidelog.testing.checker import READ_BYTES_MAX, Checker, batch_identity
@@ -324,9 +323,9 @@ class SimController:
                 item.node, lambda replica: replica.on_isr_answer(answered.proposal, answered.result)
             )
 
-    def to_replica(self, node: NodeId, action: Callable[[IsrReplica], str | None]) -> None:
+    def to_replica(self, node: NodeId, action: Callable[[Replica], str | None]) -> None:
         def run(replica: Replica) -> None:
-            assert isinstance(replica, IsrReplica)
+            assert replica.isr is not None
             refusal = action(replica)
             if refusal is not None:
                 self.cluster.note(f"{node} refused: {refusal}")

@@ -80,7 +80,13 @@ PRODUCERS = "core/producers.py"
 COORDINATOR = "groups/coordinator.py"
 GROUP = "groups/group.py"
 ISR = "core/isr.py"
-ISR_REPLICA = "core/isr_replica.py"
+ISR_MODE = "core/mode/isr.py"
+QUORUM_MODE = "core/mode/quorum.py"
+STATE = "core/state.py"
+CONFIG = "core/config.py"
+REQUESTS = "core/requests.py"
+FOLLOW = "core/follow.py"
+REPLICATE = "core/replicate.py"
 
 # Not here, because no check can catch them: counting the leader's own unsynced copy toward
 # the HWM, or a candidate's own unsynced vote. The Ready contract steps nothing between
@@ -92,21 +98,21 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "figure-8",
         "the HWM moves only into the leader's own epoch (Raft Figure 8)",
-        REPLICA,
-        "if candidate <= self.epoch_start_offset:",
-        "if False:",
+        QUORUM_MODE,
+        "if candidate is None or candidate <= r.epoch_start_offset:",
+        "if candidate is None:",
     ),
     Mutant(
         "follower-acks-before-fsync",
         "a follower's acknowledgement leaves only after its fsync (messages_after_persist)",
-        REPLICA,
+        FOLLOW,
         'echoing its time and seq."""\n        self.msgs_after_persist.append(',
         'echoing its time and seq."""\n        self.msgs.append(',
     ),
     Mutant(
         "acks-1-before-fsync",
         "acks=1 is acknowledged once the leader's copy is durable",
-        REPLICA,
+        STATE,
         "else durable",
         "else self.log.log_end_offset",
     ),
@@ -120,21 +126,21 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "produce-ignores-min-insync",
         "acks=all is refused with NotEnoughReplicas below min.insync.replicas live replicas",
-        REPLICA,
-        "if in_sync < self.config.min_insync:",
+        QUORUM_MODE,
+        "if in_sync < r.config.min_insync:",
         "if False:",
     ),
     Mutant(
         "rejection-counts-as-match",
         "a follower's match moves only on a successful consistency check (KAFKA-13141)",
-        REPLICA,
-        "if msg.success:",
-        "if True:",
+        REPLICATE,
+        "if msg.success:\n            self._on_append_accepted(",
+        "if True:\n            self._on_append_accepted(",
     ),
     Mutant(
         "ack-beyond-verified-prefix",
         "a follower acknowledges only the prefix it verified, not its whole log",
-        REPLICA,
+        FOLLOW,
         "self._answer(msg, True, end, NO_EPOCH)",
         "self._answer(msg, True, self.log.log_end_offset, NO_EPOCH)",
     ),
@@ -163,7 +169,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "no-control-batch",
         "a new leader starts its epoch with a control batch (KIP-207)",
-        REPLICA,
+        STATE,
         "self.log.append(control, check_batch(control))",
         "del control",
     ),
@@ -171,21 +177,21 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "no-consistency-check",
         "a follower appends only after its record at prev_offset - 1 is of prev_epoch",
-        REPLICA,
+        FOLLOW,
         "return ours == prev_epoch",
         "return True",
     ),
     Mutant(
         "truncate-held-batches",
         "a follower cuts its log only where it conflicts, never a batch it holds already",
-        REPLICA,
+        FOLLOW,
         "and log.epoch_at(held) == header.epoch:",
         "and False:",
     ),
     Mutant(
         "truncate-to-hwm-on-restart",
         "divergence is found by epochs, never by truncating to the local HWM (KIP-101)",
-        REPLICA,
+        STATE,
         "self.hwm_in_ready = state.hwm",
         "self.hwm_in_ready = state.hwm\n"
         "        if self.hwm < self.log.log_end_offset:\n"
@@ -195,7 +201,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "hwm-before-truncation",
         "a follower takes the leader's HWM only after truncating (KAFKA-14704)",
-        REPLICA,
+        FOLLOW,
         "if not self._prefix_matches(",
         "self._raise_hwm(Offset(min(msg.hwm, self.log.log_end_offset)))\n"
         "        if not self._prefix_matches(",
@@ -203,28 +209,28 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "hwm-bounded-by-log-end",
         "a follower's HWM is bounded by the prefix it verified, not its log end (KAFKA-14704)",
-        REPLICA,
+        FOLLOW,
         "self._raise_hwm(Offset(min(msg.hwm, end)))",
         "self._raise_hwm(Offset(min(msg.hwm, self.log.log_end_offset)))",
     ),
     Mutant(
         "reset-below-hwm",
         "a reset to the leader's log start never drops what the follower committed",
-        REPLICA,
+        FOLLOW,
         "committed_here = start <= max(self.hwm, self.log.log_start_offset)",
         "committed_here = False",
     ),
     Mutant(
         "follower-log-start-past-hwm",
         "a follower moves its log start only within its own HWM",
-        REPLICA,
+        FOLLOW,
         "min(leader_log_start, self.hwm,",
         "min(leader_log_start,",
     ),
     Mutant(
         "leader-log-start-past-hwm",
         "DeleteRecords never moves the log start past the HWM",
-        REPLICA,
+        REQUESTS,
         "if offset > readable_end:\n            raise",
         "if offset > self.log.log_end_offset:\n            raise",
     ),
@@ -232,49 +238,49 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "read-above-hwm",
         "clients read only below min(HWM, log end offset)",
-        REPLICA,
+        REQUESTS,
         "return FetchResult((), readable_end",
         "return FetchResult((), self.log.log_end_offset",
     ),
     Mutant(
         "new-leader-reads-early",
         "a new leader serves no reads until its HWM passes its epoch start (KIP-207)",
-        REPLICA,
+        REQUESTS,
         "if self.hwm <= self.epoch_start_offset:",
         "if False:",
     ),
     Mutant(
         "follower-reads-before-sync",
         "a follower serves reads only once verified against the current leader",
-        REPLICA,
+        REQUESTS,
         "if self.role is Role.FOLLOWER and self.follower_synced:",
         "if self.role is Role.FOLLOWER:",
     ),
     Mutant(
         "no-read-lease",
         "a leader serves reads only within a lease a majority granted (Raft §8)",
-        REPLICA,
-        "return 1 + recent >= self.config.majority",
+        QUORUM_MODE,
+        "return has_quorum(answered, len(r.config.replicas))",
         "return True",
     ),
     Mutant(
         "read-lease-past-election-timeout",
         "the read lease is shorter than an election timeout",
-        REPLICA,
+        CONFIG,
         "(self.election_ticks - LEASE_MARGIN_TICKS)",
         "(self.election_ticks + LEASE_MARGIN_TICKS)",
     ),
     Mutant(
         "lease-dated-by-answer",
         "the lease is dated from when the request was sent, not when its answer came",
-        REPLICA,
+        REPLICATE,
         "progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)",
         "progress.contact_sent_ms = self.now_ms",
     ),
     Mutant(
         "no-consumer-divergence-check",
         "a fetch whose last epoch diverged gets LogDiverged (KIP-320 client side)",
-        REPLICA,
+        REQUESTS,
         "if last_fetched_epoch is not None and offset > 0:",
         "if False:",
     ),
@@ -282,53 +288,51 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "vote-without-up-to-date-check",
         "a vote goes only to a candidate whose log is at least as up to date (Raft §5.4.1)",
-        REPLICA,
+        QUORUM_MODE,
         "granted = free and up_to_date",
         "granted = free",
     ),
     Mutant(
         "pre-vote-without-up-to-date-check",
         "a pre-vote goes only to a candidate whose log is at least as up to date",
-        REPLICA,
+        QUORUM_MODE,
         "and up_to_date and not self._in_lease()",
         "and not self._in_lease()",
     ),
     Mutant(
         "no-pre-vote",
         "a candidate first asks for pre-votes, changing no epoch (Raft thesis §9.6)",
-        REPLICA,
-        "if self.config.pre_vote:",
+        QUORUM_MODE,
+        "if self.r.config.pre_vote:",
         "if False:",
     ),
     Mutant(
         "no-check-quorum",
         "a leader that has not heard from a majority for an election timeout steps down",
-        REPLICA,
-        "if self.config.check_quorum and active",
-        "if False and active",
+        QUORUM_MODE,
+        "if r.config.check_quorum and not has_quorum(",
+        "if False and not has_quorum(",
     ),
     Mutant(
         "votes-ignore-leader-lease",
         "a replica that heard from a leader within an election timeout ignores votes",
-        REPLICA,
+        QUORUM_MODE,
         "if self._in_lease() and not msg.transfer:",
         "if False:",
     ),
     Mutant(
         "restarted-replica-votes-at-once",
         "a restarted replica grants no vote for an election timeout",
-        REPLICA,
+        QUORUM_MODE,
         "0 if restarted else",
         "",
     ),
     Mutant(
         "vote-before-fsync",
         "a vote leaves only once it is durable (ZOOKEEPER-4646)",
-        REPLICA,
-        "self.msgs_after_persist.append(\n"
-        "            VoteResponse(self.id, msg.sender, self.epoch, granted, False)",
-        "self.msgs.append(\n"
-        "            VoteResponse(self.id, msg.sender, self.epoch, granted, False)",
+        QUORUM_MODE,
+        "r.msgs_after_persist.append(VoteResponse(r.id, msg.sender, r.epoch, granted, False))",
+        "r.msgs.append(VoteResponse(r.id, msg.sender, r.epoch, granted, False))",
     ),
     Mutant(
         "hard-state-not-saved",
@@ -341,28 +345,28 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "no-producer-dedup",
         "a retried idempotent batch is answered with its first offsets, not appended again",
-        REPLICA,
+        REQUESTS,
         "earlier = self.producers.check(header)",
         "earlier = None",
     ),
     Mutant(
         "followers-skip-producer-state",
         "every replica tracks producer state from the log, so a new leader deduplicates too",
-        REPLICA,
+        FOLLOW,
         "self.producers.on_append(header)\n        return end",
         "pass\n        return end",
     ),
     Mutant(
         "producer-state-survives-truncation",
         "a truncation forgets the producer batches it removed",
-        REPLICA,
+        FOLLOW,
         "self.producers.truncate(base)",
         "pass",
     ),
     Mutant(
         "deposed-leader-keeps-produces",
         "a deposed leader fails its pending produces (NotLeader)",
-        REPLICA,
+        STATE,
         "self._fail_pending(NotLeader(leader))",
         "pass",
     ),
@@ -370,21 +374,21 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "stalled-pipeline-not-restarted",
         "a follower whose match did not move for a heartbeat is sent its suffix again",
-        REPLICA,
+        REPLICATE,
         "progress.next_offset = progress.match_offset\n                progress.inflight.clear()",
         "pass",
     ),
     Mutant(
         "reset-drops-acknowledged",
         "a reset keeps the follower's log when it holds the record before the new start",
-        REPLICA,
+        FOLLOW,
         "and self.log.epoch_at(Offset(start - 1)) == msg.prev_epoch",
         "and False",
     ),
     Mutant(
         "probe-takes-any-answer",
         "a probing leader takes only the answer to its probe (scenario 19)",
-        REPLICA,
+        REPLICATE,
         "if progress.probing and not progress.answers_probe(msg.seq):",
         "if False:",
     ),
@@ -399,7 +403,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "lost-copy-keeps-its-match",
         "a follower that refuses our probe below its match lost its copy: forget the match "
         "(scenario 26)",
-        REPLICA,
+        REPLICATE,
         "progress.forget_match(msg.match_offset, seq_min=self.append_seq + 1)",
         "progress.probe(match)",
     ),
@@ -407,21 +411,21 @@ CATALOGUE: tuple[Mutant, ...] = (
         "overtaken-refusal-forgets-the-match",
         "a refusal that may have been overtaken by later answers only makes the leader ask "
         "again at the match (scenarios 20, 26)",
-        REPLICA,
+        REPLICATE,
         "if progress.probing and progress.probe_key is not None:",
         "if True:",
     ),
     Mutant(
         "unsent-probe-counts-as-asked",
         "only an answer to a probe sent since it began proves a lost copy (scenario 27)",
-        REPLICA,
+        REPLICATE,
         "if progress.probing and progress.probe_key is not None:",
         "if progress.probing:",
     ),
     Mutant(
         "reset-resent-as-probe",
         "a lost reset is sent again as a reset, never as a probe (scenario 20)",
-        REPLICA,
+        REPLICATE,
         "progress.resetting = progress.resetting or progress.next_offset < floor",
         "progress.resetting = progress.next_offset < floor",
     ),
@@ -449,7 +453,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "lost-probe-not-resent",
         "a lost probe or reset is sent again at the next heartbeat",
-        REPLICA,
+        REPLICATE,
         "progress.probe_sent = False  # resent, as it was (a reset as a reset)\n"
         "                continue",
         "continue",
@@ -464,7 +468,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "reset-forgets-producers",
         "a reset carries the leader's producer snapshot and the follower keeps it (scenario 24)",
-        REPLICA,
+        FOLLOW,
         "            self.producers = ProducerStates()\n"
         "            self.producers.restore(entries)",
         "            self.producers = ProducerStates()",
@@ -472,14 +476,14 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "vote-in-own-epoch-ignores-lease",
         "the lease holds in the voter's own epoch too (a refused pre-vote moved it there)",
-        REPLICA,
-        "promised = self._in_lease() and self.voted_for != msg.sender",
+        QUORUM_MODE,
+        "promised = self._in_lease() and r.voted_for != msg.sender",
         "promised = False",
     ),
     Mutant(
         "repairing-twice-keeps-match",
         "a follower that sets damage aside again while repairing is forgotten again (16)",
-        REPLICA,
+        REPLICATE,
         "if msg.repairing and (not progress.repairing or self._lost_again(progress, msg)):",
         "if msg.repairing and not progress.repairing:",
     ),
@@ -495,28 +499,28 @@ CATALOGUE: tuple[Mutant, ...] = (
         "transfer-keeps-read-lease",
         "a leader that sent TimeoutNow serves no reads: voters may elect its target inside "
         "their lease (rule 10)",
-        REPLICA,
+        QUORUM_MODE,
         "return False  # a transfer's target may be elected inside the lease (rule 10)",
         "pass",
     ),
     Mutant(
         "transfer-to-a-lagging-target",
         "TimeoutNow leaves only once the target durably holds the leader's whole log",
-        REPLICA,
-        "if progress.repairing or progress.match_offset != self.log.log_end_offset:",
+        QUORUM_MODE,
+        "if progress.repairing or progress.match_offset != r.log.log_end_offset:",
         "if False:",
     ),
     Mutant(
         "produce-while-handing-over",
         "a leader handing its leadership over takes no produce (its target could never catch up)",
-        REPLICA,
+        QUORUM_MODE,
         "return NotLeader(self.transfer_target)  # handing over (rule 10)",
         "pass",
     ),
     Mutant(
         "lead-on-after-timeout-now",
         "a leader whose transfer failed after TimeoutNow left steps down (it holds no lease)",
-        REPLICA,
+        QUORUM_MODE,
         "if self.timeout_now_sent:  # no lease any more (rule 10): step down",
         "if False:",
     ),
@@ -649,9 +653,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "isr-replica-counts-answers-from-before-a-restart",
         "rule 9: a leader counts a restarted follower only on answers to its requests sent "
         "after the record that says so",
-        ISR_REPLICA,
-        "                    progress.forget_match(progress.next_offset, seq_min=self.append_seq"
-        " + 1)",
+        ISR_MODE,
+        "                    progress.forget_match(progress.next_offset, seq_min=r.append_seq + 1)",
         "                    pass",
     ),
     # ISR mode's unclean recovery (rule 10): judged by the isr-06 transcripts.
@@ -667,8 +670,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "isr-unchecked-follower-serves-reads",
         "rule 10: a follower whose HWM was not checked against a leader since an unclean "
         "election serves no reads (it may give those records up)",
-        ISR_REPLICA,
-        "if self.role is Role.FOLLOWER and not self.hwm_checked():",
+        ISR_MODE,
+        "if r.role is Role.FOLLOWER and not self.hwm_checked():",
         "if False:",
     ),
 )

@@ -36,8 +36,8 @@ Commands (nodes are numbers; lists are comma-separated):
     check [final=false]   every invariant of correctness.md over the cluster (`final=false`:
                           only those of every step, not the convergence of the end)
 
-ISR mode (docs/isr.md): `cluster ... mode=isr [lag-ms=N]` makes every replica an
-`IsrReplica` (min-insync defaults to 1, Kafka's); the script plays the controller, whose
+ISR mode (docs/isr.md): `cluster ... mode=isr [lag-ms=N]` puts every replica in ISR mode
+(min-insync defaults to 1, Kafka's); the script plays the controller, whose
 record (`core.isr.PartitionRecord`) it changes with `core.isr`'s transitions and hands to
 the replicas. A leader's ISR proposal is printed as it leaves a Ready, and waits in flight.
     record leader=N [isr=..] [elr=..] [epoch=E] [to=..]   the controller writes a record

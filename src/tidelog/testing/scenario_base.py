@@ -14,7 +14,6 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from tidelog.core import isr
 from tidelog.core.isr import NO_LEADER, IsrProposal, PartitionRecord
-from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -22,6 +21,7 @@ from tidelog.core.messages import (
     TimeoutNow,
     VoteRequest,
 )
+from tidelog.core.mode.isr import IsrMode
 from tidelog.core.replica import Replica
 from tidelog.errors import TidelogError
 from tidelog.records import read_header
@@ -39,10 +39,11 @@ def nodes_of(text: str) -> list[NodeId]:
     return [NodeId(int(part)) for part in text.split(",") if part]
 
 
-def isr_mode(replica: Replica | None) -> IsrReplica | None:
-    """`replica` as an ISR-mode replica, or None (quorum mode, or down): the only place
-    the scenarios ask which mode a replica runs in."""
-    return replica if isinstance(replica, IsrReplica) else None
+def isr_mode(replica: Replica | None) -> IsrMode | None:
+    """`replica`'s ISR mode (the controller's record, `isr_leader`, `hwm_checked()`), or
+    None (quorum mode, or down): the only place the scenarios ask which mode a replica
+    runs in."""
+    return None if replica is None else replica.isr
 
 
 # ------------------------------------------------------------------ descriptions --------

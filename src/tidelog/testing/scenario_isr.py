@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 from tidelog.core import isr
 from tidelog.core.isr import NO_LEADER, IsrProposal, PartitionRecord
-from tidelog.core.isr_replica import IsrReplica
 from tidelog.core.replica import Replica
 from tidelog.testing.checker import batch_identity
 from tidelog.testing.scenario_base import (
@@ -83,15 +82,14 @@ class IsrCommands(ScenarioState):
             raise ScriptError("no partition record yet: write one with `record leader=N`")
         return self.record
 
-    def isr_input(self, node: NodeId, action: Callable[[IsrReplica], str | None]) -> None:
+    def isr_input(self, node: NodeId, action: Callable[[Replica], str | None]) -> None:
         """One input to an ISR-mode replica; the reason it gives for a refusal is printed."""
         refusals: list[str] = []
 
         def run(replica: Replica) -> None:
-            isr_replica = isr_mode(replica)
-            if isr_replica is None:
+            if isr_mode(replica) is None:
                 raise ScriptError(f"node {node} is not in ISR mode (cluster ... mode=isr)")
-            refusal = action(isr_replica)
+            refusal = action(replica)
             if refusal is not None:
                 refusals.append(refusal)
 

@@ -1,0 +1,95 @@
+"""What a replica is handed when it is made: its fixed settings and its randomness.
+
+Rules of this file:
+- A `ReplicaConfig` that does not fit together raises ConfigError when made; a replica
+  never holds one that cannot be (min.insync.replicas changes by `replace`, checked so).
+- The lease is an election timeout less `LEASE_MARGIN_TICKS`: the nodes' clocks may tick
+  apart by that much (rule 6 of core/replica.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from tidelog.core.quorum import majority, quorum_size
+from tidelog.core.roles import Replication
+from tidelog.errors import ConfigError, check_range
+from tidelog.types import NodeId
+
+LEASE_MARGIN_TICKS: Final = 2
+"""How many ticks the lease stays short of an election timeout."""
+
+
+class Rng(Protocol):
+    """The randomness a replica is handed (random.Random fits)."""
+
+    def randrange(self, start: int, stop: int, /) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """The fixed settings of one replica. Raises ConfigError when they do not fit together."""
+
+    node_id: NodeId
+    replicas: tuple[NodeId, ...]
+    election_ticks: int = 10
+    heartbeat_ticks: int = 2
+    min_insync_replicas: int | None = None  # None: a majority of the replicas
+    inflight_appends_max: int = 8
+    append_bytes_max: int = 1 << 20
+    produce_timeout_ticks: int = 60
+    pending_produces_max: int = 10_000
+    pre_vote: bool = True
+    check_quorum: bool = True
+    tick_ms: int = 1  # how much the clock handed to `tick(now_ms=)` moves per tick
+    # ISR mode (docs/isr.md, core/mode/isr.py) reads these; quorum mode ignores them.
+    replication: Replication = Replication.QUORUM
+    replica_lag_time_max_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        """ConfigError naming the first setting that does not fit (tidelog.errors)."""
+        if self.node_id not in self.replicas:
+            raise ConfigError(
+                f"ReplicaConfig.node_id: {self.node_id} is not among the replicas {self.replicas}"
+            )
+        if len(set(self.replicas)) != len(self.replicas):
+            raise ConfigError(f"ReplicaConfig.replicas: {self.replicas} name a node twice")
+        check_range("ReplicaConfig.heartbeat_ticks", self.heartbeat_ticks, 1)
+        if self.election_ticks - LEASE_MARGIN_TICKS <= self.heartbeat_ticks:
+            raise ConfigError(
+                f"ReplicaConfig.election_ticks: {self.election_ticks} must exceed "
+                f"heartbeat_ticks {self.heartbeat_ticks} by the lease margin {LEASE_MARGIN_TICKS}"
+            )
+        check_range("ReplicaConfig.tick_ms", self.tick_ms, 1)
+        if self.min_insync_replicas is not None:
+            check_range(
+                "ReplicaConfig.min_insync_replicas (min.insync.replicas)",
+                self.min_insync_replicas,
+                1,
+                len(self.replicas),
+            )
+        check_range("ReplicaConfig.inflight_appends_max", self.inflight_appends_max, 1)
+        check_range("ReplicaConfig.append_bytes_max", self.append_bytes_max, 1)
+        check_range("ReplicaConfig.produce_timeout_ticks", self.produce_timeout_ticks, 1)
+        check_range("ReplicaConfig.pending_produces_max", self.pending_produces_max, 1)
+        check_range("ReplicaConfig.replica_lag_time_max_ms", self.replica_lag_time_max_ms, 1)
+
+    @property
+    def lease_ms(self) -> int:
+        """How long a majority's answer keeps a leader's reads safe: an election timeout
+        less a margin for the nodes' clocks ticking apart, in the clock's units."""
+        return (self.election_ticks - LEASE_MARGIN_TICKS) * self.tick_ms
+
+    @property
+    def majority(self) -> int:
+        return majority(len(self.replicas))
+
+    @property
+    def min_insync(self) -> int:
+        return self.min_insync_replicas or self.majority
+
+    @property
+    def quorum_size(self) -> int:
+        """How many durable copies commit an offset: a majority, at least min.insync."""
+        return quorum_size(len(self.replicas), self.min_insync)

@@ -1,0 +1,375 @@
+"""Quorum mode (rules 2, 3, 6, 8, 10 of core/replica.py): a majority elects its own leader.
+
+The decisions of `Mode` (core/roles.py) for a partition that commits by a majority quorum
+and elects its leaders itself (Raft): elections with pre-vote, the leader lease,
+check-quorum, leadership transfer, and Raft's Figure-8 commit rule. The quorum arithmetic
+is core/quorum.py's.
+
+Rules of this file:
+- A replica whose election timer fires (randomized, `election_ticks` to twice that)
+  campaigns: first a pre-vote that changes no epoch (Raft thesis §9.6), then a real vote
+  once a majority would grant it; a replica under repair never campaigns (rule 8).
+- A candidate counts its own vote only once it is durable (`after_advance`, rule 2); a
+  vote leaves only once durable too (`messages_after_persist`, ZOOKEEPER-4646).
+- A vote or pre-vote goes only to a candidate whose log is at least as up to date
+  (Raft §5.4.1), and as the repair floor if under repair (KIP-966); a replica that heard
+  from a leader within an election timeout grants none (the lease), in its own epoch too,
+  unless the campaign is a transfer its leader asked for. A restarted replica grants no
+  vote for an election timeout: it may have acked a leader just before it went down.
+- The HWM moves only to an offset that `quorum_size` durable copies hold and that lies
+  inside the leader's own epoch (Raft Figure 8).
+- A leader that has not heard from a majority for an election timeout steps down
+  (check-quorum); it serves reads only while a majority answered a request sent less
+  than `lease_ms` ago (Raft §8), and never once its TimeoutNow left (rule 10).
+- acks=all is refused with NotEnoughReplicas below min.insync.replicas live replicas.
+"""
+
+from __future__ import annotations
+
+from tidelog.core.config import Rng
+from tidelog.core.messages import (
+    AppendResponse,
+    Message,
+    Ready,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from tidelog.core.quorum import VoteResult, committed_offset, has_quorum, vote_result
+from tidelog.core.replicate import LeaderPipeline
+from tidelog.core.roles import ElectionMessage, Role
+from tidelog.core.state import ACKS_ALL
+from tidelog.errors import NotEnoughReplicas, NotLeader, TidelogError
+from tidelog.records import BatchHeader
+from tidelog.types import Epoch, NodeId, Offset
+
+
+class QuorumMode:
+    """The quorum decisions of one replica, and its election, lease and transfer state."""
+
+    leads_from = Role.CANDIDATE
+
+    def __init__(self, replica: LeaderPipeline, rng: Rng) -> None:
+        self.r = replica
+        self.rng = rng
+        config = replica.config
+        self.election_elapsed = 0
+        self.election_timeout = self._random_election_timeout()
+        # A restarted replica may have acked a leader just before it went down: it grants
+        # no vote for one election timeout, so that leader's read lease stays sound. A new
+        # replica (epoch 0) never acked anyone and holds no such lease.
+        restarted = replica.epoch > 0
+        self.leader_contact_elapsed = 0 if restarted else config.election_ticks
+        self.votes: dict[NodeId, bool] = {}
+        # A leadership transfer in progress (rule 10): its target, the ticks it has taken,
+        # and whether TimeoutNow has left (then this leader serves no more reads).
+        self.transfer_target: NodeId | None = None
+        self.transfer_elapsed = 0
+        self.timeout_now_sent = False
+
+    # ================================================================== inputs ==========
+    def tick(self, now_ms: int | None) -> None:
+        del now_ms  # the replica keeps the clock
+        self.leader_contact_elapsed += 1
+        if self.r.role is Role.LEADER:
+            self._tick_leader()
+        else:
+            self._tick_election()
+
+    def campaign(self) -> None:
+        """Start an election now, as if the election timer fired (etcd-io/raft's MsgHup).
+        A replica under repair never does (rule 8)."""
+        if self.r.role is Role.LEADER:
+            return
+        if self.r.repair_floor is not None:
+            self._reset_election_timer()
+            return
+        if self.r.config.pre_vote:
+            self.become_pre_candidate()
+        else:
+            self.become_candidate()
+
+    def transfer_leadership(self, target: NodeId) -> str | None:
+        """Rule 10: None when the transfer began (or goes on already), else why not."""
+        if self.r.role is not Role.LEADER:
+            return "not the leader"
+        if target not in self.r.peers:
+            return f"node {target} is no other replica of this partition"
+        if self.transfer_target is not None:
+            return None if self.transfer_target == target else "a transfer is under way"
+        self.transfer_target = target
+        self.transfer_elapsed = 0
+        self._maybe_send_timeout_now()
+        return None
+
+    def refusal(self, msg: Message) -> str | None:
+        del msg  # the shared door (rule 9) is the whole of quorum mode's
+        return None
+
+    def on_higher_epoch_vote(self, msg: VoteRequest | VoteResponse) -> bool:
+        if isinstance(msg, VoteRequest):
+            if msg.pre_vote:
+                return True  # a pre-vote changes nothing here
+            if self._in_lease() and not msg.transfer:
+                return False  # a healthy leader exists: ignore the vote (leader lease)
+            self.r.become_follower(msg.epoch, None)
+            return True
+        if msg.pre_vote and msg.granted:
+            return True  # a granted pre-vote carries the epoch we would campaign in
+        self.r.become_follower(msg.epoch, None)
+        return True
+
+    def step_election(self, msg: ElectionMessage) -> None:
+        if isinstance(msg, VoteRequest):
+            self.on_vote_request(msg)
+        elif isinstance(msg, VoteResponse):
+            self.on_vote_response(msg)
+        else:
+            self.on_timeout_now(msg)
+
+    def on_leader_contact(self) -> None:
+        self.election_elapsed = 0
+        self.leader_contact_elapsed = 0
+
+    # ================================================================== the leader ======
+    def on_append_answered(self, msg: AppendResponse) -> None:
+        if msg.success:
+            self._maybe_send_timeout_now()
+
+    def hwm_candidate(self) -> Offset | None:
+        """What quorum_size durable copies hold (rule 3), counting our own copy only once
+        durable."""
+        r = self.r
+        matches = [r.log.durable_end_offset]
+        matches += [p.match_offset for p in r.progress.values() if p.match_offset is not None]
+        candidate = committed_offset(matches, r.config.quorum_size)
+        # Raft Figure 8: count replicas only for an offset of our own epoch.
+        if candidate is None or candidate <= r.epoch_start_offset:
+            return None
+        return candidate
+
+    def produce_error(self, acks: int) -> TidelogError | None:
+        r = self.r
+        if r.role is not Role.LEADER:
+            return NotLeader(r.leader_id)
+        if self.transfer_target is not None:
+            return NotLeader(self.transfer_target)  # handing over (rule 10)
+        full = r._queue_full_error()
+        if full is not None:
+            return full
+        if acks == ACKS_ALL:
+            in_sync = len(self.in_sync_replicas())
+            if in_sync < r.config.min_insync:
+                return NotEnoughReplicas(in_sync, r.config.min_insync)
+        return None
+
+    def has_read_lease(self, now_ms: int | None) -> bool:
+        """A majority answered a request we sent less than `lease_ms` ago (Raft §8).
+
+        Those voters grant no vote for an election timeout after hearing from us, so no
+        other leader can exist yet: reads cannot be stale (Jepsen etcd 0.4.1). The lease is
+        measured on the caller's clock now, not in ticks: a leader whose ticks ran late
+        (a pause, a stall) must not believe its lease lasted longer than it did."""
+        r = self.r
+        if self.timeout_now_sent:
+            return False  # a transfer's target may be elected inside the lease (rule 10)
+        if not r.config.check_quorum:
+            return True
+        now = r.now_ms if now_ms is None else now_ms
+        since = now - r.config.lease_ms
+        answered = (p.contact_sent_ms > since for p in r.progress.values())
+        return has_quorum(answered, len(r.config.replicas))
+
+    def in_sync_replicas(self) -> tuple[NodeId, ...]:
+        """Live in-sync replicas: the leader and the followers that acked within an election
+        timeout and are not repairing (rule 8)."""
+        r = self.r
+        recent = r.tick_count - r.config.election_ticks
+        followers = (peer for peer, progress in r.progress.items() if progress.in_sync(recent))
+        return (r.id, *followers)
+
+    def on_config_changed(self) -> None:
+        """The quorum follows `config.quorum_size`: nothing to redo."""
+
+    # ================================================================== the follower ====
+    def serving_error(self) -> TidelogError | None:
+        return None
+
+    def gives_up(self, header: BatchHeader) -> bool:
+        del header
+        return False  # a committed record is never cut (rule 4)
+
+    def on_follower_appended(self, end: Offset) -> None:
+        del end
+
+    def on_become_follower(self) -> None:
+        self.transfer_target = None
+        self.timeout_now_sent = False
+        self.votes.clear()
+        self._reset_election_timer()
+
+    # ================================================================== output ==========
+    def has_output(self) -> bool:
+        return False
+
+    def take_output(self, ready: Ready) -> Ready:
+        return ready
+
+    def after_advance(self) -> None:
+        r = self.r
+        if r.role is Role.CANDIDATE and r.persisted_hard_state == r._hard_state():
+            # The candidate's vote for itself is durable now: count it (rule 2).
+            self.votes[r.id] = True
+            self._maybe_finish_election(pre_vote=False)
+
+    # ================================================================== elections =======
+    def become_pre_candidate(self) -> None:
+        r = self.r
+        r._set_role(Role.PRE_CANDIDATE)
+        r.leader_id = None
+        r.follower_synced = False
+        self.votes = {r.id: True}
+        self._reset_election_timer()
+        self._request_votes(Epoch(r.epoch + 1), pre_vote=True)
+        self._maybe_finish_election(pre_vote=True)
+
+    def become_candidate(self, *, transfer: bool = False) -> None:
+        r = self.r
+        r.epoch = Epoch(r.epoch + 1)
+        r.voted_for = r.id
+        r._set_role(Role.CANDIDATE)
+        r.leader_id = None
+        r.follower_synced = False
+        self.votes = {}  # our own vote counts once it is durable (advance)
+        self._reset_election_timer()
+        self._request_votes(r.epoch, pre_vote=False, transfer=transfer)
+
+    def _become_leader(self) -> None:
+        """Won: start the epoch with the voters that granted it (KIP-207)."""
+        self.leader_contact_elapsed = 0
+        self.election_elapsed = 0
+        granting = tuple(sorted(node for node, granted in self.votes.items() if granted))
+        self.r.become_leader(granting)
+
+    def _tick_election(self) -> None:
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.election_timeout:
+            self.campaign()
+
+    def _request_votes(self, epoch: Epoch, *, pre_vote: bool, transfer: bool = False) -> None:
+        r = self.r
+        last_epoch, end = r.log.last_epoch, r.log.log_end_offset
+        for peer in r.peers:
+            r.msgs.append(VoteRequest(r.id, peer, epoch, last_epoch, end, pre_vote, transfer))
+
+    def on_vote_request(self, msg: VoteRequest) -> None:
+        r = self.r
+        # Under repair, also as if we still held the log we lost (rule 8, KIP-966).
+        up_to_date = (msg.last_epoch, msg.log_end_offset) >= (
+            r.log.last_epoch,
+            r.log.log_end_offset,
+        ) and (
+            r.repair_floor is None or r.repair_floor.reached_by(msg.last_epoch, msg.log_end_offset)
+        )
+        if msg.pre_vote:
+            granted = msg.epoch > r.epoch and up_to_date and not self._in_lease()
+            epoch = msg.epoch if granted else r.epoch
+            r.msgs.append(VoteResponse(r.id, msg.sender, epoch, granted, True))
+            return
+        free = r.voted_for in (None, msg.sender) and r.role is not Role.LEADER
+        # The lease holds in our own epoch too: a refused pre-vote may have moved us to
+        # the candidate's epoch while a leader we heard from moments ago still serves.
+        # A transfer's campaign was asked for by the leader, which gave its lease up.
+        promised = self._in_lease() and r.voted_for != msg.sender and not msg.transfer
+        granted = free and up_to_date and not promised
+        if granted:
+            r.voted_for = msg.sender
+            self._reset_election_timer()
+        # The vote must be durable before the candidate hears of it (rule 2).
+        r.msgs_after_persist.append(VoteResponse(r.id, msg.sender, r.epoch, granted, False))
+
+    def on_vote_response(self, msg: VoteResponse) -> None:
+        r = self.r
+        if msg.pre_vote and r.role is Role.PRE_CANDIDATE:
+            # A grant names the epoch we would campaign in; a refusal names the voter's.
+            if msg.epoch == r.epoch + (1 if msg.granted else 0):
+                self.votes[msg.sender] = msg.granted
+                self._maybe_finish_election(pre_vote=True)
+        elif not msg.pre_vote and r.role is Role.CANDIDATE:
+            self.votes[msg.sender] = msg.granted
+            self._maybe_finish_election(pre_vote=False)
+
+    def _maybe_finish_election(self, *, pre_vote: bool) -> None:
+        result = vote_result(self.votes, len(self.r.config.replicas))
+        if result is VoteResult.WON:
+            if pre_vote:
+                self.become_candidate()
+            else:
+                self._become_leader()
+        elif result is VoteResult.LOST:
+            self.r.become_follower(self.r.epoch, None)
+
+    def on_timeout_now(self, msg: TimeoutNow) -> None:
+        """Our leader hands us its leadership (rule 10; the door checked it is our
+        leader): campaign now, without a pre-vote, unless we are under repair (rule 8)."""
+        del msg
+        if self.r.role is Role.FOLLOWER and self.r.repair_floor is None:
+            self.become_candidate(transfer=True)
+
+    def _in_lease(self) -> bool:
+        config = self.r.config
+        return config.check_quorum and self.leader_contact_elapsed < config.election_ticks
+
+    def _random_election_timeout(self) -> int:
+        ticks = self.r.config.election_ticks
+        return ticks + self.rng.randrange(0, ticks)
+
+    def _reset_election_timer(self) -> None:
+        self.election_elapsed = 0
+        self.election_timeout = self._random_election_timeout()
+
+    # ================================================================== the leader's tick
+    def _tick_leader(self) -> None:
+        r = self.r
+        if self.transfer_target is not None:
+            self.transfer_elapsed += 1
+            if self.transfer_elapsed >= r.config.election_ticks:
+                if self.timeout_now_sent:  # no lease any more (rule 10): step down
+                    r.become_follower(r.epoch, None)
+                    return
+                self.transfer_target = None  # the target did not catch up: lead on
+        r.heartbeat_elapsed += 1
+        if r.heartbeat_elapsed >= r.config.heartbeat_ticks:
+            r.heartbeat_elapsed = 0
+            r._heartbeat()
+        self.election_elapsed += 1
+        if self.election_elapsed >= r.config.election_ticks:
+            self.election_elapsed = 0
+            if not self._check_quorum():
+                return
+        r._expire_produces()
+
+    def _check_quorum(self) -> bool:
+        """Step down unless a majority was heard from in the last election timeout."""
+        r = self.r
+        heard = [progress.recent_active for progress in r.progress.values()]
+        for progress in r.progress.values():
+            progress.recent_active = False
+        if r.config.check_quorum and not has_quorum(heard, len(r.config.replicas)):
+            r.become_follower(r.epoch, None)
+            return False
+        self.leader_contact_elapsed = 0
+        return True
+
+    def _maybe_send_timeout_now(self) -> None:
+        """The transfer's target durably holds our whole log: it may campaign (rule 10).
+        From now on we serve no reads (`has_read_lease`)."""
+        r = self.r
+        target = self.transfer_target
+        if target is None or self.timeout_now_sent:
+            return
+        progress = r.progress[target]
+        if progress.repairing or progress.match_offset != r.log.log_end_offset:
+            return
+        self.timeout_now_sent = True
+        r.msgs.append(TimeoutNow(r.id, target, r.epoch))

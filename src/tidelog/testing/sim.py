@@ -1,6 +1,6 @@
 """The randomized simulator: real replicas, fake network, clocks and disk, one seed per run.
 
-    python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|5] [--ticks T]
+    python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|4|5] [--ticks T]
                                   [--disk] [--jobs J] [--faults full|classic] [--trace]
                                   [--mode quorum|isr]
 
@@ -17,8 +17,16 @@ Then a liveness phase: heal everything; within a bounded time a leader must exis
 acks=all write must commit, and all replicas must converge. `--faults classic` runs the
 model from before scenarios 19-22 instead, so the seeds it found replay.
 
+Four replicas are an even count: a majority is 3, so two halves of 2 never both decide.
+In about half the seeds odd clients play besides (`odd_clients.py`, from a generator of
+their own): the idempotent producer sends batches with a sequence gap (refused, never
+committed) and its last batch again (answered with its first offsets), and consumers ask
+leaders OffsetForLeaderEpoch (never past the committed end, never a committed record
+reported truncated).
+
 The checker (`checker.py`) sees every step; the monitors (`monitors.py`) watch leases,
-check-quorum, probes and progress while a quorum is up and connected. A node whose log is
+check-quorum, the Figure-8 rule (a leader's HWM moves only past its own epoch's start),
+probes and progress while a quorum is up and connected. A node whose log is
 found damaged (by its own read, a client's or the checker's) sets the damage aside and
 starts again with a repair floor, as the broker does, and catches up from its leader.
 A failing seed prints the command that reproduces it; `--trace` prints every event of a
@@ -84,7 +92,14 @@ from tidelog.testing.cluster import Cluster, SimMemoryStorage, SimStorage
 from tidelog.testing.disk import SimDiskStorage, wal_config
 from tidelog.testing.faults import MICROS_PER_TICK, Faults, Settings, heal_disks, replica_config
 from tidelog.testing.isr_sim import HEARTBEAT_TICKS, IsrChecks, IsrSettings, SimController
-from tidelog.testing.monitors import LeaseMonitor, ProbeMonitor, ProgressMonitor, QuorumMonitor
+from tidelog.testing.monitors import (
+    LeaseMonitor,
+    OwnEpochMonitor,
+    ProbeMonitor,
+    ProgressMonitor,
+    QuorumMonitor,
+)
+from tidelog.testing.odd_clients import OddClients
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
@@ -147,6 +162,8 @@ class Workload:
     # ISR mode: the HWM a client saw never goes back, for that client, across leader changes.
     client_hwm_check: bool = False
     on_acked: list[Callable[[int, bytes], None]] = field(default_factory=list)
+    # Odd batches of the idempotent producer and OffsetForLeaderEpoch (odd_clients.py).
+    odd: OddClients | None = None
 
     def __post_init__(self) -> None:
         self.cluster.listeners.append(self.on_completion)
@@ -154,6 +171,10 @@ class Workload:
     def produce_idempotent(self) -> None:
         """Send (or send again) the idempotent producer's batch to the believed leader."""
         if self.idempotent_request is not None:
+            return
+        kind = self.odd.pick() if self.odd is not None and self.idempotent_batch is None else None
+        if kind is not None:
+            self.produce_odd(kind)
             return
         if self.idempotent_batch is None:
             self.produced += 1
@@ -173,6 +194,32 @@ class Workload:
             node, lambda replica: replica.propose(request_id, batch, acks=ACKS_ALL)
         ):
             self.in_flight.pop(request_id)
+            self.idempotent_request = None
+
+    def produce_odd(self, kind: str) -> None:
+        """Send, in the idempotent producer's slot, a batch with a sequence gap or its last
+        acknowledged batch again (odd_clients.py)."""
+        assert self.odd is not None
+        if kind == "gap":
+            epoch = self.idempotent_epoch
+            sequence = self.odd.gap_sequence(self.idempotent_sequence)
+            value = f"{self.seed}:gap:{epoch}:{sequence}".encode()
+            batch = build_batch(value, producer=(IDEMPOTENT_PRODUCER_ID, epoch, sequence))
+        else:
+            assert self.odd.last_acked is not None
+            batch = self.odd.last_acked[0]
+        self.produced += 1
+        request_id = self.produced
+        self.idempotent_request = request_id
+        self.in_flight[request_id] = (batch, ACKS_ALL)
+        self.odd.sent(request_id, kind, batch)
+        node = self.pick_node()
+        self.cluster.note(f"produce #{request_id} to {node} (idempotent, {kind})")
+        if not self.cluster.input(
+            node, lambda replica: replica.propose(request_id, batch, acks=ACKS_ALL)
+        ):
+            self.in_flight.pop(request_id)
+            self.odd.in_flight.pop(request_id, None)
             self.idempotent_request = None
 
     def produce(self, acks: int | None = None) -> None:
@@ -234,10 +281,15 @@ class Workload:
             self.cluster.note(f"produce #{result.request_id} answered by {node}: {outcome}")
         if result.request_id == self.idempotent_request:
             self.idempotent_request = None
+            if self.odd is not None and self.odd.answered(node, result):
+                self.leader_hint = node if result.error is None else self.leader_hint
+                return
             if result.error is None:
                 header = read_header(batch)
                 self.idempotent_sequence += header.last_offset_delta + 1
                 self.idempotent_batch = None
+                if self.odd is not None and result.base_offset is not None:
+                    self.odd.acked(batch, result.base_offset)
             elif isinstance(result.error, (UnknownProducerId, OutOfOrderSequence)):
                 # Its state is gone (deleted with the records, or a batch was lost): the
                 # batch fails, and the producer goes on in a new epoch from sequence 0, as
@@ -245,6 +297,8 @@ class Workload:
                 self.idempotent_epoch += 1
                 self.idempotent_sequence = 0
                 self.idempotent_batch = None
+                if self.odd is not None:
+                    self.odd.new_producer_epoch()
         if result.error is None:
             self.leader_hint = node
             if acks == ACKS_ALL and result.base_offset is not None:
@@ -270,6 +324,9 @@ class Workload:
         with self.cluster.stopping_on_disk_errors(node):
             self.fetch(node, replica, consumer)
             self.ask_latest(node, replica)
+            if self.odd is not None:
+                read = (consumer.position, consumer.last_epoch)
+                self.odd.ask_epoch_end(node, replica, read, name_epoch=self.send_leader_epoch)
 
     def fetch(self, node: NodeId, replica: Replica, consumer: Consumer) -> None:
         known = consumer.position > 0 and consumer.last_epoch != NO_EPOCH
@@ -390,6 +447,9 @@ class Run:
         self.workload.on_acked_all.append(self.progress.on_commit)
         self.cluster.on_step.append(self.check)
         self.quorum = QuorumMonitor(self.cluster, self.checker) if settings.check_quorum else None
+        self.own_epoch = None if self.isr else OwnEpochMonitor(self.checker)
+        if not self.classic and not self.offsets_log:
+            self.workload.odd = OddClients.draw(self.seed, self.cluster, self.checker)
         if settings.check_quorum:
             LeaseMonitor(self.cluster, self.checker)
         ProbeMonitor(self.cluster, self.checker)
@@ -572,6 +632,8 @@ class Run:
                 continue
             if self.quorum is not None:
                 self.quorum.check(node, replica)
+            if self.own_epoch is not None:
+                self.own_epoch.check(node, replica)
             if self.trace is not None:
                 self.trace_state(node, replica)
         self.checker.check_matches(self.live())
@@ -742,7 +804,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
     parser.add_argument("--first-seed", type=int, default=1, help="the first seed")
-    parser.add_argument("--replicas", type=int, choices=(3, 5), default=3)
+    parser.add_argument("--replicas", type=int, choices=(3, 4, 5), default=3)
     parser.add_argument("--ticks", type=int, default=400, help="ticks of the safety phase")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument(

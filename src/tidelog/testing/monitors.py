@@ -19,7 +19,9 @@
   probe it sent after stepping the one before, with no acceptance between, is in a probe
   loop: a rejection must move the probe back (KIP-279, Raft's nextIndex), so it never
   sends the probe that was rejected again (scenario 20: "no probe loops"). Answers to
-  probes sent before (a backlog answered at once, duplicates) do not count.
+  probes sent before (a backlog answered at once, duplicates) do not count, nor answers
+  the leader discards (to requests before the follower's `seq_min`: they predate a
+  restart or a repair it learned of since, ISR mode's rule 9).
 - `ProgressMonitor` (liveness): while a quorum of replicas (a majority, or
   min.insync.replicas when larger) is up, not paused and connected both ways, and no other
   replica can disturb it, replication never stalls for `bound` microticks: within `bound`
@@ -173,6 +175,9 @@ class ProbeMonitor:
         if msg.success or msg.epoch != replica.epoch:
             self.streaks.pop(link, None)
             return
+        progress = replica.progress.get(msg.sender)
+        if progress is not None and msg.seq < progress.seq_min:
+            return  # discarded: it answers a request from before a restart or a repair
         incarnation = self.cluster.nodes[node].incarnation
         answer = (incarnation, msg.epoch, msg.prev_offset, msg.match_offset, msg.hint_epoch)
         last = self.streaks.get(link)

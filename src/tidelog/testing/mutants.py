@@ -724,7 +724,6 @@ CATALOGUE: tuple[Mutant, ...] = (
 TRANSCRIPT_ONLY: frozenset[str] = frozenset(
     {
         # acknowledgements, min.insync.replicas and the ISR count of quorum mode
-        "acks-1-before-fsync",
         "quorum-ignores-min-insync",
         "produce-ignores-min-insync",
         "in-sync-without-recent-ack",
@@ -745,12 +744,10 @@ TRANSCRIPT_ONLY: frozenset[str] = frozenset(
         "repairing-twice-keeps-match",
         "transfer-to-a-lagging-target",
         # producer state across deletions and resets
-        "unknown-producer-accepted",
         "producer-snapshot-not-saved",
         "reset-forgets-producers",
         # ISR mode's restarts and unclean recovery (rules 9, 10): `sim --mode isr` never
         # restarts a node on an empty disk, nor allows an unclean election
-        "isr-first-registration-is-a-restart",
         "isr-replica-counts-answers-from-before-a-restart",
         "isr-gives-up-without-unclean-election",
         "isr-unchecked-follower-serves-reads",

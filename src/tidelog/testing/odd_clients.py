@@ -10,8 +10,11 @@ Rules of this file:
   OutOfOrderSequence, or UnknownProducerId / a fenced epoch; never appended: the checker
   fails if one is ever committed), or its last acknowledged batch again (a retry whose
   answer was lost: it must be answered with the offsets it got the first time, never
-  written again). Either holds the producer's one slot in flight, so no batch of its own
-  moves the expected sequence meanwhile.
+  written again), or a batch of a producer id never used before that does not start at
+  sequence 0 (it may retry a batch whose record was deleted: it must be refused
+  UnknownProducerId, never taken for a mere gap, which the producer would answer by going
+  on). Each holds the producer's one slot in flight, so no batch of its own moves the
+  expected sequence meanwhile.
 - OffsetForLeaderEpoch (KIP-320; the end-offset rule of KIP-101/279): a consumer asks a
   replica that calls itself leader where the epoch of the last batch it read ends, naming
   the newest leader epoch (its metadata) when consumers name epochs (no check-quorum). An
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 
 from tidelog.core.messages import ProduceResult
 from tidelog.core.replica import Replica, Role
-from tidelog.errors import TidelogError
+from tidelog.errors import OutOfOrderSequence, TidelogError
 from tidelog.testing.checker import Checker, batch_identity
 from tidelog.testing.cluster import Cluster
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
@@ -40,6 +43,9 @@ GAP_SHARE = 0.15
 """Of the idempotent producer's new batches, how many are a batch with a sequence gap."""
 DUPLICATE_SHARE = 0.15
 """... and how many are its last acknowledged batch again."""
+UNKNOWN_SHARE = 0.05
+"""... and how many a batch of a new producer id at a sequence above 0."""
+UNKNOWN_PRODUCER_ID_BASE = 2000
 GAP_MAX = 3
 """The largest gap left after the expected sequence."""
 EPOCH_END_SHARE = 0.5
@@ -66,6 +72,7 @@ class OddClients:
     last_acked: tuple[bytes, Offset] | None = None  # the producer's last batch, as written
     gaps: int = 0
     duplicates: int = 0
+    unknowns: int = 0
     epoch_ends: int = 0
 
     @classmethod
@@ -77,21 +84,28 @@ class OddClients:
     # ------------------------------------------------------------ the producer ------
     def pick(self) -> str | None:
         """What the idempotent producer sends instead of a new batch: "gap", "duplicate",
-        or None (its next batch)."""
+        "unknown", or None (its next batch)."""
         roll = self.rng.random()
         if roll < GAP_SHARE:
             return "gap"
-        if roll < GAP_SHARE + DUPLICATE_SHARE and self.last_acked is not None:
-            return "duplicate"
-        return None
+        roll -= GAP_SHARE
+        if roll < DUPLICATE_SHARE:
+            return "duplicate" if self.last_acked is not None else None
+        return "unknown" if roll - DUPLICATE_SHARE < UNKNOWN_SHARE else None
+
+    def unknown_producer(self) -> tuple[int, int, int]:
+        """(producer id, epoch, first sequence) of a producer never seen, not at sequence 0."""
+        return UNKNOWN_PRODUCER_ID_BASE + self.unknowns, 0, self.rng.randint(1, GAP_MAX)
 
     def gap_sequence(self, expected: int) -> int:
         return expected + self.rng.randint(1, GAP_MAX)
 
     def sent(self, request_id: int, kind: str, batch: bytes) -> None:
-        if kind == "gap":
-            self.gaps += 1
-            self.checker.refused[batch_identity(batch)] = "a batch with a sequence gap"
+        if kind in ("gap", "unknown"):
+            self.gaps += kind == "gap"
+            self.unknowns += kind == "unknown"
+            why = "a batch with a sequence gap" if kind == "gap" else "an unknown producer's batch"
+            self.checker.refused[batch_identity(batch)] = why
             self.in_flight[request_id] = OddBatch(kind)
         else:
             assert self.last_acked is not None
@@ -103,12 +117,17 @@ class OddClients:
         odd = self.in_flight.pop(result.request_id, None)
         if odd is None:
             return False
+        if odd.kind == "unknown" and isinstance(result.error, OutOfOrderSequence):
+            self.checker.fail(
+                f"node {node} answered an unknown producer's batch OutOfOrderSequence "
+                "(UnknownProducerId expected: its earlier batches may be deleted)"
+            )
         if result.error is not None:
             return True  # refused, or not the leader: either way nothing was written
         if odd.first_offset is None:
             self.checker.fail(
-                f"node {node} accepted an idempotent batch with a sequence gap, at offset "
-                f"{result.base_offset} (OutOfOrderSequence expected)"
+                f"node {node} accepted an idempotent batch ({odd.kind}) at offset "
+                f"{result.base_offset}: it must be refused"
             )
         elif result.base_offset != odd.first_offset:
             self.checker.fail(

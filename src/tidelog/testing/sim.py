@@ -20,9 +20,10 @@ model from before scenarios 19-22 instead, so the seeds it found replay.
 Four replicas are an even count: a majority is 3, so two halves of 2 never both decide.
 In about half the seeds odd clients play besides (`odd_clients.py`, from a generator of
 their own): the idempotent producer sends batches with a sequence gap (refused, never
-committed) and its last batch again (answered with its first offsets), and consumers ask
-leaders OffsetForLeaderEpoch (never past the committed end, never a committed record
-reported truncated).
+committed), its last batch again (answered with its first offsets) and batches of a new
+producer id not at sequence 0 (UnknownProducerId), and consumers ask leaders
+OffsetForLeaderEpoch (never past the committed end, never a committed record reported
+truncated). An acks=1 write is acknowledged only once the leader's copy is durable.
 
 The checker (`checker.py`) sees every step; the monitors (`monitors.py`) watch leases,
 check-quorum, the Figure-8 rule (a leader's HWM moves only past its own epoch's start),
@@ -48,7 +49,8 @@ last good copy (the only member of the ISR and ELR up in the incarnation the con
 knows); a disk error stops it all the same, and a partition whose ISR and ELR are empty is
 offline for good (counted, not a violation). The checker adds ISR mode's invariants: every
 acknowledged acks=all record in the durable log of every member of the committed ISR and
-ELR; the record's epochs never go back; the HWM a consumer saw never goes back; and the
+ELR; the record's epochs never go back; the HWM a consumer saw never goes back; the ISR
+and the ELR are never both empty before some replica started again (rule 9); and the
 liveness phase asks the controller to elect a leader that commits a new write.
 """
 
@@ -205,6 +207,9 @@ class Workload:
             sequence = self.odd.gap_sequence(self.idempotent_sequence)
             value = f"{self.seed}:gap:{epoch}:{sequence}".encode()
             batch = build_batch(value, producer=(IDEMPOTENT_PRODUCER_ID, epoch, sequence))
+        elif kind == "unknown":
+            producer = self.odd.unknown_producer()
+            batch = build_batch(f"{self.seed}:unknown:{producer}".encode(), producer=producer)
         else:
             assert self.odd.last_acked is not None
             batch = self.odd.last_acked[0]
@@ -236,6 +241,16 @@ class Workload:
         request_id = self.produced
         self.cluster.note(f"produce #{request_id} to {node} (acks={acks}, {count} records)")
         self.cluster.input(node, lambda replica: replica.propose(request_id, batch, acks=acks))
+
+    def check_durable_at_leader(self, node: NodeId, result: ProduceResult) -> None:
+        """An acks=1 write is acknowledged once the leader's copy is durable."""
+        replica = self.cluster.nodes[node].replica
+        end = result.next_offset
+        if replica is not None and end is not None and replica.log.durable_end_offset < end:
+            self.checker.fail(
+                f"node {node} acknowledged an acks=1 write ending at {end}, its durable log "
+                f"ending at {replica.log.durable_end_offset}"
+            )
 
     def pick_node(self) -> NodeId:
         if self.leader_hint is not None and self.rng.random() < 0.9:
@@ -301,6 +316,8 @@ class Workload:
                     self.odd.new_producer_epoch()
         if result.error is None:
             self.leader_hint = node
+            if acks == ACKS_LEADER:
+                self.check_durable_at_leader(node, result)
             if acks == ACKS_ALL and result.base_offset is not None:
                 self.acked_all += 1
                 self.checker.on_acked(result.base_offset, batch)
@@ -539,6 +556,7 @@ class Run:
         if self.controller is not None:
             self.controller.tick(faults=faults is not None)
             self.check()
+            self.check_offline_cause()
         if self.settings.burst_ticks and self.rng.random() < 1 / (
             self.settings.burst_ticks * MICROS_PER_TICK
         ):
@@ -556,6 +574,22 @@ class Run:
             self.compare_committed()
             if self.isr_checks is not None:
                 self.isr_checks.check_batches()
+
+    def check_offline_cause(self) -> None:
+        """ISR mode: the ISR and the ELR are both empty only once a replica has started
+        again (rule 9: a restart after an unclean stop leaves them; a first registration
+        changes nothing, and a fenced node goes to the ELR)."""
+        controller = self.controller
+        if controller is None or not controller.available:
+            return
+        record = controller.record
+        if record.isr or record.elr:
+            return
+        if all(sim_node.incarnation <= 1 for sim_node in self.cluster.nodes.values()):
+            self.checker.fail(
+                f"the ISR and the ELR are empty (record epoch {record.leader_epoch}) and no "
+                "replica ever started again"
+            )
 
     def maybe_heartbeat(self, node: NodeId) -> None:
         """ISR mode: a node heartbeats to the controller every HEARTBEAT_TICKS of its clock."""

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from tidelog.testing import mutants
-from tidelog.testing.mutant_checks import seed_of
+from tidelog.testing.mutant_checks import parse_sim, plan, seed_of
 from tidelog.testing.mutants import (
     CATALOGUE,
+    FIRST_SEEDS,
     PACKAGE,
     TRANSCRIPT_ONLY,
     AnchorError,
@@ -138,6 +139,21 @@ def test_an_excused_mutant_a_seed_catches_must_come_off_the_list() -> None:
     assert f"take off TRANSCRIPT_ONLY: {excused.name}" in text_report(report)
     only_transcript = Outcome(excused.name, "scenario x.txt", "d", 1, 1.0)
     assert Report(report.baseline, [(excused, only_transcript)], 1, 1.0).passed
+
+
+def test_the_first_seeds_name_catalogued_mutants_and_run_before_the_plan() -> None:
+    names = {m.name for m in CATALOGUE}
+    assert set(FIRST_SEEDS) <= names - TRANSCRIPT_ONLY
+    assert all(parse_sim(f"{mode}:{seed}") == (mode, seed) for mode, seed in FIRST_SEEDS.values())
+    job = Job("m", None, None, (("memory-3", 2),), first=(("memory-5", 91),))
+    assert checks_command(Path("copy"), job)[-4:] == [
+        "--sim",
+        "memory-3:2",
+        "--first",
+        "memory-5:91",
+    ]
+    labels = [check.label for check in plan(None, [("memory-3", 2)], first=[("memory-5", 91)])]
+    assert labels == ["sim memory-5 seed 91", "sim memory-3 seed 1", "sim memory-3 seed 2"]
 
 
 def test_the_seeds_run_on_after_a_transcript_caught() -> None:

@@ -1,7 +1,7 @@
 """The checks of the mutation gate, run in a subprocess over one copy of the package.
 
     python -m tidelog.testing.mutant_checks --package DIR [--scenarios DIR] [--sim MODE:SEEDS]
-                                            [--seed MODE:SEED]
+                                            [--seed MODE:SEED] [--first MODE:SEED]
 
 Rules of this file:
 - It judges the package it is imported from: the gate puts a (mutated) copy first on
@@ -11,7 +11,9 @@ Rules of this file:
   it raises, and the catch names first one that reports a violation or raised. Then the
   simulator seeds, the modes interleaved seed by seed: a seed catches on its first
   violation or exception; then the single seeds of `--seed` (the gate's baseline of the
-  seeds that caught a mutant). With `--seeds-too` a transcript's catch does not stop the
+  seeds that caught a mutant). The seeds of `--first` run right after the transcripts,
+  before the plan's (the seed that caught the mutant last time: found again at once).
+  With `--seeds-too` a transcript's catch does not stop the
   run: the seeds go on until one catches too, so the gate learns whether the simulator
   alone guards the rule (`by_seed`).
 - Each check (all the transcripts together, or one seed) has a time limit; one that runs
@@ -195,12 +197,17 @@ def seed_of(label: str | None) -> tuple[str, int] | None:
 
 
 def plan(
-    scenarios: Path | None, modes: list[tuple[str, int]], single: Sequence[tuple[str, int]] = ()
+    scenarios: Path | None,
+    modes: list[tuple[str, int]],
+    single: Sequence[tuple[str, int]] = (),
+    first: Sequence[tuple[str, int]] = (),
 ) -> Iterator[Check]:
-    """The transcripts, then seed 1 of each mode, seed 2 of each mode, and so on, then the
-    `single` seeds."""
+    """The transcripts, then the `first` seeds, then seed 1 of each mode, seed 2 of each
+    mode, and so on, then the `single` seeds."""
     if scenarios is not None:
         yield ScenarioCheck(scenarios)
+    for mode, seed in first:
+        yield SeedCheck(mode, seed)
     for seed in range(1, max((seeds for _, seeds in modes), default=0) + 1):
         for mode, seeds in modes:
             if seed <= seeds:
@@ -255,6 +262,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--seed", type=parse_sim, action="append", default=[], help="MODE:SEED, repeatable"
     )
     parser.add_argument(
+        "--first", type=parse_sim, action="append", default=[], help="MODE:SEED, repeatable"
+    )
+    parser.add_argument(
         "--seeds-too",
         action="store_true",
         help="after a transcript catches, run the seeds on until one catches too",
@@ -271,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGALRM, on_alarm)
     count = 0
     first: Catch | None = None
-    for check in plan(args.scenarios, args.sim, args.seed):
+    for check in plan(args.scenarios, args.sim, args.seed, args.first):
         count += 1
         emit({"check": check.label})
         caught = run_check(check)

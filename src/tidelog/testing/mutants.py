@@ -1061,7 +1061,7 @@ def text_report(report: Report) -> str:
         judged = [m.name for m, _ in report.mutants if m.name in report.excused]
         lines.append(f"{len(judged)} excused (TRANSCRIPT_ONLY): their seeds ran only if needed")
     outcome = "gate passed" if report.passed else "gate FAILED"
-    by_seeds = report.caught - len(report.transcripts_only)
+    by_seeds = sum(1 for _, outcome in report.mutants if outcome.caught and outcome.by_seed)
     lines.append(
         f"{report.caught} of {report.chosen} mutants caught ({by_seeds} by a simulator seed) "
         f"in {report.seconds:.0f} s: {outcome}"

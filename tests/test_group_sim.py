@@ -2,8 +2,9 @@
 replicated `__consumer_offsets` partition, under the replication simulator's faults.
 
 A bounded sweep here, on two worker processes (the mutation gate shows that its checks
-catch a coordinator that serves before it has loaded, forgets generations, or lets a stale
-generation commit); `make sim` runs thousands.
+catch a coordinator that serves before it has loaded, forgets generations, lets a stale
+generation commit, deletes a group with members or answers a static member's zombie as
+merely unknown); `make sim` runs thousands.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def test_no_seed_breaks_a_group_invariant(
     }
     fenced = 0  # zombie commits of restarted static members, refused FENCED_INSTANCE_ID
     full = 0  # joins refused GROUP_MAX_SIZE_REACHED, in the seeds that cap the group
+    non_empty = 0  # DeleteGroups refused NON_EMPTY_GROUP, in the seeds with an admin
     n = len(seeds)
     results = workers.map(group_sim.run_seed, seeds, [replicas] * n, [400] * n, [disk] * n)
     for seed, result in zip(seeds, results, strict=True):
@@ -39,11 +41,13 @@ def test_no_seed_breaks_a_group_invariant(
             totals[key] += result.stops[key]
         fenced += result.stops["zombies fenced"]
         full += result.stops["refused at group.max.size"]
+        non_empty += result.stops["deletes refused (members)"]
     # The sweep did what it claims: commits were acknowledged, read back, assignments
     # given, member ids given before the joins of consumers joining as at v4+.
     assert all(count > len(seeds) for count in totals.values()), totals
     assert fenced > 0, "no static member restarted and met its zombie"
     assert full > 0, "no seed capped the group below its consumers"
+    assert non_empty > 0, "no admin asked to delete the group while it had members"
 
 
 def test_the_command_line_sums_up_the_sweep(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""The randomized simulator inside the test suite: seeds of 3 and 5 replicas, 0 violations."""
+"""The randomized simulator inside the test suite: seeds of 3, 4 and 5 replicas, 0 violations."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from tidelog.testing import sim
 
 SEEDS_3 = 150
+SEEDS_4 = 40
 SEEDS_5 = 60
 DISK_SEEDS_3 = 50
 DISK_SEEDS_5 = 20
@@ -17,8 +18,14 @@ DISK_SEEDS_5 = 20
 
 @pytest.mark.parametrize(
     ("replicas", "seeds", "disk"),
-    [(3, SEEDS_3, False), (5, SEEDS_5, False), (3, DISK_SEEDS_3, True), (5, DISK_SEEDS_5, True)],
-    ids=["memory-3", "memory-5", "disk-3", "disk-5"],
+    [
+        (3, SEEDS_3, False),
+        (4, SEEDS_4, False),
+        (5, SEEDS_5, False),
+        (3, DISK_SEEDS_3, True),
+        (5, DISK_SEEDS_5, True),
+    ],
+    ids=["memory-3", "memory-4", "memory-5", "disk-3", "disk-5"],
 )
 def test_simulator_finds_no_violation(
     replicas: int, seeds: int, disk: bool, workers: ProcessPoolExecutor
@@ -105,7 +112,7 @@ def test_a_violation_prints_the_command_that_reproduces_it(
     "argv",
     [
         ["--seeds", "0"],
-        ["--replicas", "4"],
+        ["--replicas", "6"],
         ["--ticks", "-1"],
         ["--seeds", "2", "--trace"],
         ["--faults", "some"],
@@ -115,3 +122,24 @@ def test_bad_flags_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         sim.main(argv)
     assert exit_info.value.code == 2
+
+
+def test_four_replicas_need_three_for_a_majority() -> None:
+    """An even count: the seed's quorum is 3 of 4 (or min.insync.replicas 4 of 4)."""
+    quorums = {sim.Run(seed, 4, 100).settings.quorum_size for seed in range(20)}
+    assert quorums == {3, 4}
+    assert sim.main(["--seeds", "2", "--replicas", "4", "--ticks", "100"]) == 0
+
+
+def test_the_odd_clients_play_in_some_seeds_and_are_refused() -> None:
+    """Sequence gaps, duplicates and OffsetForLeaderEpoch are asked in about half the
+    seeds (odd_clients.py); in the others, and in the classic model, no odd client plays."""
+    runs = [sim.Run(seed, 3, 400) for seed in range(1, 13)]
+    results = [run.run() for run in runs]
+    assert all(not result.violations for result in results)
+    odd = [run.workload.odd for run in runs if run.workload.odd is not None]
+    assert 0 < len(odd) < len(runs)
+    assert sum(clients.gaps for clients in odd) > 0
+    assert sum(clients.duplicates for clients in odd) > 0
+    assert sum(clients.epoch_ends for clients in odd) > 0
+    assert sim.Run(3000308, 3, 100, classic=True).workload.odd is None

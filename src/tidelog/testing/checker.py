@@ -8,7 +8,9 @@ or extend it. Everything else is checked against that history:
 - every batch a client read passes its CRC and is at the same offset in the committed
   history;
 - every acknowledged acks=all write is in the committed history (Jepsen's lost-write),
-  and no batch is committed twice (Jepsen's duplicate: the idempotent producer retries);
+  and no batch is committed twice (Jepsen's duplicate: the idempotent producer retries),
+  and no batch that had to be refused (`refused`: an idempotent batch with a sequence gap)
+  is ever committed;
 - HWM never decreases within a run of a replica, nor below what its storage made durable
   across a restart, except when that storage set damage aside (the replica starts with a
   repair floor, its HWM at most its shorter log's end: rule 8 of the replica);
@@ -71,6 +73,8 @@ class Checker:
     leases: bool = True
     # follower -> the (leader, epoch) whose match for it predates its disk's replacement
     stale_matches: dict[NodeId, set[tuple[NodeId, Epoch]]] = field(default_factory=dict)
+    # identity -> why it must never be committed (odd_clients.py)
+    refused: dict[bytes, str] = field(default_factory=dict)
 
     def fail(self, text: str) -> None:
         """Record a violation (once: the checks after every step would repeat it)."""
@@ -152,6 +156,8 @@ class Checker:
                 self.committed_end = entry.next_offset
                 if not header.is_control:  # every leader's control batch looks alike
                     self.check_unique(position, entry.identity)
+                if entry.identity in self.refused:
+                    self.fail(f"{self.refused[entry.identity]} was committed at {position}")
             elif known is None:
                 self.fail(f"node {node}: committed batch at {position} leaves a gap")
                 return

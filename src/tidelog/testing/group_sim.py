@@ -11,6 +11,9 @@ fetch them, leave and come back; some join as at JoinGroup v4+ (a member id give
 KIP-394) and some are static members (KIP-345) that restart now and then, their old self's
 commit arriving late; some seeds cap the group below its consumers (group.max.size,
 KIP-389): a consumer refused GROUP_MAX_SIZE_REACHED goes away and tries again later.
+Some seeds (`draw_churn`, a generator of their own) make every consumer static and restart
+them often, so a zombie's late commit meets its new self soon; in some an admin asks now
+and then to delete the group (DeleteGroups: refused while it has members).
 Besides every check of the replication simulator:
 - no committed offset goes back: an OffsetFetch answered by any coordinator is at least
   every commit acknowledged before it was sent (a failover keeps every acknowledged
@@ -18,8 +21,14 @@ Besides every check of the replication simulator:
 - generations fence stale members: no partition is assigned to two members in one
   generation (two coordinators never answer SyncGroup for one generation differently);
   a restarted static member's old self commits nothing (its late commit, with offsets
-  above what its new self commits next, would make an offset go back);
+  above what its new self commits next, would make an offset go back), and is told so:
+  a request naming an instance id the coordinator holds for another member id is refused
+  FENCED_INSTANCE_ID (KIP-345), not as a member merely unknown (that client would join
+  again and fence its new self in turn);
 - no committed generation holds more members than group.max.size;
+- a group's tombstone (DeleteGroups) follows a committed generation with no members: a
+  group with members is never deleted (after a deletion the offsets it took are gone, so
+  offsets are no longer checked against earlier commits in that seed);
 - liveness: once everything heals, a consumer commits and reads its commit back within a
   bound.
 A failing seed prints the command that reproduces it; `--trace` prints its events.
@@ -42,6 +51,7 @@ from tidelog.core.replica import Role
 from tidelog.errors import TidelogError
 from tidelog.groups.messages import (
     Commit,
+    DeleteGroup,
     FetchOffsets,
     GroupConfig,
     Heartbeat,
@@ -77,7 +87,19 @@ CONFIG = GroupConfig(
 # Errors after which a member joins again (with its member id, or without).
 REJOIN = {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION}
 FORGET = {ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID}
+# A member's refusals a coordinator decides after its instance-id check (KIP-345).
+MEMBER_ERRORS = {
+    ErrorCode.UNKNOWN_MEMBER_ID,
+    ErrorCode.ILLEGAL_GENERATION,
+    ErrorCode.REBALANCE_IN_PROGRESS,
+}
 STATIC_SHARE = 0.4  # of consumers, drawn per seed
+# Of the seeds, how many churn static members (all static, restarting this often when
+# stable), and how many have an admin that asks to delete the group (this often).
+CHURN_SHARE = 0.3
+CHURN_RESTART_SHARE = 0.1
+ADMIN_SHARE = 0.5
+ADMIN_RATE = 0.001  # per microtick
 # group.max.size per seed: (size, share of the seeds); the rest leave it at its default.
 MAX_SIZES = ((1, 0.1), (2, 0.2))
 
@@ -90,6 +112,13 @@ def draw_max_size(seed: int) -> int:
             return size
         roll -= share
     return CONFIG.group_max_size
+
+
+def draw_churn(seed: int) -> tuple[bool, bool]:
+    """Whether the seed churns static members, and whether an admin deletes the group,
+    from a generator of their own (a seed with neither runs as before they existed)."""
+    rng = random.Random(f"group churn {seed}")
+    return rng.random() < CHURN_SHARE, rng.random() < ADMIN_SHARE
 
 
 def assign(members: list[str]) -> dict[str, bytes]:
@@ -128,6 +157,8 @@ class GroupChecker:
     stored: dict[tuple[int, int], dict[str, tuple[int, ...]]] = field(default_factory=dict)
     last_generation: int = 0
     syncs_checked: int = 0
+    last_members: int = 0  # how many members the last committed generation names
+    deleted: bool = False  # a tombstone was committed: earlier commits are gone
 
     def tick(self) -> int:
         self.events += 1
@@ -138,6 +169,8 @@ class GroupChecker:
         self.acked.setdefault(partition, []).append((self.tick(), offset))
 
     def on_fetch(self, sent: int, offsets: dict[tuple[str, int], object], node: NodeId) -> None:
+        if self.deleted:
+            return
         self.fetches_checked += 1
         for partition, acks in self.acked.items():
             floor = max((offset for at, offset in acks if at < sent), default=None)
@@ -159,8 +192,14 @@ class GroupChecker:
         if key is None or json.loads(key).get("type") != "group":
             return
         if value is None:
+            if self.last_members:
+                self.violations.append(
+                    f"the group was deleted at offset {offset}, its last generation "
+                    f"{self.last_generation} naming {self.last_members} members"
+                )
             self.era += 1
             self.last_generation = 0
+            self.deleted = True
             return
         content = json.loads(value)
         generation = int(content["generation"])
@@ -170,6 +209,7 @@ class GroupChecker:
                 f"{self.last_generation}"
             )
         self.last_generation = generation
+        self.last_members = len(content["members"])
         if len(content["members"]) > self.max_size:
             self.violations.append(
                 f"generation {generation} at offset {offset} holds "
@@ -262,18 +302,23 @@ class GroupRun:
         self.nodes.record_listeners.append(self.checker.on_record)
         # Which consumers join as at v4+, and which are static, is drawn apart from `rng`.
         versions = random.Random(f"join versions {self.seed}")
+        churn, admin = draw_churn(self.seed)
+        self.restart_share = CHURN_RESTART_SHARE if churn else 0.02
         self.consumers = [
             Consumer(
                 f"c{i}",
                 requires_known_id=versions.random() < 0.5,
-                instance=f"i{i}" if versions.random() < STATIC_SHARE else None,
+                instance=f"i{i}" if versions.random() < STATIC_SHARE or churn else None,
             )
             for i in range(1, CONSUMERS + 1)
         ]
+        self.admin = Consumer("admin", phase="admin") if admin else None
+        self.admin_rng = random.Random(f"group admin {self.seed}")
         self.zombies_fenced = 0  # FENCED_INSTANCE_ID answers to a static member's zombie
         self.requests = 0
         self.ids_given_first = 0  # MEMBER_ID_REQUIRED answers
         self.refused_full = 0  # GROUP_MAX_SIZE_REACHED answers
+        self.deletes_refused = 0  # NON_EMPTY_GROUP answers to the admin
         self.waiting: dict[int, Consumer] = {}
         self.healed = False
         self.committed_after_heal = False  # a commit acknowledged after healing
@@ -359,7 +404,7 @@ class GroupRun:
         elif roll < 0.8 and consumer.partitions:
             body = self.commit_body(consumer, consumer.generation, consumer.partitions)
             self.send(consumer, body)
-        elif roll < 0.96 or (roll < 0.98 and consumer.instance is None):
+        elif roll < 0.98 - self.restart_share or (roll < 0.98 and consumer.instance is None):
             self.send(consumer, FetchOffsets(GROUP, None))
         elif roll < 0.98:  # a static member restarts: its old self commits late
             if consumer.partitions:
@@ -392,6 +437,9 @@ class GroupRun:
         zombie = isinstance(body, Commit) and is_zombie(body, consumer)
         if zombie and reply.error is ErrorCode.FENCED_INSTANCE_ID:
             self.zombies_fenced += 1
+        elif zombie and reply.error in MEMBER_ERRORS:
+            assert isinstance(body, Commit)
+            self.check_fenced(node, body, reply.error)
         if reply.error is ErrorCode.MEMBER_ID_REQUIRED:
             assert isinstance(reply.result, JoinResult)
             consumer.member_id = reply.result.member_id  # and it joins again with it
@@ -436,8 +484,22 @@ class GroupRun:
             consumer.rejoin(forget=True)
             consumer.phase = "gone"
 
+    def check_fenced(self, node: NodeId, body: Commit, error: ErrorCode) -> None:
+        """A zombie's commit refused as it was handled (the answer is synchronous): if the
+        coordinator holds its instance id for another member id, it must say FENCED."""
+        coordinator = self.nodes.coordinator(node)
+        group = None if coordinator is None else coordinator.groups.get(GROUP)
+        holder = None if group is None else group.static_member(body.group_instance_id)
+        if holder is not None and holder.member_id != body.member_id:
+            self.run.checker.fail(
+                f"coordinator {node} answered {error.name} to {body.member_id}, whose instance "
+                f"{body.group_instance_id} it holds for {holder.member_id} (FENCED_INSTANCE_ID)"
+            )
+
     def on_error(self, consumer: Consumer, error: ErrorCode) -> None:
-        if error is ErrorCode.GROUP_MAX_SIZE_REACHED:  # fatal to the client: it goes away
+        if error is ErrorCode.NON_EMPTY_GROUP:
+            self.deletes_refused += 1
+        elif error is ErrorCode.GROUP_MAX_SIZE_REACHED:  # fatal to the client: it goes away
             self.refused_full += 1
             consumer.rejoin(forget=True)
             consumer.phase = "gone"
@@ -459,6 +521,21 @@ class GroupRun:
         self.nodes.step()
         for consumer in self.consumers:
             self.act(consumer)
+        self.act_admin()
+
+    def act_admin(self) -> None:
+        """The admin asks, now and then, to delete the group (DeleteGroups)."""
+        admin = self.admin
+        if admin is None or self.healed:
+            return
+        if admin.in_flight is not None:
+            request, _, sent, _ = admin.in_flight
+            if self.cluster.now - sent < CLIENT_TIMEOUT:
+                return
+            self.waiting.pop(request, None)
+            admin.in_flight, admin.target = None, None
+        if self.admin_rng.random() < ADMIN_RATE:
+            self.send(admin, DeleteGroup(GROUP))
 
     def execute(self) -> SeedResult:
         run = self.run
@@ -482,6 +559,8 @@ class GroupRun:
         stops["member ids given first"] = self.ids_given_first
         stops["zombies fenced"] = self.zombies_fenced
         stops["refused at group.max.size"] = self.refused_full
+        stops["deletes refused (members)"] = self.deletes_refused
+        stops["groups deleted"] = int(self.checker.deleted)
         return SeedResult(run.checker.violations, stops)
 
     def liveness(self) -> None:

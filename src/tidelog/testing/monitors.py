@@ -9,12 +9,19 @@
   election timeouts of its own ticks is no longer leader. Its check-quorum runs every
   election timeout: the first check after the last answers may still count them, the
   next one cannot.
+- `OwnEpochMonitor` (quorum mode): a leader moves its HWM only to an offset past the start
+  of its own epoch (Raft's Figure 8, KIP-207's control batch): an older epoch's records
+  become committed only under one of its own. Counting the copies of an old record is how
+  Figure 8 loses a commit; this sees the count itself, before a later leader has to
+  overwrite the record for the checker to see the loss.
 - `ProbeMonitor` (liveness): a leader that steps the very same rejection (same probe, same
   answer) from a follower PROBE_REJECTIONS_MAX times in a row within one term, each to a
   probe it sent after stepping the one before, with no acceptance between, is in a probe
   loop: a rejection must move the probe back (KIP-279, Raft's nextIndex), so it never
   sends the probe that was rejected again (scenario 20: "no probe loops"). Answers to
-  probes sent before (a backlog answered at once, duplicates) do not count.
+  probes sent before (a backlog answered at once, duplicates) do not count, nor answers
+  the leader discards (to requests before the follower's `seq_min`: they predate a
+  restart or a repair it learned of since, ISR mode's rule 9).
 - `ProgressMonitor` (liveness): while a quorum of replicas (a majority, or
   min.insync.replicas when larger) is up, not paused and connected both ways, and no other
   replica can disturb it, replication never stalls for `bound` microticks: within `bound`
@@ -75,6 +82,28 @@ class LeaseMonitor:
                     f"node {voter} granted a vote in epoch {epoch} inside leader {node}'s "
                     f"read lease (epoch {leader.epoch})"
                 )
+
+
+@dataclass
+class OwnEpochMonitor:
+    checker: Checker
+    # node -> (the replica, its epoch, its HWM when it was first seen leading in it)
+    terms: dict[NodeId, tuple[Replica, Epoch, int]] = field(default_factory=dict)
+
+    def check(self, node: NodeId, replica: Replica) -> None:
+        if replica.role is not Role.LEADER:
+            self.terms.pop(node, None)
+            return
+        term = self.terms.get(node)
+        if term is None or term[0] is not replica or term[1] != replica.epoch:
+            self.terms[node] = (replica, replica.epoch, replica.hwm)
+            return
+        start = replica.log.epoch_start_offset(replica.epoch)
+        if replica.hwm > term[2] and start is not None and replica.hwm <= start:
+            self.checker.fail(
+                f"leader {node} (epoch {replica.epoch}) moved its HWM from {term[2]} to "
+                f"{replica.hwm}, not past its own epoch's start {start} (Raft Figure 8)"
+            )
 
 
 @dataclass
@@ -146,6 +175,9 @@ class ProbeMonitor:
         if msg.success or msg.epoch != replica.epoch:
             self.streaks.pop(link, None)
             return
+        progress = replica.progress.get(msg.sender)
+        if progress is not None and msg.seq < progress.seq_min:
+            return  # discarded: it answers a request from before a restart or a repair
         incarnation = self.cluster.nodes[node].incarnation
         answer = (incarnation, msg.epoch, msg.prev_offset, msg.match_offset, msg.hint_epoch)
         last = self.streaks.get(link)

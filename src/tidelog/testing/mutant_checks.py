@@ -1,7 +1,7 @@
 """The checks of the mutation gate, run in a subprocess over one copy of the package.
 
     python -m tidelog.testing.mutant_checks --package DIR [--scenarios DIR] [--sim MODE:SEEDS]
-                                            [--seed MODE:SEED]
+                                            [--seed MODE:SEED] [--first MODE:SEED]
 
 Rules of this file:
 - It judges the package it is imported from: the gate puts a (mutated) copy first on
@@ -11,12 +11,16 @@ Rules of this file:
   it raises, and the catch names first one that reports a violation or raised. Then the
   simulator seeds, the modes interleaved seed by seed: a seed catches on its first
   violation or exception; then the single seeds of `--seed` (the gate's baseline of the
-  seeds that caught a mutant).
+  seeds that caught a mutant). The seeds of `--first` run right after the transcripts,
+  before the plan's (the seed that caught the mutant last time: found again at once).
+  With `--seeds-too` a transcript's catch does not stop the
+  run: the seeds go on until one catches too, so the gate learns whether the simulator
+  alone guards the rule (`by_seed`).
 - Each check (all the transcripts together, or one seed) has a time limit; one that runs
   past it is caught as a hang (a test suite with a hang fails too).
 - Output is JSON lines on stdout: `{"check": LABEL}` as each check starts (so the gate
   knows where a killed run was), then one `{"caught_by": LABEL or null, "also": [LABEL],
-  "detail": TEXT, "checks": N}`.
+  "detail": TEXT, "checks": N, "by_seed": LABEL or null, "seed_detail": TEXT}`.
 """
 
 from __future__ import annotations
@@ -42,7 +46,17 @@ SIM_TICKS = 400
 DETAIL_CHARS_MAX = 300
 VIOLATION = "VIOLATION"  # how a transcript's `check` reports a broken invariant
 HANG = f"raised CheckTimedOut: still running after {CHECK_SECONDS_MAX} s (a hang)"
-MODES = {"memory-3": (3, False), "memory-5": (5, False), "disk-3": (3, True), "disk-5": (5, True)}
+MODES = {
+    "memory-3": (3, False),
+    "memory-4": (4, False),  # an even count: a majority of 4 is 3
+    "memory-5": (5, False),
+    "disk-3": (3, True),
+    "disk-5": (5, True),
+}
+# ISR mode in the simulator (`sim --mode isr`, isr_sim.py): the real IsrReplica under a
+# simulated controller, as the ISR sweeps of `make sim` run it.
+ISR_SIM_MODES = {"isr-sim-3": (3, False)}
+ISR_SIM_TICKS = 300
 # The group simulator's modes (group_sim.py): coordinators over the replicated log.
 GROUP_MODES = {"groups-3": (3, False)}
 # ISR mode's abstract model (isr_model.py: core/isr.py under its random walk). Its walks
@@ -88,6 +102,9 @@ class SeedCheck:
                 except isr_model.Violation as broken:
                     return f"{broken}  (reproduce: isr_model.random_walk({walk}, {ISR_STEPS}))"
             return None
+        if self.mode in ISR_SIM_MODES:
+            replicas, disk = ISR_SIM_MODES[self.mode]
+            return sim_violation(self.seed, sim.Mode(replicas, ISR_SIM_TICKS, disk, isr=True))
         if self.mode in GROUP_MODES:
             replicas, disk = GROUP_MODES[self.mode]
             violations = group_sim.run_seed(self.seed, replicas, SIM_TICKS, disk).violations
@@ -96,11 +113,15 @@ class SeedCheck:
             command = group_sim.reproduce_command(self.seed, replicas, SIM_TICKS, disk)
             return f"{violations[0]}  (reproduce: {command})"
         replicas, disk = MODES[self.mode]
-        mode = sim.Mode(replicas, SIM_TICKS, disk)
-        found = sim.run_seed(self.seed, mode).violations
-        if not found:
-            return None
-        return f"{found[0]}  (reproduce: {sim.reproduce_command(self.seed, mode)})"
+        return sim_violation(self.seed, sim.Mode(replicas, SIM_TICKS, disk))
+
+
+def sim_violation(seed: int, mode: sim.Mode) -> str | None:
+    """The first violation of a seed of the simulator, with the command that replays it."""
+    found = sim.run_seed(seed, mode).violations
+    if not found:
+        return None
+    return f"{found[0]}  (reproduce: {sim.reproduce_command(seed, mode)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +182,7 @@ Check = ScenarioCheck | SeedCheck
 def parse_sim(text: str) -> tuple[str, int]:
     """`MODE:SEEDS` (seeds 1..SEEDS, or the one seed of `--seed`) into (mode, number)."""
     mode, _, seeds = text.partition(":")
-    modes = [*MODES, *GROUP_MODES, ISR_MODE]
+    modes = [*MODES, *ISR_SIM_MODES, *GROUP_MODES, ISR_MODE]
     if mode not in modes or not seeds.isdigit() or int(seeds) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected MODE:NUMBER, MODE in {modes}")
     return mode, int(seeds)
@@ -176,12 +197,17 @@ def seed_of(label: str | None) -> tuple[str, int] | None:
 
 
 def plan(
-    scenarios: Path | None, modes: list[tuple[str, int]], single: Sequence[tuple[str, int]] = ()
+    scenarios: Path | None,
+    modes: list[tuple[str, int]],
+    single: Sequence[tuple[str, int]] = (),
+    first: Sequence[tuple[str, int]] = (),
 ) -> Iterator[Check]:
-    """The transcripts, then seed 1 of each mode, seed 2 of each mode, and so on, then the
-    `single` seeds."""
+    """The transcripts, then the `first` seeds, then seed 1 of each mode, seed 2 of each
+    mode, and so on, then the `single` seeds."""
     if scenarios is not None:
         yield ScenarioCheck(scenarios)
+    for mode, seed in first:
+        yield SeedCheck(mode, seed)
     for seed in range(1, max((seeds for _, seeds in modes), default=0) + 1):
         for mode, seeds in modes:
             if seed <= seeds:
@@ -235,6 +261,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--seed", type=parse_sim, action="append", default=[], help="MODE:SEED, repeatable"
     )
+    parser.add_argument(
+        "--first", type=parse_sim, action="append", default=[], help="MODE:SEED, repeatable"
+    )
+    parser.add_argument(
+        "--seeds-too",
+        action="store_true",
+        help="after a transcript catches, run the seeds on until one catches too",
+    )
     return parser.parse_args(argv)
 
 
@@ -246,16 +280,34 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGALRM, on_alarm)
     count = 0
-    for check in plan(args.scenarios, args.sim, args.seed):
+    first: Catch | None = None
+    for check in plan(args.scenarios, args.sim, args.seed, args.first):
         count += 1
         emit({"check": check.label})
         caught = run_check(check)
-        if caught is not None:
-            detail = caught.detail[:DETAIL_CHARS_MAX]
-            emit({"caught_by": caught.by, "also": caught.also, "detail": detail, "checks": count})
+        if caught is None:
+            continue
+        first = first or caught
+        if isinstance(check, SeedCheck) or not args.seeds_too:
+            emit_verdict(first, caught if isinstance(check, SeedCheck) else None, count)
             return 0
-    emit({"caught_by": None, "also": [], "detail": "", "checks": count})
+    emit_verdict(first, None, count)
     return 0
+
+
+def emit_verdict(first: Catch | None, by_seed: Catch | None, count: int) -> None:
+    """The last line: the first check that caught (None: none did), and the seed that
+    caught (None: no seed did, or none ran)."""
+    emit(
+        {
+            "caught_by": None if first is None else first.by,
+            "also": [] if first is None else first.also,
+            "detail": "" if first is None else first.detail[:DETAIL_CHARS_MAX],
+            "checks": count,
+            "by_seed": None if by_seed is None else by_seed.by,
+            "seed_detail": "" if by_seed is None else by_seed.detail[:DETAIL_CHARS_MAX],
+        }
+    )
 
 
 if __name__ == "__main__":

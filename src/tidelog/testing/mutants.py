@@ -6,7 +6,8 @@ Each mutant in `CATALOGUE` weakens one safety or liveness rule of the replicatio
 exact text replacements. The gate applies each, one at a time, to a copy of the package in
 a temporary directory and runs the checks of `mutant_checks` over that copy in a
 subprocess: the scenario transcripts first, then bounded simulator seeds in memory and on
-the faulty disk, with 3 and 5 replicas, stopping at the first check that catches it.
+the faulty disk, with 3, 4 and 5 replicas, of the group coordinators and of ISR mode,
+until a seed catches it (a transcript's catch does not stop the seeds).
 
 Rules of this file:
 - An anchor (the old text of an edit) is a short, distinctive snippet that must occur
@@ -19,8 +20,14 @@ Rules of this file:
   any mutant; the simulator seeds that caught one run after the mutants, each on its own.
   The sweeps of every seed over the unmutated code are the simulator's own tests
   (tests/test_sim.py, test_group_sim.py, test_sim_isr.py; `make sim`).
-- The gate passes (exit 0) only when the baseline passes and every mutant is caught;
-  exit 1 otherwise, exit 2 when the gate itself cannot run (an anchor, a bad flag).
+- The gate passes (exit 0) only when the baseline passes and every mutant is caught by a
+  simulator seed: a rule only a transcript guards is guarded against the one schedule its
+  author thought of (a mutant caught by transcripts alone is reported as such and fails
+  the gate). The exceptions are named in `TRANSCRIPT_ONLY`, a debt that only shrinks:
+  their seeds run only when no transcript caught them (or with `--seeds-for-all`, which
+  names those a seed now catches, to be taken off it). Exit 1 otherwise, exit 2 when the
+  gate itself cannot run (an anchor, a bad flag). `--transcripts-suffice` stops each
+  mutant at its first catch (the gate before it asked for seeds: quicker, weaker).
 - Every run is bounded: seeds per mode (`SEED_PLAN`), a time limit per check (in
   `mutant_checks`), per job, and for the whole gate.
 """
@@ -36,7 +43,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +56,31 @@ EDITABLE_LAYERS = ("core/", "node/", "groups/")
 # Seeds per simulator mode for each mutant, tried interleaved after the transcripts.
 SEED_PLAN = (
     ("memory-3", 200),
+    ("memory-4", 60),  # an even replica count (its majority is not a half)
     ("memory-5", 100),
     ("disk-3", 60),
     ("disk-5", 40),
     ("groups-3", 150),
     ("isr", 20),  # 2,000 walks of ISR mode's model, in batches of 100
+    ("isr-sim-3", 60),  # the real IsrReplica in the simulator (`sim --mode isr`)
 )
+# The seed that caught each mutant slowly (after more than a few rounds of the plan) when
+# the gate last ran (`--json`: by_seed): tried first, right after the transcripts, so the
+# gate stays within minutes. When the code moves under one and it no longer catches, the
+# plan's seeds still run in full; refresh the entry from the gate's report.
+FIRST_SEEDS: dict[str, tuple[str, int]] = {
+    "produce-while-handing-over": ("memory-3", 100),
+    "match-goes-back": ("memory-3", 100),
+    "lead-on-after-timeout-now": ("groups-3", 56),
+    "reset-resent-as-probe": ("memory-5", 91),
+    "producer-state-survives-truncation": ("memory-5", 41),
+    "emptied-log-forgets-last-epoch": ("memory-5", 42),
+    "lost-copy-keeps-its-match": ("memory-3", 22),
+    "vote-without-up-to-date-check": ("memory-3", 11),
+    "isr-any-answer-settles": ("isr", 13),
+    "reset-drops-acknowledged": ("disk-3", 8),
+    "reset-below-hwm": ("disk-5", 8),
+}
 JOB_SECONDS_MAX = 900
 GATE_SECONDS_MAX = 1800
 STDERR_TAIL_CHARS = 400
@@ -674,6 +700,79 @@ CATALOGUE: tuple[Mutant, ...] = (
         "if r.role is Role.FOLLOWER and not self.hwm_checked():",
         "if False:",
     ),
+    # ---------------------------------------------------------------- the gate's blind spots
+    # (issue 41): rules no simulator seed asked about before: a producer's sequence gap,
+    # quorums of an even replica count (the `memory-4` seeds), OffsetForLeaderEpoch
+    # (odd_clients.py asks it).
+    Mutant(
+        "out-of-order-sequence-accepted",
+        "an idempotent batch that leaves a gap after the producer's last sequence is refused "
+        "(OutOfOrderSequence)",
+        PRODUCERS,
+        "if producer.batches and header.base_sequence != expected:",
+        "if False:",
+    ),
+    Mutant(
+        "even-count-majority-too-small",
+        "a majority of n voters is n // 2 + 1: of 4, 3 (two halves of 2 never both decide)",
+        QUORUM,
+        "return voters // 2 + 1",
+        "return (voters + 1) // 2",
+    ),
+    Mutant(
+        "epoch-end-served-unchecked",
+        "OffsetForLeaderEpoch is answered only by a replica that may serve reads (a new "
+        "leader's HWM past its epoch start, the read lease)",
+        REPLICA,
+        "error = self._fencing_error(current_leader_epoch) or self._serving_error(now_ms)",
+        "error = self._fencing_error(current_leader_epoch)",
+    ),
+    Mutant(
+        "epoch-end-past-hwm",
+        "OffsetForLeaderEpoch never names an end offset past the HWM (KIP-320)",
+        REPLICA,
+        "return epoch, Offset(min(end, self.hwm, self.log.log_end_offset))",
+        "return epoch, end",
+    ),
+)
+
+# The debt: mutants that only a transcript catches, because no seed of SEED_PLAN makes the
+# schedule that breaks their rule (the simulator's workload or fault model never asks it,
+# or too rarely; found by a sweep of every seed of the plan over each). Their seeds run
+# only when no transcript caught them; each one a seed learns to catch comes off this list
+# (the gate fails until it does), and no mutant is added to it.
+TRANSCRIPT_ONLY: frozenset[str] = frozenset(
+    {
+        # acknowledgements, min.insync.replicas and the ISR count of quorum mode
+        "quorum-ignores-min-insync",
+        "produce-ignores-min-insync",
+        "in-sync-without-recent-ack",
+        "accept-stale-epoch-acks",
+        # reads
+        "follower-reads-before-sync",
+        "no-consumer-divergence-check",
+        # elections and leases
+        "pre-vote-without-up-to-date-check",
+        "no-pre-vote",
+        "votes-ignore-leader-lease",
+        "restarted-replica-votes-at-once",
+        "vote-before-fsync",
+        "vote-in-own-epoch-ignores-lease",
+        # probes, repairs, transfers
+        "probe-takes-any-answer",
+        "overtaken-refusal-forgets-the-match",
+        "unsent-probe-counts-as-asked",
+        "repairing-twice-keeps-match",
+        "transfer-to-a-lagging-target",
+        # producer state across deletions and resets
+        "producer-snapshot-not-saved",
+        "reset-forgets-producers",
+        # ISR mode's restarts and unclean recovery (rules 9, 10): `sim --mode isr` never
+        # restarts a node on an empty disk, nor allows an unclean election
+        "isr-replica-counts-answers-from-before-a-restart",
+        "isr-gives-up-without-unclean-election",
+        "isr-unchecked-follower-serves-reads",
+    }
 )
 
 
@@ -720,6 +819,8 @@ class Job:
     scenarios: Path | None
     seed_plan: tuple[tuple[str, int], ...]
     seeds: tuple[tuple[str, int], ...] = ()  # single seeds (mode, seed)
+    first: tuple[tuple[str, int], ...] = ()  # seeds tried before the plan's
+    seeds_too: bool = False  # after a transcript's catch, run the seeds until one catches
 
 
 @dataclass(frozen=True, slots=True)
@@ -733,6 +834,8 @@ class Outcome:
     seconds: float
     also: tuple[str, ...] = ()  # other transcripts that caught it too
     ran: bool = True  # False: the gate's time was up before the job could start
+    by_seed: str | None = None  # the simulator seed that caught it (None: no seed did)
+    seed_detail: str = ""
 
     @property
     def caught(self) -> bool:
@@ -741,6 +844,11 @@ class Outcome:
     @property
     def clean(self) -> bool:
         return self.ran and self.caught_by is None
+
+    @property
+    def transcripts_only(self) -> bool:
+        """Caught, but by no simulator seed."""
+        return self.caught and self.by_seed is None
 
 
 def checks_command(copy: Path, job: Job) -> list[str]:
@@ -751,6 +859,10 @@ def checks_command(copy: Path, job: Job) -> list[str]:
         command += ["--sim", f"{mode}:{seeds}"]
     for mode, seed in job.seeds:
         command += ["--seed", f"{mode}:{seed}"]
+    for mode, seed in job.first:
+        command += ["--first", f"{mode}:{seed}"]
+    if job.seeds_too:
+        command.append("--seeds-too")
     return command
 
 
@@ -787,10 +899,14 @@ def read_verdict(name: str, stdout: str, stderr: str, status: str, seconds: floa
     if lines and "caught_by" in lines[-1]:
         last = lines[-1]
         also = tuple(str(label) for label in last["also"])
-        return Outcome(name, last["caught_by"], last["detail"], last["checks"], seconds, also)
+        seeds = {"by_seed": last.get("by_seed"), "seed_detail": last.get("seed_detail", "")}
+        return Outcome(
+            name, last["caught_by"], last["detail"], last["checks"], seconds, also, **seeds
+        )
     where = str(lines[-1]["check"]) if lines else "import"
     detail = f"the checks died ({status}): {stderr[-STDERR_TAIL_CHARS:]}"
-    return Outcome(name, where, detail, len(lines), seconds)
+    by_seed = where if seed_of(where) is not None else None
+    return Outcome(name, where, detail, len(lines), seconds, by_seed=by_seed)
 
 
 def json_object(line: str) -> dict[str, Any] | None:
@@ -816,7 +932,8 @@ def run_jobs(jobs: list[Job], package: Path, workers: int, deadline: float) -> l
 
 def seed_baseline_jobs(outcomes: list[Outcome]) -> list[Job]:
     """The unmutated copy over each simulator seed that caught a mutant, a job each."""
-    caught = {seed_of(outcome.caught_by) for outcome in outcomes if outcome.caught}
+    labels = [label for o in outcomes if o.caught for label in (o.caught_by, o.by_seed)]
+    caught = {seed_of(label) for label in labels}
     seeds = sorted(seed for seed in caught if seed is not None)
     return [Job(f"sim {mode} seed {seed}", None, None, (), ((mode, seed),)) for mode, seed in seeds]
 
@@ -830,6 +947,8 @@ class Report:
     mutants: list[tuple[Mutant, Outcome]]
     chosen: int
     seconds: float
+    seeds_required: bool = True  # every mutant must be caught by a simulator seed too
+    excused: frozenset[str] = TRANSCRIPT_ONLY
 
     @property
     def baseline_clean(self) -> bool:
@@ -840,23 +959,64 @@ class Report:
         return sum(1 for _, outcome in self.mutants if outcome.caught)
 
     @property
+    def transcripts_only(self) -> list[str]:
+        """The mutants no simulator seed caught (only a transcript did), but the excused."""
+        return [
+            m.name
+            for m, outcome in self.mutants
+            if outcome.transcripts_only and m.name not in self.excused
+        ]
+
+    @property
+    def excused_caught_by_seed(self) -> list[str]:
+        """Excused mutants a seed caught: to be taken off TRANSCRIPT_ONLY."""
+        return [m.name for m, outcome in self.mutants if m.name in self.excused and outcome.by_seed]
+
+    @property
     def passed(self) -> bool:
-        return self.baseline_clean and self.caught == self.chosen
+        seeds_guard = not self.seeds_required or not (
+            self.transcripts_only or self.excused_caught_by_seed
+        )
+        return self.baseline_clean and self.caught == self.chosen and seeds_guard
 
 
-def run_gate(chosen: list[Mutant], scenarios: Path, workers: int) -> Report:
+def run_gate(
+    chosen: list[Mutant],
+    scenarios: Path,
+    workers: int,
+    *,
+    seeds_required: bool = True,
+    seeds_for_all: bool = False,
+) -> Report:
     """The transcripts' baseline, then (only if it is clean) every chosen mutant, then the
-    baseline of the seeds that caught one."""
+    baseline of the seeds that caught one. With `seeds_required` each mutant's seeds run
+    after a transcript caught it, until one catches too (an excused one's only with
+    `seeds_for_all`)."""
     started = time.monotonic()
     deadline = started + GATE_SECONDS_MAX
     baseline = run_jobs([Job("scenarios", None, scenarios, ())], PACKAGE, workers, deadline)
     outcomes: list[Outcome] = []
     if all(outcome.clean for outcome in baseline):  # else a catch would prove nothing
-        jobs = [Job(m.name, m, scenarios, SEED_PLAN) for m in chosen]
+        excused = frozenset[str]() if seeds_for_all else TRANSCRIPT_ONLY
+        jobs = [
+            Job(
+                m.name,
+                m,
+                scenarios,
+                SEED_PLAN,
+                seeds_too=m.name not in excused,
+                first=(FIRST_SEEDS[m.name],) if m.name in FIRST_SEEDS else (),
+            )
+            for m in chosen
+        ]
+        if not seeds_required:
+            jobs = [replace(job, seeds_too=False) for job in jobs]
         outcomes = run_jobs(jobs, PACKAGE, workers, deadline)
         baseline += run_jobs(seed_baseline_jobs(outcomes), PACKAGE, workers, deadline)
     mutants = list(zip(chosen, outcomes, strict=False))
-    return Report(baseline, mutants, len(chosen), time.monotonic() - started)
+    seconds = time.monotonic() - started
+    excused = frozenset[str]() if seeds_for_all else TRANSCRIPT_ONLY
+    return Report(baseline, mutants, len(chosen), seconds, seeds_required, excused)
 
 
 # ==================================================================== reporting =========
@@ -868,7 +1028,11 @@ def verdict(outcome: Outcome, *, baseline: bool) -> str:
     if outcome.caught_by is None:
         return "SURVIVED"
     more = f" (+{len(outcome.also)} more)" if outcome.also else ""
-    return outcome.caught_by + more
+    if outcome.by_seed is None:
+        return f"{outcome.caught_by}{more}; NO SEED"
+    if outcome.by_seed == outcome.caught_by:
+        return outcome.caught_by
+    return f"{outcome.caught_by}{more}; {outcome.by_seed}"
 
 
 def table(title: str, outcomes: list[Outcome], *, baseline: bool) -> list[str]:
@@ -880,6 +1044,8 @@ def table(title: str, outcomes: list[Outcome], *, baseline: bool) -> list[str]:
         lines.append(f"{outcome.name:<{width}}  {outcome.seconds:6.1f}s  {said}")
         if outcome.detail:
             lines.append(f"{'':<{width}}  {'':>7}    {outcome.detail}")
+        if outcome.seed_detail and outcome.by_seed != outcome.caught_by:
+            lines.append(f"{'':<{width}}  {'':>7}    {outcome.seed_detail}")
     return lines
 
 
@@ -889,9 +1055,19 @@ def text_report(report: Report) -> str:
         lines.append("the unmutated code fails a check: no mutant it caught is judged")
     if report.mutants:
         lines += ["", *table("MUTANT", [o for _, o in report.mutants], baseline=False)]
+    if report.seeds_required and report.transcripts_only:
+        lines.append(f"caught by transcripts only: {', '.join(report.transcripts_only)}")
+    if report.seeds_required and report.excused_caught_by_seed:
+        taken = ", ".join(report.excused_caught_by_seed)
+        lines.append(f"caught by a seed now, take off TRANSCRIPT_ONLY: {taken}")
+    if report.seeds_required and report.excused:
+        judged = [m.name for m, _ in report.mutants if m.name in report.excused]
+        lines.append(f"{len(judged)} excused (TRANSCRIPT_ONLY): their seeds ran only if needed")
     outcome = "gate passed" if report.passed else "gate FAILED"
+    by_seeds = sum(1 for _, outcome in report.mutants if outcome.caught and outcome.by_seed)
     lines.append(
-        f"{report.caught} of {report.chosen} mutants caught in {report.seconds:.0f} s: {outcome}"
+        f"{report.caught} of {report.chosen} mutants caught ({by_seeds} by a simulator seed) "
+        f"in {report.seconds:.0f} s: {outcome}"
     )
     return "\n".join(lines)
 
@@ -901,6 +1077,8 @@ def json_report(report: Report) -> str:
         {
             "passed": report.passed,
             "seconds": round(report.seconds, 1),
+            "transcripts_only": report.transcripts_only,
+            "excused_caught_by_seed": report.excused_caught_by_seed,
             "baseline": [asdict(outcome) for outcome in report.baseline],
             "mutants": [
                 {**asdict(outcome), "rule": m.rule, "file": m.path} for m, outcome in report.mutants
@@ -931,6 +1109,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--list", action="store_true", help="print the catalogue and stop")
     parser.add_argument("--scenarios", type=Path, default=DEFAULT_SCENARIOS)
+    parser.add_argument(
+        "--seeds-for-all",
+        action="store_true",
+        help="run the seeds of the TRANSCRIPT_ONLY mutants too (slow: most run every seed)",
+    )
+    parser.add_argument(
+        "--transcripts-suffice",
+        action="store_true",
+        help="stop each mutant at its first catch, a transcript's too (quicker, weaker)",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be positive")
@@ -952,7 +1140,13 @@ def main(argv: list[str] | None = None) -> int:
     except AnchorError as error:
         print(f"mutation gate error: {error}", file=sys.stderr)
         return 2
-    report = run_gate(chosen, args.scenarios, args.jobs)
+    report = run_gate(
+        chosen,
+        args.scenarios,
+        args.jobs,
+        seeds_required=not args.transcripts_suffice,
+        seeds_for_all=args.seeds_for_all,
+    )
     print(json_report(report) if args.json else text_report(report))
     return 0 if report.passed else 1
 

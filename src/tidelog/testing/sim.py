@@ -1,6 +1,6 @@
 """The randomized simulator: real replicas, fake network, clocks and disk, one seed per run.
 
-    python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|5] [--ticks T]
+    python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|4|5] [--ticks T]
                                   [--disk] [--jobs J] [--faults full|classic] [--trace]
                                   [--mode quorum|isr]
 
@@ -17,8 +17,17 @@ Then a liveness phase: heal everything; within a bounded time a leader must exis
 acks=all write must commit, and all replicas must converge. `--faults classic` runs the
 model from before scenarios 19-22 instead, so the seeds it found replay.
 
+Four replicas are an even count: a majority is 3, so two halves of 2 never both decide.
+In about half the seeds odd clients play besides (`odd_clients.py`, from a generator of
+their own): the idempotent producer sends batches with a sequence gap (refused, never
+committed), its last batch again (answered with its first offsets) and batches of a new
+producer id not at sequence 0 (UnknownProducerId), and consumers ask leaders
+OffsetForLeaderEpoch (never past the committed end, never a committed record reported
+truncated). An acks=1 write is acknowledged only once the leader's copy is durable.
+
 The checker (`checker.py`) sees every step; the monitors (`monitors.py`) watch leases,
-check-quorum, probes and progress while a quorum is up and connected. A node whose log is
+check-quorum, the Figure-8 rule (a leader's HWM moves only past its own epoch's start),
+probes and progress while a quorum is up and connected. A node whose log is
 found damaged (by its own read, a client's or the checker's) sets the damage aside and
 starts again with a repair floor, as the broker does, and catches up from its leader.
 A failing seed prints the command that reproduces it; `--trace` prints every event of a
@@ -40,7 +49,8 @@ last good copy (the only member of the ISR and ELR up in the incarnation the con
 knows); a disk error stops it all the same, and a partition whose ISR and ELR are empty is
 offline for good (counted, not a violation). The checker adds ISR mode's invariants: every
 acknowledged acks=all record in the durable log of every member of the committed ISR and
-ELR; the record's epochs never go back; the HWM a consumer saw never goes back; and the
+ELR; the record's epochs never go back; the HWM a consumer saw never goes back; the ISR
+and the ELR are never both empty before some replica started again (rule 9); and the
 liveness phase asks the controller to elect a leader that commits a new write.
 """
 
@@ -84,7 +94,14 @@ from tidelog.testing.cluster import Cluster, SimMemoryStorage, SimStorage
 from tidelog.testing.disk import SimDiskStorage, wal_config
 from tidelog.testing.faults import MICROS_PER_TICK, Faults, Settings, heal_disks, replica_config
 from tidelog.testing.isr_sim import HEARTBEAT_TICKS, IsrChecks, IsrSettings, SimController
-from tidelog.testing.monitors import LeaseMonitor, ProbeMonitor, ProgressMonitor, QuorumMonitor
+from tidelog.testing.monitors import (
+    LeaseMonitor,
+    OwnEpochMonitor,
+    ProbeMonitor,
+    ProgressMonitor,
+    QuorumMonitor,
+)
+from tidelog.testing.odd_clients import OddClients
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
@@ -147,6 +164,8 @@ class Workload:
     # ISR mode: the HWM a client saw never goes back, for that client, across leader changes.
     client_hwm_check: bool = False
     on_acked: list[Callable[[int, bytes], None]] = field(default_factory=list)
+    # Odd batches of the idempotent producer and OffsetForLeaderEpoch (odd_clients.py).
+    odd: OddClients | None = None
 
     def __post_init__(self) -> None:
         self.cluster.listeners.append(self.on_completion)
@@ -154,6 +173,10 @@ class Workload:
     def produce_idempotent(self) -> None:
         """Send (or send again) the idempotent producer's batch to the believed leader."""
         if self.idempotent_request is not None:
+            return
+        kind = self.odd.pick() if self.odd is not None and self.idempotent_batch is None else None
+        if kind is not None:
+            self.produce_odd(kind)
             return
         if self.idempotent_batch is None:
             self.produced += 1
@@ -175,6 +198,35 @@ class Workload:
             self.in_flight.pop(request_id)
             self.idempotent_request = None
 
+    def produce_odd(self, kind: str) -> None:
+        """Send, in the idempotent producer's slot, a batch with a sequence gap or its last
+        acknowledged batch again (odd_clients.py)."""
+        assert self.odd is not None
+        if kind == "gap":
+            epoch = self.idempotent_epoch
+            sequence = self.odd.gap_sequence(self.idempotent_sequence)
+            value = f"{self.seed}:gap:{epoch}:{sequence}".encode()
+            batch = build_batch(value, producer=(IDEMPOTENT_PRODUCER_ID, epoch, sequence))
+        elif kind == "unknown":
+            producer = self.odd.unknown_producer()
+            batch = build_batch(f"{self.seed}:unknown:{producer}".encode(), producer=producer)
+        else:
+            assert self.odd.last_acked is not None
+            batch = self.odd.last_acked[0]
+        self.produced += 1
+        request_id = self.produced
+        self.idempotent_request = request_id
+        self.in_flight[request_id] = (batch, ACKS_ALL)
+        self.odd.sent(request_id, kind, batch)
+        node = self.pick_node()
+        self.cluster.note(f"produce #{request_id} to {node} (idempotent, {kind})")
+        if not self.cluster.input(
+            node, lambda replica: replica.propose(request_id, batch, acks=ACKS_ALL)
+        ):
+            self.in_flight.pop(request_id)
+            self.odd.in_flight.pop(request_id, None)
+            self.idempotent_request = None
+
     def produce(self, acks: int | None = None) -> None:
         if self.rng.random() < 0.3:
             self.produce_idempotent()
@@ -189,6 +241,16 @@ class Workload:
         request_id = self.produced
         self.cluster.note(f"produce #{request_id} to {node} (acks={acks}, {count} records)")
         self.cluster.input(node, lambda replica: replica.propose(request_id, batch, acks=acks))
+
+    def check_durable_at_leader(self, node: NodeId, result: ProduceResult) -> None:
+        """An acks=1 write is acknowledged once the leader's copy is durable."""
+        replica = self.cluster.nodes[node].replica
+        end = result.next_offset
+        if replica is not None and end is not None and replica.log.durable_end_offset < end:
+            self.checker.fail(
+                f"node {node} acknowledged an acks=1 write ending at {end}, its durable log "
+                f"ending at {replica.log.durable_end_offset}"
+            )
 
     def pick_node(self) -> NodeId:
         if self.leader_hint is not None and self.rng.random() < 0.9:
@@ -234,10 +296,15 @@ class Workload:
             self.cluster.note(f"produce #{result.request_id} answered by {node}: {outcome}")
         if result.request_id == self.idempotent_request:
             self.idempotent_request = None
+            if self.odd is not None and self.odd.answered(node, result):
+                self.leader_hint = node if result.error is None else self.leader_hint
+                return
             if result.error is None:
                 header = read_header(batch)
                 self.idempotent_sequence += header.last_offset_delta + 1
                 self.idempotent_batch = None
+                if self.odd is not None and result.base_offset is not None:
+                    self.odd.acked(batch, result.base_offset)
             elif isinstance(result.error, (UnknownProducerId, OutOfOrderSequence)):
                 # Its state is gone (deleted with the records, or a batch was lost): the
                 # batch fails, and the producer goes on in a new epoch from sequence 0, as
@@ -245,8 +312,12 @@ class Workload:
                 self.idempotent_epoch += 1
                 self.idempotent_sequence = 0
                 self.idempotent_batch = None
+                if self.odd is not None:
+                    self.odd.new_producer_epoch()
         if result.error is None:
             self.leader_hint = node
+            if acks == ACKS_LEADER:
+                self.check_durable_at_leader(node, result)
             if acks == ACKS_ALL and result.base_offset is not None:
                 self.acked_all += 1
                 self.checker.on_acked(result.base_offset, batch)
@@ -270,6 +341,9 @@ class Workload:
         with self.cluster.stopping_on_disk_errors(node):
             self.fetch(node, replica, consumer)
             self.ask_latest(node, replica)
+            if self.odd is not None:
+                read = (consumer.position, consumer.last_epoch)
+                self.odd.ask_epoch_end(node, replica, read, name_epoch=self.send_leader_epoch)
 
     def fetch(self, node: NodeId, replica: Replica, consumer: Consumer) -> None:
         known = consumer.position > 0 and consumer.last_epoch != NO_EPOCH
@@ -390,6 +464,9 @@ class Run:
         self.workload.on_acked_all.append(self.progress.on_commit)
         self.cluster.on_step.append(self.check)
         self.quorum = QuorumMonitor(self.cluster, self.checker) if settings.check_quorum else None
+        self.own_epoch = None if self.isr else OwnEpochMonitor(self.checker)
+        if not self.classic and not self.offsets_log:
+            self.workload.odd = OddClients.draw(self.seed, self.cluster, self.checker)
         if settings.check_quorum:
             LeaseMonitor(self.cluster, self.checker)
         ProbeMonitor(self.cluster, self.checker)
@@ -479,6 +556,7 @@ class Run:
         if self.controller is not None:
             self.controller.tick(faults=faults is not None)
             self.check()
+            self.check_offline_cause()
         if self.settings.burst_ticks and self.rng.random() < 1 / (
             self.settings.burst_ticks * MICROS_PER_TICK
         ):
@@ -496,6 +574,22 @@ class Run:
             self.compare_committed()
             if self.isr_checks is not None:
                 self.isr_checks.check_batches()
+
+    def check_offline_cause(self) -> None:
+        """ISR mode: the ISR and the ELR are both empty only once a replica has started
+        again (rule 9: a restart after an unclean stop leaves them; a first registration
+        changes nothing, and a fenced node goes to the ELR)."""
+        controller = self.controller
+        if controller is None or not controller.available:
+            return
+        record = controller.record
+        if record.isr or record.elr:
+            return
+        if all(sim_node.incarnation <= 1 for sim_node in self.cluster.nodes.values()):
+            self.checker.fail(
+                f"the ISR and the ELR are empty (record epoch {record.leader_epoch}) and no "
+                "replica ever started again"
+            )
 
     def maybe_heartbeat(self, node: NodeId) -> None:
         """ISR mode: a node heartbeats to the controller every HEARTBEAT_TICKS of its clock."""
@@ -572,6 +666,8 @@ class Run:
                 continue
             if self.quorum is not None:
                 self.quorum.check(node, replica)
+            if self.own_epoch is not None:
+                self.own_epoch.check(node, replica)
             if self.trace is not None:
                 self.trace_state(node, replica)
         self.checker.check_matches(self.live())
@@ -742,7 +838,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
     parser.add_argument("--first-seed", type=int, default=1, help="the first seed")
-    parser.add_argument("--replicas", type=int, choices=(3, 5), default=3)
+    parser.add_argument("--replicas", type=int, choices=(3, 4, 5), default=3)
     parser.add_argument("--ticks", type=int, default=400, help="ticks of the safety phase")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument(

@@ -1,5 +1,5 @@
-"""The randomized simulator in ISR mode (testing/isr_sim.py): IsrReplicas led by a simulated
-controller over faulty links, under every fault of the simulator; 0 violations."""
+"""The randomized simulator in ISR mode (testing/isr_sim.py): replicas in ISR mode, led by a
+simulated controller over faulty links, under every fault of the simulator; 0 violations."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ real time (`now`, in microticks), and it draws from its own `random.Random`.
 Rules of this file:
 - Every exchange with the controller crosses a faulty link: a replica's heartbeat (its
   incarnation, Kafka's broker epoch), its ISR proposals (`Ready.isr_proposals`), the
-  controller's answers (`IsrReplica.on_isr_answer`) and its records
-  (`IsrReplica.on_partition_record`). Each copy is dropped, delayed, duplicated, delivered
+  controller's answers (`Replica.on_isr_answer`) and its records
+  (`Replica.on_partition_record`). Each copy is dropped, delayed, duplicated, delivered
   late or once more that late, at the rates the cluster's network has (so the liveness
   phase's heal heals these links too); a link may also be cut on its own.
 - A heartbeat is answered with the current record (as a broker's metadata fetch would

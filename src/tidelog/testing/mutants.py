@@ -723,14 +723,14 @@ CATALOGUE: tuple[Mutant, ...] = (
         "epoch-end-served-unchecked",
         "OffsetForLeaderEpoch is answered only by a replica that may serve reads (a new "
         "leader's HWM past its epoch start, the read lease)",
-        REPLICA,
+        REQUESTS,
         "error = self._fencing_error(current_leader_epoch) or self._serving_error(now_ms)",
         "error = self._fencing_error(current_leader_epoch)",
     ),
     Mutant(
         "epoch-end-past-hwm",
         "OffsetForLeaderEpoch never names an end offset past the HWM (KIP-320)",
-        REPLICA,
+        REQUESTS,
         "return epoch, Offset(min(end, self.hwm, self.log.log_end_offset))",
         "return epoch, end",
     ),

@@ -34,7 +34,7 @@ A failing seed prints the command that reproduces it; `--trace` prints every eve
 seed. The last lines count the disk faults and say `N seeds, V violations`.
 
 `--mode isr` runs ISR mode (docs/isr.md) instead of the majority quorum, the default (whose
-seeds run as they did before ISR mode existed): every replica is an `IsrReplica`, led by a
+seeds run as they did before ISR mode existed): every replica is in ISR mode, led by a
 simulated controller (`isr_sim.py`) that holds the partition record and changes it only by
 core/isr.py's transitions. Proposals, answers, records and heartbeats cross faulty links
 (dropped, delayed, duplicated, late, replayed; links to the controller cut on their own);
@@ -422,7 +422,7 @@ class Run:
     trace: Callable[[str], None] | None = None
     classic: bool = False  # the classic fault model (faults.py), so old seeds replay
     offsets_log: bool = False  # a log of group coordinators (group_sim.py): they write it
-    isr: bool = False  # ISR mode (isr_sim.py): IsrReplicas led by a simulated controller
+    isr: bool = False  # ISR mode (isr_sim.py): replicas in ISR mode led by a simulated controller
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)

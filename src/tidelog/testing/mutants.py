@@ -758,15 +758,11 @@ TRANSCRIPT_ONLY: frozenset[str] = frozenset(
         "restarted-replica-votes-at-once",
         "vote-before-fsync",
         "vote-in-own-epoch-ignores-lease",
-        # probes, repairs, transfers
+        # probes and repairs
         "probe-takes-any-answer",
         "overtaken-refusal-forgets-the-match",
         "unsent-probe-counts-as-asked",
         "repairing-twice-keeps-match",
-        "transfer-to-a-lagging-target",
-        # producer state across deletions and resets
-        "producer-snapshot-not-saved",
-        "reset-forgets-producers",
         # ISR mode's restarts and unclean recovery (rules 9, 10): `sim --mode isr` never
         # restarts a node on an empty disk, nor allows an unclean election
         "isr-replica-counts-answers-from-before-a-restart",

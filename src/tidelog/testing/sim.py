@@ -102,6 +102,8 @@ from tidelog.testing.monitors import (
     QuorumMonitor,
 )
 from tidelog.testing.odd_clients import OddClients
+from tidelog.testing.producer_check import ProducerStateMonitor
+from tidelog.testing.transfer_check import TransferMonitor
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
@@ -470,6 +472,8 @@ class Run:
         if settings.check_quorum:
             LeaseMonitor(self.cluster, self.checker)
         ProbeMonitor(self.cluster, self.checker)
+        self.workload.on_acked.append(ProducerStateMonitor(self.cluster, self.checker).on_acked)
+        TransferMonitor(self.cluster, self.checker)
         self.states: dict[NodeId, str] = {}
         self.produce_rate = settings.produce_rate  # none in the liveness phase
         self.producing = True  # bursty writes (settings.burst_ticks) pause by turns

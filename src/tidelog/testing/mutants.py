@@ -760,8 +760,6 @@ TRANSCRIPT_ONLY: frozenset[str] = frozenset(
         "vote-in-own-epoch-ignores-lease",
         # probes and repairs
         "probe-takes-any-answer",
-        "overtaken-refusal-forgets-the-match",
-        "unsent-probe-counts-as-asked",
         "repairing-twice-keeps-match",
         # ISR mode's restarts and unclean recovery (rules 9, 10): `sim --mode isr` never
         # restarts a node on an empty disk, nor allows an unclean election

@@ -94,6 +94,7 @@ from tidelog.testing.cluster import Cluster, SimMemoryStorage, SimStorage
 from tidelog.testing.disk import SimDiskStorage, wal_config
 from tidelog.testing.faults import MICROS_PER_TICK, Faults, Settings, heal_disks, replica_config
 from tidelog.testing.isr_sim import HEARTBEAT_TICKS, IsrChecks, IsrSettings, SimController
+from tidelog.testing.leader_claims import LostCopyMonitor, TransferMonitor
 from tidelog.testing.monitors import (
     LeaseMonitor,
     OwnEpochMonitor,
@@ -103,7 +104,6 @@ from tidelog.testing.monitors import (
 )
 from tidelog.testing.odd_clients import OddClients
 from tidelog.testing.producer_check import ProducerStateMonitor
-from tidelog.testing.transfer_check import TransferMonitor
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
@@ -474,6 +474,7 @@ class Run:
         ProbeMonitor(self.cluster, self.checker)
         self.workload.on_acked.append(ProducerStateMonitor(self.cluster, self.checker).on_acked)
         TransferMonitor(self.cluster, self.checker)
+        LostCopyMonitor(self.cluster, self.checker)
         self.states: dict[NodeId, str] = {}
         self.produce_rate = settings.produce_rate  # none in the liveness phase
         self.producing = True  # bursty writes (settings.burst_ticks) pause by turns

@@ -34,6 +34,8 @@ from tidelog.types import NodeId
 
 @dataclass
 class TransferMonitor:
+    """Every TimeoutNow goes to a target durably holding the leader's whole log."""
+
     cluster: Cluster
     checker: Checker
 
@@ -71,6 +73,8 @@ class TransferMonitor:
 
 @dataclass
 class LostCopyMonitor:
+    """Every lost copy a leader names is lost: the follower's durable log ends below it."""
+
     cluster: Cluster
     checker: Checker
 

@@ -37,6 +37,9 @@ class Acked(NamedTuple):
 
 @dataclass
 class ProducerStateMonitor:
+    """Each producer's last acknowledged batch is known to every replica whose committed
+    log covers it."""
+
     cluster: Cluster
     checker: Checker
     acked: dict[int, Acked] = field(default_factory=dict)  # producer id -> its last batch

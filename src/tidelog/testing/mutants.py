@@ -82,6 +82,7 @@ FIRST_SEEDS: dict[str, tuple[str, int]] = {
     "reset-below-hwm": ("disk-5", 8),
     "quorum-ignores-min-insync": ("memory-3", 5),
     "vote-in-own-epoch-ignores-lease": ("memory-5", 9),
+    "accept-stale-epoch-acks": ("memory-5", 43),
 }
 JOB_SECONDS_MAX = 900
 GATE_SECONDS_MAX = 1800
@@ -745,9 +746,6 @@ CATALOGUE: tuple[Mutant, ...] = (
 # (the gate fails until it does), and no mutant is added to it.
 TRANSCRIPT_ONLY: frozenset[str] = frozenset(
     {
-        # acknowledgements of quorum mode: a stale answer is counted only when it comes
-        # late to a leader elected again, after its probe, with a match beyond the new one's
-        "accept-stale-epoch-acks",
         # probes, repairs, transfers
         "probe-takes-any-answer",
         "overtaken-refusal-forgets-the-match",

@@ -2,7 +2,7 @@
 
 Each monitor keeps its own record of what a replica stepped and sent (never the core's
 counters, which a weakened rule would move with it), and is lenient where its record
-cannot be exact: it counts every acknowledgement a replica stepped as in sync or as a
+cannot be exact: it counts every answer of its epoch a leader stepped as in sync or as a
 copy, so it only ever sees fewer rule breaks than there are, never one that is not.
 
 - `AckMonitor` (min.insync.replicas, set per seed): a leader moves its HWM only to an
@@ -11,7 +11,8 @@ copy, so it only ever sees fewer rule breaks than there are, never one that is n
   acks=all write (its log does not grow) while fewer than min.insync.replicas replicas
   acknowledged within an election timeout of its own ticks (itself counted): such a write
   is refused with NotEnoughReplicas. And the match it keeps for a follower is one that
-  follower answered in the leader's epoch: an answer of an older one is fenced (KIP-320).
+  follower answered in the leader's epoch, and so is the contact its lease counts: an
+  answer of an older epoch is fenced (KIP-320).
 - `VoteMonitor` (elections): with pre-vote on, a replica asks real votes for an epoch only
   after asking pre-votes for it (unless a transfer); a pre-vote is granted only to a
   candidate whose log (last epoch, end) is at least as up to date; a granted vote leaves
@@ -30,6 +31,7 @@ copy, so it only ever sees fewer rule breaks than there are, never one that is n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from tidelog.core.messages import (
     AppendRequest,
@@ -40,6 +42,7 @@ from tidelog.core.messages import (
     VoteResponse,
 )
 from tidelog.core.replica import ACKS_ALL, Replica, Role
+from tidelog.core.tracker import Progress
 from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
@@ -48,6 +51,8 @@ from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 Life = tuple[NodeId, int]
 # One term of a leader: (node, incarnation, epoch).
 Term = tuple[NodeId, int, Epoch]
+# A leader's contact with a follower before any answer (core/tracker.py's Progress).
+NEVER_MS: Final = Progress(next_offset=Offset(0)).contact_sent_ms
 
 
 @dataclass
@@ -60,6 +65,8 @@ class AckMonitor:
     # leader stepped, and its best match.
     acked_tick: dict[Term, dict[NodeId, int]] = field(default_factory=dict)
     matched: dict[Term, dict[NodeId, Offset]] = field(default_factory=dict)
+    # Per leader's term, per follower: the latest send time of a request it answered.
+    answered_ms: dict[Term, dict[NodeId, int]] = field(default_factory=dict)
     # Per node: (replica, epoch, HWM) when first seen leading in that epoch.
     terms: dict[NodeId, tuple[Replica, Epoch, int]] = field(default_factory=dict)
 
@@ -72,12 +79,17 @@ class AckMonitor:
     def on_message(self, node: NodeId, replica: Replica, msg: Message) -> None:
         if (
             not isinstance(msg, AppendResponse)
-            or not msg.success
             or replica.role is not Role.LEADER
             or msg.epoch != replica.epoch
         ):
             return  # an answer of an older epoch is fenced (KIP-320): it counts for nothing
         term = self.term(node, replica)
+        answered = self.answered_ms.setdefault(term, {})
+        answered[msg.sender] = max(
+            answered.get(msg.sender, msg.request_sent_ms), msg.request_sent_ms
+        )
+        if not msg.success:
+            return
         self.acked_tick.setdefault(term, {})[msg.sender] = replica.tick_count
         matched = self.matched.setdefault(term, {})
         matched[msg.sender] = max(matched.get(msg.sender, Offset(0)), msg.match_offset)
@@ -116,12 +128,19 @@ class AckMonitor:
             self.terms[node] = (replica, replica.epoch, replica.hwm)
             return
         matched = self.matched.get(self.term(node, replica), {})
+        answered = self.answered_ms.get(self.term(node, replica), {})
         for peer, progress in replica.progress.items():
             match = progress.match_offset
             if match is not None and match > matched.get(peer, -1):
                 self.checker.fail(
                     f"leader {node} (epoch {replica.epoch}) counts {peer}'s match at {match}, "
                     f"above any match it answered in this epoch ({matched.get(peer)})"
+                )
+            if progress.contact_sent_ms > answered.get(peer, NEVER_MS):
+                self.checker.fail(
+                    f"leader {node} (epoch {replica.epoch}) dates its contact with {peer} "
+                    f"{progress.contact_sent_ms}, later than any request {peer} answered in "
+                    "this epoch"
                 )
         hwm = replica.hwm
         if hwm <= term[2]:

@@ -80,6 +80,9 @@ FIRST_SEEDS: dict[str, tuple[str, int]] = {
     "isr-any-answer-settles": ("isr", 13),
     "reset-drops-acknowledged": ("disk-3", 8),
     "reset-below-hwm": ("disk-5", 8),
+    "quorum-ignores-min-insync": ("memory-3", 5),
+    "vote-in-own-epoch-ignores-lease": ("memory-5", 9),
+    "accept-stale-epoch-acks": ("memory-5", 43),
 }
 JOB_SECONDS_MAX = 900
 GATE_SECONDS_MAX = 1800
@@ -743,21 +746,6 @@ CATALOGUE: tuple[Mutant, ...] = (
 # (the gate fails until it does), and no mutant is added to it.
 TRANSCRIPT_ONLY: frozenset[str] = frozenset(
     {
-        # acknowledgements, min.insync.replicas and the ISR count of quorum mode
-        "quorum-ignores-min-insync",
-        "produce-ignores-min-insync",
-        "in-sync-without-recent-ack",
-        "accept-stale-epoch-acks",
-        # reads
-        "follower-reads-before-sync",
-        "no-consumer-divergence-check",
-        # elections and leases
-        "pre-vote-without-up-to-date-check",
-        "no-pre-vote",
-        "votes-ignore-leader-lease",
-        "restarted-replica-votes-at-once",
-        "vote-before-fsync",
-        "vote-in-own-epoch-ignores-lease",
         # repairs: a second damaged batch set aside while repairing (bit flips are rare)
         "repairing-twice-keeps-match",
         # ISR mode's restarts and unclean recovery (rules 9, 10): `sim --mode isr` never

@@ -27,7 +27,10 @@ truncated). An acks=1 write is acknowledged only once the leader's copy is durab
 
 The checker (`checker.py`) sees every step; the monitors (`monitors.py`) watch leases,
 check-quorum, the Figure-8 rule (a leader's HWM moves only past its own epoch's start),
-probes and progress while a quorum is up and connected. A node whose log is
+probes and progress while a quorum is up and connected; in quorum mode those of
+`vote_monitors.py` watch min.insync.replicas (at the HWM and at an acks=all produce), the
+matches a leader counts, pre-votes, votes and their lease, and follower reads, and a
+consumer names an epoch newer than any record (told LogDiverged). A node whose log is
 found damaged (by its own read, a client's or the checker's) sets the damage aside and
 starts again with a repair floor, as the broker does, and catches up from its leader.
 A failing seed prints the command that reproduces it; `--trace` prints every event of a
@@ -104,6 +107,7 @@ from tidelog.testing.monitors import (
 )
 from tidelog.testing.odd_clients import OddClients
 from tidelog.testing.producer_check import ProducerStateMonitor
+from tidelog.testing.vote_monitors import AckMonitor, VoteMonitor, odd_fetch
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
@@ -168,6 +172,10 @@ class Workload:
     on_acked: list[Callable[[int, bytes], None]] = field(default_factory=list)
     # Odd batches of the idempotent producer and OffsetForLeaderEpoch (odd_clients.py).
     odd: OddClients | None = None
+    # AckMonitor.propose (vote_monitors.py): quorum mode's min.insync.replicas at produce.
+    checked_propose: Callable[[NodeId, Replica, int, bytes, int], None] | None = None
+    odd_fetch: bool = False  # a fetch naming an epoch newer than any record (KIP-320)
+    on_served: list[Callable[[NodeId, Replica], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.cluster.listeners.append(self.on_completion)
@@ -194,9 +202,7 @@ class Workload:
         self.in_flight[request_id] = (batch, ACKS_ALL)
         node = self.pick_node()
         self.cluster.note(f"produce #{request_id} to {node} (idempotent)")
-        if not self.cluster.input(
-            node, lambda replica: replica.propose(request_id, batch, acks=ACKS_ALL)
-        ):
+        if not self.cluster.input(node, self.proposal(node, request_id, batch, ACKS_ALL)):
             self.in_flight.pop(request_id)
             self.idempotent_request = None
 
@@ -222,9 +228,7 @@ class Workload:
         self.odd.sent(request_id, kind, batch)
         node = self.pick_node()
         self.cluster.note(f"produce #{request_id} to {node} (idempotent, {kind})")
-        if not self.cluster.input(
-            node, lambda replica: replica.propose(request_id, batch, acks=ACKS_ALL)
-        ):
+        if not self.cluster.input(node, self.proposal(node, request_id, batch, ACKS_ALL)):
             self.in_flight.pop(request_id)
             self.odd.in_flight.pop(request_id, None)
             self.idempotent_request = None
@@ -242,7 +246,16 @@ class Workload:
         self.in_flight[self.produced] = (batch, acks)
         request_id = self.produced
         self.cluster.note(f"produce #{request_id} to {node} (acks={acks}, {count} records)")
-        self.cluster.input(node, lambda replica: replica.propose(request_id, batch, acks=acks))
+        self.cluster.input(node, self.proposal(node, request_id, batch, acks))
+
+    def proposal(
+        self, node: NodeId, request_id: int, batch: bytes, acks: int
+    ) -> Callable[[Replica], None]:
+        """The input that proposes a batch (through the min.insync check, if any)."""
+        checked = self.checked_propose
+        if checked is None:
+            return lambda replica: replica.propose(request_id, batch, acks=acks)
+        return lambda replica: checked(node, replica, request_id, batch, acks)
 
     def check_durable_at_leader(self, node: NodeId, result: ProduceResult) -> None:
         """An acks=1 write is acknowledged once the leader's copy is durable. Judged while
@@ -347,6 +360,10 @@ class Workload:
         with self.cluster.stopping_on_disk_errors(node):
             self.fetch(node, replica, consumer)
             self.ask_latest(node, replica)
+            if self.odd_fetch:
+                odd_fetch(
+                    self.checker, node, replica, consumer.position, self.cluster.clock_ms(node)
+                )
             if self.odd is not None:
                 read = (consumer.position, consumer.last_epoch)
                 self.odd.ask_epoch_end(node, replica, read, name_epoch=self.send_leader_epoch)
@@ -379,6 +396,8 @@ class Workload:
             return
         if result.error is not None:
             return
+        for served in self.on_served:
+            served(node, replica)
         if replica.role is Role.LEADER:
             self.checker.on_leader_hwm(node, result.hwm)
             if self.client_hwm_check:
@@ -479,6 +498,13 @@ class Run:
         self.workload.on_acked.append(ProducerStateMonitor(self.cluster, self.checker).on_acked)
         TransferMonitor(self.cluster, self.checker)
         LostCopyMonitor(self.cluster, self.checker)
+        self.acks = self.votes = None
+        if not self.isr:
+            self.acks = AckMonitor(self.cluster, self.checker)
+            self.votes = VoteMonitor(self.cluster, self.checker)
+            self.workload.checked_propose = self.acks.propose
+            self.workload.on_served.append(self.votes.on_served)
+            self.workload.odd_fetch = not self.classic
         self.states: dict[NodeId, str] = {}
         self.produce_rate = settings.produce_rate  # none in the liveness phase
         self.producing = True  # bursty writes (settings.burst_ticks) pause by turns
@@ -677,6 +703,9 @@ class Run:
                 self.quorum.check(node, replica)
             if self.own_epoch is not None:
                 self.own_epoch.check(node, replica)
+            if self.acks is not None and self.votes is not None:
+                self.acks.check(node, replica)
+                self.votes.check(node, replica)
             if self.trace is not None:
                 self.trace_state(node, replica)
         self.checker.check_matches(self.live())

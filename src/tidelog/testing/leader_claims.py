@@ -23,7 +23,7 @@ Rules of this file:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tidelog.core.messages import LostCopy, Ready, TimeoutNow
 from tidelog.core.replica import Replica
@@ -73,22 +73,43 @@ class TransferMonitor:
 
 @dataclass
 class LostCopyMonitor:
-    """Every lost copy a leader names is lost: the follower's durable log ends below it."""
+    """Every lost copy a leader names is lost: the follower's durable log ends below it,
+    or fell below it after reaching it (an answer of the loss may arrive late, after the
+    follower was sent its log again)."""
 
     cluster: Cluster
     checker: Checker
+    # Each up node's durable log end, as it changed (sampled at every Ready of any node).
+    ends: dict[NodeId, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.cluster.on_ready.append(self.on_ready)
 
     def on_ready(self, node: NodeId, ready: object) -> None:
+        self.sample()
         if isinstance(ready, Ready):
             for lost in ready.lost_copies:
                 self.check(node, lost)
 
+    def sample(self) -> None:
+        for node, sim_node in self.cluster.nodes.items():
+            if sim_node.replica is None:
+                continue  # a down node's disk does not change; its first Ready samples it
+            end = sim_node.replica.log.durable_end_offset
+            seen = self.ends.setdefault(node, [])
+            if not seen or seen[-1] != end:
+                seen.append(end)
+
+    def fell_below(self, follower: NodeId, acknowledged: int) -> bool:
+        """Whether `follower`'s durable log end, once at `acknowledged` or past it, has
+        since been below it."""
+        seen = self.ends.get(follower, [])
+        reached = next((i for i, end in enumerate(seen) if end >= acknowledged), None)
+        return reached is not None and any(end < acknowledged for end in seen[reached + 1 :])
+
     def check(self, node: NodeId, lost: LostCopy) -> None:
         held = durable_end(self.cluster, lost.follower)
-        if held >= lost.acknowledged:
+        if held >= lost.acknowledged and not self.fell_below(lost.follower, lost.acknowledged):
             self.checker.fail(
                 f"leader {node} names node {lost.follower}'s copy lost (its log ends at "
                 f"{lost.log_end}, below {lost.acknowledged}), but it holds its log durably "

@@ -42,6 +42,14 @@ def test_simulator_finds_no_violation(
     assert failures == {}
 
 
+def test_a_new_leader_ignores_answers_to_requests_of_an_earlier_term() -> None:
+    """Disk seed 5007: node 3 led epoch 1, restarted (its request seqs begin again at 0),
+    and leads epoch 2; an answer to one of its epoch-1 requests, delayed 230 ticks and
+    stamped with the follower's epoch 2, carried a seq above its new probe's. Taken as the
+    probe's answer, it named a loss the follower had long made good (LostCopyMonitor)."""
+    assert sim.run_seed(5007, sim.Mode(3, 400, True)).violations == []
+
+
 @pytest.mark.parametrize("classic", [False, True], ids=["full", "classic"])
 def test_a_run_is_decided_by_its_seed(classic: bool) -> None:
     """Every event, in order, and what was found: the same twice."""

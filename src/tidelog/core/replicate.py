@@ -12,7 +12,10 @@ Rules of this file:
   rejection (KAFKA-13141), and never back, except when the follower says it repairs
   (rule 8) or refuses our probe below its match (its copy is lost, scenario 26).
 - A probing leader takes only the answer to its probe (requests carry a seq); an answer
-  sent before a follower said it lost records counts for nothing.
+  sent before a follower said it lost records counts for nothing, and so does one to a
+  request sent before this term began (its `request_sent_ms`): the seqs of an earlier
+  run of this node began again at 0, and the follower stamps a fenced request's answer
+  with its own, newer epoch.
 - After every answer the mode hears of it (`Mode.on_append_answered`); the HWM moves
   only where the mode says it may.
 """
@@ -152,6 +155,8 @@ class LeaderPipeline(ReplicaState):
         progress = self.progress[msg.sender]
         progress.recent_active = True
         progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)
+        if msg.request_sent_ms < self.leader_since_ms:
+            return  # a request of an earlier term, maybe of an earlier run with other seqs
         if msg.seq < progress.seq_min:
             return  # sent before the follower said it lost records: nothing it says counts
         if msg.repairing and (not progress.repairing or self._lost_again(progress, msg)):

@@ -94,6 +94,7 @@ class ReplicaState:
         self.follower_synced = False  # verified against the current leader in this epoch
         self.epoch_start_offset = Offset(0)  # where the leader's own epoch begins
         self.now_ms = 0
+        self.leader_since_ms = 0  # the clock when this replica last became leader
         self.wall_clock_ms = 0
         self.tick_count = 0
         self.heartbeat_elapsed = 0
@@ -136,6 +137,7 @@ class ReplicaState:
         assert self.role is self.mode.leads_from
         self._set_role(Role.LEADER)
         self.leader_id = self.id
+        self.leader_since_ms = self.now_ms
         self.heartbeat_elapsed = 0
         end = self.log.log_end_offset
         self.progress = {peer: Progress(next_offset=end) for peer in self.peers}

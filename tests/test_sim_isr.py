@@ -41,6 +41,14 @@ def test_isr_mode_finds_no_violation(
     assert disk or len(offline) <= seeds // 4, offline
 
 
+def test_a_consumer_naming_the_record_s_epoch_is_fenced_from_a_deposed_leader() -> None:
+    """Disk seed 4907: node 1, paused while it led epoch 1, still leads in its own eyes;
+    the controller's record is at epoch 3, whose leader crashed. A consumer names the
+    record's epoch (ISR followers hold it), so the deposed leader fences its
+    OffsetForLeaderEpoch instead of telling it to truncate."""
+    assert sim.run_seed(4907, sim.Mode(3, 400, True, isr=True)).violations == []
+
+
 def test_an_isr_run_is_decided_by_its_seed() -> None:
     first: list[str] = []
     second: list[str] = []

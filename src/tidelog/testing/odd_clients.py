@@ -156,6 +156,11 @@ class OddClients:
         position, last_epoch = read
         if replica.role is not Role.LEADER or last_epoch == NO_EPOCH or position == 0:
             return
+        if replica.isr is not None and not name_epoch:
+            # ISR mode holds no lease: a deposed leader not yet told answers from its own
+            # log, as Kafka's does; only a client naming its leader epoch is fenced from
+            # it (KIP-320), so only such a client is judged.
+            return
         if self.rng.random() >= EPOCH_END_SHARE:
             return
         try:
@@ -178,6 +183,13 @@ class OddClients:
             )
 
     def metadata_epoch(self) -> Epoch:
-        """The newest leader epoch among the live leaders (what a metadata request says)."""
-        leaders = [r.epoch for _, r in self.cluster.live_replicas() if r.role is Role.LEADER]
+        """The newest leader epoch among the live leaders (what a metadata request says);
+        in ISR mode among every live replica too, since a follower's epoch is the one of
+        the controller's record it took (the leader of that epoch may be down, and a
+        deposed leader not yet told of it answers from its own log)."""
+        leaders = [
+            r.epoch
+            for _, r in self.cluster.live_replicas()
+            if r.role is Role.LEADER or r.isr is not None
+        ]
         return max(leaders, default=NO_EPOCH)

@@ -85,23 +85,41 @@ class LeaseMonitor:
 
 
 @dataclass
+class LeaderTerms:
+    """Which replica object leads on each node, in which epoch, and an HWM noted in that
+    term (the one it had when first seen leading, unless its owner notes another)."""
+
+    held: dict[NodeId, tuple[Replica, Epoch, int]] = field(default_factory=dict)
+
+    def noted_hwm(self, node: NodeId, replica: Replica) -> int | None:
+        """The HWM noted in `node`'s term; None when `replica` leads no term, or when this
+        step began one (its HWM now is noted)."""
+        if replica.role is not Role.LEADER:
+            self.held.pop(node, None)
+            return None
+        term = self.held.get(node)
+        if term is None or term[0] is not replica or term[1] != replica.epoch:
+            self.held[node] = (replica, replica.epoch, replica.hwm)
+            return None
+        return term[2]
+
+    def note_hwm(self, node: NodeId, replica: Replica, hwm: int) -> None:
+        self.held[node] = (replica, replica.epoch, hwm)
+
+
+@dataclass
 class OwnEpochMonitor:
     checker: Checker
-    # node -> (the replica, its epoch, its HWM when it was first seen leading in it)
-    terms: dict[NodeId, tuple[Replica, Epoch, int]] = field(default_factory=dict)
+    terms: LeaderTerms = field(default_factory=LeaderTerms)
 
     def check(self, node: NodeId, replica: Replica) -> None:
-        if replica.role is not Role.LEADER:
-            self.terms.pop(node, None)
-            return
-        term = self.terms.get(node)
-        if term is None or term[0] is not replica or term[1] != replica.epoch:
-            self.terms[node] = (replica, replica.epoch, replica.hwm)
+        first = self.terms.noted_hwm(node, replica)
+        if first is None:
             return
         start = replica.log.epoch_start_offset(replica.epoch)
-        if replica.hwm > term[2] and start is not None and replica.hwm <= start:
+        if replica.hwm > first and start is not None and replica.hwm <= start:
             self.checker.fail(
-                f"leader {node} (epoch {replica.epoch}) moved its HWM from {term[2]} to "
+                f"leader {node} (epoch {replica.epoch}) moved its HWM from {first} to "
                 f"{replica.hwm}, not past its own epoch's start {start} (Raft Figure 8)"
             )
 

@@ -45,6 +45,7 @@ from tidelog.core.replica import ACKS_ALL, Replica, Role
 from tidelog.core.tracker import Progress
 from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster
+from tidelog.testing.monitors import LeaderTerms
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
 # A life of one node: (node, incarnation).
@@ -67,8 +68,8 @@ class AckMonitor:
     matched: dict[Term, dict[NodeId, Offset]] = field(default_factory=dict)
     # Per leader's term, per follower: the latest send time of a request it answered.
     answered_ms: dict[Term, dict[NodeId, int]] = field(default_factory=dict)
-    # Per node: (replica, epoch, HWM) when first seen leading in that epoch.
-    terms: dict[NodeId, tuple[Replica, Epoch, int]] = field(default_factory=dict)
+    # Per node: the replica leading there, its epoch, and its HWM when last checked.
+    terms: LeaderTerms = field(default_factory=LeaderTerms)
 
     def __post_init__(self) -> None:
         self.cluster.on_message.append(self.on_message)
@@ -120,12 +121,8 @@ class AckMonitor:
 
     def check(self, node: NodeId, replica: Replica) -> None:
         """Call after every step, for every live replica."""
-        if replica.role is not Role.LEADER:
-            self.terms.pop(node, None)
-            return
-        term = self.terms.get(node)
-        if term is None or term[0] is not replica or term[1] != replica.epoch:
-            self.terms[node] = (replica, replica.epoch, replica.hwm)
+        noted = self.terms.noted_hwm(node, replica)
+        if noted is None:
             return
         matched = self.matched.get(self.term(node, replica), {})
         answered = self.answered_ms.get(self.term(node, replica), {})
@@ -143,9 +140,9 @@ class AckMonitor:
                     "this epoch"
                 )
         hwm = replica.hwm
-        if hwm <= term[2]:
+        if hwm <= noted:
             return
-        self.terms[node] = (replica, replica.epoch, hwm)
+        self.terms.note_hwm(node, replica, hwm)
         copies = int(replica.log.durable_end_offset >= hwm)
         copies += sum(1 for peer in replica.peers if matched.get(peer, -1) >= hwm)
         # Counted here, not by core/quorum.py's `quorum_size`: the rule under watch.

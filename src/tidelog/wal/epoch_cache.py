@@ -34,7 +34,7 @@ class LeaderEpochCache:
         return self.history.last_epoch
 
     def assign(self, header: BatchHeader) -> None:
-        """A batch was appended (or scanned by recovery) at the log end."""
+        """A batch the core appended at the log end (recovery's scan takes `derive`)."""
         assert header.epoch >= self.history.last_epoch, "epochs never go back in the log"
         if self.history.extend(header):
             self.dirty = True

@@ -50,6 +50,14 @@ def test_a_new_leader_ignores_answers_to_requests_of_an_earlier_term() -> None:
     assert sim.run_seed(5007, sim.Mode(3, 400, True)).violations == []
 
 
+def test_a_consumer_names_at_least_the_epoch_it_read() -> None:
+    """Seed 674: a consumer read epoch 2 from node 1; node 1 crashed, and the only live
+    node calling itself leader was node 3, deposed in epoch 1 and never told (no
+    check-quorum). A consumer's leader epoch never goes back (KIP-320): it names epoch 2,
+    and node 3 fences it, rather than answering that epoch 2 ends where its own log does."""
+    assert sim.run_seed(674, sim.Mode(3, 400)).violations == []
+
+
 @pytest.mark.parametrize("classic", [False, True], ids=["full", "classic"])
 def test_a_run_is_decided_by_its_seed(classic: bool) -> None:
     """Every event, in order, and what was found: the same twice."""

@@ -17,7 +17,8 @@ Rules of this file:
   expected sequence meanwhile.
 - OffsetForLeaderEpoch (KIP-320; the end-offset rule of KIP-101/279): a consumer asks a
   replica that calls itself leader where the epoch of the last batch it read ends, naming
-  the newest leader epoch (its metadata) when consumers name epochs (no check-quorum). An
+  the newest leader epoch it knows (its metadata's, or the epoch it read if newer: a
+  client's leader epoch never goes back) when consumers name epochs (no check-quorum). An
   answer never names an end past the committed history, and never reports as truncated a
   committed record the consumer read: the epoch it read is there and ends at or after its
   position. A leader that may not serve (a new one whose HWM is below its epoch start, a
@@ -166,7 +167,8 @@ class OddClients:
         try:
             epoch, end = replica.end_offset_for_epoch(
                 last_epoch,
-                current_leader_epoch=self.metadata_epoch() if name_epoch else None,
+                # a client's leader epoch never goes back (KIP-320): it read `last_epoch`
+                current_leader_epoch=max(self.metadata_epoch(), last_epoch) if name_epoch else None,
                 now_ms=self.cluster.clock_ms(node),
             )
         except TidelogError:

@@ -519,6 +519,37 @@ def test_isr_06_unclean_election_off_stays_offline_on_names_the_loss() -> None:
             assert (m.record.leader, m.losses, len(m.acked)) == (NO_LEADER, [], 5)
 
 
+def test_rule_11_a_forged_record_makes_no_follower_give_up_what_it_committed() -> None:
+    m = IsrModel(replicas=3, min_insync=1)
+    m.crash(3), m.restart(3, wiped=True), m.publish(1)  # 3 leaves the ISR, its disk empty
+    m.produce(1, 2), m.sync(1), m.fetch(2, 5), m.sync(2), m.fetch(2)
+    two = m.nodes[N2]
+    assert (m.acked, two.log, two.hwm, m.forgeable()) == ([0, 0, 0], [0, 0, 0], 3, [N3])
+    # A record written by hand names 3 leader, not saying the election was unclean.
+    m.forge(3), m.publish(2)
+    assert (m.record.leader, m.record.unclean_epoch, m.forged_epoch) == (N3, None, 1)
+    m.fetch(2, 5)  # 3's log [1] conflicts at offset 0 with what 2 committed: refused
+    forged_leader = m.nodes[N3].leader
+    assert forged_leader is not None and forged_leader.followers[N2].match is None
+    assert (two.log, two.hwm) == ([0, 0, 0], 3)
+    m.check()
+    with (
+        patched(PartitionRecord, "may_give_up", gives_up_whatever_the_record),
+        pytest.raises(Violation, match="truncates below its HWM 3 to 0"),
+    ):
+        m.fetch(2, 5)
+
+
+def test_rule_11_a_walk_with_a_forged_record_runs_clean_and_catches_giving_up() -> None:
+    model = random_walk(FORGED_WALK, steps=300)
+    assert model.forged_epoch >= 0 and model.first_unclean_epoch == -1
+    with (
+        patched(PartitionRecord, "may_give_up", gives_up_whatever_the_record),
+        pytest.raises(Violation, match="truncates below its HWM"),
+    ):
+        random_walk(FORGED_WALK, steps=300)
+
+
 # ------------------------------------------------------------------ the model-based test --
 
 
@@ -575,6 +606,10 @@ def hwm_below_min_insync(self: IsrLeader, min_insync: int | None = None) -> bool
     return not self.deposed
 
 
+def gives_up_whatever_the_record(self: PartitionRecord, leader_epoch: Epoch) -> bool:
+    return True
+
+
 ORIGINAL_REGISTERED = isr.registered
 
 
@@ -592,7 +627,13 @@ MUTANTS = {
     "any-answer-settles-pending": (IsrLeader, "answered", any_answer_settles),
     "rule-8-no-strict-min-isr": (IsrLeader, "acks_all_allowed", hwm_below_min_insync),
     "rule-9-a-restart-keeps-the-isr": (isr, "registered", a_restart_keeps_the_isr),
+    "rule-11-gives-up-without-unclean-election": (
+        PartitionRecord,
+        "may_give_up",
+        gives_up_whatever_the_record,
+    ),
 }
+FORGED_WALK = 28  # the gate's first walk that catches rule 11's mutant (`isr` seed 1)
 SEEDS_TO_CATCH = 2000
 
 

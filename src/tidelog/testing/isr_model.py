@@ -13,19 +13,34 @@ Rules of this file:
   (KAFKA-13141), with "fetched past the epoch start" = durable end >= the leader's epoch
   start offset (Kafka's isFollowerInSync), then copies some records and takes HWM =
   min(leader HWM, its log end) (KAFKA-14704). So a new leader's HWM may lag (KAFKA-7128).
+- Rule 11: when that prefix is below its own HWM, the follower truncates only if the
+  record it holds allows it (`PartitionRecord.may_give_up` for its leader's epoch, as
+  core/mode/isr.py's `gives_up`); else it refuses the leader's log, changing and reporting
+  nothing (core/follow.py's CONFLICTS_WITH_COMMITTED). The model checks that with its own
+  knowledge: a follower truncates below its HWM only after an unclean election the model
+  saw at or before its leader's epoch (`first_unclean_epoch`).
 - A crash loses the non-durable tail; a restart re-registers the node (`registered`, rule
   9), on its disk or on an empty one (a disk replaced, or one whose syncs lied).
 - Proposals travel through `inflight`: delivered (possibly more than once), late, or lost;
   a controller failover loses some of them. A leader may send its pending one again.
 - The acknowledged prefix (`acked`) is the longest log prefix below any HWM a leader
   published; it is reset only by an unclean election, which records the offsets it lost.
+- `forge`, rare (`random_walk` draws it from a generator of its own, so a walk without
+  one runs as before): a record written by hand, or by a controller bug, names a live
+  replica outside the ISR and ELR leader in a new leader epoch, without saying the
+  election was unclean. What was acknowledged may then be lost (the forged leader lacks
+  it, and its HWM is not the truth), so from the forge on the model checks no
+  acknowledged prefix (as for a leader an unclean election deposed); what still holds is
+  rule 11 on every follower, the epochs that never go back, and a leader's HWM within
+  its durable log.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Final
 
 from tidelog.core import isr
 from tidelog.core.isr import NO_LEADER, IsrConfig, IsrLeader, IsrProposal, PartitionRecord
@@ -71,6 +86,8 @@ class IsrModel:
     client_hwm: int = 0
     client_epoch: int = -1  # KIP-320: a client fetches at the newest leader epoch it saw
     unclean_epoch: int = -1  # the leader epoch of the latest unclean election
+    first_unclean_epoch: int = -1  # the leader epoch of the first one (rule 11's check)
+    forged_epoch: int = -1  # the leader epoch of the first forged record (`forge`)
     losses: list[Loss] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
 
@@ -111,6 +128,10 @@ class IsrModel:
         if not ln.up or lead is None or lead.deposed or lead.leader_epoch != f.view.leader_epoch:
             return
         shared = common_prefix(f.log, ln.log)
+        if shared < f.hwm:
+            if not f.view.may_give_up(lead.leader_epoch):
+                return  # rule 11: a conflict with what it committed, refused
+            self._gives_up(NodeId(node), shared, lead.leader_epoch)
         if shared < len(f.log):
             del f.log[shared:]
             f.durable = min(f.durable, shared)
@@ -190,7 +211,8 @@ class IsrModel:
         result = isr.alter_isr(before, proposal, min_insync=self.min_insync)
         for joined in set(result.record.isr) - set(before.isr):
             durable = self.nodes[joined].durable
-            if durable < len(self.acked):
+            # After a forged record nothing acknowledged is the truth (`forge`).
+            if durable < len(self.acked) and self.forged_epoch < 0:
                 raise Violation(
                     f"{joined} joined the ISR with durable LEO {durable} < HWM {len(self.acked)}"
                 )
@@ -236,7 +258,9 @@ class IsrModel:
         )
         if election.unclean:
             self.unclean_epoch = election.record.leader_epoch
-        if election.leader != NO_LEADER:
+            if self.first_unclean_epoch < 0:
+                self.first_unclean_epoch = self.unclean_epoch
+        if election.leader != NO_LEADER and self.forged_epoch < 0:
             leader = self.nodes[election.leader]
             kept = common_prefix(leader.log[: leader.durable], self.acked)
             if kept < len(self.acked):
@@ -252,10 +276,45 @@ class IsrModel:
         if election.leader != NO_LEADER:
             self.publish(election.leader)
 
+    def forgeable(self) -> list[NodeId]:
+        """The replicas a forged record may name leader: live, up, outside ISR and ELR."""
+        r = self.record
+        return [
+            n
+            for n in r.replicas
+            if n in self.live and self.nodes[n].up and n not in r.isr and n not in r.elr
+        ]
+
+    def forge(self, node: int) -> None:
+        """A record written by hand (or by a controller bug) names `node`, one of
+        `forgeable`, leader in a new leader epoch and partition epoch, with the ISR and
+        `node`, without saying the election was unclean; the leader hears at once. From
+        then on nothing acknowledged is the truth (rule 11 still holds: see the file's
+        rules)."""
+        node_id = NodeId(node)
+        if node_id not in self.forgeable():
+            return
+        r = self.record
+        forged = replace(
+            r,
+            leader=node_id,
+            leader_epoch=Epoch(r.leader_epoch + 1),
+            partition_epoch=r.partition_epoch + 1,
+            isr=tuple(n for n in r.replicas if n in r.isr or n == node_id),
+        )
+        if self.forged_epoch < 0:
+            self.forged_epoch = forged.leader_epoch
+        self._set_record(forged)
+        self.trace.append(f"  -> forged {self.record}")
+        self.publish(node)
+
     # ------------------------------------------------------------ invariants ------------
 
     def check(self) -> None:
-        """docs/isr.md's invariants, after every step."""
+        """docs/isr.md's invariants, after every step (the acknowledged prefix only until a
+        forged record: `forge`)."""
+        if self.forged_epoch >= 0:
+            return
         for member in set(self.record.isr) | set(self.record.elr):
             n = self.nodes[member]
             held = n.log[: n.durable]
@@ -292,6 +351,16 @@ class IsrModel:
             now_ms=self.now,
         )
 
+    def _gives_up(self, node_id: NodeId, shared: int, leader_epoch: int) -> None:
+        """Rule 11 by the model's own knowledge: a follower truncating its log to `shared`,
+        below its HWM, follows a leader elected at or after an unclean election."""
+        if not 0 <= self.first_unclean_epoch <= leader_epoch:
+            raise Violation(
+                f"{node_id} truncates below its HWM {self.nodes[node_id].hwm} to {shared} "
+                f"following the leader of epoch {leader_epoch}, with no unclean election "
+                f"at or before it (first: {self.first_unclean_epoch})"
+            )
+
     def _observe(self, node_id: NodeId) -> None:
         """A leader's HWM, as published to clients: it extends the acknowledged prefix."""
         n = self.nodes[node_id]
@@ -303,6 +372,9 @@ class IsrModel:
         hwm = lead.hwm
         if hwm > n.durable:
             raise Violation(f"leader {node_id}: HWM {hwm} past its durable LEO {n.durable}")
+        if self.forged_epoch >= 0:  # after a forged record no HWM is the truth (`forge`)
+            n.hwm = hwm
+            return
         prefix = n.log[:hwm]
         if prefix[: len(self.acked)] != self.acked[:hwm]:
             raise Violation(
@@ -331,10 +403,18 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return shared
 
 
+FORGE_SHARE: Final = 0.2
+"""The share of walks in which a record is forged (`IsrModel.forge`), once, at the first
+step from a drawn one on where a replica may be named."""
+
+
 def random_walk(seed: int, steps: int = 300) -> IsrModel:
     """A seeded run of the model, checked after every step; raises `Violation` (with the
-    seed and step in its message) on the first broken invariant."""
+    seed and step in its message) on the first broken invariant. The forge is drawn from a
+    generator of its own: a walk without one takes the steps it took before forges were."""
     rng = random.Random(seed)
+    forge_rng = random.Random(f"forge {seed}")
+    forge_from = forge_rng.randrange(max(steps, 1)) if forge_rng.random() < FORGE_SHARE else None
     replicas = rng.choice((3, 3, 5))
     model = IsrModel(
         replicas=replicas,
@@ -367,6 +447,10 @@ def random_walk(seed: int, steps: int = 300) -> IsrModel:
     for step in range(steps):
         _, action = rng.choices(actions, weights)[0]
         try:
+            if forge_from is not None and step >= forge_from and model.forgeable():
+                model.forge(forge_rng.choice(model.forgeable()))
+                model.check()
+                forge_from = None
             action()
             model.check()
         except Violation as broken:

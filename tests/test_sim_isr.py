@@ -49,6 +49,15 @@ def test_a_consumer_naming_the_record_s_epoch_is_fenced_from_a_deposed_leader() 
     assert sim.run_seed(4907, sim.Mode(3, 400, True, isr=True)).violations == []
 
 
+def test_a_leader_told_of_a_restart_on_a_replaced_disk_forgets_its_match() -> None:
+    """Memory seed 51: node 2 restarts on an empty disk while 3 leads epoch 5. Once 3's
+    record counts the restart it counts 2 only on answers to requests sent since (rule 9);
+    keeping the match 2's previous incarnation reported (154) fails the seed."""
+    result = sim.run_seed(51, sim.Mode(3, 400, isr=True))
+    assert result.violations == []
+    assert result.stops.get("wipes", 0) > 0
+
+
 def test_an_isr_run_is_decided_by_its_seed() -> None:
     first: list[str] = []
     second: list[str] = []

@@ -13,10 +13,11 @@ Rules of this file:
   log finds the damage); a failed fsync or a full disk stops the node, which
   loses what it had not synced, as a crash does. Some seeds keep a minority (all but a
   quorum) down for a long stretch (an outage): the others must make progress alone. In
-  memory, in quorum mode, a restart may come back with an empty log (WIPE_SHARE, a
-  generator of its own; its vote kept), only while a quorum of the other nodes, up, hold
-  the committed history durably (`Cluster.wipe`): it must catch up from nothing
-  (scenario 26).
+  memory, a restart may come back with an empty log (WIPE_SHARE, a generator of its own;
+  its vote kept), in quorum mode only while a quorum of the other nodes, up, hold the
+  committed history durably (`Cluster.wipe`): it must catch up from nothing (scenario
+  26); in ISR mode while another member of the committed ISR and ELR holds every
+  acknowledged record (isr_sim.py).
 - The safety phase is cut into windows of WINDOW_TICKS; a window is calm (no new crash,
   partition, heal, restart, pause or disk fault: what is down or cut stays so; clients
   carry on, DeleteRecords too) with the seed's `calm_share`. A calm window outlasts

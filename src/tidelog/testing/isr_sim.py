@@ -29,7 +29,12 @@ Rules of this file:
   refused by its partition epoch, rule 3); while it fails over, a proposal is dropped or
   answered NOT_CONTROLLER with an older record (a controller that is behind). The new one
   starts every session afresh. The record, committed in the metadata log, survives.
-- `IsrChecks` holds ISR mode's invariants over the controller's committed record.
+- `IsrChecks` holds ISR mode's invariants over the controller's committed record. In
+  memory a down node's disk may be replaced (`wipe_allowed`: while another member of the
+  committed ISR and ELR, not itself wiped, holds every acknowledged record); until the
+  controller registers the node's new incarnation it is no member for the checks, and once
+  a leader's record counts that restart, the leader counts for it only what it holds
+  (`check_told_matches`, rule 9).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from dataclasses import dataclass, field
 
 from tidelog.core import isr
 from tidelog.core.isr import NO_LEADER, AlterResult, IsrProposal, PartitionRecord, Refusal
-from tidelog.core.replica import Replica
+from tidelog.core.replica import Replica, Role
 from tidelog.records import read_header
 from tidelog.testing.checker import READ_BYTES_MAX, Checker, batch_identity
 from tidelog.testing.cluster import Cluster
@@ -375,6 +380,12 @@ class IsrChecks:
     checker: Checker
     last_record: PartitionRecord | None = None
     acked_end: int = 0
+    # node -> its incarnation when its disk was replaced: until the controller registers a
+    # later one (which takes it out of the ISR and the ELR, rule 9) it holds nothing
+    wiped: dict[NodeId, int] = field(default_factory=dict)
+    # node -> its restarts in the committed record when its disk was replaced: a leader
+    # whose record counts more has been told (rule 9), and counts it only on new answers
+    wiped_restarts: dict[NodeId, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.controller.on_record.append(self.on_record)
@@ -393,8 +404,57 @@ class IsrChecks:
         self.check_batches()
 
     def members(self) -> list[NodeId]:
+        """The committed ISR and ELR, but a node whose disk was replaced before the
+        controller registered it again (the record still names it: KIP-966's window)."""
         record = self.controller.record
-        return [n for n in record.replicas if n in record.isr or n in record.elr]
+        return [
+            n
+            for n in record.replicas
+            if (n in record.isr or n in record.elr) and not self.wiped_unregistered(n)
+        ]
+
+    def wiped_unregistered(self, node: NodeId) -> bool:
+        at = self.wiped.get(node)
+        registered = self.controller.incarnations[node]
+        return at is not None and (registered is None or registered <= at)
+
+    def wipe_allowed(self, node: NodeId) -> bool:
+        """A down node's disk may be replaced while another member of the committed ISR
+        and ELR still holds every acknowledged record on its own disk (up or down)."""
+        return any(other != node for other in self.members())
+
+    def on_wipe(self, node: NodeId) -> None:
+        self.wiped[node] = self.cluster.nodes[node].incarnation
+        self.wiped_restarts[node] = self.controller.record.restarts_of(node)
+
+    def check_told_matches(self) -> None:
+        """Rule 9: a leader whose record says a follower started again after its disk was
+        replaced counts for it only what it holds: no match its previous incarnation
+        reported (the checker's `check_matches` excuses those until the leader is told),
+        while the follower follows it in its epoch (a follower of a later leader may have
+        truncated what this one, deposed, still counts)."""
+        live = dict(self.cluster.live_replicas())
+        for node, replica in live.items():
+            mode = replica.isr
+            if replica.role is not Role.LEADER or mode is None or mode.record is None:
+                continue
+            for peer, progress in replica.progress.items():
+                match = progress.match_offset
+                wiped_at = self.wiped_restarts.get(peer)
+                follower = live.get(peer)
+                if match is None or wiped_at is None or follower is None:
+                    continue
+                if mode.record.restarts_of(peer) <= wiped_at:
+                    continue  # not told yet
+                if follower.leader_id != node or follower.epoch != replica.epoch:
+                    continue
+                end = follower.log.durable_end_offset
+                if match > end:
+                    self.checker.fail(
+                        f"leader {node} (e{replica.epoch}) counts node {peer}'s match {match} "
+                        f"after its record said {peer} started again on a replaced disk; "
+                        f"{peer} holds durably up to {end}"
+                    )
 
     def check_ends(self) -> None:
         """Every member holds durably at least up to the last acknowledged record."""

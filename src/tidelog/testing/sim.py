@@ -47,7 +47,11 @@ in flight lost or kept, stale NOT_CONTROLLER answers carrying older records). Ea
 draws min.insync.replicas (1..RF), replica.lag.time.max.ms, the session timeout and the
 failover rate besides the settings above; check-quorum is off (ISR mode has no lease),
 unclean election is never allowed, and bits never flip (with an ISR of one, a damaged
-batch set aside is the last copy gone: no fault model of a safe run). A crash spares the
+batch set aside is the last copy gone: no fault model of a safe run). In memory a restart
+may come back with an empty log (a disk replaced, as in quorum mode) while another member
+of the committed ISR and ELR holds the acknowledged records; the checker excuses the wiped
+node until the controller registers its new incarnation, then requires that no leader told
+of the restart counts a match the node does not hold (rule 9). A crash spares the
 last good copy (the only member of the ISR and ELR up in the incarnation the controller
 knows); a disk error stops it all the same, and a partition whose ISR and ELR are empty is
 offline for good (counted, not a violation). The checker adds ISR mode's invariants: every
@@ -546,6 +550,16 @@ class Run:
         self.controller = controller
         self.isr_checks = IsrChecks(self.cluster, controller, self.checker)
         self.workload.on_acked.append(self.isr_checks.on_acked)
+        if not self.disk:
+            self.allow_isr_wipes(self.isr_checks)
+
+    def allow_isr_wipes(self, checks: IsrChecks) -> None:
+        """ISR mode in memory: a restart may come back with an empty log, as in quorum
+        mode, while another ISR/ELR member holds the acknowledged records (rule 9)."""
+        self.faults.wipe_rng = random.Random(f"isr wipe {self.seed}")
+        self.cluster.wipe_allowed = checks.wipe_allowed
+        self.cluster.on_wipe.append(checks.on_wipe)
+        self.cluster.on_wipe.append(self.on_wipe)
 
     def new_cluster(self, config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig]) -> Cluster:
         cluster = Cluster(replicas=self.replicas, rng=self.rng, config=config, storage=self.storage)
@@ -712,6 +726,7 @@ class Run:
         self.checker.verify_acks()
         if self.isr_checks is not None:
             self.isr_checks.check_ends()
+            self.isr_checks.check_told_matches()
 
     def repair_damaged(self, error: StorageError) -> None:
         """A read found a damaged log: its node repairs (a StorageError with no log

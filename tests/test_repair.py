@@ -18,6 +18,7 @@ from tidelog.core.replica import ACKS_ALL, Replica
 from tidelog.core.storage import RepairFloor, later_floor
 from tidelog.errors import NotEnoughReplicas, StorageError
 from tidelog.node.driver import open_replica, run_round
+from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster
 from tidelog.testing.sim import build_batch
 from tidelog.types import Epoch, NodeId, Offset
@@ -184,6 +185,37 @@ def test_the_leader_forgets_a_repairing_follower_and_counts_it_again_once_repair
     assert leader.in_sync_replicas() == (N1, N2, N3)
     state = cluster.nodes[N3].storage.load()
     assert state.repair_floor is None  # forgotten durably
+
+
+def test_the_checker_excuses_a_lost_match_only_until_the_leader_ends_a_probe() -> None:
+    """A leader may count a match for records a follower set aside until a probe it sent
+    since ends (its answer says where the follower's log ends): a match kept past that is
+    a violation (`Checker.check_matches`, scenario 16 repaired twice)."""
+    cluster = three_nodes()
+    checker = Checker(leases=False)
+    leader = cluster.replica(N1)
+    rot_and_restart(cluster, N3, offset=1)
+    checker.check_matches(dict(cluster.live_replicas()))
+    for _ in range(2):
+        cluster.tick(N1)
+    cluster.deliver(next(e for e in cluster.in_flight if e.msg.recipient == N3))
+    follower = cluster.replica(N3)
+    assert (follower.leader_id, follower.log.durable_end_offset) == (N1, 1)
+    assert leader.progress[N3].match_offset == 3  # the leader has not heard yet: excused
+    checker.check_matches(dict(cluster.live_replicas()))
+    assert checker.violations == []
+    # Its answer (repairing: the leader forgets the match), the probe, the probe's answer.
+    for recipient in (N1, N3, N1):
+        cluster.deliver(next(e for e in cluster.in_flight if e.msg.recipient == recipient))
+    progress = leader.progress[N3]
+    assert (progress.probing, progress.match_offset) == (False, 1)
+    checker.check_matches(dict(cluster.live_replicas()))
+    assert checker.violations == []
+    progress.match_offset = Offset(3)  # as a leader that did not forget the match would
+    checker.check_matches(dict(cluster.live_replicas()))
+    assert checker.violations == [
+        "leader 1 counts node 3's match 3, but node 3 holds its log durably only up to 1"
+    ]
 
 
 def test_a_repairing_follower_does_not_count_toward_min_insync() -> None:

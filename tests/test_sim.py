@@ -50,6 +50,17 @@ def test_a_new_leader_ignores_answers_to_requests_of_an_earlier_term() -> None:
     assert sim.run_seed(5007, sim.Mode(3, 400, True)).violations == []
 
 
+def test_a_follower_that_sets_damage_aside_again_while_repairing_is_forgotten_again() -> None:
+    """Disk seed 3 flips a bit in node 3, which sets damage aside and repairs; while its
+    leader, knowing so, counts a match for it again, a second bit flips below that match
+    (scenario 16, repaired twice). The leader's probe hears the shorter log and forgets
+    the match again: a leader that kept it would count records node 3 no longer holds
+    (`Checker.check_matches`)."""
+    run = sim.Run(3, 3, 400, disk=True)
+    assert run.run().violations == []
+    assert run.faults.reflips >= 1
+
+
 def test_a_consumer_names_at_least_the_epoch_it_read() -> None:
     """Seed 674: a consumer read epoch 2 from node 1; node 1 crashed, and the only live
     node calling itself leader was node 3, deposed in epoch 1 and never told (no

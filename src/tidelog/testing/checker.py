@@ -23,8 +23,12 @@ or extend it. Everything else is checked against that history:
 - `check_matches`: what a leader counts for a follower (its match offset) the follower
   holds durably, while it follows that leader in that epoch: an acknowledgement the
   leader counts toward the HWM is never for records the follower has dropped since
-  (unless a bit flip made it set them aside: then it repairs, rule 8 of the replica; or
-  its disk was replaced: then until the leader forgets that match, rule 7).
+  (unless a bit flip made it set them aside: then it repairs, rule 8 of the replica, and
+  a leader leading then may count its old match until a probe it sent since ends; or its
+  disk was replaced: then until the leader forgets that match, rule 7). A leader that
+  ends such a probe has heard where the follower's log ends: a match it keeps above that
+  is one it should have forgotten (a follower setting damage aside again while it
+  repairs, scenario 16).
 A batch is identified by its bytes from the CRC on: the leader's stamp (offset, epoch) lies
 outside them, so the producer's batch and the stored one compare equal.
 """
@@ -73,6 +77,11 @@ class Checker:
     leases: bool = True
     # follower -> the (leader, epoch) whose match for it predates its disk's replacement
     stale_matches: dict[NodeId, set[tuple[NodeId, Epoch]]] = field(default_factory=dict)
+    # node -> its replica when last seen, to see it start again (with a repair floor?)
+    incarnations: dict[NodeId, Replica] = field(default_factory=dict)
+    # follower -> the last append seq of each (leader, epoch) leading when the follower
+    # last started with a repair floor (it had just set damage aside, or restarted so)
+    repair_seqs: dict[NodeId, dict[tuple[NodeId, Epoch], int]] = field(default_factory=dict)
     # identity -> why it must never be committed (odd_clients.py)
     refused: dict[bytes, str] = field(default_factory=dict)
 
@@ -228,6 +237,7 @@ class Checker:
     def check_matches(self, replicas: dict[NodeId, Replica]) -> None:
         """Every leader's match offset for a follower of its epoch is within the
         follower's durable log (see the module's docstring)."""
+        self.note_repairs(replicas)
         for node, leader in replicas.items():
             if leader.role is not Role.LEADER:
                 continue
@@ -241,13 +251,35 @@ class Checker:
                     continue
                 if follower is None or match is None or follower.epoch != leader.epoch:
                     continue
-                if follower.repair_floor is not None:
-                    continue  # damage set aside: it says so, and the leader forgets its match
+                if follower.repair_floor is not None and self.repair_untold(peer, node, leader):
+                    continue  # damage set aside since the leader last heard from it (rule 8)
                 if follower.leader_id == node and follower.log.durable_end_offset < match:
                     self.fail(
                         f"leader {node} counts node {peer}'s match {match}, but node {peer} "
                         f"holds its log durably only up to {follower.log.durable_end_offset}"
                     )
+
+    def note_repairs(self, replicas: dict[NodeId, Replica]) -> None:
+        """A replica that started again with a repair floor may have set damage aside just
+        now: note how far each leader had sent its appends then."""
+        for node, replica in replicas.items():
+            if self.incarnations.get(node) is replica:
+                continue
+            self.incarnations[node] = replica
+            if replica.repair_floor is not None:
+                self.repair_seqs[node] = {
+                    (leader, other.epoch): other.append_seq
+                    for leader, other in replicas.items()
+                    if other.role is Role.LEADER
+                }
+
+    def repair_untold(self, follower: NodeId, node: NodeId, leader: Replica) -> bool:
+        """Whether `leader` may not know yet that `follower` set damage aside: it led when
+        the follower last did, and has not ended a probe sent since (the answer to one says
+        where the follower's log ends)."""
+        seq = self.repair_seqs.get(follower, {}).get((node, leader.epoch))
+        progress = leader.progress[follower]
+        return seq is not None and (progress.probing or progress.probe_seq <= seq)
 
     def on_wipe(self, node: NodeId, replicas: dict[NodeId, Replica]) -> None:
         """`node` lost its disk: the matches its leaders counted for it name records it no

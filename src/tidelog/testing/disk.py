@@ -83,9 +83,11 @@ class SimDiskStorage:
     def fill_up(self) -> None:
         self.fs.fill_up()
 
-    def corrupt_committed_batch(self) -> bool:
+    def corrupt_committed_batch(self, rng: random.Random | None = None) -> bool:
         """Flip one bit of a random batch below the checkpointed HWM, in the bytes its CRC
-        covers (see the module's docstring). False when no such batch exists."""
+        covers (see the module's docstring), drawn from `rng` (the node's by default).
+        False when no such batch exists."""
+        rng = rng or self.rng
         hwm = ckpt.read_offset(self.fs, self.directory, ckpt.HWM) or Offset(0)
         start = ckpt.read_offset(self.fs, self.directory, ckpt.LOG_START_OFFSET) or Offset(0)
         batches = [
@@ -95,10 +97,8 @@ class SimDiskStorage:
         ]
         if not batches:
             return False
-        path, position, size = self.rng.choice(batches)
-        self.fs.flip_bit(
-            path, position + self.rng.randrange(CRC_POSITION, size), self.rng.randrange(8)
-        )
+        path, position, size = rng.choice(batches)
+        self.fs.flip_bit(path, position + rng.randrange(CRC_POSITION, size), rng.randrange(8))
         return True
 
     def stored_batches(self) -> Iterator[tuple[str, int, Offset, int, Offset]]:

@@ -10,14 +10,20 @@ Rules of this file:
 - Faults are placed so that a failure means a bug (TigerBeetle): a quorum's durable copy
   of every committed batch survives. Crashes lose only what was not synced; bits flip only
   in committed batches of at most replicas - quorum_size nodes (each then repairs once its
-  log finds the damage); a failed fsync or a full disk stops the node, which
-  loses what it had not synced, as a crash does. Some seeds keep a minority (all but a
-  quorum) down for a long stretch (an outage): the others must make progress alone. In
-  memory, a restart may come back with an empty log (WIPE_SHARE, a generator of its own;
-  its vote kept), in quorum mode only while a quorum of the other nodes, up, hold the
-  committed history durably (`Cluster.wipe`): it must catch up from nothing (scenario
-  26); in ISR mode while another member of the committed ISR and ELR holds every
-  acknowledged record (isr_sim.py).
+  log finds the damage). In REFLIP_SHARE of the disk seeds (a generator of their own,
+  `reflip_rng`; the other seeds run as before) bits also flip in pairs, among the same
+  nodes: one in a follower, which a read finds at once, and, while that node repairs
+  (its damage set aside, its log not yet as far as before) and a leader that knows so
+  counts a match for it again, a second one, found at once too: the node sets damage
+  aside again, below that match, while still repairing (scenario 16, repaired twice). A
+  failed fsync or a full disk stops the node, which loses what it had not synced, as a
+  crash does. Some seeds keep a minority (all but a quorum) down for a long stretch (an
+  outage): the others must make progress alone. In memory, a restart may come back with
+  an empty log (WIPE_SHARE, a generator of its own; its vote kept), in quorum mode only
+  while a quorum of the other nodes, up, hold the committed history durably
+  (`Cluster.wipe`): it must catch up from nothing (scenario 26); in ISR mode while
+  another member of the committed ISR and ELR holds every acknowledged record
+  (isr_sim.py).
 - The safety phase is cut into windows of WINDOW_TICKS; a window is calm (no new crash,
   partition, heal, restart, pause or disk fault: what is down or cut stays so; clients
   carry on, DeleteRecords too) with the seed's `calm_share`. A calm window outlasts
@@ -40,11 +46,12 @@ import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Final
 
 from tidelog.core.replica import Replica, ReplicaConfig, Role
-from tidelog.testing.cluster import PPM, Cluster, NodeClock, SimStorage
+from tidelog.testing.cluster import PPM, READ_ALL_BYTES, Cluster, NodeClock, SimStorage
 from tidelog.testing.disk import SimDiskStorage
-from tidelog.types import NodeId
+from tidelog.types import NodeId, Offset
 
 MICROS_PER_TICK = 10
 ELECTION_TICKS = 10
@@ -61,6 +68,14 @@ CLASSIC_APPEND_BYTES_MAX = 2048
 # Retention keeps about this much of each log (memory: batches; disk: 2 KiB segments).
 RETENTION_BYTES_CHOICES = (None, 2048, 8192)
 WIPE_SHARE = 0.2  # of the restarts, how many come back with an empty log (when allowed)
+REFLIP_SHARE: Final = 0.5
+"""Of the disk seeds, how many flip a bit again in a node that repairs."""
+FIRST_FLIP_RATE: Final = 0.003
+"""In those seeds, per microtick of a stormy window, the chance of a first flip (no node
+repairs)."""
+REFLIP_RATE: Final = 0.05
+"""In those seeds, per microtick of a stormy window, the chance of a second flip while a
+node repairs and a leader that knows it counts a match for it again."""
 
 
 def log_uniform(rng: random.Random, low: float, high: float) -> float:
@@ -242,6 +257,10 @@ class Faults:
     # that a seed with none runs as it did before there were any; None: never.
     wipe_rng: random.Random | None = None
     wipes: int = 0
+    # Second flips in a node that repairs, from a generator of their own (`reflip_rng`):
+    # a seed without them draws as it did before there were any; None: never.
+    reflip_rng: random.Random | None = None
+    reflips: int = 0
 
     @classmethod
     def draw(cls, rng: random.Random, settings: Settings, *, disk: bool, ticks: int) -> Faults:
@@ -295,6 +314,7 @@ class Faults:
             cluster.note("a calm window begins" if self.calm else "a stormy window begins")
         if self.calm:
             return
+        self.maybe_flip_twice(cluster)
         roll = rng.random()
         for rate, inject in (
             (self.crash_rate, inject_crash),
@@ -338,7 +358,7 @@ class Faults:
 
     def inject_corruption(self, cluster: Cluster, rng: random.Random) -> None:
         """Flip a bit in a committed batch of a node among at most `corruptible`."""
-        pool = sorted(self.corrupted) if len(self.corrupted) >= self.corruptible else cluster.ids
+        pool = self.flip_pool(cluster)
         if not pool:
             return
         node = rng.choice(pool)
@@ -347,6 +367,82 @@ class Faults:
             self.corrupted.add(node)
             self.flips += 1
             cluster.note(f"flip a bit in a committed batch of {node}")
+
+    def flip_pool(self, cluster: Cluster) -> list[NodeId]:
+        """The nodes a bit may flip in: those flipped before once `corruptible` are."""
+        return (
+            sorted(self.corrupted) if len(self.corrupted) >= self.corruptible else list(cluster.ids)
+        )
+
+    def maybe_flip_twice(self, cluster: Cluster) -> None:
+        """The seed's own pairs of flips (`reflip_rng`, see the rules of this file): while
+        no node of the pool repairs, now and then flip a bit in a running follower of the
+        pool; while one repairs and a leader counts a match for it again, flip one again
+        in it."""
+        rng = self.reflip_rng
+        if rng is None:
+            return
+        repairing = [
+            node
+            for node in sorted(self.corrupted)
+            if (replica := cluster.nodes[node].replica) is not None
+            and replica.repair_floor is not None
+        ]
+        if repairing:
+            counted = [node for node in repairing if counted_while_repairing(cluster, node)]
+            if counted and rng.random() < REFLIP_RATE:
+                self.flip_and_read(cluster, rng.choice(counted), rng, again=True)
+        elif rng.random() < FIRST_FLIP_RATE:
+            pool = [
+                node
+                for node in self.flip_pool(cluster)
+                if (replica := cluster.nodes[node].replica) is not None
+                and replica.role is not Role.LEADER
+            ]
+            if pool:
+                self.flip_and_read(cluster, rng.choice(pool), rng, again=False)
+
+    def flip_and_read(
+        self, cluster: Cluster, node: NodeId, rng: random.Random, *, again: bool
+    ) -> None:
+        """Flip a bit in a committed batch of `node` (none yet: nothing), then read its
+        committed batches at once, as a consumer's fetch would: the read finds the damage,
+        and the node repairs (`Cluster.repair`; once between Readys when it is busy)."""
+        if not disk_of(cluster.nodes[node].storage).corrupt_committed_batch(rng):
+            return
+        self.corrupted.add(node)
+        self.flips += 1
+        self.reflips += again
+        cluster.note(f"flip a bit {'again ' if again else ''}in a committed batch of {node}")
+        cluster.input(node, read_committed)
+
+
+def counted_while_repairing(cluster: Cluster, node: NodeId) -> bool:
+    """Whether a leader knows that `node` repairs and counts a match for it again (it
+    heard so, forgot its match and took one since): the moment a second loss tests it."""
+    return any(
+        replica.role is Role.LEADER
+        and (progress := replica.progress.get(node)) is not None
+        and progress.repairing
+        and progress.match_offset is not None
+        for _, replica in cluster.live_replicas()
+    )
+
+
+def reflip_generator(seed: int) -> random.Random | None:
+    """The generator of a disk seed's second flips (`Faults.reflip_rng`), or None for the
+    seeds that have none (1 - REFLIP_SHARE of them)."""
+    rng = random.Random(f"reflip {seed}")
+    return rng if rng.random() < REFLIP_SHARE else None
+
+
+def read_committed(replica: Replica) -> None:
+    """Read a replica's committed batches, as a consumer would (a damaged one raises
+    StorageError, and the cluster repairs the node)."""
+    log = replica.log
+    start, end = log.log_start_offset, min(replica.hwm, log.log_end_offset)
+    if start < end:
+        log.read(start, end_offset=Offset(end), max_bytes=READ_ALL_BYTES)
 
 
 def heal_disks(cluster: Cluster) -> None:

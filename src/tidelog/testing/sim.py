@@ -99,7 +99,14 @@ from tidelog.records import read_header
 from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster, SimMemoryStorage, SimStorage
 from tidelog.testing.disk import SimDiskStorage, wal_config
-from tidelog.testing.faults import MICROS_PER_TICK, Faults, Settings, heal_disks, replica_config
+from tidelog.testing.faults import (
+    MICROS_PER_TICK,
+    Faults,
+    Settings,
+    heal_disks,
+    reflip_generator,
+    replica_config,
+)
 from tidelog.testing.isr_sim import HEARTBEAT_TICKS, IsrChecks, IsrSettings, SimController
 from tidelog.testing.leader_claims import LostCopyMonitor, TransferMonitor
 from tidelog.testing.monitors import (
@@ -472,6 +479,8 @@ class Run:
             self.retention_bytes = settings.retention_bytes
             self.cluster = self.new_cluster(settings.replica_config)
             self.faults = Faults.draw(self.rng, settings, disk=self.disk, ticks=self.ticks)
+            if self.disk:
+                self.faults.reflip_rng = reflip_generator(self.seed)
             if not self.disk and not self.offsets_log:
                 self.faults.wipe_rng = random.Random(f"wipe {self.seed}")
                 self.cluster.wipe_allowed = self.wipe_allowed

@@ -115,7 +115,7 @@ def test_a_mutant_caught_by_transcripts_only_fails_the_gate() -> None:
 def test_the_excused_are_catalogued_and_exclude_the_blind_spots_closed() -> None:
     """TRANSCRIPT_ONLY names mutants of the catalogue, and none of those issue 41 gave a
     seed to: Figure 8, producers' sequences, even quorums, OffsetForLeaderEpoch, the group
-    rules."""
+    rules, repairing twice, ISR mode's restarts on an empty disk and rule 11."""
     assert {m.name for m in CATALOGUE} >= TRANSCRIPT_ONLY
     closed = {
         "figure-8",
@@ -125,6 +125,9 @@ def test_the_excused_are_catalogued_and_exclude_the_blind_spots_closed() -> None
         "epoch-end-past-hwm",
         "delete-a-group-with-members",
         "static-member-unfenced",
+        "repairing-twice-keeps-match",
+        "isr-replica-counts-answers-from-before-a-restart",
+        "isr-gives-up-without-unclean-election",
     }
     assert not closed & TRANSCRIPT_ONLY
 

@@ -69,6 +69,14 @@ def test_a_consumer_names_at_least_the_epoch_it_read() -> None:
     assert sim.run_seed(674, sim.Mode(3, 400)).violations == []
 
 
+def test_a_timeout_now_is_judged_in_its_own_epoch() -> None:
+    """Seed 1904 (5 replicas): node 1, leading epoch 5, was paused with a transfer to 3
+    waiting; on waking it sent TimeoutNow (3's answers said it held the whole log) and, in
+    the same inputs, learnt of epoch 6, in which 3 had already truncated that tail. The
+    TimeoutNow of epoch 5 reaches a replica of epoch 6, which ignores it: no violation."""
+    assert sim.run_seed(1904, sim.Mode(5, 400)).violations == []
+
+
 @pytest.mark.parametrize("classic", [False, True], ids=["full", "classic"])
 def test_a_run_is_decided_by_its_seed(classic: bool) -> None:
     """Every event, in order, and what was found: the same twice."""

@@ -55,18 +55,18 @@ class TransferMonitor:
     def check(self, node: NodeId, leader: Replica, msg: TimeoutNow) -> None:
         target = msg.recipient
         stale = self.checker.stale_matches.get(target)
-        if stale and (node, leader.epoch) in stale:
+        if stale and (node, msg.epoch) in stale:
             return
         replica = self.cluster.nodes[target].replica
-        if replica is not None and (
-            replica.epoch > leader.epoch or replica.repair_floor is not None
-        ):
+        # A target in a later epoch than the TimeoutNow's ignores it (rule 6 of the
+        # replica); the leader itself may have moved on in the inputs of this same Ready.
+        if replica is not None and (replica.epoch > msg.epoch or replica.repair_floor is not None):
             return
         held = durable_end(self.cluster, target)
         end = leader.log.log_end_offset
         if held < end:
             self.checker.fail(
-                f"leader {node} (epoch {leader.epoch}) sends TimeoutNow to {target}, which "
+                f"leader {node} (epoch {msg.epoch}) sends TimeoutNow to {target}, which "
                 f"holds its log durably only up to {held}, below the leader's log end {end}"
             )
 

@@ -83,6 +83,7 @@ FIRST_SEEDS: dict[str, tuple[str, int]] = {
     "quorum-ignores-min-insync": ("memory-3", 5),
     "vote-in-own-epoch-ignores-lease": ("memory-5", 9),
     "accept-stale-epoch-acks": ("memory-5", 43),
+    "isr-replica-counts-answers-from-before-a-restart": ("isr-sim-3", 32),
 }
 JOB_SECONDS_MAX = 900
 GATE_SECONDS_MAX = 1800
@@ -746,12 +747,8 @@ CATALOGUE: tuple[Mutant, ...] = (
 # (the gate fails until it does), and no mutant is added to it.
 TRANSCRIPT_ONLY: frozenset[str] = frozenset(
     {
-        # repairs: a second damaged batch set aside while repairing (bit flips are rare)
-        "repairing-twice-keeps-match",
-        # ISR mode's restarts and unclean recovery (rules 9, 10): `sim --mode isr` never
-        # restarts a node on an empty disk, nor allows an unclean election
-        "isr-replica-counts-answers-from-before-a-restart",
-        "isr-gives-up-without-unclean-election",
+        # ISR mode's unclean recovery (rule 10): `sim --mode isr` never allows an unclean
+        # election
         "isr-unchecked-follower-serves-reads",
     }
 )

@@ -1,0 +1,231 @@
+"""Who votes in one partition: its voter set and the history of its changes (KIP-853).
+
+A replica is named by its node id *and* the id of the directory that holds its copy of the
+log (KIP-853's ReplicaKey, Kafka's directory id): a node that comes back on an empty disk
+has a new directory id, so it is a new member, never the old voter. Its old
+acknowledgements, matches and vote die with the old key; it counts again only once a
+change has made its new key a voter (and, as a learner before that, it has caught up).
+
+Rules of this file (sources: Ongaro's thesis §4.1-4.3; Ongaro, raft-dev, 2015-07-10, "bug
+in single-server membership changes"; KIP-853; KAFKA-16580's invariants; etcd-io/raft's
+confchange):
+1. A voter set is a non-empty set of replica keys, at most one per node id. Its majority
+   is `quorum.majority` of its size: one arithmetic for every count.
+2. A change adds or removes exactly one voter (`VoterSet.add`, `VoterSet.remove`): any
+   majority of the old set and any majority of the new one then share a voter, so two
+   leaders can never be elected by the two sets in one epoch.
+3. A leader proposes a change only when (a) it has committed a record of its own epoch
+   (its HWM is past its epoch's start: without it, changes from two epochs can both
+   commit, the raft-dev 2015 bug), and (b) no change is uncommitted (its HWM is past the
+   last entry of the history): at most one voter set lies between the HWM and the log end
+   (KAFKA-16580). `change_refusal` says why not, or None.
+4. A voter set takes effect where it is appended, not when it commits: every replica uses
+   the last entry its log holds (`VoterSetHistory.current`), a leader as a follower, so
+   that the new set's majority decides its own commit.
+5. The history follows the log as the leader-epoch history does (core/epochs.py): an
+   entry at an offset the log loses by truncation is removed (`truncate`); retention and
+   DeleteRecords keep the entry in effect at the new log start (`trim`); a replica reset
+   to a leader's log start takes the leader's set at that start (`reset`).
+6. A replica whose key is not in the current voter set is an observer (a learner): it
+   fetches, but it neither votes, nor campaigns, nor counts for the HWM.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tidelog.core.quorum import majority
+from tidelog.types import NodeId, Offset
+
+BEFORE_THE_LOG = Offset(-1)
+"""Where the partition's first voter set sits: before any record."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ReplicaKey:
+    """One copy of a partition's log: the node that runs it and the directory that holds
+    it (a fresh one for every empty disk the node starts on)."""
+
+    node: NodeId
+    directory: str
+
+    def __str__(self) -> str:
+        return f"{self.node}/{self.directory}"
+
+
+@dataclass(frozen=True, slots=True)
+class VoterSet:
+    """The replicas whose votes elect a leader and whose durable copies commit (rule 1)."""
+
+    voters: frozenset[ReplicaKey]
+
+    def __post_init__(self) -> None:
+        if not self.voters:
+            raise ValueError("a voter set holds at least one voter")
+        nodes = [key.node for key in self.voters]
+        if len(set(nodes)) != len(nodes):
+            raise ValueError(f"a voter set holds one key per node: {sorted(self.voters)}")
+
+    @classmethod
+    def of(cls, keys: Iterable[ReplicaKey]) -> VoterSet:
+        return cls(frozenset(keys))
+
+    def __iter__(self) -> Iterator[ReplicaKey]:
+        return iter(sorted(self.voters))
+
+    def __len__(self) -> int:
+        return len(self.voters)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.voters
+
+    @property
+    def nodes(self) -> frozenset[NodeId]:
+        return frozenset(key.node for key in self.voters)
+
+    @property
+    def majority(self) -> int:
+        return majority(len(self.voters))
+
+    def key_of(self, node: NodeId) -> ReplicaKey | None:
+        """The key under which `node` votes, None when it does not."""
+        for key in self.voters:
+            if key.node == node:
+                return key
+        return None
+
+    def is_quorum(self, keys: Iterable[ReplicaKey]) -> bool:
+        """Whether `keys` hold a majority of this set (keys outside it count for nothing)."""
+        return len(self.voters.intersection(keys)) >= self.majority
+
+    def add(self, key: ReplicaKey) -> VoterSet:
+        """This set and one voter more (rule 2); its node must not vote yet."""
+        if key.node in self.nodes:
+            raise ValueError(f"node {key.node} already votes as {self.key_of(key.node)}")
+        return VoterSet(self.voters | {key})
+
+    def remove(self, key: ReplicaKey) -> VoterSet:
+        """This set and one voter fewer (rule 2); never the last one."""
+        if key not in self.voters:
+            raise ValueError(f"{key} is no voter")
+        return VoterSet(self.voters - {key})
+
+    def differs_by_at_most_one(self, other: VoterSet) -> bool:
+        return len(self.voters ^ other.voters) <= 1
+
+
+class VoterSetEntry(NamedTuple):
+    """One line of the history: `voters` in effect from `offset` on."""
+
+    offset: Offset
+    voters: VoterSet
+
+
+class VoterSetHistory:
+    """The voter sets a log holds, by the offset where each was appended (Kafka's
+    VoterSetHistory); the first entry is the set the partition was created with."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: Iterable[VoterSetEntry]) -> None:
+        self._entries: list[VoterSetEntry] = list(entries)
+        if not self._entries:
+            raise ValueError("a voter set history starts with the partition's first set")
+        offsets = [entry.offset for entry in self._entries]
+        if offsets != sorted(set(offsets)):
+            raise ValueError(f"voter sets at offsets that do not rise: {offsets}")
+
+    @classmethod
+    def starting_with(cls, voters: VoterSet) -> VoterSetHistory:
+        return cls([VoterSetEntry(BEFORE_THE_LOG, voters)])
+
+    # --- questions ------------------------------------------------------------------
+    @property
+    def entries(self) -> tuple[VoterSetEntry, ...]:
+        return tuple(self._entries)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, VoterSetHistory) and self._entries == other._entries
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"VoterSetHistory({self._entries!r})"
+
+    @property
+    def current(self) -> VoterSet:
+        """The set in effect: the last one the log holds (rule 4)."""
+        return self._entries[-1].voters
+
+    @property
+    def last_offset(self) -> Offset:
+        """Where the current set was appended (BEFORE_THE_LOG for the partition's first;
+        one below the log start for a set a reset carried over)."""
+        return self._entries[-1].offset
+
+    def at(self, offset: Offset) -> VoterSet:
+        """The set in effect at `offset`: the last one appended at or before it."""
+        index = bisect.bisect_right(self._entries, offset, key=lambda entry: entry.offset)
+        return self._entries[max(index - 1, 0)].voters
+
+    def committed(self, hwm: Offset) -> VoterSet:
+        """The last set below the HWM (what every future leader holds)."""
+        return self.at(Offset(hwm - 1))
+
+    def uncommitted(self, hwm: Offset) -> bool:
+        """Whether a change lies at or above the HWM (rule 3b)."""
+        return self.last_offset >= hwm
+
+    # --- changes ----------------------------------------------------------------------
+    def append(self, offset: Offset, voters: VoterSet) -> None:
+        """A batch holding a new voter set was appended at `offset` (rule 4)."""
+        if offset <= self.last_offset:
+            raise ValueError(f"a voter set at {offset}, not after the last at {self.last_offset}")
+        self._entries.append(VoterSetEntry(offset, voters))
+
+    def truncate(self, offset: Offset) -> bool:
+        """The log lost everything at or above `offset`: so do its voter sets (rule 5).
+        The first entry stays (a partition is never without voters). True if changed."""
+        entries = self._entries
+        changed = False
+        while len(entries) > 1 and entries[-1].offset >= offset:
+            entries.pop()
+            changed = True
+        return changed
+
+    def trim(self, start_offset: Offset) -> bool:
+        """The log now starts at `start_offset`: keep the set in effect there and every
+        later one (rule 5). True if changed."""
+        index = bisect.bisect_right(self._entries, start_offset, key=lambda entry: entry.offset)
+        if index <= 1:
+            return False
+        self._entries = self._entries[index - 1 :]
+        return True
+
+    def reset(self, start_offset: Offset, voters: VoterSet) -> None:
+        """The log was emptied at `start_offset` to follow a leader whose set there is
+        `voters` (rule 5): in effect from the record before it on."""
+        self._entries = [VoterSetEntry(Offset(start_offset - 1), voters)]
+
+
+def change_refusal(
+    history: VoterSetHistory,
+    proposed: VoterSet,
+    *,
+    hwm: Offset,
+    epoch_start_offset: Offset,
+) -> str | None:
+    """Why a leader may not append `proposed` now (rules 2, 3), or None when it may."""
+    if hwm <= epoch_start_offset:
+        return "no record of the leader's own epoch is committed yet"
+    if history.uncommitted(hwm):
+        return f"the voter set appended at {history.last_offset} is not committed yet"
+    current = history.current
+    if proposed == current:
+        return "the voter set is already that"
+    if not current.differs_by_at_most_one(proposed):
+        return "a change adds or removes one voter at a time"
+    return None

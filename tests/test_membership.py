@@ -1,0 +1,149 @@
+"""core/membership.py: voter sets keyed by (node, directory) and their history (KIP-853)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidelog.core.membership import (
+    ReplicaKey,
+    VoterSet,
+    VoterSetEntry,
+    VoterSetHistory,
+    change_refusal,
+)
+from tidelog.types import NodeId, Offset
+
+
+def key(node: int, directory: str = "a") -> ReplicaKey:
+    return ReplicaKey(NodeId(node), directory)
+
+
+def voters(*nodes: int) -> VoterSet:
+    return VoterSet.of(key(node) for node in nodes)
+
+
+# ---------------------------------------------------------------- voter sets (rules 1, 2)
+def test_a_voter_set_counts_a_majority_of_its_keys_only() -> None:
+    three = voters(1, 2, 3)
+    assert three.majority == 2
+    assert three.is_quorum([key(1), key(2)])
+    # node 2 on a new disk is another replica: its answer is not a voter's
+    assert not three.is_quorum([key(1), key(2, "b")])
+    assert voters(1, 2, 3, 4).majority == 3
+
+
+def test_a_voter_set_holds_one_key_per_node_and_never_none() -> None:
+    with pytest.raises(ValueError, match="one key per node"):
+        VoterSet.of([key(1), key(1, "b")])
+    with pytest.raises(ValueError, match="at least one"):
+        VoterSet.of([])
+    with pytest.raises(ValueError, match="already votes"):
+        voters(1, 2).add(key(2, "b"))
+    with pytest.raises(ValueError, match="no voter"):
+        voters(1, 2).remove(key(2, "b"))
+    with pytest.raises(ValueError, match="at least one"):
+        voters(1).remove(key(1))
+
+
+def test_a_replaced_disk_is_a_remove_then_an_add() -> None:
+    three = voters(1, 2, 3)
+    without = three.remove(key(2))
+    replaced = without.add(key(2, "b"))
+    assert three.differs_by_at_most_one(without)
+    assert without.differs_by_at_most_one(replaced)
+    assert not three.differs_by_at_most_one(replaced)
+    assert replaced.key_of(NodeId(2)) == key(2, "b")
+    assert replaced.key_of(NodeId(9)) is None
+
+
+@given(st.integers(1, 7), st.data())
+def test_majorities_of_sets_one_change_apart_always_meet(size: int, data: st.DataObject) -> None:
+    """Rule 2: any majority of a set and any majority of a set one voter apart share a
+    voter, so one epoch never elects two leaders across a change."""
+    old = voters(*range(1, size + 1))
+    if size > 1 and data.draw(st.booleans()):
+        new = old.remove(key(data.draw(st.integers(1, size))))
+    else:
+        new = old.add(key(size + 1))
+    for a in itertools.combinations(sorted(old.voters), old.majority):
+        for b in itertools.combinations(sorted(new.voters), new.majority):
+            assert set(a) & set(b)
+
+
+# ---------------------------------------------------------------- the history (rules 4, 5)
+def test_the_history_follows_appends_truncations_and_the_log_start() -> None:
+    history = VoterSetHistory.starting_with(voters(1, 2, 3))
+    history.append(Offset(10), voters(1, 2, 3, 4))
+    history.append(Offset(20), voters(1, 2, 4))
+    assert history.current == voters(1, 2, 4)
+    assert history.at(Offset(9)) == voters(1, 2, 3)
+    assert history.at(Offset(10)) == voters(1, 2, 3, 4)
+    assert history.committed(Offset(20)) == voters(1, 2, 3, 4)
+    assert history.uncommitted(Offset(20)) and not history.uncommitted(Offset(21))
+    assert history.truncate(Offset(20))
+    assert history.current == voters(1, 2, 3, 4)
+    assert history.trim(Offset(15))
+    assert history.entries == (VoterSetEntry(Offset(10), voters(1, 2, 3, 4)),)
+    assert not history.trim(Offset(15))
+    assert not history.truncate(Offset(0))  # a partition is never without voters
+    history.reset(Offset(40), voters(1, 2))
+    assert history.entries == (VoterSetEntry(Offset(39), voters(1, 2)),)
+    assert not history.uncommitted(Offset(40))
+    history.append(Offset(40), voters(1))
+    with pytest.raises(ValueError, match="not after"):
+        history.append(Offset(40), voters(2))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["append", "truncate", "trim"]), st.integers(0, 60))))
+def test_the_history_answers_as_a_list_of_every_offset(ops: list[tuple[str, int]]) -> None:
+    """Against a plain model: the set in effect at each offset of a log of 60."""
+    sets = [voters(1), voters(1, 2), voters(1, 2, 3), voters(2, 3)]
+    history = VoterSetHistory.starting_with(sets[0])
+    model: list[tuple[int, VoterSet]] = [(-1, sets[0])]
+    start = 0
+    for number, (op, offset) in enumerate(ops):
+        if op == "append" and offset > model[-1][0] and offset >= start:
+            chosen = sets[number % len(sets)]
+            history.append(Offset(offset), chosen)
+            model.append((offset, chosen))
+        elif op == "truncate" and offset > start:
+            history.truncate(Offset(offset))
+            model = [model[0]] + [e for e in model[1:] if e[0] < offset]
+        elif op == "trim" and offset > start:
+            history.trim(Offset(offset))
+            start = offset
+        for probe in range(start, 61):
+            expected = [voters for at, voters in model if at <= probe]
+            assert history.at(Offset(probe)) == (expected[-1] if expected else model[0][1])
+        assert history.current == model[-1][1]
+
+
+# ---------------------------------------------------------------- when a leader may change
+def test_a_change_waits_for_an_own_epoch_commit_and_for_the_last_change() -> None:
+    """Rule 3 (the raft-dev 2015 bug: a leader of epoch 2 that changed the set before
+    committing an entry of its own could commit a change a leader of epoch 1 began)."""
+    history = VoterSetHistory.starting_with(voters(1, 2, 3))
+    four = voters(1, 2, 3, 4)
+    assert change_refusal(history, four, hwm=Offset(10), epoch_start_offset=Offset(10)) == (
+        "no record of the leader's own epoch is committed yet"
+    )
+    assert change_refusal(history, four, hwm=Offset(11), epoch_start_offset=Offset(10)) is None
+    history.append(Offset(12), four)
+    refusal = change_refusal(
+        history, voters(1, 2, 4), hwm=Offset(12), epoch_start_offset=Offset(10)
+    )
+    assert refusal == "the voter set appended at 12 is not committed yet"
+    assert change_refusal(history, voters(1, 2), hwm=Offset(13), epoch_start_offset=Offset(10)) == (
+        "a change adds or removes one voter at a time"
+    )
+    assert change_refusal(history, four, hwm=Offset(13), epoch_start_offset=Offset(10)) == (
+        "the voter set is already that"
+    )
+    assert (
+        change_refusal(history, voters(1, 2, 4), hwm=Offset(13), epoch_start_offset=Offset(10))
+        is None
+    )

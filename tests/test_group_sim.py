@@ -50,6 +50,16 @@ def test_no_seed_breaks_a_group_invariant(
     assert non_empty > 0, "no admin asked to delete the group while it had members"
 
 
+def test_a_group_found_empty_is_deleted_though_its_empty_generation_was_not_written() -> None:
+    """Seed 1640: coordinator 3, paused, woke to find every member's session expired and
+    wrote the empty generation, which failed (min.insync.replicas 3, one replica cut
+    off); the group stayed empty, so a DeleteGroups was right to go on (as Kafka's does),
+    though the last generation committed still named 3 members."""
+    result = group_sim.run_seed(1640, 3, 400, False)
+    assert result.violations == []
+    assert result.stops["groups deleted"] == 1
+
+
 def test_the_command_line_sums_up_the_sweep(capsys: pytest.CaptureFixture[str]) -> None:
     assert group_sim.main(["--seeds", "3", "--first-seed", "7"]) == 0
     out = capsys.readouterr().out

@@ -62,6 +62,7 @@ from tidelog.groups.messages import (
     Request,
     Sync,
     SyncResult,
+    Write,
 )
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.testing.faults import MICROS_PER_TICK
@@ -159,6 +160,10 @@ class GroupChecker:
     syncs_checked: int = 0
     last_members: int = 0  # how many members the last committed generation names
     deleted: bool = False  # a tombstone was committed: earlier commits are gone
+    # Per node, how many members the last group record its coordinator proposed names
+    # (committed or not): a coordinator that found every member gone writes an empty
+    # generation, and that write may fail (NOT_ENOUGH_REPLICAS) while the group stays empty.
+    proposed_members: dict[NodeId, int] = field(default_factory=dict)
 
     def tick(self) -> int:
         self.events += 1
@@ -184,6 +189,11 @@ class GroupChecker:
                     f"{partition}, but {floor} was acknowledged before the fetch was sent"
                 )
 
+    def on_write(self, node: NodeId, write: Write) -> None:
+        for key, value in zip(write.keys, write.values, strict=True):
+            if value is not None and json.loads(key).get("type") == "group":
+                self.proposed_members[node] = len(json.loads(value)["members"])
+
     def on_record(self, offset: int, key: bytes | None, value: bytes | None) -> None:
         """A committed record (each offset once): a group's generation, checked."""
         if offset < self.next_offset:
@@ -192,7 +202,10 @@ class GroupChecker:
         if key is None or json.loads(key).get("type") != "group":
             return
         if value is None:
-            if self.last_members:
+            # DeleteGroups refuses a group with members: the last generation committed
+            # names none, or a coordinator had found them all gone (its empty generation
+            # not written) as Kafka's does.
+            if self.last_members and 0 not in self.proposed_members.values():
                 self.violations.append(
                     f"the group was deleted at offset {offset}, its last generation "
                     f"{self.last_generation} naming {self.last_members} members"
@@ -200,6 +213,7 @@ class GroupChecker:
             self.era += 1
             self.last_generation = 0
             self.deleted = True
+            self.proposed_members.clear()
             return
         content = json.loads(value)
         generation = int(content["generation"])
@@ -300,6 +314,7 @@ class GroupRun:
         self.nodes.listeners.append(self.on_reply)
         self.checker = GroupChecker(self.run.checker.violations, max_size)
         self.nodes.record_listeners.append(self.checker.on_record)
+        self.nodes.write_listeners.append(self.checker.on_write)
         # Which consumers join as at v4+, and which are static, is drawn apart from `rng`.
         versions = random.Random(f"join versions {self.seed}")
         churn, admin = draw_churn(self.seed)

@@ -45,6 +45,7 @@ from tidelog.wal.batches import producer_batch
 WRITE_ID_BASE = 1 << 40
 ReplyListener = Callable[[NodeId, Reply], None]
 RecordListener = Callable[[int, "bytes | None", "bytes | None"], None]
+WriteListener = Callable[[NodeId, Write], None]
 
 
 @dataclass
@@ -67,6 +68,8 @@ class GroupNodes:
     listeners: list[ReplyListener] = field(default_factory=list)
     # Each committed record as a coordinator applies it (any node's, so more than once).
     record_listeners: list[RecordListener] = field(default_factory=list)
+    # Each write a coordinator proposes, committed or not.
+    write_listeners: list[WriteListener] = field(default_factory=list)
     member_ids: int = 0
     write_ids: int = WRITE_ID_BASE
 
@@ -157,6 +160,8 @@ class GroupNodes:
             list(write.values), keys=list(write.keys), timestamp_ms=write.wall_ms
         )
         self.cluster.note(f"coordinator {node}: write #{write.write} ({len(write.keys)} records)")
+        for listener in self.write_listeners:
+            listener(node, write)
 
         def propose(replica: Replica) -> None:
             replica.propose(request_id, batch, acks=ACKS_ALL)

@@ -357,6 +357,8 @@ class Cluster:
         assert ready is not None and replica is not None
         self.persist_due.pop(sim_node.id, None)
         sim_node.storage.sync()
+        for lost in ready.given_up:  # ISR mode: storage lowered its HWM (rule 10)
+            sim_node.durable_hwm = min(sim_node.durable_hwm, lost.start_offset)
         if ready.hwm is not None:
             sim_node.durable_hwm = ready.hwm
         sim_node.persisting = None

@@ -23,14 +23,14 @@ Rules of this file:
   a broker hands its replicas no record before its registration is applied (a copy sent
   to an earlier incarnation is dropped on arrival).
 - Whenever the record names no leader, or a fenced one, the controller elects (`elect`)
-  among the nodes not fenced. A share of the memory seeds (`draw_unclean`, from a
-  generator of its own, so the other seeds run as before) sets
+  among the nodes not fenced. A share of the seeds, in memory and on disk (`draw_unclean`,
+  from a generator of its own, so the other seeds run as before), sets
   unclean.leader.election.enable: with no ISR or ELR member live, any live node may be
   elected (rule 10), and a crash may take the last good copy. Those seeds run no
   DeleteRecords and no retention: after an unclean election a follower whose log starts
   past the new leader's log end keeps its HWM, and one reset to the leader's log start
   keeps its own epoch there and refuses every append after it (core findings, not yet
-  fixed). The other seeds, and disk mode, never allow one.
+  fixed). The other seeds never allow one.
 - `IsrChecks.on_unclean_election` tells the checker (checker.py): the history is cut where
   the new leader's durable log departs from it, at the election and again once it leads
   its epoch (`check_unclean_leader`); what was acknowledged at or past the cut is lost
@@ -98,7 +98,7 @@ class IsrSettings:
 
 
 UNCLEAN_SEEDS_SHARE: Final = 0.3
-"""Of the memory seeds, how many allow unclean elections (`draw_unclean`)."""
+"""Of the ISR seeds, how many allow unclean elections (`draw_unclean`)."""
 
 
 def draw_unclean(seed: int) -> bool:

@@ -60,8 +60,8 @@ back; the HWM a consumer saw never goes back; the ISR and the ELR are never both
 before some replica started again (rule 9); and the liveness phase asks the controller to
 elect a leader that commits a new write.
 
-A share of the memory ISR seeds, drawn from a generator of its own (the others run as
-before), sets unclean.leader.election.enable (rule 10; without DeleteRecords or retention,
+A share of the ISR seeds, drawn from a generator of its own (the others run as before),
+sets unclean.leader.election.enable (rule 10; without DeleteRecords or retention,
 see isr_sim.py): any node may crash, with no ISR or ELR member live the controller elects
 any live node, and no partition is offline for good. The checker cuts its history where
 the new leader's log departs from it: acknowledged writes past the cut, or acknowledged by
@@ -579,8 +579,7 @@ class Run:
         drawn = Settings.draw(self.rng, self.replicas)
         self.isr_rng = random.Random(self.rng.getrandbits(64))
         isr = IsrSettings.draw(self.isr_rng, self.replicas, MICROS_PER_TICK)
-        if not self.disk:
-            isr = dataclasses.replace(isr, unclean=draw_unclean(self.seed))
+        isr = dataclasses.replace(isr, unclean=draw_unclean(self.seed))
         self.isr_settings = isr
         self.settings = settings = dataclasses.replace(
             drawn, check_quorum=False, min_insync_replicas=isr.min_insync

@@ -24,6 +24,9 @@ Rules of this file:
   position. A leader that may not serve (a new one whose HWM is below its epoch start, a
   deposed one without its lease) holds an HWM that may be below what the consumer read;
   answering from it is the violation this client finds.
+- ISR mode with unclean elections (docs/isr.md rule 10): a batch the election lost (`on_cut`,
+  or acknowledged by a leader it deposed) is never sent again as a retry, and a retry in
+  flight may be written anew; no replica suspect since the election is asked (sim.py).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ Rules of this file:
 - Only what the checker saw acknowledged counts, and only a replica's committed log is
   judged: a divergent suffix past its HWM says nothing.
 - It reads replicas and never changes them.
+- ISR mode with unclean elections (docs/isr.md rule 10): a producer whose acknowledged
+  batch the election lost is forgotten (it goes on in a new epoch, `on_cut`, `on_lost`),
+  and a replica suspect since the election (checker.py) is not judged.
 """
 
 from __future__ import annotations

@@ -128,20 +128,26 @@ def test_the_excused_are_catalogued_and_exclude_the_blind_spots_closed() -> None
         "repairing-twice-keeps-match",
         "isr-replica-counts-answers-from-before-a-restart",
         "isr-gives-up-without-unclean-election",
+        "isr-unchecked-follower-serves-reads",
     }
     assert not closed & TRANSCRIPT_ONLY
 
 
 def test_an_excused_mutant_a_seed_catches_must_come_off_the_list() -> None:
-    excused = next(m for m in CATALOGUE if m.name in TRANSCRIPT_ONLY)
+    """The list is empty since issue 41; the rule still holds for any name on it."""
+    assert not TRANSCRIPT_ONLY
+    excused = CATALOGUE[0]
+    names = frozenset({excused.name})
     outcome = Outcome(
         excused.name, "sim memory-3 seed 1", "d", 2, 1.0, by_seed="sim memory-3 seed 1"
     )
-    report = Report([Outcome("scenarios", None, "", 1, 1.0)], [(excused, outcome)], 1, 1.0)
+    baseline = [Outcome("scenarios", None, "", 1, 1.0)]
+    report = Report(baseline, [(excused, outcome)], 1, 1.0, excused=names)
     assert report.excused_caught_by_seed == [excused.name] and not report.passed
     assert f"take off TRANSCRIPT_ONLY: {excused.name}" in text_report(report)
     only_transcript = Outcome(excused.name, "scenario x.txt", "d", 1, 1.0)
-    assert Report(report.baseline, [(excused, only_transcript)], 1, 1.0).passed
+    assert Report(baseline, [(excused, only_transcript)], 1, 1.0, excused=names).passed
+    assert not Report(baseline, [(excused, only_transcript)], 1, 1.0).passed
 
 
 def test_the_first_seeds_name_catalogued_mutants_and_run_before_the_plan() -> None:

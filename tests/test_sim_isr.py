@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from tidelog.testing import sim
+from tidelog.testing import isr_sim, sim
 
 MEMORY_SEEDS = 20
 DISK_SEEDS = 8
@@ -91,3 +91,31 @@ def test_a_replica_behind_the_leaders_log_start_has_not_converged() -> None:
     assert result.violations == []
     caught_up = next(i for i, line in enumerate(lines) if "node 2: follower e5 hwm=488" in line)
     assert any("DeleteRecords(488) on 1: log start 488" in line for line in lines[:caught_up])
+
+
+def test_unclean_election_is_drawn_from_a_generator_of_its_own() -> None:
+    """A share of the seeds allows unclean elections (rule 10), drawn apart from every
+    other draw, so a seed that does not draw it runs as before; in memory and on disk
+    alike. Those that do run no DeleteRecords and no retention (isr_sim.py)."""
+    drawn = [seed for seed in range(1, 201) if isr_sim.draw_unclean(seed)]
+    assert 30 <= len(drawn) <= 90
+    unclean = sim.Run(drawn[0], 3, 100, isr=True)
+    assert unclean.isr_settings.unclean
+    assert unclean.settings.delete_rate == 0 and unclean.settings.retention_rate == 0
+    assert sim.Run(drawn[0], 3, 100, disk=True, isr=True).isr_settings.unclean
+    clean = next(seed for seed in range(1, 201) if seed not in drawn)
+    assert not sim.Run(clean, 3, 100, isr=True).isr_settings.unclean
+
+
+def test_a_seed_with_unclean_elections_runs_clean() -> None:
+    """Memory seed 2 (3 replicas): two unclean elections; the second (node 1, epoch 9, on
+    an empty log) loses committed offsets 0..79 and 27 acknowledged writes. Node 2, told
+    of it with its HWM still at 80, must serve no read until a leader of epoch 9 checked
+    its HWM (isr-unchecked-follower-serves-reads serves offset 0 of epoch 7 here); every
+    replica is checked again afterwards, and the run converges after the heal."""
+    lines: list[str] = []
+    result = sim.Run(2, 3, 300, trace=lines.append, isr=True).run()
+    assert result.violations == []
+    assert result.stops.get("unclean") == 2
+    assert result.stops.get("lost", 0) >= 27
+    assert any("unclean election of 1: committed offsets 0..79 lost" in line for line in lines)

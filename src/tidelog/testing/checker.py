@@ -31,6 +31,17 @@ or extend it. Everything else is checked against that history:
   repairs, scenario 16).
 A batch is identified by its bytes from the CRC on: the leader's stamp (offset, epoch) lies
 outside them, so the producer's batch and the stored one compare equal.
+
+ISR mode with unclean election (docs/isr.md rule 10; isr_sim.py tells the checker): at an
+unclean election the history is cut where the new leader's log departs from it (`cut`):
+acknowledged writes at or past the cut are lost (counted), nothing below it ever is. Every
+replica is then suspect (`suspects`) until its HWM has been checked against a leader of
+that epoch or later: meanwhile its committed prefix neither extends nor is compared with
+the history, and its HWM may go back; one not yet told of the election is held to the
+history as it stood then (a `Timeline`, which its committed prefix extends). Every read is
+judged all the same: a replica told of the election serves only the cut history (rule 10:
+no reads before its HWM is checked); one not told, that history or its timeline's. A
+replica checked again is held to every invariant, from its log start.
 """
 
 from __future__ import annotations
@@ -55,6 +66,16 @@ class CommittedBatch:
     next_offset: Offset
     epoch: Epoch
     identity: bytes
+
+
+@dataclass
+class Timeline:
+    """The committed history as the replicas not yet told of an unclean election see it:
+    as it stood at the election, extended by their committed prefixes."""
+
+    history: dict[int, CommittedBatch]
+    end: int
+    checked: dict[NodeId, int]
 
 
 @dataclass
@@ -84,6 +105,13 @@ class Checker:
     repair_seqs: dict[NodeId, dict[tuple[NodeId, Epoch], int]] = field(default_factory=dict)
     # identity -> why it must never be committed (odd_clients.py)
     refused: dict[bytes, str] = field(default_factory=dict)
+    # ISR mode's unclean elections (see the module's docstring): node -> the unclean epoch
+    # it has not caught up with; the history each unclean epoch cut; the lowest cut since
+    # a node became suspect.
+    suspects: dict[NodeId, Epoch] = field(default_factory=dict)
+    timelines: dict[Epoch, Timeline] = field(default_factory=dict)
+    suspect_floor: dict[NodeId, int] = field(default_factory=dict)
+    told: dict[NodeId, Epoch] = field(default_factory=dict)  # see `known_unclean`
 
     def fail(self, text: str) -> None:
         """Record a violation (once: the checks after every step would repeat it)."""
@@ -113,6 +141,8 @@ class Checker:
             self.fail(f"node {node}: HWM {hwm} above log end {log.log_end_offset}")
         if log.log_start_offset > hwm:
             self.fail(f"node {node}: log start {log.log_start_offset} above HWM {hwm}")
+        if node in self.suspects and self.still_suspect(node, replica, incarnation):
+            return
         seen_incarnation, seen_hwm = self.hwm_seen.get(node, (incarnation, 0))
         if seen_incarnation == incarnation and hwm < seen_hwm:
             self.fail(f"node {node}: HWM went back from {seen_hwm} to {hwm}")
@@ -179,6 +209,118 @@ class Checker:
             position = header.next_offset
         self.checked[node] = max(position, self.checked.get(node, 0))
 
+    # ------------------------------------------------------------ unclean elections --
+    def on_unclean_election(self, epoch: Epoch, nodes: tuple[NodeId, ...]) -> None:
+        """An unclean election in `epoch`: every replica is suspect (the new leader too,
+        until it leads); those not yet told hold to the history as it stands now."""
+        self.timelines[epoch] = Timeline(dict(self.history), self.committed_end, dict(self.checked))
+        for node in nodes:
+            self.suspects[node] = epoch
+            self.suspect_floor[node] = min(
+                self.suspect_floor.get(node, self.committed_end), self.committed_end
+            )
+
+    def cut(self, cut: int) -> int:
+        """Cut the history at `cut` (the new leader's log departs from it there): what was
+        acknowledged at or past it is lost. Returns how many acknowledged writes were."""
+        if cut >= self.committed_end:
+            return 0
+        for offset in [offset for offset in self.history if offset >= cut]:
+            del self.history[offset]
+        self.committed_end = cut
+        lost = sum(1 for at in self.acked.values() if at >= cut)
+        self.acked = {key: at for key, at in self.acked.items() if at < cut}
+        self.unverified_acks = [(at, key) for at, key in self.unverified_acks if at < cut]
+        self.committed_identities = {
+            key: at for key, at in self.committed_identities.items() if at < cut
+        }
+        self.checked = {node: min(end, cut) for node, end in self.checked.items()}
+        self.leader_hwm_max = min(self.leader_hwm_max, cut)
+        self.node_hwm_max = {node: min(hwm, cut) for node, hwm in self.node_hwm_max.items()}
+        self.suspect_floor = {node: min(at, cut) for node, at in self.suspect_floor.items()}
+        return lost
+
+    def still_suspect(self, node: NodeId, replica: Replica, incarnation: int) -> bool:
+        """Whether `node` is still suspect (see the module's docstring); one not yet told
+        extends its timeline. One checked again is held to every invariant from now on,
+        from its log start (its HWM may have gone back, once)."""
+        epoch = self.suspects[node]
+        mode = replica.isr
+        if mode is None:
+            return True
+        holds = None if mode.record is None else mode.record.unclean_epoch
+        known = self.known_unclean(node, replica)
+        if known is None or known < epoch:
+            if known is None or (holds == known and mode.hwm_checked()):
+                self.extend_timeline(node, replica, known)
+            return True
+        if holds is None or holds < epoch or not mode.hwm_checked():
+            return True
+        del self.suspects[node]
+        self.suspect_floor.pop(node, None)
+        self.checked[node] = 0
+        self.hwm_seen[node] = (incarnation, replica.hwm)
+        return False
+
+    def known_unclean(self, node: NodeId, replica: Replica) -> Epoch | None:
+        """The last unclean epoch `node` was told of, in a record it holds or held before
+        it started again (one that restarted holds no record until the next)."""
+        record = None if replica.isr is None else replica.isr.record
+        holds = None if record is None else record.unclean_epoch
+        told = self.told.get(node)
+        known = holds if told is None or (holds is not None and holds > told) else told
+        if known is not None:
+            self.told[node] = known
+        return known
+
+    def timeline_of(self, known: Epoch | None) -> Timeline | None:
+        """The history of a replica told of unclean elections up to `known` only: as the
+        first one it was not told of found it."""
+        later = [epoch for epoch in self.timelines if known is None or epoch > known]
+        return self.timelines[min(later)] if later else None
+
+    def extend_timeline(self, node: NodeId, replica: Replica, known: Epoch | None) -> None:
+        """A replica not told of an unclean election: its committed batches agree with its
+        timeline, or extend it."""
+        timeline = self.timeline_of(known)
+        if timeline is None:
+            return
+        hwm = min(replica.hwm, replica.log.log_end_offset)
+        checked = min(timeline.checked.get(node, 0), hwm)
+        position = max(checked, replica.log.log_start_offset)
+        if hwm <= position:
+            timeline.checked[node] = checked
+            return
+        for batch in replica.log.read(
+            Offset(position), end_offset=Offset(hwm), max_bytes=READ_BYTES_MAX
+        ):
+            header = read_header(batch)
+            known_batch = timeline.history.get(header.base_offset)
+            identity = batch_identity(batch)
+            if known_batch is None and header.base_offset == timeline.end:
+                entry = CommittedBatch(header.next_offset, header.epoch, identity)
+                timeline.history[header.base_offset] = entry
+                timeline.end = header.next_offset
+            elif known_batch is not None and known_batch.identity != identity:
+                self.fail(
+                    f"node {node}, not told of the unclean election, committed a batch at "
+                    f"{header.base_offset} that differs from what was committed before it"
+                )
+                return
+        timeline.checked[node] = hwm
+
+    def on_given_up(self, node: NodeId, start: int, end: int) -> None:
+        """A replica gave up committed records [start, end): only a suspect one may, and
+        only at or past the history's cut."""
+        floor = self.suspect_floor.get(node)
+        if node not in self.suspects or floor is None:
+            self.fail(f"node {node} gave up committed offsets {start}..{end - 1} unsuspected")
+        elif start < floor:
+            self.fail(
+                f"node {node} gave up committed offsets {start}..{end - 1}, below {floor}, "
+                "where the unclean leader's log still held the committed history"
+            )
+
     def check_unique(self, position: int, identity: bytes) -> None:
         first = self.committed_identities.setdefault(identity, position)
         if first != position:
@@ -207,7 +349,10 @@ class Checker:
 
     def on_leader_hwm(self, node: NodeId, hwm: int) -> None:
         """A leader told a client its HWM: it never goes back on that node (across its
-        restarts too) nor, with leases, across leader changes."""
+        restarts too) nor, with leases, across leader changes. One an unclean election
+        deposed, not told yet, answers from history that is lost: not judged."""
+        if node in self.suspects:
+            return
         seen = self.node_hwm_max.get(node, 0)
         if hwm < seen:
             self.fail(f"leader {node} answered HWM {hwm} after it answered {seen}")
@@ -216,9 +361,14 @@ class Checker:
             self.fail(f"leader {node} answered HWM {hwm} after clients saw {self.leader_hwm_max}")
         self.leader_hwm_max = max(self.leader_hwm_max, hwm)
 
-    def on_read(self, node: NodeId, batches: tuple[bytes, ...]) -> None:
+    def on_read(
+        self, node: NodeId, batches: tuple[bytes, ...], replica: Replica | None = None
+    ) -> None:
         """A client read these batches from `node`: each must pass its CRC and be
-        committed, in place."""
+        committed, in place (a replica not told of an unclean election: in its timeline)."""
+        timeline = None
+        if node in self.suspects and replica is not None and replica.isr is not None:
+            timeline = self.timeline_of(self.known_unclean(node, replica))
         for batch in batches:
             header = read_header(batch)
             self.reads += 1
@@ -228,6 +378,8 @@ class Checker:
                 self.fail(f"node {node} served a corrupt batch at {header.base_offset}: {error}")
                 continue
             known = self.history.get(header.base_offset)
+            if timeline is not None and (known is None or known.identity != batch_identity(batch)):
+                known = timeline.history.get(header.base_offset)
             if known is None or known.identity != batch_identity(batch):
                 self.fail(
                     f"node {node} served offset {header.base_offset} (epoch {header.epoch}) "
@@ -294,7 +446,11 @@ class Checker:
     def compare_committed(self, replicas: dict[NodeId, Replica]) -> None:
         """Any two replicas' batches are identical, byte for byte, over [the higher log
         start, the lower HWM)."""
-        prefixes = {node: committed_prefix(replica) for node, replica in replicas.items()}
+        prefixes = {
+            node: committed_prefix(replica)
+            for node, replica in replicas.items()
+            if node not in self.suspects
+        }
         nodes = sorted(prefixes)
         for index, a in enumerate(nodes):
             for b in nodes[index + 1 :]:

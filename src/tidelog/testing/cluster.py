@@ -17,7 +17,10 @@ Rules of this file:
 - A read that finds a damaged batch (StorageError, the storage marked for repair) restarts
   that node's replica, between Readys, on what its storage keeps once it set the damage
   aside (`open_replica`), as the broker's partition runner does: a new incarnation, with a
-  repair floor and an HWM that may have gone back (the one case the checker accepts).
+  repair floor and an HWM that may have gone back (a case the checker accepts).
+- ISR mode, after an unclean election: a Ready that gives up committed records lowers the
+  storage's HWM to their start as it is written (`SimNode.durable_hwm` with it, durable or
+  not yet), so a restart may come back with that HWM (docs/isr.md rule 10).
 """
 
 from __future__ import annotations
@@ -338,6 +341,8 @@ class Cluster:
                 continue
             if ready is None:
                 return
+            for lost in ready.given_up:  # ISR mode: storage lowered its HWM, maybe durably
+                sim_node.durable_hwm = min(sim_node.durable_hwm, lost.start_offset)
             for listener in self.on_ready:
                 listener(node, ready)
             self.complete(node, ready.completions)

@@ -23,7 +23,22 @@ Rules of this file:
   a broker hands its replicas no record before its registration is applied (a copy sent
   to an earlier incarnation is dropped on arrival).
 - Whenever the record names no leader, or a fenced one, the controller elects (`elect`)
-  among the nodes not fenced. Unclean election is never allowed here.
+  among the nodes not fenced. A share of the seeds, in memory and on disk (`draw_unclean`,
+  from a generator of its own, so the other seeds run as before), sets
+  unclean.leader.election.enable: with no ISR or ELR member live, any live node may be
+  elected (rule 10), and a crash may take the last good copy. Those seeds run no
+  DeleteRecords and no retention: after an unclean election a follower whose log starts
+  past the new leader's log end keeps its HWM, and one reset to the leader's log start
+  keeps its own epoch there and refuses every append after it (core findings, not yet
+  fixed). The other seeds never allow one.
+- `IsrChecks.on_unclean_election` tells the checker (checker.py): the history is cut where
+  the new leader's durable log departs from it, at the election and again once it leads
+  its epoch (`check_unclean_leader`); what was acknowledged at or past the cut is lost
+  (counted: `unclean`, `lost`), and so is a write acknowledged by a leader the election
+  deposed, not yet told (sim.py's `Workload.lost_ack`). Every replica is suspect until
+  its HWM was checked against a leader of that epoch or later; the records a replica
+  gives up (`Ready.given_up`) name its own record's leader, epoch and unclean epoch, and
+  only a suspect one gives up, never below the cut.
 - A failover makes the controller unavailable for a while: proposals in flight to it are
   lost or kept (each at random), so one is applied once or never (a copy applied later is
   refused by its partition epoch, rule 3); while it fails over, a proposal is dropped or
@@ -42,6 +57,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from tidelog.core import isr
 from tidelog.core.isr import NO_LEADER, AlterResult, IsrProposal, PartitionRecord, Refusal
@@ -67,6 +83,9 @@ class IsrSettings:
     replica_lag_time_max_ms: int
     session_timeout: int  # microticks without a heartbeat before a node is fenced
     failover_rate: float  # per microtick, in the safety phase
+    # unclean.leader.election.enable (rule 10): drawn from a generator of its own
+    # (`draw_unclean`), so the seeds that do not draw it run as before it existed
+    unclean: bool = False
 
     @classmethod
     def draw(cls, rng: random.Random, replicas: int, micros_per_tick: int) -> IsrSettings:
@@ -76,6 +95,15 @@ class IsrSettings:
             session_timeout=rng.choice((8, 20, 40)) * micros_per_tick,
             failover_rate=rng.choice((0.0, 0.0005, 0.002)),
         )
+
+
+UNCLEAN_SEEDS_SHARE: Final = 0.3
+"""Of the ISR seeds, how many allow unclean elections (`draw_unclean`)."""
+
+
+def draw_unclean(seed: int) -> bool:
+    """Whether a seed allows unclean elections, from a generator of its own."""
+    return random.Random(f"unclean election {seed}").random() < UNCLEAN_SEEDS_SHARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +210,11 @@ class SimController:
         if record.leader != NO_LEADER and record.leader not in self.fenced:
             return
         live = [node for node in self.cluster.ids if node not in self.fenced]
-        election = isr.elect(record, live, min_insync=self.min_insync)
-        self.change(election.record, f"elect {election.leader}")
+        election = isr.elect(
+            record, live, min_insync=self.min_insync, unclean_allowed=self.settings.unclean
+        )
+        unclean = " (unclean)" if election.unclean else ""
+        self.change(election.record, f"elect {election.leader}{unclean}")
 
     @property
     def available(self) -> bool:
@@ -342,7 +373,10 @@ class SimController:
         """A fault may crash `node` unless it is the last good copy: the only member of the
         committed ISR and ELR that is up in the incarnation the controller knows (a
         restarted one leaves both, rule 9). Crashing it would leave the partition offline
-        for good, unclean election being off; disk errors still may."""
+        for good, unclean election being off; disk errors still may. With it on, any node
+        may crash (an unclean election follows)."""
+        if self.settings.unclean:
+            return True
         good = [
             member
             for member in self.record.replicas
@@ -373,7 +407,9 @@ class IsrChecks:
       start), at every step: its durable log end at every step, the batches themselves
       whenever the record changes and every `PAIRS_EVERY_TICKS`;
     - the partition epoch and the leader epoch never go back;
-    - what a client saw of a leader's HWM never goes back for that client (`Workload`)."""
+    - what a client saw of a leader's HWM never goes back for that client (`Workload`);
+    - with unclean elections (rule 10), only what each one's cut loses may be lost, and
+      what a replica gives up names its record (`on_ready`)."""
 
     cluster: Cluster
     controller: SimController
@@ -386,12 +422,87 @@ class IsrChecks:
     # node -> its restarts in the committed record when its disk was replaced: a leader
     # whose record counts more has been told (rule 9), and counts it only on new answers
     wiped_restarts: dict[NodeId, int] = field(default_factory=dict)
+    # Unclean elections (rule 10): those of the history's cut to a cut offset; the epoch
+    # whose leader's log cut it again once it led; who hears of each cut.
+    cut_epoch: Epoch | None = None
+    on_cut: list[Callable[[int], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.controller.on_record.append(self.on_record)
+        self.cluster.on_ready.append(self.on_ready)
 
     def on_acked(self, base_offset: int, batch: bytes) -> None:
         self.acked_end = max(self.acked_end, read_header(batch).next_offset)
+
+    # ------------------------------------------------------------ unclean elections ---
+    def on_unclean_election(self, record: PartitionRecord) -> None:
+        """Rule 10: every replica is suspect, and the history is cut where the new
+        leader's durable log departs from it (`Checker.cut`); again once it leads
+        (`check_unclean_leader`), should its log have changed meanwhile."""
+        epoch = record.unclean_epoch
+        assert epoch is not None
+        self.cluster.stops["unclean"] += 1
+        self.checker.on_unclean_election(epoch, self.cluster.ids)
+        self.cut(self.departure(record.leader), f"unclean election of {record.leader}")
+
+    def check_unclean_leader(self) -> None:
+        """Once the leader of the last unclean election leads its epoch, its log is the
+        truth: the history is cut where that log departs from it."""
+        record = self.controller.record
+        epoch = record.unclean_epoch
+        if epoch is None or self.cut_epoch == epoch or record.leader == NO_LEADER:
+            return
+        replica = self.cluster.nodes[record.leader].replica
+        if replica is None or replica.role is not Role.LEADER or replica.epoch != epoch:
+            return
+        self.cut_epoch = epoch
+        self.cut(self.departure(record.leader), f"{record.leader} leads e{epoch}")
+
+    def cut(self, cut: int, why: str) -> None:
+        end = self.checker.committed_end
+        if cut >= end:
+            return
+        lost = self.checker.cut(cut)
+        self.cluster.stops["lost"] += lost
+        self.acked_end = min(self.acked_end, cut)
+        self.cluster.note(f"checker: {why}: committed offsets {cut}..{end - 1} lost ({lost} acked)")
+        for listener in self.on_cut:
+            listener(cut)
+
+    def departure(self, node: NodeId) -> int:
+        """Where `node`'s durable log departs from the committed history (or ends)."""
+        end, start = self.durable_bounds(node)
+        held: dict[int, bytes] = {
+            read_header(batch).base_offset: batch_identity(batch)
+            for batch in self.durable_batches(node, start, end)
+        }
+        history = self.checker.history
+        cut = 0
+        while cut < self.checker.committed_end:
+            known = history.get(cut)
+            if known is None or (cut >= start and held.get(cut) != known.identity):
+                break
+            cut = known.next_offset
+        return cut
+
+    def on_ready(self, node: NodeId, ready: object) -> None:
+        """Committed records given up (rule 10) name the replica's own record: the leader
+        it follows, its epoch, the last unclean epoch (which allows it); only a suspect
+        replica gives up, never below the cut (`Checker.on_given_up`)."""
+        for given in getattr(ready, "given_up", ()):
+            replica = self.cluster.nodes[node].replica
+            mode = None if replica is None else replica.isr
+            record = None if mode is None else mode.record
+            self.checker.on_given_up(node, given.start_offset, given.end_offset)
+            if (
+                replica is None
+                or record is None
+                or given.start_offset >= given.end_offset
+                or (given.leader, given.leader_epoch) != (record.leader, replica.epoch)
+                or given.unclean_epoch != record.unclean_epoch
+                or not record.may_give_up(given.leader_epoch)
+            ):
+                self.checker.fail(f"node {node} names what it gave up wrongly: {given}")
 
     def on_record(self, record: PartitionRecord) -> None:
         last = self.last_record
@@ -401,6 +512,10 @@ class IsrChecks:
         ):
             self.checker.fail(f"controller: record went back from {last} to {record}")
         self.last_record = record
+        if record.unclean_epoch is not None and (
+            last is None or last.unclean_epoch != record.unclean_epoch
+        ):
+            self.on_unclean_election(record)
         self.check_batches()
 
     def members(self) -> list[NodeId]:

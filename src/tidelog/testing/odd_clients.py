@@ -24,6 +24,9 @@ Rules of this file:
   position. A leader that may not serve (a new one whose HWM is below its epoch start, a
   deposed one without its lease) holds an HWM that may be below what the consumer read;
   answering from it is the violation this client finds.
+- ISR mode with unclean elections (docs/isr.md rule 10): a batch the election lost (`on_cut`,
+  or acknowledged by a leader it deposed) is never sent again as a retry, and a retry in
+  flight may be written anew; no replica suspect since the election is asked (sim.py).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class OddBatch:
 
     kind: str
     first_offset: Offset | None = None
+    lost: bool = False  # the batch first written was lost since (an unclean election)
 
 
 @dataclass
@@ -118,6 +122,8 @@ class OddClients:
         odd = self.in_flight.pop(result.request_id, None)
         if odd is None:
             return False
+        if odd.lost:
+            return True  # the new leader lacks the first copy: written again is right
         if odd.kind == "unknown" and isinstance(result.error, OutOfOrderSequence):
             self.checker.fail(
                 f"node {node} answered an unknown producer's batch OutOfOrderSequence "
@@ -137,8 +143,20 @@ class OddClients:
             )
         return True
 
-    def acked(self, batch: bytes, base_offset: Offset) -> None:
-        self.last_acked = (batch, base_offset)
+    def acked(self, batch: bytes, base_offset: Offset, *, lost: bool = False) -> None:
+        """The producer's batch was acknowledged; `lost`: by a leader an unclean election
+        deposed (rule 10), so it is never sent again as a retry."""
+        self.last_acked = None if lost else (batch, base_offset)
+
+    def on_cut(self, cut: int) -> None:
+        """An unclean election lost the committed records from `cut` on: a batch first
+        written there is never sent again as a retry, and one in flight may be written
+        again (ISR mode, rule 10)."""
+        if self.last_acked is not None and self.last_acked[1] >= cut:
+            self.last_acked = None
+        for request_id, odd in self.in_flight.items():
+            if odd.first_offset is not None and odd.first_offset >= cut:
+                self.in_flight[request_id] = OddBatch(odd.kind, odd.first_offset, lost=True)
 
     def new_producer_epoch(self) -> None:
         self.last_acked = None  # a batch of an older producer epoch is fenced, not a retry

@@ -13,6 +13,9 @@ Rules of this file:
 - Only what the checker saw acknowledged counts, and only a replica's committed log is
   judged: a divergent suffix past its HWM says nothing.
 - It reads replicas and never changes them.
+- ISR mode with unclean elections (docs/isr.md rule 10): a producer whose acknowledged
+  batch the election lost is forgotten (it goes on in a new epoch, `on_cut`, `on_lost`),
+  and a replica suspect since the election (checker.py) is not judged.
 """
 
 from __future__ import annotations
@@ -61,8 +64,21 @@ class ProducerStateMonitor:
             base_offset + header.last_offset_delta + 1,
         )
 
+    def on_cut(self, cut: int) -> None:
+        """ISR mode: an unclean election lost the committed records from `cut` on (rule
+        10). A producer whose acknowledged batch was lost goes on in a new epoch (its next
+        batch leaves a gap: OutOfOrderSequence), and never sends an older batch again."""
+        self.acked = {pid: acked for pid, acked in self.acked.items() if acked.next_offset <= cut}
+
+    def on_lost(self, batch: bytes) -> None:
+        """ISR mode: a leader an unclean election deposed acknowledged this batch; it may
+        be lost (rule 10), and its producer goes on as after `on_cut`."""
+        self.acked.pop(read_header(batch).producer_id, None)
+
     def check(self) -> None:
         for node, replica in self.cluster.live_replicas():
+            if node in self.checker.suspects:
+                continue  # ISR mode: what it calls committed may be given up (rule 10)
             covered = min(replica.hwm, replica.log.log_end_offset)
             for producer_id, acked in self.acked.items():
                 if covered < acked.next_offset:

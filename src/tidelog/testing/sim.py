@@ -46,19 +46,30 @@ marks a node that comes back in a new incarnation as restarted, and fails over (
 in flight lost or kept, stale NOT_CONTROLLER answers carrying older records). Each seed
 draws min.insync.replicas (1..RF), replica.lag.time.max.ms, the session timeout and the
 failover rate besides the settings above; check-quorum is off (ISR mode has no lease),
-unclean election is never allowed, and bits never flip (with an ISR of one, a damaged
-batch set aside is the last copy gone: no fault model of a safe run). In memory a restart
-may come back with an empty log (a disk replaced, as in quorum mode) while another member
-of the committed ISR and ELR holds the acknowledged records; the checker excuses the wiped
-node until the controller registers its new incarnation, then requires that no leader told
-of the restart counts a match the node does not hold (rule 9). A crash spares the
-last good copy (the only member of the ISR and ELR up in the incarnation the controller
-knows); a disk error stops it all the same, and a partition whose ISR and ELR are empty is
-offline for good (counted, not a violation). The checker adds ISR mode's invariants: every
-acknowledged acks=all record in the durable log of every member of the committed ISR and
-ELR; the record's epochs never go back; the HWM a consumer saw never goes back; the ISR
-and the ELR are never both empty before some replica started again (rule 9); and the
-liveness phase asks the controller to elect a leader that commits a new write.
+and bits never flip (with an ISR of one, a damaged batch set aside is the last copy gone:
+no fault model of a safe run). In memory a restart may come back with an empty log (a disk
+replaced, as in quorum mode) while another member of the committed ISR and ELR holds the
+acknowledged records; the checker excuses the wiped node until the controller registers
+its new incarnation, then requires that no leader told of the restart counts a match the
+node does not hold (rule 9). A crash spares the last good copy (the only member of the ISR
+and ELR up in the incarnation the controller knows); a disk error stops it all the same,
+and a partition whose ISR and ELR are empty is offline for good (counted, not a
+violation). The checker adds ISR mode's invariants: every acknowledged acks=all record in
+the durable log of every member of the committed ISR and ELR; the record's epochs never go
+back; the HWM a consumer saw never goes back; the ISR and the ELR are never both empty
+before some replica started again (rule 9); and the liveness phase asks the controller to
+elect a leader that commits a new write.
+
+A share of the ISR seeds, drawn from a generator of its own (the others run as before),
+sets unclean.leader.election.enable (rule 10; without DeleteRecords or retention,
+see isr_sim.py): any node may crash, with no ISR or ELR member live the controller elects
+any live node, and no partition is offline for good. The checker cuts its history where
+the new leader's log departs from it: acknowledged writes past the cut, or acknowledged by
+a leader the election deposed, are lost (counted in the summary with the elections), and
+nothing below it. Every replica is suspect until its HWM was checked against a leader of
+that epoch or later, then held to every invariant again; consumers truncate to the cut,
+take nothing from a suspect replica, and now and then read from one told of the election
+(`read_told_followers`): whatever it serves past the cut is a violation (rule 10).
 """
 
 from __future__ import annotations
@@ -107,7 +118,13 @@ from tidelog.testing.faults import (
     reflip_generator,
     replica_config,
 )
-from tidelog.testing.isr_sim import HEARTBEAT_TICKS, IsrChecks, IsrSettings, SimController
+from tidelog.testing.isr_sim import (
+    HEARTBEAT_TICKS,
+    IsrChecks,
+    IsrSettings,
+    SimController,
+    draw_unclean,
+)
 from tidelog.testing.leader_claims import LostCopyMonitor, TransferMonitor
 from tidelog.testing.monitors import (
     LeaseMonitor,
@@ -131,6 +148,7 @@ FOLLOWER_STUCK_TICKS_MAX = 100
 PAIRS_EVERY_TICKS = 20  # how often any two replicas' committed prefixes are compared
 CONTROLLER_CUT_SHARE = 0.5  # ISR mode: links to the controller are cut and healed this often
 CONSUMERS = 3
+TOLD_READ_RATE = 0.05  # per microtick: a read from a replica told of an unclean election
 FETCH_BYTES_MAX = 16 * 1024
 
 
@@ -187,6 +205,8 @@ class Workload:
     checked_propose: Callable[[NodeId, Replica, int, bytes, int], None] | None = None
     odd_fetch: bool = False  # a fetch naming an epoch newer than any record (KIP-320)
     on_served: list[Callable[[NodeId, Replica], None]] = field(default_factory=list)
+    # ISR mode: an acks=all write acknowledged by a leader deposed uncleanly (`lost_ack`)
+    on_lost: list[Callable[[bytes], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.cluster.listeners.append(self.on_completion)
@@ -334,7 +354,9 @@ class Workload:
                 self.idempotent_sequence += header.last_offset_delta + 1
                 self.idempotent_batch = None
                 if self.odd is not None and result.base_offset is not None:
-                    self.odd.acked(batch, result.base_offset)
+                    # one from a leader an unclean election deposed may be lost: no retry
+                    lost = node in self.checker.suspects
+                    self.odd.acked(batch, result.base_offset, lost=lost)
             elif isinstance(result.error, (UnknownProducerId, OutOfOrderSequence)):
                 # Its state is gone (deleted with the records, or a batch was lost): the
                 # batch fails, and the producer goes on in a new epoch from sequence 0, as
@@ -349,6 +371,9 @@ class Workload:
             if acks == ACKS_LEADER:
                 self.check_durable_at_leader(node, result)
             if acks == ACKS_ALL and result.base_offset is not None:
+                if node in self.checker.suspects:
+                    self.lost_ack(node, result.base_offset, batch)
+                    return
                 self.acked_all += 1
                 self.checker.on_acked(result.base_offset, batch)
                 for acked in self.on_acked:
@@ -358,6 +383,27 @@ class Workload:
             return
         hint = getattr(result.error, "leader_hint", None)
         self.leader_hint = hint if hint is not None else self.rng.choice(self.cluster.ids)
+
+    def lost_ack(self, node: NodeId, base_offset: int, batch: bytes) -> None:
+        """ISR mode: an acks=all write acknowledged by a leader an unclean election
+        deposed, not told yet (rule 10): lost, unless the new leader happens to hold it."""
+        self.cluster.note(f"acks=all write at {base_offset} by {node}, deposed uncleanly: lost")
+        self.cluster.stops["lost"] += 1
+        for lost in self.on_lost:
+            lost(batch)
+
+    def on_cut(self, cut: int) -> None:
+        """ISR mode: an unclean election cut the committed history at `cut` (rule 10): a
+        consumer that read past it truncates to it (KIP-320), and the HWM it saw may go
+        back to it, once."""
+        epoch = next(
+            (b.epoch for b in self.checker.history.values() if b.next_offset == cut), NO_EPOCH
+        )
+        for consumer in self.consumers:
+            if consumer.position > cut:
+                consumer.position = Offset(cut)
+                consumer.last_epoch = epoch
+            consumer.hwm_seen = min(consumer.hwm_seen, cut)
 
     def consume(self, node: NodeId | None = None) -> None:
         """One fetch by a consumer (and from a leader a ListOffsets "latest" too), checked.
@@ -375,7 +421,7 @@ class Workload:
                 odd_fetch(
                     self.checker, node, replica, consumer.position, self.cluster.clock_ms(node)
                 )
-            if self.odd is not None:
+            if self.odd is not None and node not in self.checker.suspects:
                 read = (consumer.position, consumer.last_epoch)
                 self.odd.ask_epoch_end(node, replica, read, name_epoch=self.send_leader_epoch)
 
@@ -395,6 +441,12 @@ class Workload:
             consumer.leader_epoch = max(consumer.leader_epoch, replica.epoch)
         if isinstance(result.error, FencedEpoch):
             return
+        if node in self.checker.suspects:
+            # ISR mode, after an unclean election: what it serves is judged, but it may
+            # be given up, so the consumer takes nothing from it (rule 10)
+            if result.error is None:
+                self.checker.on_read(node, result.batches, replica)
+            return
         if (
             isinstance(result.error, OffsetOutOfRange)
             and consumer.position < result.log_start_offset
@@ -413,7 +465,7 @@ class Workload:
             self.checker.on_leader_hwm(node, result.hwm)
             if self.client_hwm_check:
                 self.check_client_hwm(node, consumer, result.hwm)
-        self.checker.on_read(node, result.batches)
+        self.checker.on_read(node, result.batches, replica)
         for batch in result.batches:
             header = read_header(batch)
             if header.next_offset > consumer.position:
@@ -464,6 +516,7 @@ class Run:
         self.rng = random.Random(self.seed)
         self.controller: SimController | None = None
         self.isr_checks: IsrChecks | None = None
+        self.unclean_rng: random.Random | None = None  # ISR mode, unclean elections on
         if self.isr:
             settings = self.init_isr()
         elif self.classic:
@@ -508,7 +561,8 @@ class Run:
         if settings.check_quorum:
             LeaseMonitor(self.cluster, self.checker)
         ProbeMonitor(self.cluster, self.checker)
-        self.workload.on_acked.append(ProducerStateMonitor(self.cluster, self.checker).on_acked)
+        self.producer_state = ProducerStateMonitor(self.cluster, self.checker)
+        self.workload.on_acked.append(self.producer_state.on_acked)
         TransferMonitor(self.cluster, self.checker)
         LostCopyMonitor(self.cluster, self.checker)
         self.acks = self.votes = None
@@ -533,10 +587,17 @@ class Run:
         copy, which ISR mode with a small ISR allows: no fault model of a safe run)."""
         drawn = Settings.draw(self.rng, self.replicas)
         self.isr_rng = random.Random(self.rng.getrandbits(64))
-        self.isr_settings = isr = IsrSettings.draw(self.isr_rng, self.replicas, MICROS_PER_TICK)
+        isr = IsrSettings.draw(self.isr_rng, self.replicas, MICROS_PER_TICK)
+        isr = dataclasses.replace(isr, unclean=draw_unclean(self.seed))
+        self.isr_settings = isr
         self.settings = settings = dataclasses.replace(
             drawn, check_quorum=False, min_insync_replicas=isr.min_insync
         )
+        if isr.unclean:
+            self.unclean_rng = random.Random(f"unclean reads {self.seed}")
+            self.settings = settings = dataclasses.replace(
+                settings, delete_rate=0.0, retention_rate=0.0, retention_bytes=None
+            )
         self.retention_bytes = settings.retention_bytes
 
         def config(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
@@ -561,6 +622,12 @@ class Run:
         self.workload.on_acked.append(self.isr_checks.on_acked)
         if not self.disk:
             self.allow_isr_wipes(self.isr_checks)
+        if self.isr_settings.unclean:
+            self.isr_checks.on_cut.append(self.workload.on_cut)
+            self.isr_checks.on_cut.append(self.producer_state.on_cut)
+            self.workload.on_lost.append(self.producer_state.on_lost)
+            if self.workload.odd is not None:
+                self.isr_checks.on_cut.append(self.workload.odd.on_cut)
 
     def allow_isr_wipes(self, checks: IsrChecks) -> None:
         """ISR mode in memory: a restart may come back with an empty log, as in quorum
@@ -624,6 +691,8 @@ class Run:
             self.check()
         if self.rng.random() < self.settings.consume_rate:
             self.workload.consume()
+        if self.unclean_rng is not None:
+            self.read_told_followers(self.unclean_rng)
         if faults is not None:
             self.step_faults(faults)
         if self.controller is None:  # its bound assumes elections among the replicas
@@ -632,6 +701,18 @@ class Run:
             self.compare_committed()
             if self.isr_checks is not None:
                 self.isr_checks.check_batches()
+
+    def read_told_followers(self, rng: random.Random) -> None:
+        """ISR mode with unclean elections: a consumer reads now and then from a replica
+        told of the last one whose HWM was not checked since (rule 10: it serves nothing
+        then, or only what the new leader's log holds). Drawn from the seed's unclean
+        generator, so a seed without unclean elections runs as before."""
+        for node, epoch in sorted(self.checker.suspects.items()):
+            replica = self.cluster.nodes[node].replica
+            record = None if replica is None or replica.isr is None else replica.isr.record
+            known = None if record is None else record.unclean_epoch
+            if known is not None and known >= epoch and rng.random() < TOLD_READ_RATE:
+                self.workload.consume(node)
 
     def check_offline_cause(self) -> None:
         """ISR mode: the ISR and the ELR are both empty only once a replica has started
@@ -707,6 +788,8 @@ class Run:
     def check(self) -> None:
         """The checker's invariants and the check-quorum monitor, over every live node.
         A log the checker finds damaged as it reads is repaired (see `Cluster`)."""
+        if self.isr_checks is not None:
+            self.isr_checks.check_unclean_leader()
         for node, sim_node in self.cluster.nodes.items():
             replica = sim_node.replica
             if replica is None:
@@ -832,8 +915,8 @@ class Run:
         acknowledged records restarted): with unclean election off nobody may lead again
         (docs/isr.md, isr-06). Counted, not a violation; no acks=all write may commit."""
         controller = self.controller
-        if controller is None or not controller.available:
-            return False
+        if controller is None or not controller.available or controller.settings.unclean:
+            return False  # with unclean election on, any live node may lead again
         record = controller.record
         if record.isr or record.elr or record.leader != NO_LEADER:
             return False
@@ -942,7 +1025,13 @@ STOP_LABELS = {
     "wipes": "restarts with an empty log",
 }
 # ISR mode's too: partitions left offline for good (no ISR, no ELR; unclean election off).
-ISR_STOP_LABELS = {**STOP_LABELS, "offline": "offline for good"}
+# With unclean election on: the elections, and the acknowledged writes they lost.
+ISR_STOP_LABELS = {
+    **STOP_LABELS,
+    "offline": "offline for good",
+    "unclean": "unclean elections",
+    "lost": "acknowledged writes lost to them",
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -338,6 +338,20 @@ def test_after_an_unclean_election_a_follower_gives_up_and_names_what_it_committ
     assert fetched.hwm == 2
 
 
+def test_a_follower_saves_its_hwm_again_when_it_regains_the_old_one_in_the_give_up_round() -> None:
+    """Storage lowers its saved HWM to where records are given up; when the leader's
+    batches bring the HWM back to its old value in the same round, that value is saved
+    anew (else a restart would come back below the HWM this replica last saved)."""
+    replica, storage = follower_that_committed_three()
+    assert replica.on_partition_record(unclean_record(unclean=True)) is None
+    assert replica.step(append_from(N3, 2, 1, 1, [(1, 2), (2, 2)])) is None
+    (ready, *_) = rounds(replica, storage)
+    assert ready.given_up == (GivenUp(Offset(1), Offset(3), N3, Epoch(2), Epoch(2)),)
+    assert replica.hwm == 3
+    assert ready.hwm == 3
+    assert storage.load().hwm == 3
+
+
 def test_without_an_unclean_election_a_follower_never_gives_up_what_it_committed() -> None:
     replica, storage = follower_that_committed_three()
     assert replica.on_partition_record(unclean_record(unclean=False)) is None

@@ -415,6 +415,9 @@ class IsrMode:
         assert unclean is not None
         self.given_up.append(GivenUp(header.base_offset, r.hwm, record.leader, r.epoch, unclean))
         r.hwm = header.base_offset  # back, below what we committed (rule 10)
+        # Storage lowers its saved HWM there first (`Ready.given_up`): the HWM this replica
+        # reaches again in the same round is saved anew, even if it is the old one.
+        r.hwm_in_ready = Offset(min(r.hwm_in_ready, header.base_offset))
         return True
 
     def on_follower_appended(self, end: Offset) -> None:

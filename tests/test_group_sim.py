@@ -60,6 +60,13 @@ def test_a_group_found_empty_is_deleted_though_its_empty_generation_was_not_writ
     assert result.stops["groups deleted"] == 1
 
 
+def test_a_transfer_to_a_node_down_under_repair_is_no_violation() -> None:
+    """Disk seed 234: node 2 set a damaged batch aside and stopped (ENOSPC) before it
+    could tell leader 1, which still counted its whole log and sent it TimeoutNow. A
+    replica that starts under repair never campaigns: the TimeoutNow changes nothing."""
+    assert group_sim.run_seed(234, 3, 400, True).violations == []
+
+
 def test_the_command_line_sums_up_the_sweep(capsys: pytest.CaptureFixture[str]) -> None:
     assert group_sim.main(["--seeds", "3", "--first-seed", "7"]) == 0
     out = capsys.readouterr().out

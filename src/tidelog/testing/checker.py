@@ -20,7 +20,8 @@ or extend it. Everything else is checked against that history:
   and, when leaders hold read leases (check-quorum), never across leader changes either;
 - `compare_committed`: any two replicas hold the very same batches (every byte, stamp
   included) from the higher of their log starts to the lower of their HWMs;
-- `check_matches`: what a leader counts for a follower (its match offset) the follower
+- `check_matches`: a leader's match for a follower never goes back within its epoch
+  (it may only forget it); what a leader counts for a follower (its match offset) the follower
   holds durably, while it follows that leader in that epoch: an acknowledgement the
   leader counts toward the HWM is never for records the follower has dropped since
   (unless a bit flip made it set them aside: then it repairs, rule 8 of the replica, and
@@ -103,6 +104,8 @@ class Checker:
     # follower -> the last append seq of each (leader, epoch) leading when the follower
     # last started with a repair floor (it had just set damage aside, or restarted so)
     repair_seqs: dict[NodeId, dict[tuple[NodeId, Epoch], int]] = field(default_factory=dict)
+    # (leader, its epoch, follower) -> the last match that leader counted for it
+    matches_seen: dict[tuple[NodeId, Epoch, NodeId], Offset] = field(default_factory=dict)
     # identity -> why it must never be committed (odd_clients.py)
     refused: dict[bytes, str] = field(default_factory=dict)
     # ISR mode's unclean elections (see the module's docstring): node -> the unclean epoch
@@ -396,6 +399,7 @@ class Checker:
             for peer, progress in leader.progress.items():
                 follower = replicas.get(peer)
                 match = progress.match_offset
+                self.check_match_rises(node, leader.epoch, peer, match)
                 stale = self.stale_matches.get(peer)
                 if stale and (node, leader.epoch) in stale:
                     if match is None:  # forgotten: from now on it says what the follower holds
@@ -458,6 +462,25 @@ class Checker:
                 if difference is not None:
                     self.fail(f"nodes {a} and {b}: {difference}")
                     return
+
+    def check_match_rises(
+        self, leader: NodeId, epoch: Epoch, peer: NodeId, match: Offset | None
+    ) -> None:
+        """A leader's match for a follower never goes back within its epoch: a follower
+        drops nothing it acknowledged. The leader may only forget it (None: the follower
+        set damage aside, proved its copy lost, or started again in ISR mode), and then
+        counts again from what the follower answers."""
+        key = (leader, epoch, peer)
+        if match is None:
+            self.matches_seen.pop(key, None)
+            return
+        seen = self.matches_seen.get(key)
+        if seen is not None and match < seen:
+            self.fail(
+                f"leader {leader} (epoch {epoch}) took node {peer}'s match back from {seen} "
+                f"to {match} without forgetting it"
+            )
+        self.matches_seen[key] = match
 
     # ------------------------------------------------------------ the end -----------
     def check_converged(self, replicas: dict[NodeId, Replica]) -> str | None:

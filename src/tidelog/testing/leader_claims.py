@@ -57,10 +57,15 @@ class TransferMonitor:
         stale = self.checker.stale_matches.get(target)
         if stale and (node, msg.epoch) in stale:
             return
-        replica = self.cluster.nodes[target].replica
+        sim_node = self.cluster.nodes[target]
+        replica = sim_node.replica
         # A target in a later epoch than the TimeoutNow's ignores it (rule 6 of the
         # replica); the leader itself may have moved on in the inputs of this same Ready.
         if replica is not None and (replica.epoch > msg.epoch or replica.repair_floor is not None):
+            return
+        # A target down after setting damage aside starts under repair, and a replica
+        # under repair never campaigns (rule 10): the leader cannot know until it answers.
+        if replica is None and sim_node.storage.load().repair_floor is not None:
             return
         held = durable_end(self.cluster, target)
         end = leader.log.log_end_offset

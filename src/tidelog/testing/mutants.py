@@ -70,7 +70,6 @@ SEED_PLAN = (
 # plan's seeds still run in full; refresh the entry from the gate's report.
 FIRST_SEEDS: dict[str, tuple[str, int]] = {
     "produce-while-handing-over": ("memory-3", 100),
-    "match-goes-back": ("memory-3", 100),
     "lead-on-after-timeout-now": ("groups-3", 56),
     "reset-resent-as-probe": ("memory-5", 91),
     "producer-state-survives-truncation": ("memory-5", 41),

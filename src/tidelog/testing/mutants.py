@@ -71,7 +71,7 @@ SEED_PLAN = (
 FIRST_SEEDS: dict[str, tuple[str, int]] = {
     "produce-while-handing-over": ("memory-3", 100),
     "lead-on-after-timeout-now": ("groups-3", 56),
-    "reset-resent-as-probe": ("memory-5", 91),
+    "reset-resent-as-probe": ("memory-3", 145),
     "producer-state-survives-truncation": ("memory-5", 41),
     "emptied-log-forgets-last-epoch": ("memory-5", 42),
     "lost-copy-keeps-its-match": ("memory-3", 22),

@@ -9,36 +9,45 @@ them by name); `random_walk` picks them with a seeded `random.Random`. After eve
 `check` asserts the invariants below and raises `Violation` on the first broken one.
 
 Rules of this file (Raft §5, Ongaro's thesis §4, KIP-853, KAFKA-16580):
-- Messages are direct reads of state between nodes that are up, as in isr_model.py; a lost
-  message is a step not taken (a campaign reaches the nodes the walk names).
+- Messages are direct reads of state between nodes that are up and on one side of the
+  network's partition, as in isr_model.py; a lost message is a step not taken (a campaign
+  reaches the nodes the walk names, a fetch round the nodes it draws).
 - A node campaigns only when its key is in its current voter set (`voters_in_effect`,
   membership rule 4: the last set its log holds). Any node up may grant, once per epoch,
   durably, to a candidate whose (last epoch, log end) is at least its own; the candidate
   counts the grants of its own current set's keys (`VoterSet.is_quorum`).
 - A leader writes an entry of its epoch at once (the epoch's start, Kafka's LeaderChange
   record). A follower takes a leader's suffix after the log-matching check: it truncates
-  what conflicts, which must lie above its HWM, and reports its durable log end, the
-  leader's match for its key. Its HWM becomes min(the leader's HWM, its log end).
+  what conflicts, which must lie above its HWM, takes HWM = min(the leader's HWM, its log
+  end), may sync both, and reports its durable log end: the leader's match for its key.
 - The leader's HWM moves to an offset its current voter set holds durably by a majority
   (its own durable log end counts under its own key), and only past its epoch's first entry
   (Raft's Figure 8). A leader whose committed change removed it resigns (KIP-853).
-- A leader proposes a change (add a caught-up observer, remove a voter, or the two steps of
-  a replaced disk: remove its old key, then add its new one) through `change_refusal`; the
-  walk also proposes changes of two voters at once, which the rules refuse.
-- A sync makes the whole log durable and saves the HWM with it; a crash loses the tail that
-  is not durable and goes back to the saved HWM (it never exceeds the durable log end).
+- A leader proposes a change (add an observer its matches show caught up, remove a voter,
+  or the two steps of a replaced disk: remove its old key, then add its new one) through
+  `change_refusal`; the walk also proposes changes of two voters at once, which the rules
+  refuse.
+- A sync makes the whole log durable and saves the HWM with it (`hwm_durable`, tidelog's
+  storage); a crash loses the tail that is not durable and goes back to the saved HWM. In
+  a walk without `hwm_durable` (KRaft's HWM) a restarted node knows no HWM until a leader
+  that knows its own tells it, and the check of voter sets above the HWM skips it.
 - A restart on an empty disk is a new member (KIP-853): a new directory id, so a new key;
   nothing of the old copy survives, not its epoch nor its vote; its history starts with
   the partition's first voter set, in which its new key is not. Its old key stays a voter
   until a change removes it, and its old acknowledgements count for nothing it holds now.
+  A walk loses one copy at a time, only from voter sets of 3 or more (`may_lose`), so a
+  majority of copies always survives and a failure means a bug.
+- `random_walk` draws the weight of each step per walk (swarm testing) and cuts one or two
+  nodes off, often a leader among them (Jepsen's partition nemeses).
 
 Invariants (`check`, and where a step decides): one leader per epoch; an elected leader
 holds every committed entry, and no committed entry is ever truncated or changed; every
 node holds at most one voter set between its HWM and its log end; consecutive committed
 voter sets differ by at most one voter; a node's epoch and saved HWM never go back, nor its
-HWM while it is up (a restart on an empty disk starts a new member); a leader is elected,
-and a HWM advanced, only by a majority of keys of the current voter set, counted here
-without `VoterSet`'s help; each node's history is the one its log implies.
+HWM while it is up (a restart on an empty disk starts a new member); a leader is a voter
+of the last set its log holds, is elected by a majority of that set's keys, and advances
+its HWM on such a majority, the set read from the log and counted without `VoterSet`'s
+help; each node's history is the one its log implies.
 """
 
 from __future__ import annotations
@@ -58,37 +67,43 @@ NODES: Final = 5
 VOTER_COUNTS: Final = (1, 2, 3, 4, 4, 5)
 """How many of the nodes a walk starts with as voters (drawn from this tuple)."""
 
-CHANGES: Final = ("add", "remove", "replace", "two")
-"""The kinds of change a walk proposes (`MembershipModel.propose`)."""
+CHANGES: Final = ("add", "add", "remove", "replace", "replace", "two")
+"""The kinds of change a walk proposes (`MembershipModel.propose`), drawn from this tuple."""
 
 CAMPAIGN_BESIDE_A_LEADER: Final = 0.05
 """The share of campaigns a walk starts while the candidate hears a leader (else it waits
 for none)."""
 
-REACH: Final = 0.8
-"""The chance that a campaign's request reaches a given node (else it is lost)."""
+REACH: Final = (0.5, 0.8, 1.0)
+"""The chance that a campaign's request reaches a given node (else it is lost); each walk
+draws one of these."""
 
-EMPTY_DISK_SHARE: Final = 0.2
+EMPTY_DISK_SHARE: Final = 0.4
 """The share of a walk's restarts that come back on an empty disk (a new member)."""
 
 HWM_DURABLE_SHARE: Final = 0.5
 """The share of walks whose nodes save their HWM with their log (tidelog's storage); in the
 others a restarted node knows no HWM until a leader that knows its own tells it (KRaft's)."""
 
-FETCH_SYNC_SHARE: Final = 0.6
-"""The share of fetches after which the follower syncs before it answers."""
+FETCH_SHARE: Final = (0.2, 0.5, 0.9)
+"""The chance that a node fetches from the leader in a fetch round; each walk draws one."""
+
+FETCH_SYNC_SHARE: Final = (0.2, 0.6, 0.9)
+"""The share of fetches after which the follower syncs before it answers; each walk draws
+one."""
 
 STEP_WEIGHTS: Final = {
     "campaign": 3,
     "append": 6,
-    "replicate": 16,
+    "replicate": 8,
     "sync": 6,
     "advance": 6,
     "propose": 4,
-    "crash": 1,
-    "restart": 2,
-    "partition": 1,
-    "heal": 3,
+    "crash": 0.3,
+    "restart": 1,
+    "partition": 2,
+    "heal": 1,
+    "new_disk": 0.5,
 }
 """How often `random_walk` takes each step, relative to the others."""
 
@@ -235,16 +250,22 @@ class MembershipModel:
         self._adopt_epoch(c, epoch)
         c.voted_for = c.key
         grants = {c.key}
+        newer = epoch
         for other in sorted(set(reach) - {node}):
             v = self.nodes[NodeId(other)]
-            if not v.up or not self.connected(node, other) or v.epoch > epoch:
+            if not v.up or not self.connected(node, other):
+                continue
+            if v.epoch > epoch:
+                newer = max(newer, v.epoch)
                 continue
             self._adopt_epoch(v, epoch)
             if v.voted_for is None and _up_to_date(c.log, v.log):
                 v.voted_for = c.key  # durable: one vote per epoch (Raft §5.2)
                 grants.add(v.key)
-        if voters.is_quorum(grants):
-            self._become_leader(c, voters, grants)
+        if newer > epoch:  # an answer names a newer epoch: the candidate takes it (§5.1)
+            self._adopt_epoch(c, newer)
+        elif voters.is_quorum(grants):
+            self._become_leader(c, grants)
 
     def append(self, node: int, count: int = 1) -> None:
         """The leader appends `count` records of its epoch (not yet durable)."""
@@ -313,7 +334,7 @@ class MembershipModel:
                 return
             holders = {key for key, match in acks.items() if match >= offset}
             if voters.is_quorum(holders):
-                self._commit(n, voters, holders, offset)
+                self._commit(n, holders, offset)
                 return
 
     def propose(self, node: int, kind: str, pick: int = 0) -> None:
@@ -404,10 +425,12 @@ class MembershipModel:
             if now.boot == before.boot and now.hwm < before.hwm:
                 raise Violation(f"{n.key}'s HWM went back while up: {before} -> {now}")
 
-    def _become_leader(self, c: ModelNode, voters: VoterSet, grants: set[ReplicaKey]) -> None:
-        counted = grants & voters.voters
-        if len(counted) < len(voters.voters) // 2 + 1:
-            raise Violation(f"{c.key} elected by {_names(grants)}, no majority of {_names(voters)}")
+    def _become_leader(self, c: ModelNode, grants: set[ReplicaKey]) -> None:
+        voters = _voters_in_log(c.log, self.first_voters)  # the checker's own count
+        if c.key not in voters:
+            raise Violation(f"{c.key} elected, not a voter of the set its log holds {voters}")
+        if len(grants & voters) < len(voters) // 2 + 1:
+            raise Violation(f"{c.key} elected by {_names(grants)}, no majority of {voters}")
         if c.epoch in self.leaders:
             raise Violation(f"{c.key} and {self.leaders[c.epoch]} both lead epoch {c.epoch}")
         if c.log[: len(self.committed)] != self.committed:
@@ -418,17 +441,13 @@ class MembershipModel:
         self.leaders[c.epoch] = c.key
         c.leading = Leadership(c.epoch, len(c.log))
         c.log.append(self._entry(c.epoch, None))
-        self.trace.append(
-            f"{c.key} leads epoch {c.epoch}, votes {_names(grants)} of {_names(voters)}"
-        )
+        self.trace.append(f"{c.key} leads epoch {c.epoch}, votes {_names(grants)} of {voters}")
 
-    def _commit(
-        self, n: ModelNode, voters: VoterSet, holders: set[ReplicaKey], offset: int
-    ) -> None:
-        counted = holders & voters.voters
-        if len(counted) < len(voters.voters) // 2 + 1:
+    def _commit(self, n: ModelNode, holders: set[ReplicaKey], offset: int) -> None:
+        voters = _voters_in_log(n.log, self.first_voters)  # the checker's own count
+        if len(holders & voters) < len(voters) // 2 + 1:
             raise Violation(
-                f"{n.key} commits {offset} on {_names(holders)}, no majority of {_names(voters)}"
+                f"{n.key} commits {offset} on {_names(holders)}, no majority of {voters}"
             )
         known = min(offset, len(self.committed))
         if n.log[:known] != self.committed[:known]:
@@ -535,6 +554,20 @@ def _two_changes(
     return None
 
 
+def _voters_in_log(log: list[Entry], first: VoterSet) -> _Keys:
+    """The last voter set a log holds (the partition's first when it holds none), read
+    from the log itself rather than from its `VoterSetHistory`."""
+    for entry in reversed(log):
+        if entry.voters is not None:
+            return _Keys(entry.voters.voters)
+    return _Keys(first.voters)
+
+
+class _Keys(frozenset[ReplicaKey]):
+    def __str__(self) -> str:
+        return _names(self)
+
+
 def _names(keys: Iterable[ReplicaKey]) -> str:
     return "{" + ", ".join(str(key) for key in sorted(keys)) + "}"
 
@@ -566,17 +599,39 @@ def random_walk(seed: int, steps: int = 300) -> MembershipModel:
         voter_count=rng.choice(VOTER_COUNTS), hwm_durable=rng.random() < HWM_DURABLE_SHARE
     )
     ids = list(range(1, NODES + 1))
+    reach_share, fetch_share = rng.choice(REACH), rng.choice(FETCH_SHARE)
+    sync_share = rng.choice(FETCH_SYNC_SHARE)
 
     def a_leader() -> int:
         return rng.choice(model.leaders_up() or ids)
 
     def a_campaign() -> None:
         node = rng.choice(model.candidates_up() or ids)
-        reach = [n for n in ids if rng.random() < REACH]
+        reach = [n for n in ids if rng.random() < reach_share]
         # Mostly when it hears no leader (an election timeout); sometimes beside one.
         heard = any(model.connected(node, leader) for leader in model.leaders_up())
         if not heard or rng.random() < CAMPAIGN_BESIDE_A_LEADER:
             model.campaign(node, reach)
+
+    def a_fetch_round() -> None:
+        leader = a_leader()
+        for node in ids:  # each node fetches or not, in a fixed order: the seed decides
+            if rng.random() < fetch_share:
+                count, sync = rng.randint(0, 4), rng.random() < sync_share
+                model.replicate(node, leader, count, sync=sync)
+
+    def a_partition() -> None:
+        # Jepsen's nemeses: one or two nodes cut off, often a leader among them.
+        cut = rng.sample(ids, rng.choice((1, 2)))
+        if rng.random() < 0.5:
+            cut[0] = a_leader()
+        model.partition(cut)
+
+    def a_new_disk() -> None:
+        node = rng.choice(ids)  # stopped, its disk replaced, started again
+        if model.may_lose(node):
+            model.crash(node)
+            model.restart_on_empty_disk(node)
 
     def a_restart() -> None:
         node = rng.choice([n for n in ids if not model.nodes[NodeId(n)].up] or ids)
@@ -585,15 +640,14 @@ def random_walk(seed: int, steps: int = 300) -> MembershipModel:
     actions: dict[str, Callable[[], None]] = {
         "campaign": a_campaign,
         "append": lambda: model.append(a_leader(), rng.randint(1, 3)),
-        "replicate": lambda: model.replicate(
-            rng.choice(ids), a_leader(), rng.randint(0, 4), sync=rng.random() < FETCH_SYNC_SHARE
-        ),
+        "replicate": a_fetch_round,
         "sync": lambda: model.sync(a_leader() if rng.random() < 0.5 else rng.choice(ids)),
         "advance": lambda: model.advance(a_leader()),
         "propose": lambda: model.propose(a_leader(), rng.choice(CHANGES), rng.randrange(8)),
         "crash": lambda: model.crash(a_leader() if rng.random() < 0.5 else rng.choice(ids)),
         "restart": a_restart,
-        "partition": lambda: model.partition([n for n in ids if rng.random() < 0.4]),
+        "partition": a_partition,
+        "new_disk": a_new_disk,
         "heal": model.heal,
     }
     names = sorted(actions)

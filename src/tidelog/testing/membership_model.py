@@ -171,6 +171,9 @@ class Seen:
 
 @dataclass
 class MembershipModel:
+    """Five nodes of one partition, the first `voter_count` of them its first voters; what
+    the checker keeps: the committed entries, the leader of each epoch, what it saw."""
+
     voter_count: int = 3
     hwm_durable: bool = True
     nodes: dict[NodeId, ModelNode] = field(init=False)
@@ -598,6 +601,23 @@ def random_walk(seed: int, steps: int = 300) -> MembershipModel:
     model = MembershipModel(
         voter_count=rng.choice(VOTER_COUNTS), hwm_durable=rng.random() < HWM_DURABLE_SHARE
     )
+    actions = _walk_steps(model, rng)
+    names = sorted(actions)
+    weights = [STEP_WEIGHTS[name] * rng.choice(SWARM_FACTORS) for name in names]
+    for step in range(steps):
+        name = rng.choices(names, weights)[0]
+        try:
+            actions[name]()
+            model.check()
+        except Violation as broken:
+            caught = Violation(f"seed {seed} step {step}: {broken}")
+            caught.trace = (*model.trace, f"step {step} ({name}): {broken}")
+            raise caught from None
+    return model
+
+
+def _walk_steps(model: MembershipModel, rng: random.Random) -> dict[str, Callable[[], None]]:
+    """The steps of a walk by name (STEP_WEIGHTS), each drawing its arguments from `rng`."""
     ids = list(range(1, NODES + 1))
     reach_share, fetch_share = rng.choice(REACH), rng.choice(FETCH_SHARE)
     sync_share = rng.choice(FETCH_SYNC_SHARE)
@@ -637,7 +657,7 @@ def random_walk(seed: int, steps: int = 300) -> MembershipModel:
         node = rng.choice([n for n in ids if not model.nodes[NodeId(n)].up] or ids)
         model.restart(node, empty_disk=rng.random() < EMPTY_DISK_SHARE and model.may_lose(node))
 
-    actions: dict[str, Callable[[], None]] = {
+    return {
         "campaign": a_campaign,
         "append": lambda: model.append(a_leader(), rng.randint(1, 3)),
         "replicate": a_fetch_round,
@@ -650,15 +670,3 @@ def random_walk(seed: int, steps: int = 300) -> MembershipModel:
         "new_disk": a_new_disk,
         "heal": model.heal,
     }
-    names = sorted(actions)
-    weights = [STEP_WEIGHTS[name] * rng.choice(SWARM_FACTORS) for name in names]
-    for step in range(steps):
-        name = rng.choices(names, weights)[0]
-        try:
-            actions[name]()
-            model.check()
-        except Violation as broken:
-            caught = Violation(f"seed {seed} step {step}: {broken}")
-            caught.trace = (*model.trace, f"step {step} ({name}): {broken}")
-            raise caught from None
-    return model

@@ -58,6 +58,14 @@ def test_a_leader_told_of_a_restart_on_a_replaced_disk_forgets_its_match() -> No
     assert result.stops.get("wipes", 0) > 0
 
 
+def test_a_replica_that_stops_before_its_give_up_is_durable_is_suspect_again() -> None:
+    """Memory seed 1430: node 3 gave up its committed log to the unclean leader of epoch 9
+    and took its first batch, then crashed before syncing: it came back with its old log
+    and HWM. It serves nothing until it gives up again, and the checker, which had cleared
+    it, holds it suspect once more."""
+    assert sim.run_seed(1430, sim.Mode(3, 400, isr=True)).violations == []
+
+
 def test_an_isr_run_is_decided_by_its_seed() -> None:
     first: list[str] = []
     second: list[str] = []

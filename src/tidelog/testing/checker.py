@@ -42,7 +42,8 @@ the history, and its HWM may go back; one not yet told of the election is held t
 history as it stood then (a `Timeline`, which its committed prefix extends). Every read is
 judged all the same: a replica told of the election serves only the cut history (rule 10:
 no reads before its HWM is checked); one not told, that history or its timeline's. A
-replica checked again is held to every invariant, from its log start.
+replica checked again is held to every invariant, from its log start, until it starts
+again: its give-up may not have been durable, so it is suspect once more (`cleared`).
 """
 
 from __future__ import annotations
@@ -115,6 +116,9 @@ class Checker:
     timelines: dict[Epoch, Timeline] = field(default_factory=dict)
     suspect_floor: dict[NodeId, int] = field(default_factory=dict)
     told: dict[NodeId, Epoch] = field(default_factory=dict)  # see `known_unclean`
+    # node -> (unclean epoch, floor) when it was last cleared: a restart may bring back a
+    # log from before its give-up was durable, so it is suspect again (`check_replica`)
+    cleared: dict[NodeId, tuple[Epoch, int]] = field(default_factory=dict)
 
     def fail(self, text: str) -> None:
         """Record a violation (once: the checks after every step would repeat it)."""
@@ -144,6 +148,11 @@ class Checker:
             self.fail(f"node {node}: HWM {hwm} above log end {log.log_end_offset}")
         if log.log_start_offset > hwm:
             self.fail(f"node {node}: log start {log.log_start_offset} above HWM {hwm}")
+        seen = self.hwm_seen.get(node)
+        restarted = seen is not None and seen[0] != incarnation
+        if restarted and node in self.cleared and node not in self.suspects:
+            # its give-up may not have been durable before it stopped
+            self.suspects[node], self.suspect_floor[node] = self.cleared[node]
         if node in self.suspects and self.still_suspect(node, replica, incarnation):
             return
         seen_incarnation, seen_hwm = self.hwm_seen.get(node, (incarnation, 0))
@@ -259,8 +268,8 @@ class Checker:
             return True
         if holds is None or holds < epoch or not mode.hwm_checked():
             return True
-        del self.suspects[node]
-        self.suspect_floor.pop(node, None)
+        floor = self.suspect_floor.pop(node, self.committed_end)
+        self.cleared[node] = (self.suspects.pop(node), floor)
         self.checked[node] = 0
         self.hwm_seen[node] = (incarnation, replica.hwm)
         return False

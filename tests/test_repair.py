@@ -205,8 +205,10 @@ def test_the_checker_excuses_a_lost_match_only_until_the_leader_ends_a_probe() -
     checker.check_matches(dict(cluster.live_replicas()))
     assert checker.violations == []
     # Its answer (repairing: the leader forgets the match), the probe, the probe's answer.
+    # The checker looks after every step, as the simulator's does.
     for recipient in (N1, N3, N1):
         cluster.deliver(next(e for e in cluster.in_flight if e.msg.recipient == recipient))
+        checker.check_matches(dict(cluster.live_replicas()))
     progress = leader.progress[N3]
     assert (progress.probing, progress.match_offset) == (False, 1)
     checker.check_matches(dict(cluster.live_replicas()))

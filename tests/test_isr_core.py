@@ -4,8 +4,6 @@ rules that the walk must catch."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -13,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from patching import patched
 from tidelog.core import isr
 from tidelog.core.isr import (
     NO_LEADER,
@@ -569,16 +568,6 @@ def test_hypothesis_chooses_the_walks(seed: int, steps: int) -> None:
 
 
 # ------------------------------------------------------------------ mutants ---------------
-
-
-@contextmanager
-def patched(target: object, name: str, value: Callable[..., Any]) -> Iterator[None]:
-    old = getattr(target, name)
-    setattr(target, name, value)
-    try:
-        yield
-    finally:
-        setattr(target, name, old)
 
 
 ORIGINAL_REFUSAL = isr._refusal

@@ -4,14 +4,14 @@ weakenings of the rules that the walk must catch."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from patching import patched
 from tidelog.core import membership
 from tidelog.core.membership import ReplicaKey, VoterSet, VoterSetHistory
 from tidelog.testing.membership_model import (
@@ -51,16 +51,6 @@ def a_round(model: MembershipModel, leader: int, followers: Iterable[int]) -> No
     play(model, ("sync", leader), ("advance", leader))
     for node in followers:
         play(model, ("replicate", node, leader, 0))
-
-
-@contextmanager
-def patched(target: object, name: str, value: Callable[..., Any]) -> Iterator[None]:
-    old = getattr(target, name)
-    setattr(target, name, value)
-    try:
-        yield
-    finally:
-        setattr(target, name, old)
 
 
 # ------------------------------------------------------------------ a replaced disk ----

@@ -38,7 +38,7 @@ Rules of this file:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -393,8 +393,8 @@ class IsrModel:
             self.client_hwm = hwm
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading entries two logs share."""
+def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
+    """How many leading entries two logs share (what the log-matching check finds)."""
     shared = 0
     for x, y in zip(a, b, strict=False):
         if x != y:

@@ -59,6 +59,7 @@ from typing import Final, NamedTuple
 
 from tidelog.core import membership
 from tidelog.core.membership import ReplicaKey, VoterSet, VoterSetHistory
+from tidelog.testing.isr_model import common_prefix
 from tidelog.types import NodeId, Offset
 
 NODES: Final = 5
@@ -290,7 +291,7 @@ class MembershipModel:
         self._adopt_epoch(f, ld.epoch)
         if f.leading is not None:
             raise Violation(f"{f.key} and {ld.key} both lead epoch {ld.epoch}")
-        shared = _common_prefix(f.log, ld.log)
+        shared = common_prefix(f.log, ld.log)
         if shared < f.hwm:
             raise Violation(
                 f"{f.key} would truncate committed offsets {shared}..{f.hwm} to follow "
@@ -582,16 +583,6 @@ def _up_to_date(candidate: list[Entry], voter: list[Entry]) -> bool:
 
 def _last_epoch(log: list[Entry]) -> int:
     return log[-1].epoch if log else 0
-
-
-def _common_prefix(a: list[Entry], b: list[Entry]) -> int:
-    """How many leading entries two logs share (what the log-matching check finds)."""
-    shared = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        shared += 1
-    return shared
 
 
 def random_walk(seed: int, steps: int = 300) -> MembershipModel:

@@ -46,17 +46,7 @@ class IsrCommands(ScenarioState):
             cut = known.next_offset
         if cut < checker.committed_end:
             self.say(f"lost: committed offsets {cut}..{checker.committed_end - 1}")
-        for offset in [offset for offset in checker.history if offset >= cut]:
-            del checker.history[offset]
-        checker.committed_end = cut
-        checker.acked = {key: at for key, at in checker.acked.items() if at < cut}
-        checker.unverified_acks = [(at, key) for at, key in checker.unverified_acks if at < cut]
-        checker.committed_identities = {
-            key: at for key, at in checker.committed_identities.items() if at < cut
-        }
-        checker.checked = {node: min(end, cut) for node, end in checker.checked.items()}
-        checker.leader_hwm_max = min(checker.leader_hwm_max, cut)
-        checker.node_hwm_max = {node: min(hwm, cut) for node, hwm in checker.node_hwm_max.items()}
+        checker.cut(cut)
         self.unclean_epoch = epoch
         self.unchecked = {node for node in self.c.ids if node != leader}
 

@@ -57,7 +57,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
 from tidelog.core import isr
 from tidelog.core.isr import NO_LEADER, AlterResult, IsrProposal, PartitionRecord, Refusal
@@ -399,6 +399,16 @@ class SimController:
             self.failover_rate = 0.0
 
 
+class Wiped(NamedTuple):
+    """A node's disk replaced: its incarnation then (until the controller registers a later
+    one, which takes it out of the ISR and the ELR, it holds nothing) and its restarts in
+    the committed record then (a leader whose record counts more has been told, rule 9,
+    and counts it only on new answers)."""
+
+    incarnation: int
+    restarts: int
+
+
 @dataclass
 class IsrChecks:
     """ISR mode's invariants (docs/isr.md), over the controller's committed record:
@@ -416,12 +426,8 @@ class IsrChecks:
     checker: Checker
     last_record: PartitionRecord | None = None
     acked_end: int = 0
-    # node -> its incarnation when its disk was replaced: until the controller registers a
-    # later one (which takes it out of the ISR and the ELR, rule 9) it holds nothing
-    wiped: dict[NodeId, int] = field(default_factory=dict)
-    # node -> its restarts in the committed record when its disk was replaced: a leader
-    # whose record counts more has been told (rule 9), and counts it only on new answers
-    wiped_restarts: dict[NodeId, int] = field(default_factory=dict)
+    # node -> when its disk was last replaced (`Wiped`)
+    wiped: dict[NodeId, Wiped] = field(default_factory=dict)
     # Unclean elections (rule 10): those of the history's cut to a cut offset; the epoch
     # whose leader's log cut it again once it led; who hears of each cut.
     cut_epoch: Epoch | None = None
@@ -529,9 +535,9 @@ class IsrChecks:
         ]
 
     def wiped_unregistered(self, node: NodeId) -> bool:
-        at = self.wiped.get(node)
+        wiped = self.wiped.get(node)
         registered = self.controller.incarnations[node]
-        return at is not None and (registered is None or registered <= at)
+        return wiped is not None and (registered is None or registered <= wiped.incarnation)
 
     def wipe_allowed(self, node: NodeId) -> bool:
         """A down node's disk may be replaced while another member of the committed ISR
@@ -539,8 +545,8 @@ class IsrChecks:
         return any(other != node for other in self.members())
 
     def on_wipe(self, node: NodeId) -> None:
-        self.wiped[node] = self.cluster.nodes[node].incarnation
-        self.wiped_restarts[node] = self.controller.record.restarts_of(node)
+        incarnation = self.cluster.nodes[node].incarnation
+        self.wiped[node] = Wiped(incarnation, self.controller.record.restarts_of(node))
 
     def check_told_matches(self) -> None:
         """Rule 9: a leader whose record says a follower started again after its disk was
@@ -555,7 +561,8 @@ class IsrChecks:
                 continue
             for peer, progress in replica.progress.items():
                 match = progress.match_offset
-                wiped_at = self.wiped_restarts.get(peer)
+                wiped = self.wiped.get(peer)
+                wiped_at = None if wiped is None else wiped.restarts
                 follower = live.get(peer)
                 if match is None or wiped_at is None or follower is None:
                     continue

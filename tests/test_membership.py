@@ -15,10 +15,12 @@ from tidelog.core.membership import (
     VoterSetHistory,
     change_refusal,
 )
-from tidelog.types import NodeId, Offset
+from tidelog.types import NO_DIRECTORY, DirectoryId, NodeId, Offset
+
+A, B = DirectoryId(0xA), DirectoryId(0xB)
 
 
-def key(node: int, directory: str = "a") -> ReplicaKey:
+def key(node: int, directory: DirectoryId = A) -> ReplicaKey:
     return ReplicaKey(NodeId(node), directory)
 
 
@@ -32,19 +34,19 @@ def test_a_voter_set_counts_a_majority_of_its_keys_only() -> None:
     assert three.majority == 2
     assert three.is_quorum([key(1), key(2)])
     # node 2 on a new disk is another replica: its answer is not a voter's
-    assert not three.is_quorum([key(1), key(2, "b")])
+    assert not three.is_quorum([key(1), key(2, B)])
     assert voters(1, 2, 3, 4).majority == 3
 
 
 def test_a_voter_set_holds_one_key_per_node_and_never_none() -> None:
     with pytest.raises(ValueError, match="one key per node"):
-        VoterSet.of([key(1), key(1, "b")])
+        VoterSet.of([key(1), key(1, B)])
     with pytest.raises(ValueError, match="at least one"):
         VoterSet.of([])
     with pytest.raises(ValueError, match="already votes"):
-        voters(1, 2).add(key(2, "b"))
+        voters(1, 2).add(key(2, B))
     with pytest.raises(ValueError, match="no voter"):
-        voters(1, 2).remove(key(2, "b"))
+        voters(1, 2).remove(key(2, B))
     with pytest.raises(ValueError, match="at least one"):
         voters(1).remove(key(1))
 
@@ -52,12 +54,24 @@ def test_a_voter_set_holds_one_key_per_node_and_never_none() -> None:
 def test_a_replaced_disk_is_a_remove_then_an_add() -> None:
     three = voters(1, 2, 3)
     without = three.remove(key(2))
-    replaced = without.add(key(2, "b"))
+    replaced = without.add(key(2, B))
     assert three.differs_by_at_most_one(without)
     assert without.differs_by_at_most_one(replaced)
     assert not three.differs_by_at_most_one(replaced)
-    assert replaced.key_of(NodeId(2)) == key(2, "b")
+    assert replaced.key_of(NodeId(2)) == key(2, B)
     assert replaced.key_of(NodeId(9)) is None
+
+
+def test_a_copy_votes_under_its_own_key_or_one_of_no_known_directory() -> None:
+    """Rule 7: a key of no known directory (a set written before the ids were known)
+    matches its node on any directory; a known one only its own copy."""
+    known = voters(1, 2)
+    assert known.voter_key(NodeId(2), A) == key(2)
+    assert known.voter_key(NodeId(2), B) is None
+    assert known.voter_key(NodeId(3), A) is None
+    unknown = VoterSet.of([key(1), key(2, NO_DIRECTORY)])
+    assert unknown.voter_key(NodeId(2), B) == key(2, NO_DIRECTORY)
+    assert str(key(2, NO_DIRECTORY)) == "2/?" and str(key(2, B)) == "2/b"
 
 
 @given(st.integers(1, 7), st.data())

@@ -145,7 +145,7 @@ def test_rule_4_a_voter_set_takes_effect_where_it_is_appended() -> None:
     assert model.leaders_up() == []  # 3 is no voter: it did not campaign
     with (
         patched(MembershipModel, "voters_in_effect", voters_in_effect_once_committed),
-        pytest.raises(Violation, match="3/disk3 elected, not a voter of the set its log holds"),
+        pytest.raises(Violation, match="3/3 elected, not a voter of the set its log holds"),
     ):
         two_changes_committed_then_restarts(MembershipModel(voter_count=3, hwm_durable=False))
 

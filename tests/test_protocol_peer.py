@@ -66,6 +66,7 @@ _ANNOTATION_BOUNDS: dict[str, tuple[int, int]] = {
     "NodeId": INT32,
     "Epoch": INT32,
     "Offset": INT64,
+    "DirectoryId": INT64,
     "int": INT64,
 }
 _BATCHES = "tuple[bytes,...]"

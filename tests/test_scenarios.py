@@ -15,8 +15,9 @@ import pytest
 
 from tidelog.testing.scenario import run_file
 
-SCENARIOS = sorted((Path(__file__).parent / "scenarios").glob("*.txt"))
-ISR_SCENARIOS = sorted((Path(__file__).parent / "scenarios" / "isr").glob("*.txt"))
+SCENARIOS_DIR = Path(__file__).parent / "scenarios"
+SCENARIOS = sorted(SCENARIOS_DIR.glob("*.txt"))
+ISR_SCENARIOS = sorted((SCENARIOS_DIR / "isr").glob("*.txt"))
 
 
 def test_every_single_partition_scenario_has_a_script() -> None:
@@ -43,3 +44,14 @@ def test_isr_scenario(path: Path, rewrite: bool) -> None:
     assert not differences, "\n\n".join(differences)
     if not rewrite:
         assert "VIOLATION" not in path.read_text()
+
+
+def test_a_lost_copy_votes_where_no_directory_is_known(tmp_path: Path) -> None:
+    """Scenario 28 without the directories in the first voter set: node 3, back on an
+    empty disk, is its old voter still (membership rule 7), grants node 4 its vote, and
+    node 4, elected, writes over the committed "a" (the held-out seed's failure)."""
+    script = SCENARIOS_DIR / "28_a_node_that_lost_its_copy_does_not_vote.txt"
+    unknown = tmp_path / "28_unknown.txt"
+    unknown.write_text(script.read_text().replace(" directories=known", "", 1))
+    differences = "\n".join(run_file(unknown))
+    assert "VIOLATION node 3: acknowledged write at 1 lost" in differences

@@ -4,6 +4,7 @@ retention, and that DiskStorage behaves as MemoryStorage does."""
 from __future__ import annotations
 
 import random
+import shutil
 
 import pytest
 
@@ -13,7 +14,7 @@ from tidelog.core.producers import ProducerEntry, SequencedBatch
 from tidelog.core.storage import MemoryStorage
 from tidelog.errors import CorruptBatch, OffsetOutOfRange, StorageError
 from tidelog.records import CONTROL_TYPE_LEADER_CHANGE, build_control_batch, read_header
-from tidelog.types import Epoch, NodeId, Offset
+from tidelog.types import NO_DIRECTORY, Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, OsFileSystem, WalConfig
 from tidelog.wal import checkpoint as ckpt
 from tidelog.wal.batches import build_batches
@@ -361,7 +362,8 @@ def run_same_script(storage: DiskStorage | MemoryStorage) -> list[object]:
 
 def test_disk_storage_behaves_as_memory_storage(tmp_path: object) -> None:
     with open_disk(str(tmp_path)) as disk:
-        assert run_same_script(disk) == run_same_script(MemoryStorage())
+        memory = MemoryStorage(disk.directory_id)
+        assert run_same_script(disk) == run_same_script(memory)
 
 
 @pytest.mark.parametrize("crash", [False, True], ids=["reopen", "power-cut"])
@@ -454,3 +456,21 @@ def test_memory_storage_keeps_the_producer_snapshot_until_a_crash_takes_it() -> 
     storage.sync()
     storage.crash()
     assert storage.load().producers == SNAPSHOT
+
+
+def test_a_directory_keeps_its_id_and_an_empty_one_gets_a_new_one(tmp_path: object) -> None:
+    """KIP-853's directory id: made with the directory, durable, kept by every reopen; a
+    log on an empty directory (a replaced disk) is a new copy with a new id."""
+    path = f"{tmp_path}/p"
+    with open_disk(path) as first:
+        made = first.load().directory_id
+    assert made != NO_DIRECTORY
+    assert (tmp_path / "p" / ckpt.DIRECTORY_ID).read_text() == f"0\n1\n{made}\n"  # type: ignore[operator]
+    with open_disk(path) as again:
+        assert again.load().directory_id == made
+    shutil.rmtree(path)
+    with open_disk(path) as replaced:
+        assert replaced.load().directory_id not in (made, NO_DIRECTORY)
+    (tmp_path / "p" / ckpt.DIRECTORY_ID).write_text("0\n1\n0\n")  # type: ignore[operator]
+    with pytest.raises(StorageError, match="directory-id holds 0"):
+        open_disk(path)

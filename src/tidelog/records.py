@@ -39,8 +39,9 @@ NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 NO_TIMESTAMP = -1
 
-# Control record types (Kafka: 0 abort, 1 commit, 2 KRaft leader change).
+# Control record types (Kafka: 0 abort, 1 commit, 2 KRaft leader change, 6 KRaft voters).
 CONTROL_TYPE_LEADER_CHANGE = 2
+CONTROL_TYPE_VOTERS = 6
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET = struct.Struct(">q")
@@ -251,3 +252,49 @@ def build_control_batch(
     out += record
     _CRC.pack_into(out, _CRC_POSITION, crc_of(out, 0, len(out)))
     return bytes(out)
+
+
+def read_uvarint(buf: bytes | memoryview, position: int) -> tuple[int, int]:
+    """An unsigned varint at `position`: its value and the position after it. Raises
+    ValueError past the end or beyond 5 bytes."""
+    value = shift = 0
+    while True:
+        if position >= len(buf) or shift > 28:
+            raise ValueError("a varint past the end or too long")
+        byte = buf[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+
+
+def read_varint(buf: bytes | memoryview, position: int) -> tuple[int, int]:
+    """A zigzag varint at `position`: its value and the position after it."""
+    raw, position = read_uvarint(buf, position)
+    return (raw >> 1) ^ -(raw & 1), position
+
+
+def control_record(batch: bytes) -> tuple[int, bytes | None] | None:
+    """The type and value of the first record of an uncompressed control batch (the ones
+    tidelog writes, `build_control_batch`); None for any other batch. Raises ValueError
+    for a control batch whose record cannot be read."""
+    header = read_header(batch)
+    if not header.is_control or header.attributes & ATTR_COMPRESSION_MASK:
+        return None
+    view = memoryview(batch)
+    _, position = read_varint(view, HEADER_SIZE)  # record length
+    position += 1  # record attributes
+    _, position = read_varint(view, position)  # timestampDelta
+    _, position = read_varint(view, position)  # offsetDelta
+    key_length, position = read_varint(view, position)
+    if key_length < 4:
+        raise ValueError(f"a control record key of {key_length} bytes")
+    _, control_type = struct.unpack_from(">hh", view, position)
+    position += key_length
+    value_length, position = read_varint(view, position)
+    if value_length < 0:
+        return control_type, None
+    if position + value_length > len(view):
+        raise ValueError("a control record value past the end of its batch")
+    return control_type, bytes(view[position : position + value_length])

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from tidelog.core.membership import ReplicaKey, VoterSet
 from tidelog.core.quorum import majority, quorum_size
 from tidelog.core.roles import Replication
 from tidelog.errors import ConfigError, check_range
-from tidelog.types import NodeId
+from tidelog.types import NO_DIRECTORY, DirectoryId, NodeId
 
 LEASE_MARGIN_TICKS: Final = 2
 """How many ticks the lease stays short of an election timeout."""
@@ -46,6 +47,10 @@ class ReplicaConfig:
     # ISR mode (docs/isr.md, core/mode/isr.py) reads these; quorum mode ignores them.
     replication: Replication = Replication.QUORUM
     replica_lag_time_max_ms: int = 10_000
+    # The directory of each replica's copy when the partition was made, in the order of
+    # `replicas` (KIP-853, KIP-858): the partition's first voter set. Empty: not known, and
+    # any copy of a replica votes until a voter set in the log names its directory.
+    directories: tuple[DirectoryId, ...] = ()
 
     def __post_init__(self) -> None:
         """ConfigError naming the first setting that does not fit (tidelog.errors)."""
@@ -74,6 +79,20 @@ class ReplicaConfig:
         check_range("ReplicaConfig.produce_timeout_ticks", self.produce_timeout_ticks, 1)
         check_range("ReplicaConfig.pending_produces_max", self.pending_produces_max, 1)
         check_range("ReplicaConfig.replica_lag_time_max_ms", self.replica_lag_time_max_ms, 1)
+        if self.directories and len(self.directories) != len(self.replicas):
+            raise ConfigError(
+                f"ReplicaConfig.directories: {len(self.directories)} directories for "
+                f"{len(self.replicas)} replicas"
+            )
+
+    @property
+    def first_voters(self) -> VoterSet:
+        """The partition's first voter set: every replica, on its directory if known."""
+        directories = self.directories or (NO_DIRECTORY,) * len(self.replicas)
+        return VoterSet.of(
+            ReplicaKey(node, directory)
+            for node, directory in zip(self.replicas, directories, strict=True)
+        )
 
     @property
     def lease_ms(self) -> int:

@@ -79,6 +79,7 @@ class FollowerPath(ReplicaState):
                 msg.sent_ms,
                 msg.seq,
                 self.repair_floor is not None,
+                self.key.directory,
             )
         )
 
@@ -202,7 +203,12 @@ class FollowerPath(ReplicaState):
                     msg.sent_ms,
                     msg.seq,
                     self.repair_floor is not None,
+                    self.key.directory,
                 )
             )
         elif isinstance(msg, VoteRequest):
-            self.msgs.append(VoteResponse(self.id, msg.sender, self.epoch, False, msg.pre_vote))
+            self.msgs.append(
+                VoteResponse(
+                    self.id, msg.sender, self.epoch, False, msg.pre_vote, self.key.directory
+                )
+            )

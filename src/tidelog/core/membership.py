@@ -28,17 +28,22 @@ confchange):
    to a leader's log start takes the leader's set at that start (`reset`).
 6. A replica whose key is not in the current voter set is an observer (a learner): it
    fetches, but it neither votes, nor campaigns, nor counts for the HWM.
+7. A key whose directory is NO_DIRECTORY (a set written before the directories were
+   known: the partition's first set in a cluster that assigns none) matches its node on
+   any directory (`VoterSet.voter_key`), as KIP-853's Uuid.ZERO does.
 """
 
 from __future__ import annotations
 
 import bisect
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from tidelog.core.quorum import majority
-from tidelog.types import NodeId, Offset
+from tidelog.records import CONTROL_TYPE_VOTERS, control_record, read_uvarint, uvarint
+from tidelog.types import NO_DIRECTORY, DirectoryId, NodeId, Offset
 
 BEFORE_THE_LOG = Offset(-1)
 """Where the partition's first voter set sits: before any record."""
@@ -50,10 +55,12 @@ class ReplicaKey:
     it (a fresh one for every empty disk the node starts on)."""
 
     node: NodeId
-    directory: str
+    directory: DirectoryId
 
     def __str__(self) -> str:
-        return f"{self.node}/{self.directory}"
+        if self.directory == NO_DIRECTORY:
+            return f"{self.node}/?"
+        return f"{self.node}/{self.directory:x}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,14 @@ class VoterSet:
             if key.node == node:
                 return key
         return None
+
+    def voter_key(self, node: NodeId, directory: DirectoryId) -> ReplicaKey | None:
+        """The key under which the copy `directory` of `node` votes, None when that copy
+        does not (rule 7: a key of no known directory matches any)."""
+        key = self.key_of(node)
+        if key is None or key.directory not in (directory, NO_DIRECTORY):
+            return None
+        return key
 
     def is_quorum(self, keys: Iterable[ReplicaKey]) -> bool:
         """Whether `keys` hold a majority of this set (keys outside it count for nothing)."""
@@ -211,6 +226,73 @@ class VoterSetHistory:
         self._entries = [VoterSetEntry(Offset(start_offset - 1), voters)]
 
 
+class VoterSetRecords:
+    """The voter sets a storage holds for its log (`StoredState.voter_sets`): an entry for
+    each VOTERS control batch it holds, by base offset, and the set in effect at its log
+    start when that came from below it (a record retention or DeleteRecords removed, or a
+    reset's: at the offset before the start). Empty: the log holds none, and the
+    partition's first set (its configuration) is in effect (`history_of`)."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: Iterable[VoterSetEntry] = ()) -> None:
+        self._entries = list(entries)
+
+    @property
+    def entries(self) -> tuple[VoterSetEntry, ...]:
+        return tuple(self._entries)
+
+    def copy(self) -> VoterSetRecords:
+        return VoterSetRecords(self._entries)
+
+    def on_batch(self, batch: bytes, base_offset: Offset) -> bool:
+        """A batch appended (or found by recovery) at `base_offset`: True if it holds a
+        voter set. A VOTERS batch that cannot be read counts for nothing (the core refuses
+        one at its door)."""
+        try:
+            voters = voters_in_batch(batch)
+        except ValueError:
+            return False
+        if voters is None:
+            return False
+        self._entries = [e for e in self._entries if e.offset < base_offset]
+        self._entries.append(VoterSetEntry(base_offset, voters))
+        return True
+
+    def truncate(self, offset: Offset) -> bool:
+        """The log lost everything at or above `offset`. True if changed."""
+        kept = [entry for entry in self._entries if entry.offset < offset]
+        changed = len(kept) != len(self._entries)
+        self._entries = kept
+        return changed
+
+    def trim(self, first_offset: Offset) -> bool:
+        """The log's first batch is at `first_offset`: keep the set in effect there. True
+        if changed."""
+        index = bisect.bisect_right(self._entries, first_offset, key=lambda entry: entry.offset)
+        if index <= 1:
+            return False
+        del self._entries[: index - 1]
+        return True
+
+    def reset(self, start_offset: Offset, voters: VoterSet | None) -> None:
+        """The log was emptied at `start_offset`, `voters` in effect there (None: the
+        partition's first set)."""
+        self._entries = [] if voters is None else [VoterSetEntry(Offset(start_offset - 1), voters)]
+
+
+def history_of(
+    first: VoterSet, entries: Iterable[VoterSetEntry], log_start_offset: Offset
+) -> VoterSetHistory:
+    """The history a replica starts with: what its storage holds (`VoterSetRecords`),
+    after the partition's first set unless an entry from below the log start stands in for
+    it."""
+    held = list(entries)
+    if held and held[0].offset < log_start_offset:
+        return VoterSetHistory(held)
+    return VoterSetHistory([VoterSetEntry(BEFORE_THE_LOG, first), *held])
+
+
 def change_refusal(
     history: VoterSetHistory,
     proposed: VoterSet,
@@ -229,3 +311,78 @@ def change_refusal(
     if not current.differs_by_at_most_one(proposed):
         return "a change adds or removes one voter at a time"
     return None
+
+
+# ---------------------------------------------------------------- the VotersRecord -----
+VOTERS_RECORD_VERSION = 0
+KRAFT_VERSION_MIN, KRAFT_VERSION_MAX = 0, 1  # the KRaftVersionFeature each voter supports
+_VOTER = struct.Struct(">iQQ")  # VoterId, VoterDirectoryId as a uuid (its high half 0)
+
+
+def encode_voters(voters: VoterSet) -> bytes:
+    """Kafka's VotersRecord v0 (KIP-853, flexible), the value of a VOTERS control record:
+    Version int16, Voters (compact array of VoterId int32, VoterDirectoryId uuid, Endpoints
+    (compact array, empty here: a partition's voters are found by node id), and
+    KRaftVersionFeature {MinSupportedVersion, MaxSupportedVersion int16}), tagged fields."""
+    out = bytearray(struct.pack(">h", VOTERS_RECORD_VERSION))
+    out += uvarint(len(voters) + 1)
+    for key in voters:
+        out += _VOTER.pack(key.node, 0, key.directory)
+        out += uvarint(1)  # no endpoints
+        out += struct.pack(">hh", KRAFT_VERSION_MIN, KRAFT_VERSION_MAX) + uvarint(0)
+        out += uvarint(0)  # the voter's tagged fields
+    out += uvarint(0)
+    return bytes(out)
+
+
+def decode_voters(value: bytes) -> VoterSet:
+    """The voter set of a VotersRecord value (`encode_voters`; endpoints are skipped).
+    Raises ValueError when it cannot be one."""
+    try:
+        (version,) = struct.unpack_from(">h", value, 0)
+        if version != VOTERS_RECORD_VERSION:
+            raise ValueError(f"VotersRecord version {version}")
+        count, position = read_uvarint(value, 2)
+        keys = []
+        for _ in range(count - 1):
+            node, high, low = _VOTER.unpack_from(value, position)
+            if high or node < 0:
+                raise ValueError(f"voter {node} with directory {high:x}{low:016x}")
+            position += _VOTER.size
+            endpoints, position = read_uvarint(value, position)
+            for _ in range(endpoints - 1):  # Name, Host (compact strings), Port, tags
+                for _ in range(2):
+                    length, position = read_uvarint(value, position)
+                    position += length - 1
+                position += 2
+                position = _skip_tags(value, position)
+            position += 4  # KRaftVersionFeature's two int16
+            position = _skip_tags(value, _skip_tags(value, position))
+            keys.append(ReplicaKey(NodeId(node), DirectoryId(low)))
+        if _skip_tags(value, position) != len(value):
+            raise ValueError("bytes after the VotersRecord")
+    except struct.error as error:
+        raise ValueError(f"a VotersRecord cut short: {error}") from error
+    return VoterSet.of(keys)
+
+
+def _skip_tags(value: bytes, position: int) -> int:
+    count, position = read_uvarint(value, position)
+    for _ in range(count):
+        _, position = read_uvarint(value, position)
+        size, position = read_uvarint(value, position)
+        position += size
+    if position > len(value):
+        raise ValueError("tagged fields past the end of the VotersRecord")
+    return position
+
+
+def voters_in_batch(batch: bytes) -> VoterSet | None:
+    """The voter set a VOTERS control batch holds; None for any other batch. Raises
+    ValueError for a VOTERS batch that cannot be read."""
+    record = control_record(batch)
+    if record is None or record[0] != CONTROL_TYPE_VOTERS:
+        return None
+    if record[1] is None:
+        raise ValueError("a VOTERS control record without a value")
+    return decode_voters(record[1])

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from tidelog.core.isr import GivenUp, IsrProposal
 from tidelog.core.producers import ProducerEntry
 from tidelog.errors import TidelogError
-from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
+from tidelog.types import NO_DIRECTORY, NO_EPOCH, DirectoryId, Epoch, NodeId, Offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +63,8 @@ class AppendResponse:
     `seq` echo the request's `sent_ms` and `seq`. `repairing` says the follower lost part
     of a log it once held (its storage set damage aside) and has not reached it again: the
     leader forgets what it acknowledged before and does not count it as in sync.
+    `directory` names the follower's copy (KIP-853): a leader counts the answers of one
+    copy, and a new one (an empty disk) only once it is a voter (core/membership.py).
     """
 
     sender: NodeId
@@ -75,13 +77,15 @@ class AppendResponse:
     request_sent_ms: int
     seq: int = 0
     repairing: bool = False
+    directory: DirectoryId = NO_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True)
 class VoteRequest:
     """Candidate -> voter. A pre-vote asks whether a vote would be granted, changing nothing.
     `transfer` marks the campaign of a leadership transfer's target (TimeoutNow): the
-    voters' lease does not hold it back, as the leader that asked for it gave its up."""
+    voters' lease does not hold it back, as the leader that asked for it gave its up.
+    `directory` names the candidate's copy (KIP-853's CandidateDirectoryId)."""
 
     sender: NodeId
     recipient: NodeId
@@ -90,17 +94,20 @@ class VoteRequest:
     log_end_offset: Offset
     pre_vote: bool
     transfer: bool = False
+    directory: DirectoryId = NO_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True)
 class VoteResponse:
-    """Voter -> candidate. A granted real vote is sent only once it is durable."""
+    """Voter -> candidate. A granted real vote is sent only once it is durable. `directory`
+    names the voter's copy: a candidate counts only the votes of its voter set's keys."""
 
     sender: NodeId
     recipient: NodeId
     epoch: Epoch
     granted: bool
     pre_vote: bool
+    directory: DirectoryId = NO_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,12 @@ Rules of this file:
    election timeout ends: before TimeoutNow left, the leader goes on leading; after, it
    steps down, since it holds no lease any more. Only the leader a replica knows in its
    epoch can make it campaign so, and a replica under repair never does (rule 8).
+11. A copy of the log is its node and its storage's directory id (KIP-853's ReplicaKey,
+   core/membership.py); append answers and votes carry it. Votes, matches, the lease and
+   check-quorum count only the copies the voter set names (the set the log holds, from
+   `ReplicaConfig.first_voters`): a node back on an empty disk is a new copy, an observer
+   that follows but never votes, campaigns or counts, and its leader forgets the old
+   copy's matches at the new copy's first answer (scenarios 28-30).
 """
 
 from __future__ import annotations

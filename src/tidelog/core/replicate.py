@@ -153,6 +153,11 @@ class LeaderPipeline(ReplicaState):
         if self.role is not Role.LEADER:
             return
         progress = self.progress[msg.sender]
+        if progress.directory != msg.directory:
+            if progress.directory is not None:
+                self._on_new_copy(progress, msg)
+                return
+            progress.directory = msg.directory
         progress.recent_active = True
         progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)
         if msg.request_sent_ms < self.leader_since_ms:
@@ -169,6 +174,16 @@ class LeaderPipeline(ReplicaState):
             self._on_append_accepted(progress, msg.match_offset)
         else:
             self._on_append_rejected(progress, msg)
+
+    def _on_new_copy(self, progress: Progress, msg: AppendResponse) -> None:
+        """The follower answers from another copy of its log (a new directory: its disk
+        was replaced). The old copy's matches and answers die with it; this copy counts
+        only once a voter set names it (membership rule 6). Probe it from its log end.
+        The caller hears of a loss when the new copy holds less than the old one did."""
+        if progress.match_offset is not None and msg.match_offset < progress.match_offset:
+            self.lost_copies.append(LostCopy(msg.sender, progress.match_offset, msg.match_offset))
+        next_offset = Offset(min(msg.match_offset, self.log.log_end_offset))
+        progress.new_copy(msg.directory, next_offset, seq_min=self.append_seq + 1)
 
     @staticmethod
     def _lost_again(progress: Progress, msg: AppendResponse) -> bool:

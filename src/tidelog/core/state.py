@@ -31,6 +31,7 @@ from typing import Final
 
 from tidelog.core.config import ReplicaConfig
 from tidelog.core.log import ReplicaLog
+from tidelog.core.membership import ReplicaKey, VoterSet, VoterSetHistory
 from tidelog.core.messages import HardState, LostCopy, Message, ProduceResult
 from tidelog.core.producers import ProducerStates
 from tidelog.core.roles import ROLE_TRANSITIONS, Mode, Role
@@ -44,7 +45,7 @@ from tidelog.records import (
     leader_change_message,
     read_header,
 )
-from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
+from tidelog.types import NO_EPOCH, DirectoryId, Epoch, NodeId, Offset
 
 REBUILD_CHUNK_BYTES = 4 << 20
 
@@ -79,6 +80,10 @@ class ReplicaState:
         self.id = config.node_id
         self.peers = tuple(node for node in config.replicas if node != config.node_id)
         self.log = ReplicaLog(storage, state)
+        # This copy of the log (KIP-853), and the voter sets its log holds
+        # (core/membership.py): it votes, campaigns and counts only while its key is a voter.
+        self.key = ReplicaKey(self.id, state.directory_id)
+        self.voter_sets = VoterSetHistory.starting_with(config.first_voters)
         self.producers = ProducerStates()
         self.producers.restore(state.producers)  # the snapshot at the log start, then
         self._rebuild_producer_states()  # the log above it
@@ -244,6 +249,25 @@ class ReplicaState:
                 header = read_header(batch)
                 self.producers.on_append(header)
                 offset = header.next_offset
+
+    # ================================================================== membership =====
+    @property
+    def voters(self) -> VoterSet:
+        """The voter set in effect: the last one our log holds (membership rule 4)."""
+        return self.voter_sets.current
+
+    def is_voter(self) -> bool:
+        """Whether this copy votes (else it is an observer: membership rule 6)."""
+        return self.voters.voter_key(self.id, self.key.directory) is not None
+
+    def counts(self, node: NodeId, directory: DirectoryId | None) -> bool:
+        """Whether the copy `directory` of `node` is a voter: only a voter's answers, votes
+        and matches count (membership rule 6)."""
+        return directory is not None and self.voters.voter_key(node, directory) is not None
+
+    def counted_progress(self) -> list[Progress]:
+        """The leader's progress of the followers whose copies vote."""
+        return [p for peer, p in self.progress.items() if self.counts(peer, p.directory)]
 
     def in_sync_replicas(self) -> tuple[NodeId, ...]:
         """The in-sync replicas as the leader sees them (the mode decides: live ones in

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from tidelog.core.epochs import EpochEntry, EpochHistory
+from tidelog.core.membership import VoterSet, VoterSetEntry, VoterSetRecords
 from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry
 from tidelog.errors import StorageError
 from tidelog.records import read_header
-from tidelog.types import Epoch, NodeId, Offset
+from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId, Offset
 
 
 class RepairFloor(NamedTuple):
@@ -63,6 +64,12 @@ class StoredState:
     repair_floor: RepairFloor | None = None
     # The idempotent producers' snapshot at the log start (core/producers.py).
     producers: tuple[ProducerEntry, ...] = ()
+    # The id of the directory that holds this copy (KIP-853), made with the directory: a
+    # copy on an empty disk has a new one (core/membership.py).
+    directory_id: DirectoryId = NO_DIRECTORY
+    # The voter sets the log holds (core/membership.py's `VoterSetRecords`): derived from
+    # its VOTERS control batches, as the epochs are from its batches.
+    voter_sets: tuple[VoterSetEntry, ...] = ()
 
 
 class LogStorage(Protocol):
@@ -109,11 +116,13 @@ class LogStorage(Protocol):
         start_offset: Offset,
         prev_epoch: Epoch,
         producers: tuple[ProducerEntry, ...] | None = None,
+        voters: VoterSet | None = None,
     ) -> None:
         """Drop the whole log and start it empty at `start_offset`, which becomes the log
         start and the HWM (a follower behind its leader's log start). `prev_epoch` is the
         epoch of the record at start_offset - 1: the epoch history keeps it (`EpochHistory.reset`);
-        `producers` is the leader's producer snapshot there."""
+        `producers` is the leader's producer snapshot there, `voters` its voter set there
+        (None: the partition's first; `VoterSetRecords.reset`)."""
         ...
 
     def clear_repair_floor(self) -> None:
@@ -136,6 +145,10 @@ def initial_state(epochs: tuple[EpochEntry, ...] = ()) -> StoredState:
     )
 
 
+FIRST_DIRECTORY = DirectoryId(1)
+"""The directory id of a MemoryStorage made without one."""
+
+
 @dataclass(slots=True)
 class _MemoryLog:
     batches: list[bytes]
@@ -147,6 +160,7 @@ class _MemoryLog:
     repair_floor: RepairFloor | None = None
     damaged: set[Offset] = field(default_factory=set)  # bases of batches that rotted
     producers: tuple[ProducerEntry, ...] = ()
+    voters: VoterSetRecords = field(default_factory=VoterSetRecords)
 
     def copy(self) -> _MemoryLog:
         return _MemoryLog(
@@ -159,6 +173,7 @@ class _MemoryLog:
             self.repair_floor,
             set(self.damaged),
             self.producers,
+            self.voters.copy(),
         )
 
     @property
@@ -171,6 +186,7 @@ class _MemoryLog:
         del self.batches[index:]
         del self.ends[index:]
         self.epochs.truncate(cut)
+        self.voters.truncate(cut)
         self.log_start = Offset(min(self.log_start, cut))
         self.hwm = Offset(min(self.hwm, cut))
         self.damaged = {base for base in self.damaged if base < cut}
@@ -181,7 +197,8 @@ class MemoryStorage:
     """A LogStorage in memory that forgets, on `crash()`, everything not yet synced, and
     whose batches can rot (`corrupt`) as a disk's do, to be set aside by `quarantine`."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory_id: DirectoryId = FIRST_DIRECTORY) -> None:
+        self.directory_id = directory_id  # a new MemoryStorage is a new, empty directory
         empty = _MemoryLog([], [], HardState(Epoch(0), None), Offset(0))
         self._working = empty
         self._durable = empty.copy()
@@ -198,6 +215,8 @@ class MemoryStorage:
             log_end_offset=end,
             epochs=log.epochs.entries,
             repair_floor=log.repair_floor,
+            directory_id=self.directory_id,
+            voter_sets=log.voters.entries,
             producers=log.producers,
         )
 
@@ -232,6 +251,7 @@ class MemoryStorage:
         del log.batches[index:]
         del log.ends[index:]
         log.epochs.truncate(offset)
+        log.voters.truncate(offset)
 
     def append(self, batches: list[bytes]) -> None:
         log = self._working
@@ -240,6 +260,7 @@ class MemoryStorage:
             end = log.ends[-1] if log.ends else log.log_start
             assert header.base_offset == end, "append leaves a gap"
             log.epochs.extend(header)
+            log.voters.on_batch(batch, header.base_offset)
             log.batches.append(batch)
             log.ends.append(header.next_offset)
 
@@ -264,6 +285,7 @@ class MemoryStorage:
         del log.ends[:index]
         first = read_header(log.batches[0]).base_offset if log.batches else offset
         log.epochs.trim(first)
+        log.voters.trim(first)
 
     def reset(
         self,
@@ -271,10 +293,12 @@ class MemoryStorage:
         start_offset: Offset,
         prev_epoch: Epoch,
         producers: tuple[ProducerEntry, ...] | None = None,
+        voters: VoterSet | None = None,
     ) -> None:
         log = self._working
         if producers is not None:
             log.producers = producers
+        log.voters.reset(start_offset, voters)
         log.batches.clear()
         log.ends.clear()
         log.log_start = start_offset

@@ -5,7 +5,8 @@ Rules of this file:
   there; it only grows within our epoch (what a follower acknowledged in our epoch it
   keeps: a reset drops nothing it acknowledged), and is forgotten only when the follower
   says it lost records (rule 8 of the replica: it repairs), when it refuses our probe with
-  a log ending below its match (rule 7: its copy was lost) or, in ISR mode, when a record
+  a log ending below its match (rule 7: its copy was lost), when it answers from another
+  copy (a new directory id, rule 11) or, in ISR mode, when a record
   says its node started again (rule 9 of docs/isr.md: it may have lost its disk). Apart
   from a follower that says it repairs, a probe never goes below a match we know.
 - A follower is probed (one request at a time, no batches) until an answer to the probe
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from tidelog.types import Offset
+from tidelog.types import DirectoryId, Offset
 
 
 @dataclass(slots=True)
@@ -43,6 +44,7 @@ class Progress:
     match_at_heartbeat: Offset | None = None
     repairing: bool = False  # it lost records it once held and has not reached them again
     seq_min: int = 0  # answers to older requests predate its repair: ignored
+    directory: DirectoryId | None = None  # the copy whose answers these are (KIP-853)
 
     def probe(self, next_offset: Offset) -> None:
         """Stop pipelining; ask where our logs agree, from `next_offset`."""
@@ -82,6 +84,15 @@ class Progress:
         self.match_offset = None
         self.seq_min = seq_min
         self.probe(next_offset)
+
+    def new_copy(self, directory: DirectoryId, next_offset: Offset, seq_min: int) -> None:
+        """The follower answers from another copy of its log (an empty disk): what the
+        old copy acknowledged and answered dies with it (`forget_match`); the lease and
+        check-quorum count this copy's answers from now on."""
+        self.directory = directory
+        self.repairing = False
+        self.contact_sent_ms = -(1 << 62)
+        self.forget_match(next_offset, seq_min)
 
     def lost_records(self, next_offset: Offset, seq_min: int) -> None:
         """The follower set damaged records aside (it repairs): `forget_match`, and it is

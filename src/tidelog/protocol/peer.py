@@ -178,6 +178,7 @@ _DECODE_ERRORS: Final = (struct.error, IndexError, ValueError)
 _SCALAR_CODES: Final[dict[str, str]] = {
     "NodeId": "i",
     "Epoch": "i",
+    "DirectoryId": "q",
     "Offset": "q",
     "int": "q",
     "bool": "?",

@@ -36,12 +36,12 @@ from typing import Protocol
 from tidelog.core.messages import Message, ProduceResult, Ready
 from tidelog.core.producers import ProducerEntry
 from tidelog.core.replica import Replica, ReplicaConfig
-from tidelog.core.storage import MemoryStorage
+from tidelog.core.storage import FIRST_DIRECTORY, MemoryStorage
 from tidelog.errors import StorageError
 from tidelog.node.driver import RepairableStorage, begin_round, finish_round, open_replica
 from tidelog.records import read_header
 from tidelog.testing.trace import describe_message
-from tidelog.types import NodeId, Offset
+from tidelog.types import DirectoryId, NodeId, Offset
 
 Input = Callable[[Replica], None]
 PPM = 1_000_000
@@ -67,12 +67,25 @@ class SimStorage(RepairableStorage, Protocol):
 StorageFactory = Callable[[NodeId, random.Random], SimStorage]
 
 
-class SimMemoryStorage(MemoryStorage):
-    """MemoryStorage with retention by size; its bytes never rot."""
+DIRECTORY_STEP = 100
+"""How far a node's directory id moves with each empty disk (`SimMemoryStorage.emptied`)."""
 
-    def __init__(self, retention_bytes: int | None = None) -> None:
-        super().__init__()
+
+class SimMemoryStorage(MemoryStorage):
+    """MemoryStorage with retention by size; its bytes never rot. Node N's first copy is
+    directory N; each empty disk it is given adds DIRECTORY_STEP (`emptied`)."""
+
+    def __init__(
+        self, retention_bytes: int | None = None, directory_id: DirectoryId = FIRST_DIRECTORY
+    ) -> None:
+        super().__init__(directory_id)
         self.retention_bytes = retention_bytes
+
+    def emptied(self) -> SimMemoryStorage:
+        """An empty disk in place of this one: nothing of it, and a new directory id."""
+        return SimMemoryStorage(
+            self.retention_bytes, DirectoryId(self.directory_id + DIRECTORY_STEP)
+        )
 
     def retain(self, snapshot: Callable[[Offset], tuple[ProducerEntry, ...]]) -> Offset | None:
         if self.retention_bytes is None:
@@ -93,8 +106,8 @@ class SimMemoryStorage(MemoryStorage):
 
 
 def memory_storage(node: NodeId, rng: random.Random) -> SimStorage:
-    del node, rng
-    return SimMemoryStorage()
+    del rng
+    return SimMemoryStorage(directory_id=DirectoryId(node))
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,7 +463,7 @@ class Cluster:
         ):
             return False
         self.note(f"wipe {node}")
-        replaced = SimMemoryStorage(storage.retention_bytes)
+        replaced = storage.emptied()
         replaced.save_hard_state(storage.load().hard_state)
         replaced.sync()
         sim_node.storage = replaced

@@ -21,11 +21,12 @@ import dataclasses
 import random
 from collections.abc import Callable, Iterator
 
+from tidelog.core.membership import VoterSet
 from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry
 from tidelog.core.storage import StoredState
 from tidelog.records import HEADER_SIZE, read_header
-from tidelog.types import Epoch, NodeId, Offset
+from tidelog.types import DirectoryId, Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, RepairNeeded, WalConfig
 from tidelog.wal import checkpoint as ckpt
 
@@ -49,13 +50,20 @@ class SimDiskStorage:
         self, node: NodeId, rng: random.Random, config: WalConfig = SIM_WAL_CONFIG
     ) -> None:
         self.rng = rng
+        self.node = node
         self.fs = FaultyFileSystem(rng)
         self.directory = f"/data/node-{node}/topic-0"
         self.config = config
         self.log = self.open()
 
     def open(self) -> DiskStorage:
-        return DiskStorage(self.directory, clock=lambda: 0, config=self.config, fs=self.fs)
+        return DiskStorage(
+            self.directory,
+            clock=lambda: 0,
+            config=self.config,
+            fs=self.fs,
+            new_directory_id=lambda: DirectoryId(self.node),  # never wiped: one per node
+        )
 
     def crash(self) -> None:
         """Power cut, then recovery of what the disk kept."""
@@ -146,8 +154,11 @@ class SimDiskStorage:
         start_offset: Offset,
         prev_epoch: Epoch,
         producers: tuple[ProducerEntry, ...] | None = None,
+        voters: VoterSet | None = None,
     ) -> None:
-        self.log.reset(start_offset=start_offset, prev_epoch=prev_epoch, producers=producers)
+        self.log.reset(
+            start_offset=start_offset, prev_epoch=prev_epoch, producers=producers, voters=voters
+        )
 
     def clear_repair_floor(self) -> None:
         self.log.clear_repair_floor()

@@ -60,7 +60,7 @@ from typing import Final, NamedTuple
 from tidelog.core import membership
 from tidelog.core.membership import ReplicaKey, VoterSet, VoterSetHistory
 from tidelog.testing.isr_model import common_prefix
-from tidelog.types import NodeId, Offset
+from tidelog.types import DirectoryId, NodeId, Offset
 
 NODES: Final = 5
 """How many nodes the model runs; voters and observers among them."""
@@ -536,9 +536,9 @@ class MembershipModel:
         self.serial += 1
         return Entry(epoch, self.serial, voters)
 
-    def _new_directory(self) -> str:
+    def _new_directory(self) -> DirectoryId:
         self.disks += 1
-        return f"disk{self.disks}"
+        return DirectoryId(self.disks)
 
 
 def _two_changes(

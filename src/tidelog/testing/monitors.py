@@ -42,6 +42,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidelog.core.messages import AppendResponse, Message, Ready, VoteResponse
@@ -155,6 +156,7 @@ class QuorumMonitor:
             isinstance(msg, AppendResponse)
             and replica.role is Role.LEADER
             and msg.epoch == replica.epoch
+            and replica.counts(msg.sender, msg.directory)  # a voter's copy
         ):
             self.term(node, replica).heard_tick[msg.sender] = replica.tick_count
 
@@ -218,6 +220,7 @@ class ProbeMonitor:
 class ProgressMonitor:
     cluster: Cluster
     checker: Checker
+    voter: Callable[[NodeId], bool]  # whether a node's copy votes (an empty disk: no)
     quorum_size: int
     check_quorum: bool
     bound: int  # a stalled group (elections that never end)
@@ -335,13 +338,15 @@ class ProgressMonitor:
         return all(r is not None and r.log.log_end_offset == end and r.hwm == end for r in members)
 
     def healthy_group(self) -> frozenset[NodeId] | None:
-        """The largest group of up replicas connected both ways, at least a quorum, that
-        nobody outside can disturb (see the module's docstring); None if there is none."""
+        """The largest group of up replicas connected both ways, a quorum of voters among
+        them, that nobody outside can disturb (see the module's docstring); None if there
+        is none."""
         cluster = self.cluster
         up = [node for node in cluster.ids if cluster.up(node)]
         for size in range(len(up), self.quorum_size - 1, -1):
             for group in itertools.combinations(up, size):
-                if self.connected(group) and self.undisturbed(group):
+                voters = sum(1 for node in group if self.voter(node))
+                if voters >= self.quorum_size and self.connected(group) and self.undisturbed(group):
                     return frozenset(group)
         return None
 

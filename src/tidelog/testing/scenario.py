@@ -13,6 +13,8 @@ descriptions). A command `name` runs the method `cmd_name`; group_scenario.py ad
 
 Commands (nodes are numbers; lists are comma-separated):
     cluster replicas=N [min-insync=N] [pre-vote=false] [check-quorum=false] [append-bytes-max=N]
+            [directories=known]   the first voter set names each replica's directory
+                          (core/membership.py): a node on an empty disk is no voter
     campaign N            start an election on N, as if its timer fired
     tick N[,M] [count=K] [deliver=..]  K ticks of the nodes' clocks; messages stay in
                           flight, or are delivered quietly among `deliver` after each tick
@@ -25,10 +27,13 @@ Commands (nodes are numbers; lists are comma-separated):
     hold-persist N / persist N   hold N's syncs / finish the one N is waiting on
     crash N / restart N / isolate N / partition 1,2 3 / heal
     corrupt N offset=O    the batch holding O rots on N's disk (found when N next reads it)
-    wipe N                the crashed N's disk is replaced by an empty one
+    wipe N [same-directory=true]   the crashed N's disk is replaced by an empty one, a
+                          new directory (a new copy); or its directory id kept (a log
+                          emptied under its id: an old backup restored)
     status [N]            role, epoch, leader, HWM, log end, durable end, epoch history,
                           and the repair floor of a replica under repair
-    progress N            the leader N's view of each follower (match, next, mode)
+    progress N            the leader N's view of each follower (match, next, mode, and
+                          whether its copy is an observer)
     log N                 the batches in N's log
     fetch N offset=O [epoch=E] [bytes=B]   a consumer fetch at N
     latest N              the "latest" offset N answers (ListOffsets)
@@ -83,7 +88,7 @@ from tidelog.testing.scenario_clients import ClientCommands
 from tidelog.testing.scenario_disk import DiskCommands
 from tidelog.testing.scenario_isr import IsrCommands
 from tidelog.testing.scenario_net import NetCommands
-from tidelog.types import NodeId
+from tidelog.types import DirectoryId, NodeId
 
 SEPARATOR = "----"
 
@@ -130,6 +135,7 @@ class Scenario(NetCommands, DiskCommands, ClientCommands, IsrCommands):
 
         replication = Replication(kv.get("mode", "quorum"))
         self.min_insync = int(kv.get("min-insync", "1"))
+        known = kv.get("directories") == "known"
 
         def config(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
             min_insync = kv.get("min-insync")
@@ -142,6 +148,8 @@ class Scenario(NetCommands, DiskCommands, ClientCommands, IsrCommands):
                 append_bytes_max=int(kv.get("append-bytes-max", str(1 << 20))),
                 replication=replication,
                 replica_lag_time_max_ms=int(kv.get("lag-ms", "10000")),
+                # Node N's first copy is directory N (testing/cluster.py's memory storage).
+                directories=tuple(DirectoryId(n) for n in members) if known else (),
             )
 
         self.cluster = Cluster(replicas=replicas, rng=random.Random(0), config=config)
@@ -198,7 +206,9 @@ class Scenario(NetCommands, DiskCommands, ClientCommands, IsrCommands):
         for peer, progress in sorted(replica.progress.items()):
             match = "-" if progress.match_offset is None else progress.match_offset
             mode = "probe" if progress.probing else "replicate"
-            self.say(f"{peer}: match={match} next={progress.next_offset} {mode}")
+            voter = progress.directory is None or replica.counts(peer, progress.directory)
+            observer = "" if voter else " observer (its copy is no voter)"
+            self.say(f"{peer}: match={match} next={progress.next_offset} {mode}{observer}")
 
     def cmd_log(self, args: list[str], kv: dict[str, str]) -> None:
         del kv

@@ -25,11 +25,17 @@ class DiskCommands(ScenarioState):
             self.c.restart(node)
 
     def cmd_wipe(self, args: list[str], kv: dict[str, str]) -> None:
-        del kv
+        same = kv.get("same-directory") == "true"
         for node in nodes_of(args[0]):
             if self.c.nodes[node].alive:
                 raise ScriptError(f"wipe {node}: crash it first")
-            self.c.nodes[node].storage = SimMemoryStorage()
+            storage = self.c.nodes[node].storage
+            if not isinstance(storage, SimMemoryStorage):
+                raise ScriptError("wipe needs the in-memory storage")
+            emptied = storage.emptied()
+            if same:
+                emptied.directory_id = storage.directory_id
+            self.c.nodes[node].storage = emptied
             self.c.nodes[node].durable_hwm = 0  # the new disk holds nothing
 
     def cmd_corrupt(self, args: list[str], kv: dict[str, str]) -> None:

@@ -82,7 +82,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from tidelog.core.isr import NO_LEADER
@@ -136,7 +136,7 @@ from tidelog.testing.monitors import (
 from tidelog.testing.odd_clients import OddClients
 from tidelog.testing.producer_check import ProducerStateMonitor
 from tidelog.testing.vote_monitors import AckMonitor, VoteMonitor, odd_fetch
-from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
+from tidelog.types import NO_EPOCH, DirectoryId, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
 IDEMPOTENT_PRODUCER_ID = 1000
@@ -499,6 +499,19 @@ class SeedResult:
     stops: dict[str, int]
 
 
+def with_directories(
+    config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig],
+) -> Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig]:
+    """`config`, its first voter set naming each replica's directory (node N's first copy
+    is directory N): a node that comes back on an empty disk is a new copy, no voter."""
+
+    def bound(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
+        directories = tuple(DirectoryId(member) for member in members)
+        return replace(config(node, members), directories=directories)
+
+    return bound
+
+
 @dataclass
 class Run:
     """One seed: its settings, the cluster, its workload, checker and monitors, the clock."""
@@ -530,7 +543,10 @@ class Run:
                 settings = settings.for_offsets_log()
             self.settings = settings
             self.retention_bytes = settings.retention_bytes
-            self.cluster = self.new_cluster(settings.replica_config)
+            config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig] = settings.replica_config
+            if not self.offsets_log:
+                config = with_directories(config)  # an empty disk is a new copy, no voter
+            self.cluster = self.new_cluster(config)
             self.faults = Faults.draw(self.rng, settings, disk=self.disk, ticks=self.ticks)
             if self.disk:
                 self.faults.reflip_rng = reflip_generator(self.seed)
@@ -544,9 +560,11 @@ class Run:
         self.checker = Checker(leases=settings.check_quorum)
         self.workload = Workload(self.cluster, self.checker, self.rng, self.seed)
         self.workload.send_leader_epoch = not settings.check_quorum
+        self.wiped: set[NodeId] = set()  # nodes on an empty disk: no voters any more
         self.progress = ProgressMonitor(
             self.cluster,
             self.checker,
+            voter=lambda node: node not in self.wiped,
             quorum_size=settings.quorum_size,
             check_quorum=settings.check_quorum,
             bound=PROGRESS_TICKS_MAX * MICROS_PER_TICK,
@@ -645,7 +663,7 @@ class Run:
     def storage(self, node: NodeId, rng: random.Random) -> SimStorage:
         if self.disk:
             return SimDiskStorage(node, rng, wal_config(retention_bytes=self.retention_bytes))
-        return SimMemoryStorage(self.retention_bytes)
+        return SimMemoryStorage(self.retention_bytes, DirectoryId(node))
 
     def note(self, text: str) -> None:
         self.cluster.note(text)
@@ -759,17 +777,27 @@ class Run:
                 controller.heal()
 
     def wipe_allowed(self, node: NodeId) -> bool:
-        """A disk replaced stays inside the fault model: a quorum of the other nodes, up,
-        hold the whole committed history (HWM and durable log at its end at least)."""
+        """A disk replaced stays inside the fault model: a quorum of the other voters, up,
+        hold the whole committed history (HWM and durable log at its end at least). A
+        node on an empty disk is no voter any more (core/membership.py), and nothing
+        makes it one again yet: a quorum of the first voters keeps its copies. Without
+        pre-vote, a spare voter too: when every voter left must elect, candidates whose
+        logs cannot win raise the epoch under the one that can, round after round."""
+        voters = [other for other in self.cluster.ids if other != node and other not in self.wiped]
+        if len(voters) == self.settings.quorum_size and not self.settings.pre_vote:
+            return False
         end = self.checker.committed_end
         holders = [
             other
             for other, replica in self.live().items()
-            if other != node and min(replica.hwm, replica.log.durable_end_offset) >= end
+            if other != node
+            and other not in self.wiped
+            and min(replica.hwm, replica.log.durable_end_offset) >= end
         ]
         return len(holders) >= self.settings.quorum_size
 
     def on_wipe(self, node: NodeId) -> None:
+        self.wiped.add(node)
         self.checker.on_wipe(node, self.live())
 
     def retain(self, node: NodeId) -> None:

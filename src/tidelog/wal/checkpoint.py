@@ -10,6 +10,9 @@ Rules of this file:
   idempotent producers' snapshot at the log start (`tidelog.core.producers`), one row per
   producer: id, epoch, first and last sequence, base and next offset of its last batch
   below the log start. It is written before the log start it belongs to.
+- `directory-id` (tidelog's own, as KIP-853's directory.id in meta.properties) holds one
+  row: the id of this directory, made with it (`DiskStorage`); a copy on an empty disk has
+  a new one, so it is a new member of the partition (core/membership.py).
 - `repair-floor-checkpoint` (tidelog's own) holds no row, or one: the epoch and end offset
   (-1: unknown) of the log before damage was set aside (`tidelog.core.storage.RepairFloor`),
   and the offset where a repair in progress cuts the log (-1: none in progress).
@@ -24,7 +27,7 @@ from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry, SequencedBatch, entry_is_valid
 from tidelog.core.storage import RepairFloor
 from tidelog.errors import StorageError
-from tidelog.types import Epoch, NodeId, Offset
+from tidelog.types import DirectoryId, Epoch, NodeId, Offset
 from tidelog.wal.fs import FileSystem
 
 CHECKPOINT_VERSION = 0
@@ -39,6 +42,7 @@ RECOVERY_POINT = "recovery-point-offset-checkpoint"
 VOTE_STATE = "vote-state"
 REPAIR_FLOOR = "repair-floor-checkpoint"
 PRODUCERS = "producer-snapshot-checkpoint"
+DIRECTORY_ID = "directory-id"
 OFFSET_MAX = Offset((1 << 63) - 1)
 UNKNOWN = -1
 
@@ -96,6 +100,16 @@ def read_epochs(fs: FileSystem, directory: str) -> list[EpochEntry]:
 
 def epoch_rows(epochs: list[EpochEntry]) -> list[list[int]]:
     return [[entry.epoch, entry.start_offset] for entry in epochs]
+
+
+def read_directory_id(fs: FileSystem, directory: str) -> DirectoryId | None:
+    """The directory's id, None when it has none yet (a new directory)."""
+    rows = read_checkpoint(fs, posixpath.join(directory, DIRECTORY_ID), width=1)
+    if not rows:
+        return None
+    if rows[0][0] <= 0:
+        raise StorageError(f"{posixpath.join(directory, DIRECTORY_ID)} holds {rows[0][0]}")
+    return DirectoryId(rows[0][0])
 
 
 def read_hard_state(fs: FileSystem, directory: str) -> HardState:

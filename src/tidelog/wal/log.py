@@ -51,14 +51,16 @@ Rules of this file:
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import Callable
 
+from tidelog.core.membership import VoterSet
 from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry
 from tidelog.core.storage import RepairFloor, StoredState, later_floor
 from tidelog.errors import CorruptBatch, OffsetOutOfRange
 from tidelog.records import BatchHeader, check_framing
-from tidelog.types import Epoch, Offset
+from tidelog.types import DirectoryId, Epoch, Offset
 from tidelog.wal import checkpoint as ckpt
 from tidelog.wal.config import WalConfig
 from tidelog.wal.controls import ControlBatches
@@ -75,6 +77,11 @@ __all__ = ["DiskStorage", "RepairNeeded", "WalConfig"]
 Clock = Callable[[], int]
 
 
+def random_directory_id() -> DirectoryId:
+    """A new directory's id: 63 random bits, never 0 (NO_DIRECTORY)."""
+    return DirectoryId(secrets.randbelow((1 << 63) - 1) + 1)
+
+
 class DiskStorage:
     """A LogStorage in a directory of segment files. Opening it recovers the directory."""
 
@@ -85,9 +92,13 @@ class DiskStorage:
         clock: Clock,
         config: WalConfig | None = None,
         fs: FileSystem | None = None,
+        new_directory_id: Callable[[], DirectoryId] | None = None,
     ) -> None:
         self.directory = directory
         self._clock = clock
+        # Made with the directory (KIP-853): `new_directory_id` draws it (random by default).
+        self._new_directory_id = new_directory_id or random_directory_id
+        self.directory_id = DirectoryId(0)
         self._fs: FileSystem = fs if fs is not None else OsFileSystem()
         self._local = LocalLog(self._fs, directory, config=config or WalConfig(), clock=clock)
         self._epochs = LeaderEpochCache()
@@ -134,6 +145,7 @@ class DiskStorage:
             epochs=self._epochs.entries,
             repair_floor=self._repair_floor,
             producers=self._producers,
+            directory_id=self.directory_id,
         )
 
     def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
@@ -289,7 +301,13 @@ class DiskStorage:
         Raises OSError while the disk still fails."""
         synced = self.synced_end_offset
         self.release()
-        fresh = DiskStorage(self.directory, clock=self._clock, config=self.config, fs=self._fs)
+        fresh = DiskStorage(
+            self.directory,
+            clock=self._clock,
+            config=self.config,
+            fs=self._fs,
+            new_directory_id=self._new_directory_id,
+        )
         if fresh.log_end_offset > synced:
             fresh.truncate_to(offset=synced)
         return fresh
@@ -336,6 +354,7 @@ class DiskStorage:
         start_offset: Offset,
         prev_epoch: Epoch,
         producers: tuple[ProducerEntry, ...] | None = None,
+        voters: VoterSet | None = None,
     ) -> None:
         """Drop the whole log and start it empty at `start_offset`, which becomes the log
         start and the HWM: a follower behind its leader's log start (Kafka's
@@ -474,6 +493,11 @@ class DiskStorage:
         fs, directory = self._fs, self.directory
         fs.makedirs(directory)
         bases = clean_directory(fs, directory)
+        directory_id = ckpt.read_directory_id(fs, directory)
+        if directory_id is None:  # a new directory (or one of a tidelog before the ids)
+            directory_id = self._new_directory_id()
+            ckpt.write_checkpoints(fs, directory, {ckpt.DIRECTORY_ID: [[directory_id]]})
+        self.directory_id = directory_id
         self._hard_state = ckpt.read_hard_state(fs, directory)
         self._hard_state_saved = self._hard_state
         self._hwm_checkpointed = ckpt.read_offset(fs, directory, ckpt.HWM) or Offset(0)

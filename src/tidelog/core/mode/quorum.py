@@ -22,6 +22,8 @@ Rules of this file:
   (check-quorum); it serves reads only while a majority answered a request sent less
   than `lease_ms` ago (Raft §8), and never once its TimeoutNow left (rule 10).
 - acks=all is refused with NotEnoughReplicas below min.insync.replicas live replicas.
+- Only voters count (rule 11): a majority is one of the voter set, votes and answers count
+  only from the copies it names, and an observer never campaigns nor takes a transfer.
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from tidelog.core.quorum import VoteResult, committed_offset, has_quorum, vote_result
+from tidelog.core.quorum import (
+    VoteResult,
+    committed_offset,
+    has_quorum,
+    quorum_size,
+    vote_result,
+)
 from tidelog.core.replicate import LeaderPipeline
 from tidelog.core.roles import ElectionMessage, Role
 from tidelog.core.state import ACKS_ALL
@@ -81,8 +89,8 @@ class QuorumMode:
         A replica under repair never does (rule 8)."""
         if self.r.role is Role.LEADER:
             return
-        if self.r.repair_floor is not None:
-            self._reset_election_timer()
+        if self.r.repair_floor is not None or not self.r.is_voter():
+            self._reset_election_timer()  # under repair, or an observer: never campaigns
             return
         if self.r.config.pre_vote:
             self.become_pre_candidate()
@@ -95,6 +103,9 @@ class QuorumMode:
             return "not the leader"
         if target not in self.r.peers:
             return f"node {target} is no other replica of this partition"
+        directory = self.r.progress[target].directory
+        if directory is not None and not self.r.counts(target, directory):
+            return f"node {target} answers from a copy that is no voter"
         if self.transfer_target is not None:
             return None if self.transfer_target == target else "a transfer is under way"
         self.transfer_target = target
@@ -140,9 +151,9 @@ class QuorumMode:
         """What quorum_size durable copies hold (rule 3), counting our own copy only once
         durable."""
         r = self.r
-        matches = [r.log.durable_end_offset]
-        matches += [p.match_offset for p in r.progress.values() if p.match_offset is not None]
-        candidate = committed_offset(matches, r.config.quorum_size)
+        matches = [r.log.durable_end_offset] if r.is_voter() else []
+        matches += [p.match_offset for p in r.counted_progress() if p.match_offset is not None]
+        candidate = committed_offset(matches, self._quorum_size())
         # Raft Figure 8: count replicas only for an offset of our own epoch.
         if candidate is None or candidate <= r.epoch_start_offset:
             return None
@@ -177,16 +188,25 @@ class QuorumMode:
             return True
         now = r.now_ms if now_ms is None else now_ms
         since = now - r.config.lease_ms
-        answered = (p.contact_sent_ms > since for p in r.progress.values())
-        return has_quorum(answered, len(r.config.replicas))
+        answered = (p.contact_sent_ms > since for p in r.counted_progress())
+        return has_quorum(answered, len(r.voters))
 
     def in_sync_replicas(self) -> tuple[NodeId, ...]:
         """Live in-sync replicas: the leader and the followers that acked within an election
         timeout and are not repairing (rule 8)."""
         r = self.r
         recent = r.tick_count - r.config.election_ticks
-        followers = (peer for peer, progress in r.progress.items() if progress.in_sync(recent))
+        followers = (
+            peer
+            for peer, progress in r.progress.items()
+            if progress.in_sync(recent) and r.counts(peer, progress.directory)
+        )
         return (r.id, *followers)
+
+    def _quorum_size(self) -> int:
+        """How many voters' durable copies commit: a majority of the voter set, at least
+        min.insync.replicas."""
+        return quorum_size(len(self.r.voters), self.r.config.min_insync_replicas)
 
     def on_config_changed(self) -> None:
         """The quorum follows `config.quorum_size`: nothing to redo."""
@@ -217,7 +237,7 @@ class QuorumMode:
 
     def after_advance(self) -> None:
         r = self.r
-        if r.role is Role.CANDIDATE and r.persisted_hard_state == r._hard_state():
+        if r.role is Role.CANDIDATE and r.persisted_hard_state == r._hard_state() and r.is_voter():
             # The candidate's vote for itself is durable now: count it (rule 2).
             self.votes[r.id] = True
             self._maybe_finish_election(pre_vote=False)
@@ -260,7 +280,9 @@ class QuorumMode:
         r = self.r
         last_epoch, end = r.log.last_epoch, r.log.log_end_offset
         for peer in r.peers:
-            r.msgs.append(VoteRequest(r.id, peer, epoch, last_epoch, end, pre_vote, transfer))
+            r.msgs.append(
+                VoteRequest(r.id, peer, epoch, last_epoch, end, pre_vote, transfer, r.key.directory)
+            )
 
     def on_vote_request(self, msg: VoteRequest) -> None:
         r = self.r
@@ -274,7 +296,7 @@ class QuorumMode:
         if msg.pre_vote:
             granted = msg.epoch > r.epoch and up_to_date and not self._in_lease()
             epoch = msg.epoch if granted else r.epoch
-            r.msgs.append(VoteResponse(r.id, msg.sender, epoch, granted, True))
+            r.msgs.append(VoteResponse(r.id, msg.sender, epoch, granted, True, r.key.directory))
             return
         free = r.voted_for in (None, msg.sender) and r.role is not Role.LEADER
         # The lease holds in our own epoch too: a refused pre-vote may have moved us to
@@ -286,10 +308,14 @@ class QuorumMode:
             r.voted_for = msg.sender
             self._reset_election_timer()
         # The vote must be durable before the candidate hears of it (rule 2).
-        r.msgs_after_persist.append(VoteResponse(r.id, msg.sender, r.epoch, granted, False))
+        r.msgs_after_persist.append(
+            VoteResponse(r.id, msg.sender, r.epoch, granted, False, r.key.directory)
+        )
 
     def on_vote_response(self, msg: VoteResponse) -> None:
         r = self.r
+        if not r.counts(msg.sender, msg.directory):
+            return  # an observer's answer, or a lost copy's (membership rule 6)
         if msg.pre_vote and r.role is Role.PRE_CANDIDATE:
             # A grant names the epoch we would campaign in; a refusal names the voter's.
             if msg.epoch == r.epoch + (1 if msg.granted else 0):
@@ -300,7 +326,7 @@ class QuorumMode:
             self._maybe_finish_election(pre_vote=False)
 
     def _maybe_finish_election(self, *, pre_vote: bool) -> None:
-        result = vote_result(self.votes, len(self.r.config.replicas))
+        result = vote_result(self.votes, len(self.r.voters))
         if result is VoteResult.WON:
             if pre_vote:
                 self.become_candidate()
@@ -313,7 +339,7 @@ class QuorumMode:
         """Our leader hands us its leadership (rule 10; the door checked it is our
         leader): campaign now, without a pre-vote, unless we are under repair (rule 8)."""
         del msg
-        if self.r.role is Role.FOLLOWER and self.r.repair_floor is None:
+        if self.r.role is Role.FOLLOWER and self.r.repair_floor is None and self.r.is_voter():
             self.become_candidate(transfer=True)
 
     def _in_lease(self) -> bool:
@@ -352,10 +378,10 @@ class QuorumMode:
     def _check_quorum(self) -> bool:
         """Step down unless a majority was heard from in the last election timeout."""
         r = self.r
-        heard = [progress.recent_active for progress in r.progress.values()]
+        heard = [progress.recent_active for progress in r.counted_progress()]
         for progress in r.progress.values():
             progress.recent_active = False
-        if r.config.check_quorum and not has_quorum(heard, len(r.config.replicas)):
+        if r.config.check_quorum and not has_quorum(heard, len(r.voters)):
             r.become_follower(r.epoch, None)
             return False
         self.leader_contact_elapsed = 0
@@ -371,5 +397,7 @@ class QuorumMode:
         progress = r.progress[target]
         if progress.repairing or progress.match_offset != r.log.log_end_offset:
             return
+        if not r.counts(target, progress.directory):
+            return  # an observer's copy: it may not campaign (membership rule 6)
         self.timeout_now_sent = True
         r.msgs.append(TimeoutNow(r.id, target, r.epoch))

@@ -282,7 +282,14 @@ def control_record(batch: bytes) -> tuple[int, bytes | None] | None:
     header = read_header(batch)
     if not header.is_control or header.attributes & ATTR_COMPRESSION_MASK:
         return None
-    view = memoryview(batch)
+    try:
+        return _first_record(memoryview(batch))
+    except struct.error as error:
+        raise ValueError(f"a control record cut short: {error}") from error
+
+
+def _first_record(view: memoryview) -> tuple[int, bytes | None]:
+    """The type and value of the record after the batch header at the start of `view`."""
     _, position = read_varint(view, HEADER_SIZE)  # record length
     position += 1  # record attributes
     _, position = read_varint(view, position)  # timestampDelta

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 
+from tidelog.core.membership import decode_voters
 from tidelog.core.messages import AppendRequest, AppendResponse, Message, VoteRequest, VoteResponse
 from tidelog.core.producers import ProducerStates, decode_entries
 from tidelog.core.roles import Role
@@ -99,7 +100,7 @@ class FollowerPath(ReplicaState):
             start <= self.log.log_end_offset
             and self.log.epoch_at(Offset(start - 1)) == msg.prev_epoch
         ):
-            self.log.reset(start, msg.prev_epoch)
+            self.log.reset(start, msg.prev_epoch, decode_voters(msg.voters[0]))  # door-checked
             # What the deleted records told of the idempotent producers (scenario 24).
             self.producers = ProducerStates()
             self.producers.restore(entries)

@@ -9,6 +9,11 @@ Rules of this file:
   epoch of its last record (Raft's "last included term"), for votes and consistency checks.
 - `durable_end_offset` is how far the caller has made the log durable; only that much may
   count toward a quorum (Jepsen NATS 2.12.1).
+- The voter-set history (core/membership.py) follows the log as the epoch history does:
+  every VOTERS control batch appended adds the set it holds where it lies (a set takes
+  effect where it is appended), a truncation removes the sets it cuts, a log start move
+  keeps the set in effect at the start, and a reset takes the leader's set there. What
+  storage holds (`StoredState.voter_sets`) starts it, after the partition's first set.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import bisect
 
 from tidelog.core.epochs import EpochEntry, EpochHistory
+from tidelog.core.membership import VoterSet, history_of, voters_in_batch
 from tidelog.core.storage import LogStorage, StoredState
 from tidelog.records import BatchHeader, read_header
 from tidelog.types import NO_EPOCH, Epoch, Offset
@@ -24,12 +30,13 @@ from tidelog.types import NO_EPOCH, Epoch, Offset
 class ReplicaLog:
     """Reads from storage and from memory; records writes for the next `Ready`."""
 
-    def __init__(self, storage: LogStorage, state: StoredState) -> None:
+    def __init__(self, storage: LogStorage, state: StoredState, first_voters: VoterSet) -> None:
         self.storage = storage
         self.log_start_offset = state.log_start_offset
         self.log_end_offset = state.log_end_offset
         self.durable_end_offset = state.log_end_offset
         self.history = EpochHistory(state.epochs)
+        self.voters = history_of(first_voters, state.voter_sets, state.log_start_offset)
         # Storage holds [log_start_offset, stored_end_offset); memory holds the rest.
         self.stored_end_offset = state.log_end_offset
         self.unstable: list[bytes] = []
@@ -37,6 +44,7 @@ class ReplicaLog:
         self.truncate_to: Offset | None = None
         self.reset_to: Offset | None = None
         self.reset_prev_epoch = NO_EPOCH
+        self.reset_voters: VoterSet | None = None
         self.start_moved_to: Offset | None = None
 
     # --- questions ------------------------------------------------------------------
@@ -91,6 +99,10 @@ class ReplicaLog:
         assert header.base_offset == self.log_end_offset
         assert header.epoch >= self.last_epoch
         self.history.extend(header)
+        if header.is_control:
+            voters = voters_in_batch(batch)  # its sender's door checked it can be read
+            if voters is not None:
+                self.voters.append(header.base_offset, voters)
         self.unstable.append(batch)
         self.unstable_ends.append(header.next_offset)
         self.log_end_offset = header.next_offset
@@ -100,6 +112,7 @@ class ReplicaLog:
         assert offset < self.log_end_offset
         assert offset >= self.log_start_offset
         self.history.truncate(offset)
+        self.voters.truncate(offset)
         self.log_end_offset = offset
         self.durable_end_offset = Offset(min(self.durable_end_offset, offset))
         if offset >= self.stored_end_offset:
@@ -118,7 +131,9 @@ class ReplicaLog:
         """Records below `offset` are gone (DeleteRecords, retention); the caller keeps
         `offset` at most the HWM."""
         assert self.log_start_offset < offset <= self.log_end_offset
-        self.history.trim(self.base_of_batch_at(offset))
+        first = self.base_of_batch_at(offset)
+        self.history.trim(first)
+        self.voters.trim(first)
         self.log_start_offset = offset
         self.start_moved_to = offset
 
@@ -130,12 +145,14 @@ class ReplicaLog:
         batches = self.read(offset, end_offset=self.log_end_offset, max_bytes=1)
         return read_header(batches[0]).base_offset if batches else offset
 
-    def reset(self, start_offset: Offset, prev_epoch: Epoch) -> None:
+    def reset(self, start_offset: Offset, prev_epoch: Epoch, voters: VoterSet) -> None:
         """Drop everything; the log starts empty at `start_offset` (truncateFullyAndStartAt),
-        its last record of `prev_epoch`."""
+        its last record of `prev_epoch`, `voters` the leader's voter set there."""
         self.unstable.clear()
         self.unstable_ends.clear()
         self.history.reset(start_offset, prev_epoch)
+        self.voters.reset(start_offset, voters)
+        self.reset_voters = voters
         self.log_start_offset = self.log_end_offset = start_offset
         self.stored_end_offset = self.durable_end_offset = start_offset
         self.reset_to = start_offset

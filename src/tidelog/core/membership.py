@@ -60,7 +60,7 @@ class ReplicaKey:
     def __str__(self) -> str:
         if self.directory == NO_DIRECTORY:
             return f"{self.node}/?"
-        return f"{self.node}/{self.directory:x}"
+        return f"{self.node}/{self.directory}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tidelog.core.isr import GivenUp, IsrProposal
+from tidelog.core.membership import VoterSet
 from tidelog.core.producers import ProducerEntry
 from tidelog.errors import TidelogError
 from tidelog.types import NO_DIRECTORY, NO_EPOCH, DirectoryId, Epoch, NodeId, Offset
@@ -35,7 +36,8 @@ class AppendRequest:
     dates the leader's lease. `seq` numbers the leader's requests: the answer echoes it, so
     a leader probing a follower takes only the answer to its probe. A reset carries the
     leader's producer snapshot at `prev_offset` in `producers` (`producers.encode_entries`),
-    so that a retry whose first copy lies below it is still recognised.
+    so that a retry whose first copy lies below it is still recognised, and its voter set
+    there in `voters` (one VotersRecord value, `membership.encode_voters`).
     """
 
     sender: NodeId
@@ -50,6 +52,7 @@ class AppendRequest:
     reset: bool = False
     seq: int = 0
     producers: tuple[bytes, ...] = ()
+    voters: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +165,8 @@ class Ready:
     """What the caller must do, in this order, before calling `Replica.advance(ready)`:
 
     1. Persist: save `hard_state` if set; if `reset_to` is set, drop the whole log and start
-       it empty at that offset, its last record of `reset_prev_epoch`; if `truncate_to` is
+       it empty at that offset, its last record of `reset_prev_epoch`, `reset_voters` the
+       voter set in effect there (`LogStorage.reset`'s `voters`); if `truncate_to` is
        set, truncate the log there; append `batches` at the log end; save `hwm`; if
        `log_start_offset` is set, advance the log start there (DeleteRecords); with a reset
        or a new log start, save `producers`, the producer snapshot at the log start; if
@@ -185,6 +189,7 @@ class Ready:
     hard_state: HardState | None = None
     reset_to: Offset | None = None
     reset_prev_epoch: Epoch = NO_EPOCH
+    reset_voters: VoterSet | None = None
     producers: tuple[ProducerEntry, ...] = ()
     truncate_to: Offset | None = None
     batches: tuple[bytes, ...] = ()

@@ -72,11 +72,13 @@ Rules of this file:
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, replace
 
 from tidelog.core.config import LEASE_MARGIN_TICKS, ReplicaConfig, Rng
 from tidelog.core.follow import FollowerPath
 from tidelog.core.isr import AlterResult, IsrProposal, PartitionRecord
+from tidelog.core.membership import decode_voters, voters_in_batch
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -94,6 +96,7 @@ from tidelog.core.requests import ClientRequests
 from tidelog.core.roles import Replication, Role
 from tidelog.core.state import ACKS_ALL, ACKS_LEADER, ACKS_NONE
 from tidelog.core.storage import LogStorage, RepairFloor
+from tidelog.records import HEADER_SIZE, read_header
 from tidelog.types import EPOCH_MAX, NO_EPOCH, Epoch, NodeId, Offset
 
 __all__ = [
@@ -108,6 +111,22 @@ __all__ = [
     "Rng",
     "Role",
 ]
+
+
+def _voters_can_be(msg: AppendRequest) -> bool:
+    """A reset carries one readable voter set, any other append none, and every VOTERS
+    batch it carries can be read (rule 9): each replica must read the same sets."""
+    if len(msg.voters) != (1 if msg.reset else 0):
+        return False
+    try:
+        if msg.reset:
+            decode_voters(msg.voters[0])
+        for batch in msg.batches:
+            if len(batch) >= HEADER_SIZE and read_header(batch).is_control:
+                voters_in_batch(batch)
+    except (ValueError, struct.error):
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +258,8 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
                     f"an append from node {msg.sender} in epoch {msg.epoch}, "
                     f"led by node {self.leader_id}"
                 )
+            if not _voters_can_be(msg):
+                return f"an append from node {msg.sender} with a voter set that cannot be"
         elif isinstance(msg, AppendResponse):
             if min(msg.prev_offset, msg.match_offset) < 0 or msg.hint_epoch < NO_EPOCH:
                 return f"an answer from node {msg.sender} with impossible offsets or epochs"
@@ -340,6 +361,7 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             hard_state=hard_state if hard_state != self.persisted_hard_state else None,
             reset_to=reset_to,
             reset_prev_epoch=self.log.reset_prev_epoch,
+            reset_voters=self.log.reset_voters if reset_to is not None else None,
             producers=() if new_start is None else self.producers.snapshot(new_start),
             truncate_to=truncate_to,
             batches=batches,

@@ -22,6 +22,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+from tidelog.core.membership import encode_voters
 from tidelog.core.messages import AppendRequest, AppendResponse, LostCopy
 from tidelog.core.producers import encode_entries
 from tidelog.core.roles import Role
@@ -93,7 +94,14 @@ class LeaderPipeline(ReplicaState):
                     key = (progress.next_offset, progress.resetting)
                     producers = self.producers.snapshot(key[0]) if key[1] else ()
                     seq = self._send_append(
-                        peer, key[0], (), reset=key[1], producers=encode_entries(producers)
+                        peer,
+                        key[0],
+                        (),
+                        reset=key[1],
+                        producers=encode_entries(producers),
+                        voters=(encode_voters(self.log.voters.at(Offset(key[0] - 1))),)
+                        if key[1]
+                        else (),
                     )
                     progress.sent_probe(key, seq)
                 continue
@@ -122,6 +130,7 @@ class LeaderPipeline(ReplicaState):
         *,
         reset: bool = False,
         producers: tuple[bytes, ...] = (),
+        voters: tuple[bytes, ...] = (),
     ) -> int:
         """Send one append (or probe, heartbeat, reset); returns its seq."""
         prev_epoch = self.log.epoch_at(Offset(prev_offset - 1)) if prev_offset > 0 else NO_EPOCH
@@ -140,6 +149,7 @@ class LeaderPipeline(ReplicaState):
                 reset,
                 self.append_seq,
                 producers,
+                voters,
             )
         )
         return self.append_seq
@@ -153,6 +163,10 @@ class LeaderPipeline(ReplicaState):
         if self.role is not Role.LEADER:
             return
         progress = self.progress[msg.sender]
+        if msg.request_sent_ms < self.leader_since_ms:
+            return  # a request of an earlier term, maybe of an earlier run with other seqs
+        if msg.seq < progress.seq_min:
+            return  # sent before the follower said it lost records: nothing it says counts
         if progress.directory != msg.directory:
             if progress.directory is not None:
                 self._on_new_copy(progress, msg)
@@ -160,10 +174,6 @@ class LeaderPipeline(ReplicaState):
             progress.directory = msg.directory
         progress.recent_active = True
         progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)
-        if msg.request_sent_ms < self.leader_since_ms:
-            return  # a request of an earlier term, maybe of an earlier run with other seqs
-        if msg.seq < progress.seq_min:
-            return  # sent before the follower said it lost records: nothing it says counts
         if msg.repairing and (not progress.repairing or self._lost_again(progress, msg)):
             self._on_follower_repairing(progress, msg.match_offset)
             return

@@ -21,6 +21,7 @@ from tidelog.core.state import ACKS_ALL, ACKS_LEADER, ACKS_NONE, ReplicaState
 from tidelog.errors import (
     CorruptBatch,
     FencedEpoch,
+    InvalidBatch,
     LogDiverged,
     NotLeader,
     OffsetNotAvailable,
@@ -48,6 +49,8 @@ class ClientRequests(ReplicaState):
                 header = check_framing(batch)
             except CorruptBatch as corrupt:
                 error = corrupt
+            if header is not None and header.is_control:  # the leader writes those alone
+                error = InvalidBatch("INVALID_RECORD", "a producer's batch is a control batch")
         if error is not None or header is None:
             self.completions.append(ProduceResult(request_id, None, None, error))
             return

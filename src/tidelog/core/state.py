@@ -31,7 +31,7 @@ from typing import Final
 
 from tidelog.core.config import ReplicaConfig
 from tidelog.core.log import ReplicaLog
-from tidelog.core.membership import ReplicaKey, VoterSet, VoterSetHistory
+from tidelog.core.membership import ReplicaKey, VoterSet, encode_voters
 from tidelog.core.messages import HardState, LostCopy, Message, ProduceResult
 from tidelog.core.producers import ProducerStates
 from tidelog.core.roles import ROLE_TRANSITIONS, Mode, Role
@@ -40,6 +40,7 @@ from tidelog.core.tracker import Progress
 from tidelog.errors import NotLeader, RequestTimedOut, TidelogError
 from tidelog.records import (
     CONTROL_TYPE_LEADER_CHANGE,
+    CONTROL_TYPE_VOTERS,
     build_control_batch,
     check_batch,
     leader_change_message,
@@ -79,11 +80,10 @@ class ReplicaState:
         self.config = config
         self.id = config.node_id
         self.peers = tuple(node for node in config.replicas if node != config.node_id)
-        self.log = ReplicaLog(storage, state)
-        # This copy of the log (KIP-853), and the voter sets its log holds
-        # (core/membership.py): it votes, campaigns and counts only while its key is a voter.
+        self.log = ReplicaLog(storage, state, config.first_voters)
+        # This copy of the log (KIP-853): it votes, campaigns and counts only while its key
+        # is in the voter set its log holds (`log.voters`, core/membership.py).
         self.key = ReplicaKey(self.id, state.directory_id)
-        self.voter_sets = VoterSetHistory.starting_with(config.first_voters)
         self.producers = ProducerStates()
         self.producers.restore(state.producers)  # the snapshot at the log start, then
         self._rebuild_producer_states()  # the log above it
@@ -254,7 +254,7 @@ class ReplicaState:
     @property
     def voters(self) -> VoterSet:
         """The voter set in effect: the last one our log holds (membership rule 4)."""
-        return self.voter_sets.current
+        return self.log.voters.current
 
     def is_voter(self) -> bool:
         """Whether this copy votes (else it is an observer: membership rule 6)."""
@@ -264,6 +264,18 @@ class ReplicaState:
         """Whether the copy `directory` of `node` is a voter: only a voter's answers, votes
         and matches count (membership rule 6)."""
         return directory is not None and self.voters.voter_key(node, directory) is not None
+
+    def append_voters(self, voters: VoterSet) -> None:
+        """Append a VOTERS control batch of our epoch: `voters` is in effect from here on
+        (membership rule 4). The caller checked `membership.change_refusal`."""
+        control = build_control_batch(
+            base_offset=self.log.log_end_offset,
+            epoch=self.epoch,
+            control_type=CONTROL_TYPE_VOTERS,
+            timestamp_ms=self.wall_clock_ms,
+            value=encode_voters(voters),
+        )
+        self.log.append(control, check_batch(control))
 
     def counted_progress(self) -> list[Progress]:
         """The leader's progress of the followers whose copies vote."""

@@ -93,6 +93,7 @@ def write_ready(storage: LogStorage, ready: Ready) -> None:
             start_offset=ready.reset_to,
             prev_epoch=ready.reset_prev_epoch,
             producers=ready.producers,
+            voters=ready.reset_voters,
         )
     for lost in ready.given_up:  # ISR mode: committed records given up (unclean election)
         storage.lower_hwm(lost.start_offset)

@@ -37,7 +37,7 @@ from types import FrameType
 from typing import NamedTuple
 
 import tidelog
-from tidelog.testing import group_sim, isr_model, sim
+from tidelog.testing import group_sim, isr_model, membership_model, sim
 from tidelog.testing.group_scenario import run_group_file
 from tidelog.testing.scenario import run_file
 
@@ -64,6 +64,11 @@ GROUP_MODES = {"groups-3": (3, False)}
 ISR_MODE = "isr"
 ISR_STEPS = 300
 ISR_WALKS_PER_SEED = 100
+# The membership model (membership_model.py: core/membership.py's rules on an abstract Raft
+# log whose voters change), walked as ISR mode's is: a seed is a batch of walks.
+MEMBERSHIP_MODE = "membership"
+MEMBERSHIP_STEPS = 300
+MEMBERSHIP_WALKS_PER_SEED = 100
 
 
 class CheckTimedOut(BaseException):
@@ -101,6 +106,17 @@ class SeedCheck:
                     isr_model.random_walk(walk, ISR_STEPS)
                 except isr_model.Violation as broken:
                     return f"{broken}  (reproduce: isr_model.random_walk({walk}, {ISR_STEPS}))"
+            return None
+        if self.mode == MEMBERSHIP_MODE:
+            first = (self.seed - 1) * MEMBERSHIP_WALKS_PER_SEED
+            for walk in range(first, first + MEMBERSHIP_WALKS_PER_SEED):
+                try:
+                    membership_model.random_walk(walk, MEMBERSHIP_STEPS)
+                except membership_model.Violation as broken:
+                    return (
+                        f"{broken}  (reproduce: membership_model.random_walk({walk}, "
+                        f"{MEMBERSHIP_STEPS}))"
+                    )
             return None
         if self.mode in ISR_SIM_MODES:
             replicas, disk = ISR_SIM_MODES[self.mode]
@@ -182,7 +198,7 @@ Check = ScenarioCheck | SeedCheck
 def parse_sim(text: str) -> tuple[str, int]:
     """`MODE:SEEDS` (seeds 1..SEEDS, or the one seed of `--seed`) into (mode, number)."""
     mode, _, seeds = text.partition(":")
-    modes = [*MODES, *ISR_SIM_MODES, *GROUP_MODES, ISR_MODE]
+    modes = [*MODES, *ISR_SIM_MODES, *GROUP_MODES, ISR_MODE, MEMBERSHIP_MODE]
     if mode not in modes or not seeds.isdigit() or int(seeds) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected MODE:NUMBER, MODE in {modes}")
     return mode, int(seeds)

@@ -63,6 +63,7 @@ SEED_PLAN = (
     ("groups-3", 150),
     ("isr", 20),  # 2,000 walks of ISR mode's model, in batches of 100
     ("isr-sim-3", 60),  # the real IsrReplica in the simulator (`sim --mode isr`)
+    ("membership", 20),  # 2,000 walks of the membership model, in batches of 100
 )
 # The seed that caught each mutant slowly (after more than a few rounds of the plan) when
 # the gate last ran (`--json`: by_seed): tried first, right after the transcripts, so the
@@ -110,6 +111,7 @@ GROUP = "groups/group.py"
 ISR = "core/isr.py"
 ISR_MODE = "core/mode/isr.py"
 QUORUM_MODE = "core/mode/quorum.py"
+MEMBERSHIP = "core/membership.py"
 STATE = "core/state.py"
 CONFIG = "core/config.py"
 REQUESTS = "core/requests.py"
@@ -155,7 +157,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "produce-ignores-min-insync",
         "acks=all is refused with NotEnoughReplicas below min.insync.replicas live replicas",
         QUORUM_MODE,
-        "if in_sync < r.config.min_insync:",
+        "if in_sync < needed:",
         "if False:",
     ),
     Mutant(
@@ -198,8 +200,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "no-control-batch",
         "a new leader starts its epoch with a control batch (KIP-207)",
         STATE,
-        "self.log.append(control, check_batch(control))",
-        "del control",
+        "granting),\n        )\n        self.log.append(control, check_batch(control))",
+        "granting),\n        )\n        del control",
     ),
     # ---------------------------------------------------------------- follower log ------
     Mutant(
@@ -288,7 +290,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "no-read-lease",
         "a leader serves reads only within a lease a majority granted (Raft §8)",
         QUORUM_MODE,
-        "return has_quorum(answered, len(r.config.replicas))",
+        "return has_quorum(answered, len(r.voters))",
         "return True",
     ),
     Mutant(
@@ -359,8 +361,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "vote-before-fsync",
         "a vote leaves only once it is durable (ZOOKEEPER-4646)",
         QUORUM_MODE,
-        "r.msgs_after_persist.append(VoteResponse(r.id, msg.sender, r.epoch, granted, False))",
-        "r.msgs.append(VoteResponse(r.id, msg.sender, r.epoch, granted, False))",
+        "r.msgs_after_persist.append(\n            VoteResponse(r.id, msg.sender, r.epoch, granted, False, r.key.directory)",
+        "r.msgs.append(\n            VoteResponse(r.id, msg.sender, r.epoch, granted, False, r.key.directory)",
     ),
     Mutant(
         "hard-state-not-saved",
@@ -735,6 +737,36 @@ CATALOGUE: tuple[Mutant, ...] = (
         REQUESTS,
         "return epoch, Offset(min(end, self.hwm, self.log.log_end_offset))",
         "return epoch, end",
+    ),
+    # ---------------------------------------------------------------- membership --------
+    Mutant(
+        "voters-change-before-own-epoch-commit",
+        "a leader appends a voter change only after committing a record of its own epoch "
+        "(Ongaro, raft-dev 2015)",
+        MEMBERSHIP,
+        "if hwm <= epoch_start_offset:",
+        "if False:",
+    ),
+    Mutant(
+        "voters-two-changes-in-flight",
+        "at most one voter set lies between the HWM and the log end (KAFKA-16580)",
+        MEMBERSHIP,
+        "if history.uncommitted(hwm):",
+        "if False:",
+    ),
+    Mutant(
+        "learner-counted-for-hwm",
+        "a copy that is no voter (a learner, a replaced disk) never counts for the HWM",
+        QUORUM_MODE,
+        "matches += [p.match_offset for p in r.counted_progress() if",
+        "matches += [p.match_offset for p in r.progress.values() if",
+    ),
+    Mutant(
+        "replaced-disk-keeps-its-vote",
+        "a candidate counts only the votes of the copies its voter set names (KIP-853)",
+        QUORUM_MODE,
+        "if not r.counts(msg.sender, msg.directory):\n            return  # an observer's",
+        "if False:\n            return  # an observer's",
     ),
 )
 

@@ -35,6 +35,7 @@ Commands (nodes are numbers; lists are comma-separated):
     progress N            the leader N's view of each follower (match, next, mode, and
                           whether its copy is an observer)
     log N                 the batches in N's log
+    voters N              the voter sets N's log holds, by the offset where each begins
     fetch N offset=O [epoch=E] [bytes=B]   a consumer fetch at N
     latest N              the "latest" offset N answers (ListOffsets)
     delete-records N offset=O   DeleteRecords at the leader N (its low watermark)
@@ -209,6 +210,18 @@ class Scenario(NetCommands, DiskCommands, ClientCommands, IsrCommands):
             voter = progress.directory is None or replica.counts(peer, progress.directory)
             observer = "" if voter else " observer (its copy is no voter)"
             self.say(f"{peer}: match={match} next={progress.next_offset} {mode}{observer}")
+
+    def cmd_voters(self, args: list[str], kv: dict[str, str]) -> None:
+        """The voter sets each node's log holds, by the offset where each takes effect
+        (-1: the partition's first), as node/directory keys (core/membership.py)."""
+        del kv
+        for node in nodes_of(args[0]):
+            replica = self.c.replica(node)
+            entries = [
+                f"{entry.offset}:{{{' '.join(str(key) for key in entry.voters)}}}"
+                for entry in replica.log.voters.entries
+            ]
+            self.say(f"{node}: {' '.join(entries)}")
 
     def cmd_log(self, args: list[str], kv: dict[str, str]) -> None:
         del kv

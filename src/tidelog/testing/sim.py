@@ -560,11 +560,10 @@ class Run:
         self.checker = Checker(leases=settings.check_quorum)
         self.workload = Workload(self.cluster, self.checker, self.rng, self.seed)
         self.workload.send_leader_epoch = not settings.check_quorum
-        self.wiped: set[NodeId] = set()  # nodes on an empty disk: no voters any more
         self.progress = ProgressMonitor(
             self.cluster,
             self.checker,
-            voter=lambda node: node not in self.wiped,
+            voter=self.settled_voter,
             quorum_size=settings.quorum_size,
             check_quorum=settings.check_quorum,
             bound=PROGRESS_TICKS_MAX * MICROS_PER_TICK,
@@ -780,10 +779,13 @@ class Run:
         """A disk replaced stays inside the fault model: a quorum of the other voters, up,
         hold the whole committed history (HWM and durable log at its end at least). A
         node on an empty disk is no voter any more (core/membership.py), and nothing
-        makes it one again yet: a quorum of the first voters keeps its copies. Without
-        pre-vote, a spare voter too: when every voter left must elect, candidates whose
-        logs cannot win raise the epoch under the one that can, round after round."""
-        voters = [other for other in self.cluster.ids if other != node and other not in self.wiped]
+        is one again once its leader replaced its old key by its new one, so only settled
+        voters count (`settled_voter`). Without pre-vote, a spare one too: when every voter
+        left must elect, candidates whose logs cannot win raise the epoch under the one that
+        can, round after round."""
+        voters = [
+            other for other in self.cluster.ids if other != node and self.settled_voter(other)
+        ]
         if len(voters) == self.settings.quorum_size and not self.settings.pre_vote:
             return False
         end = self.checker.committed_end
@@ -791,13 +793,20 @@ class Run:
             other
             for other, replica in self.live().items()
             if other != node
-            and other not in self.wiped
+            and self.settled_voter(other)
             and min(replica.hwm, replica.log.durable_end_offset) >= end
         ]
         return len(holders) >= self.settings.quorum_size
 
+    def settled_voter(self, node: NodeId) -> bool:
+        """Whether `node`'s copy (its node and its storage's directory) is a voter in the
+        voter set of every live replica's log (a change under way settles neither way)."""
+        key = self.cluster.nodes[node].storage.load().directory_id
+        return all(
+            replica.voters.voter_key(node, key) is not None for replica in self.live().values()
+        )
+
     def on_wipe(self, node: NodeId) -> None:
-        self.wiped.add(node)
         self.checker.on_wipe(node, self.live())
 
     def retain(self, node: NodeId) -> None:
@@ -966,10 +975,23 @@ class Run:
         if not any(r.role is Role.LEADER for r in replicas.values()):
             return "no leader"
         try:
-            return self.checker.check_converged(replicas)
+            reason = self.checker.check_converged(replicas)
         except StorageError as error:
             self.repair_damaged(error)
             return "a log was found damaged"
+        return reason or voters_settled(replicas)
+
+
+def voters_settled(replicas: dict[NodeId, Replica]) -> str | None:
+    """Why the leader's voter set does not yet name every replica's copy (a lost copy not
+    replaced yet), or a change of it is not committed; None once it does and is."""
+    leader = max((r for r in replicas.values() if r.role is Role.LEADER), key=lambda r: r.epoch)
+    for node, replica in sorted(replicas.items()):
+        if leader.voters.voter_key(node, replica.key.directory) is None:
+            return f"node {node}'s copy {replica.key} is no voter of leader {leader.id}"
+    if leader.log.voters.uncommitted(leader.hwm):
+        return f"leader {leader.id}'s last voter change is not committed"
+    return None
 
 
 class Mode(NamedTuple):

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
+from tidelog.core.membership import ReplicaKey
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -56,6 +57,12 @@ Term = tuple[NodeId, int, Epoch]
 NEVER_MS: Final = Progress(next_offset=Offset(0)).contact_sent_ms
 
 
+def min_insync_of(replica: Replica) -> int:
+    """min.insync.replicas as quorum mode reads it: the topic's, else a majority of the
+    voter set (not of every replica: a lost copy being replaced is none)."""
+    return replica.config.min_insync_replicas or len(replica.voters) // 2 + 1
+
+
 @dataclass
 class AckMonitor:
     """min.insync.replicas at the HWM and at an acks=all produce (quorum mode)."""
@@ -66,6 +73,8 @@ class AckMonitor:
     # leader stepped, and its best match.
     acked_tick: dict[Term, dict[NodeId, int]] = field(default_factory=dict)
     matched: dict[Term, dict[NodeId, Offset]] = field(default_factory=dict)
+    # The same per copy of a follower (its node and directory: a new disk is a new copy).
+    copy_matched: dict[Term, dict[ReplicaKey, Offset]] = field(default_factory=dict)
     # Per leader's term, per follower: the latest send time of a request it answered.
     answered_ms: dict[Term, dict[NodeId, int]] = field(default_factory=dict)
     # Per node: the replica leading there, its epoch, and its HWM when last checked.
@@ -94,6 +103,9 @@ class AckMonitor:
         self.acked_tick.setdefault(term, {})[msg.sender] = replica.tick_count
         matched = self.matched.setdefault(term, {})
         matched[msg.sender] = max(matched.get(msg.sender, Offset(0)), msg.match_offset)
+        copies = self.copy_matched.setdefault(term, {})
+        copy = ReplicaKey(msg.sender, msg.directory)
+        copies[copy] = max(copies.get(copy, Offset(0)), msg.match_offset)
 
     def in_sync(self, node: NodeId, replica: Replica) -> int:
         """The leader and the followers it stepped a success from within an election
@@ -110,13 +122,13 @@ class AckMonitor:
         short = (
             acks == ACKS_ALL
             and replica.role is Role.LEADER
-            and self.in_sync(node, replica) < replica.config.min_insync
+            and self.in_sync(node, replica) < min_insync_of(replica)
         )
         replica.propose(request_id, batch, acks=acks)
         if short and replica.log.log_end_offset > end:
             self.checker.fail(
                 f"leader {node} took an acks=all write with {self.in_sync(node, replica)} "
-                f"replicas in sync, below min.insync.replicas {replica.config.min_insync}"
+                f"replicas in sync, below min.insync.replicas {min_insync_of(replica)}"
             )
 
     def check(self, node: NodeId, replica: Replica) -> None:
@@ -143,14 +155,25 @@ class AckMonitor:
         if hwm <= noted:
             return
         self.terms.note_hwm(node, replica, hwm)
-        copies = int(replica.log.durable_end_offset >= hwm)
-        copies += sum(1 for peer in replica.peers if matched.get(peer, -1) >= hwm)
-        # Counted here, not by core/quorum.py's `quorum_size`: the rule under watch.
-        needed = max(len(replica.config.replicas) // 2 + 1, replica.config.min_insync)
+        # Counted here, not by core/quorum.py's `quorum_size`: the rule under watch. Only
+        # the copies the leader's voter set names count (a node known by node alone: any).
+        voters = replica.voters
+        copies_matched = self.copy_matched.get(self.term(node, replica), {})
+        holders = {
+            copy.node
+            for copy, match in copies_matched.items()
+            if match >= hwm and voters.voter_key(copy.node, copy.directory) is not None
+        }
+        if replica.log.durable_end_offset >= hwm and replica.is_voter():
+            holders.add(node)
+        copies = len(holders)
+        size = len(voters)
+        needed = max(size // 2 + 1, min(min_insync_of(replica), size))
         if copies < needed:
             self.checker.fail(
                 f"leader {node} (epoch {replica.epoch}) moved its HWM to {hwm} with {copies} "
-                f"copies, below max(majority, min.insync.replicas) = {needed}"
+                f"voters' copies, below max(majority, min.insync.replicas) = {needed} of "
+                f"{size} voters"
             )
 
 

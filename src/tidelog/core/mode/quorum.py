@@ -24,11 +24,20 @@ Rules of this file:
 - acks=all is refused with NotEnoughReplicas below min.insync.replicas live replicas.
 - Only voters count (rule 11): a majority is one of the voter set, votes and answers count
   only from the copies it names, and an observer never campaigns nor takes a transfer.
+- A leader keeps its voter set on the copies that answer it (`_next_voters`), one change
+  at a time, each only after the last one and a record of its own epoch are committed
+  (membership rule 3): it removes a voter whose node answers from another copy (an empty
+  disk), and adds the copy of a replica that is no voter once that copy holds everything
+  committed (a learner promoted). It never removes itself. A voter known by node alone
+  (no directory named) is never replaced: any copy of its node is it.
+- The quorum is a majority of the voter set, raised to min.insync.replicas but never past
+  the voter set's size: while a lost copy is replaced, the others can still commit.
 """
 
 from __future__ import annotations
 
 from tidelog.core.config import Rng
+from tidelog.core.membership import ReplicaKey, VoterSet, change_refusal
 from tidelog.core.messages import (
     AppendResponse,
     Message,
@@ -49,7 +58,7 @@ from tidelog.core.roles import ElectionMessage, Role
 from tidelog.core.state import ACKS_ALL
 from tidelog.errors import NotEnoughReplicas, NotLeader, TidelogError
 from tidelog.records import BatchHeader
-from tidelog.types import Epoch, NodeId, Offset
+from tidelog.types import NO_DIRECTORY, Epoch, NodeId, Offset
 
 
 class QuorumMode:
@@ -170,8 +179,9 @@ class QuorumMode:
             return full
         if acks == ACKS_ALL:
             in_sync = len(self.in_sync_replicas())
-            if in_sync < r.config.min_insync:
-                return NotEnoughReplicas(in_sync, r.config.min_insync)
+            needed = r.config.min_insync_replicas or r.voters.majority
+            if in_sync < needed:
+                return NotEnoughReplicas(in_sync, needed)
         return None
 
     def has_read_lease(self, now_ms: int | None) -> bool:
@@ -206,7 +216,8 @@ class QuorumMode:
     def _quorum_size(self) -> int:
         """How many voters' durable copies commit: a majority of the voter set, at least
         min.insync.replicas."""
-        return quorum_size(len(self.r.voters), self.r.config.min_insync_replicas)
+        voters = len(self.r.voters)
+        return min(quorum_size(voters, self.r.config.min_insync_replicas), voters)
 
     def on_config_changed(self) -> None:
         """The quorum follows `config.quorum_size`: nothing to redo."""
@@ -368,6 +379,7 @@ class QuorumMode:
         if r.heartbeat_elapsed >= r.config.heartbeat_ticks:
             r.heartbeat_elapsed = 0
             r._heartbeat()
+            self._maintain_voters()
         self.election_elapsed += 1
         if self.election_elapsed >= r.config.election_ticks:
             self.election_elapsed = 0
@@ -386,6 +398,39 @@ class QuorumMode:
             return False
         self.leader_contact_elapsed = 0
         return True
+
+    def _maintain_voters(self) -> None:
+        """Append the next change `_next_voters` asks for, once membership rule 3 allows."""
+        r = self.r
+        proposed = self._next_voters()
+        if proposed is None:
+            return
+        refusal = change_refusal(
+            r.log.voters, proposed, hwm=r.hwm, epoch_start_offset=r.epoch_start_offset
+        )
+        if refusal is None:
+            r.append_voters(proposed)
+
+    def _next_voters(self) -> VoterSet | None:
+        """The voter set the copies that answer us call for (see the rules), or None."""
+        r = self.r
+        current = r.voters
+        copies = {peer: p.directory for peer, p in r.progress.items() if p.directory is not None}
+        for key in current:
+            copy = copies.get(key.node)
+            if copy is not None and key.directory not in (NO_DIRECTORY, copy) and key.node != r.id:
+                return current.remove(key)  # its copy is lost: it comes back as a learner
+        for peer, progress in sorted(r.progress.items()):
+            if (
+                peer not in current.nodes
+                and progress.directory not in (None, NO_DIRECTORY)
+                and progress.match_offset is not None
+                and progress.match_offset >= r.hwm
+                and not progress.repairing
+            ):
+                assert progress.directory is not None
+                return current.add(ReplicaKey(peer, progress.directory))
+        return None
 
     def _maybe_send_timeout_now(self) -> None:
         """The transfer's target durably holds our whole log: it may campaign (rule 10).

@@ -410,6 +410,11 @@ def run_voters_script(storage: DiskStorage | MemoryStorage, seen: list[object]) 
     storage.sync()
     seen.append(storage.load())
     seen.append(storage.read(Offset(15), end_offset=Offset(16), max_bytes=1 << 20))
+    storage.append([voters_batch(16, VOTERS_A, E3)])
+    storage.save_hwm(Offset(17))
+    storage.advance_log_start(Offset(17))  # the log end: the log holds no batch
+    storage.sync()
+    seen.append(storage.load())
     storage.reset(start_offset=Offset(30), prev_epoch=E3, voters=VOTERS_A)
     seen.append(storage.load())
     storage.append([voters_batch(30, VOTERS_B, E3)])
@@ -425,11 +430,12 @@ def test_disk_storage_behaves_as_memory_storage(tmp_path: object) -> None:
         seen = run_same_script(disk)
         assert seen == run_same_script(memory)
     voter_sets = [state.voter_sets for state in seen if isinstance(state, StoredState)]
-    assert voter_sets[-7:] == [
+    assert voter_sets[-8:] == [
         (VoterSetEntry(Offset(9), VOTERS_A), VoterSetEntry(Offset(13), VOTERS_B)),
         (VoterSetEntry(Offset(9), VOTERS_A),),
         (VoterSetEntry(Offset(9), VOTERS_A), VoterSetEntry(Offset(13), VOTERS_C)),
         (VoterSetEntry(Offset(13), VOTERS_C),),
+        (VoterSetEntry(Offset(16), VOTERS_A),),
         (VoterSetEntry(Offset(29), VOTERS_A),),
         (VoterSetEntry(Offset(29), VOTERS_A), VoterSetEntry(Offset(30), VOTERS_B)),
         (),

@@ -439,17 +439,25 @@ class DiskStorage:
         self._local.sync_directory()
 
     def _trim_to_first_batch(self) -> Offset:
-        """Keep the epoch history from the record before the batch holding the log start on
+        """Keep the epoch history from the record before the first offset the log holds on
         (`EpochHistory.trim`), and the voter sets from the one in effect there on
-        (`VoterSetRecords.trim`); from the first segment's base when that batch cannot be
-        read. The offset they were trimmed to (the first one the log holds)."""
-        segment = self._local.segments.first
-        first = segment.base_offset
-        if segment.base_offset < self.log_start_offset < segment.end_offset:
-            with contextlib.suppress(CorruptBatch):
-                first = segment.find(self.log_start_offset)[1].base_offset
+        (`VoterSetRecords.trim`), as MemoryStorage does. That offset, returned."""
+        first = self._first_offset()
         self._epochs.trim(first)
         self._voters.trim(first)
+        return first
+
+    def _first_offset(self) -> Offset:
+        """The base of the batch holding the log start; the log start when the log holds
+        no batch there (it ends at or below it); the first segment's base when that batch
+        cannot be read."""
+        segment = self._local.segments.first
+        if self.log_start_offset >= segment.end_offset:
+            return self.log_start_offset
+        first = segment.base_offset
+        if segment.base_offset < self.log_start_offset:
+            with contextlib.suppress(CorruptBatch):
+                first = segment.find(self.log_start_offset)[1].base_offset
         return first
 
     # --- time index -------------------------------------------------------------------
@@ -547,12 +555,13 @@ class DiskStorage:
         self.log_start_offset = Offset(
             max(self.log_start_offset, self._local.segments.first.base_offset)
         )
+        self._voters.keep_checkpointed_below(self.log_start_offset)
         loader.check_committed_end(self.log_start_offset)
         if self.needs_repair is not None:
             self._set_aside(len(self._local.segments) - 1, self._floor_of_damage())
         elif self._repair_cut is not None:  # a repair cut the log, then a crash came
             self._end_log_at(self.log_end_offset)
-        self._trim_to_first_batch()
+        self._epochs.trim(self._first_offset())
         self._hwm_checkpointed = Offset(min(self._hwm_checkpointed, self.log_end_offset))
         self._hwm = self._hwm_checkpointed
         self.synced_end_offset = self.log_end_offset

@@ -12,6 +12,10 @@ Rules of this file:
   written before that sync (`durable_rows`): a crash may take them.
 - What the checkpoint holds is known from the start (`restore`), so a checkpoint that
   recovery found wrong (a set whose batch a crash took) is written again at the next sync.
+- Below the log start the checkpoint is the truth: every log start move and reset writes
+  the set in effect there before it moves, and no batch below the start changes it later.
+  Recovery takes that set from the checkpoint (`keep_checkpointed_below`), never from
+  batches of segments a crash left below the start, and the rest from what it found.
 """
 
 from __future__ import annotations
@@ -45,6 +49,13 @@ class VoterSetCache:
         them where it scans from)."""
         self.records = VoterSetRecords(entries)
         self._written = self.records.entries
+
+    def keep_checkpointed_below(self, log_start_offset: Offset) -> None:
+        """After recovery: below `log_start_offset` only the last set the checkpoint holds
+        there (see the module's rules); from it on, the sets recovery found."""
+        carried = [entry for entry in self._written if entry.offset < log_start_offset][-1:]
+        found = [entry for entry in self.records.entries if entry.offset >= log_start_offset]
+        self.records = VoterSetRecords([*carried, *found])
 
     def on_batch(self, batch: bytes, header: BatchHeader) -> None:
         """A batch appended at the log end, or found by recovery's scan (only a control

@@ -420,12 +420,13 @@ class DiskStorage:
         self._save_producers(producers)
         self.log_start_offset = offset
         doomed = self._local.segments.remove_below(offset)
-        first = self._trim_to_first_batch()
+        first = self._first_offset()
+        self._epochs.trim(first)
         files = {
             ckpt.LOG_START_OFFSET: ckpt.offset_rows(offset),
             ckpt.LEADER_EPOCH: self._epochs.durable_rows(first, self.synced_end_offset),
         }
-        voters = self._voters.durable_rows(first, self.synced_end_offset)
+        voters = self._voters.trim(first, synced_end_offset=self.synced_end_offset)
         if voters is not None:
             files[ckpt.VOTERS] = voters
         if self._hwm_checkpointed < offset:
@@ -438,19 +439,11 @@ class DiskStorage:
         self._local.delete(doomed)
         self._local.sync_directory()
 
-    def _trim_to_first_batch(self) -> Offset:
-        """Keep the epoch history from the record before the first offset the log holds on
-        (`EpochHistory.trim`), and the voter sets from the one in effect there on
-        (`VoterSetRecords.trim`), as MemoryStorage does. That offset, returned."""
-        first = self._first_offset()
-        self._epochs.trim(first)
-        self._voters.trim(first)
-        return first
-
     def _first_offset(self) -> Offset:
-        """The base of the batch holding the log start; the log start when the log holds
-        no batch there (it ends at or below it); the first segment's base when that batch
-        cannot be read."""
+        """The first offset the log holds, where a log start move trims the epoch history
+        and the voter sets (as MemoryStorage does): the base of the batch holding the log
+        start; the log start when the log holds no batch there (it ends at or below it);
+        the first segment's base when that batch cannot be read."""
         segment = self._local.segments.first
         if self.log_start_offset >= segment.end_offset:
             return self.log_start_offset

@@ -9,7 +9,9 @@ Rules of this file:
 - Its checkpoint (`voters-checkpoint`, checkpoint.py) lags: it is behind whenever the sets
   differ from what it was last written with, and a sync writes it once the data it tells
   of is durable (`take_rows`). What only unsynced bytes tell never reaches a checkpoint
-  written before that sync (`durable_rows`): a crash may take them.
+  written before that sync: a log start move writes the sets of the durable batches,
+  trimmed alike (`trim`), so a set that an unsynced VOTERS batch at the new start replaced
+  stays in the checkpoint until a sync makes that batch durable (a crash may take it).
 - What the checkpoint holds is known from the start (`restore`), so a checkpoint that
   recovery found wrong (a set whose batch a crash took) is written again at the next sync.
 - Below the log start the checkpoint is the truth: every log start move and reset writes
@@ -66,8 +68,19 @@ class VoterSetCache:
     def truncate(self, offset: Offset) -> None:
         self.records.truncate(offset)
 
-    def trim(self, first_offset: Offset) -> None:
+    def trim(self, first_offset: Offset, *, synced_end_offset: Offset) -> list[list[int]] | None:
+        """The log start moved: the log's first batch is at `first_offset`. Keep the set in
+        effect there; the rows the checkpoint must hold before any segment goes (None: it
+        holds them already): the sets of batches below the start or durable (a completed
+        sync ended at `synced_end_offset`), trimmed alike."""
+        limit = max(first_offset, synced_end_offset)
+        durable = VoterSetRecords(e for e in self.records.entries if e.offset < limit)
+        durable.trim(first_offset)
         self.records.trim(first_offset)
+        if durable.entries == self._written:
+            return None
+        self._written = durable.entries
+        return ckpt.voter_rows(self._written)
 
     def reset(self, start_offset: Offset, voters: VoterSet | None) -> None:
         self.records.reset(start_offset, voters)
@@ -83,14 +96,3 @@ class VoterSetCache:
         """Every voter set as checkpoint rows; the checkpoint is then up to date."""
         self._written = self.records.entries
         return ckpt.voter_rows(self._written)
-
-    def durable_rows(self, first: Offset, synced_end_offset: Offset) -> list[list[int]] | None:
-        """The rows a checkpoint may hold now, None when it holds them already: the set
-        from before `first` (the first offset the log holds) and those of batches a
-        completed sync made durable. The checkpoint stays behind when it leaves one out."""
-        limit = max(first, synced_end_offset)
-        durable = tuple(entry for entry in self.records.entries if entry.offset < limit)
-        if durable == self._written:
-            return None
-        self._written = durable
-        return ckpt.voter_rows(durable)

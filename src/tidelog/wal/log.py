@@ -30,9 +30,12 @@ Rules of this file:
   log start.
 - The voter sets are derived from the VOTERS control batches (voters_cache.py) and kept
   as the epochs are: cut by every truncation (and a repair's cut), trimmed by a log start
-  move to the set in effect at the first batch, checkpointed with the trimmed epochs
-  BEFORE any segment is deleted (its VOTERS batch may be in one), and by a reset, which
-  leaves the leader's set at the offset before the new start, before the segments go.
+  move to the set in effect at the first offset the log holds, and checkpointed with the
+  trimmed epochs BEFORE any segment is deleted (its VOTERS batch may be in one): the sets
+  of durable batches, trimmed alike, so a crash that takes an unsynced VOTERS batch at the
+  new start leaves the set before it. A reset checkpoints the leader's set at the offset
+  before the new start before the segments go. Below the log start, recovery takes the
+  set the checkpoint holds, never one from segments a crash left there.
 - Never below the HWM: truncation below the checkpointed HWM is a bug (assert); retention
   and `advance_log_start` never pass the HWM saved with `save_hwm`.
 - The recovery point is the base of a segment below which every batch was synced and every

@@ -2,8 +2,9 @@
 
 Crash at every point: a short workload runs on a FaultyFileSystem that cuts the power at
 its k-th mutating call, for every k (with and without torn writes). After recovery,
-everything a returned sync (or truncation) promised is intact, nothing torn is served, and
-the log is a batch prefix of what was written.
+everything a returned sync (or truncation) promised is intact, nothing torn is served, the
+log is a batch prefix of what was written, and its voter sets are those its VOTERS batches
+tell (with the set in effect at the log start, from below it) or the one a reset left.
 """
 
 from __future__ import annotations
@@ -15,11 +16,18 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tidelog.core.membership import (
+    ReplicaKey,
+    VoterSet,
+    VoterSetEntry,
+    VoterSetRecords,
+    encode_voters,
+)
 from tidelog.core.messages import HardState
 from tidelog.core.storage import RepairFloor
 from tidelog.errors import StorageError
-from tidelog.records import read_header
-from tidelog.types import Epoch, NodeId, Offset
+from tidelog.records import CONTROL_TYPE_VOTERS, build_control_batch, read_header
+from tidelog.types import DirectoryId, Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, SimulatedCrash, WalConfig
 from tidelog.wal.batches import build_batches
 
@@ -28,6 +36,24 @@ CONFIG = WalConfig(
 )
 DIRECTORY = "/data/topic-0"
 E1, E2 = Epoch(1), Epoch(2)
+RESET_START = Offset(30)
+
+
+def voters_of(*nodes: int) -> VoterSet:
+    return VoterSet.of(ReplicaKey(NodeId(node), DirectoryId(node + 10)) for node in nodes)
+
+
+def voters_batch(base_offset: int, voters: VoterSet, epoch: Epoch) -> bytes:
+    return build_control_batch(
+        base_offset=Offset(base_offset),
+        epoch=epoch,
+        control_type=CONTROL_TYPE_VOTERS,
+        timestamp_ms=0,
+        value=encode_voters(voters),
+    )
+
+
+RESET_VOTERS = voters_of(2, 3, 4)
 
 
 @dataclass
@@ -50,6 +76,8 @@ def open_log(fs: FaultyFileSystem) -> DiskStorage:
 def workload(fs: FaultyFileSystem, progress: Progress) -> None:
     storage = open_log(fs)
     first = build_batches([2, 1, 3, 2, 1, 2], epochs=[E1] * 6)
+    first[1] = voters_batch(2, voters_of(1, 2, 3), E1)
+    first[4] = voters_batch(8, voters_of(1, 2), E1)  # truncated away
     progress.written += first[:3]  # Before the call: a crash inside may keep some.
     storage.append(first[:3])
     storage.save_hard_state(HardState(E1, NodeId(1)))
@@ -61,10 +89,11 @@ def workload(fs: FaultyFileSystem, progress: Progress) -> None:
     storage.save_hwm(Offset(6))
     storage.sync()
     progress.durable()
+    progress.written = progress.written[:4]  # Before the call: a crash inside may cut.
     storage.truncate_to(offset=Offset(8))
-    progress.written = progress.written[:4]
     progress.durable()
     second = build_batches([1, 4, 2], base_offset=8, epochs=[E2] * 3)
+    second[0] = voters_batch(8, voters_of(1, 2, 3, 4), E2)
     progress.written += second
     storage.append(second)
     storage.save_hard_state(HardState(E2, None))
@@ -73,6 +102,7 @@ def workload(fs: FaultyFileSystem, progress: Progress) -> None:
     progress.durable()
     storage.save_hwm(Offset(15))
     storage.apply_retention(0)
+    storage.reset(start_offset=RESET_START, prev_epoch=E2, voters=RESET_VOTERS)
     storage.close()
     progress.durable()
 
@@ -85,6 +115,22 @@ def count_calls() -> int:
 
 def prefix_of(batches: list[bytes], log_start: Offset) -> list[bytes]:
     return [batch for batch in batches if read_header(batch).next_offset > log_start]
+
+
+def expected_voter_sets(
+    written: list[bytes], recovered: list[bytes], log_start: Offset
+) -> tuple[VoterSetEntry, ...]:
+    """The voter sets of a recovered log, as MemoryStorage keeps them: its VOTERS batches
+    and the set in effect at its first batch from those below its start (retention deleted
+    only written batches); after the reset, the set it left."""
+    if log_start == RESET_START:
+        return (VoterSetEntry(Offset(RESET_START - 1), RESET_VOTERS),)
+    records = VoterSetRecords()
+    below = [batch for batch in written if read_header(batch).next_offset <= log_start]
+    for batch in below + recovered:
+        records.on_batch(batch, read_header(batch).base_offset)
+    records.trim(read_header(recovered[0]).base_offset if recovered else log_start)
+    return records.entries
 
 
 def common_prefix(a: list[bytes], b: list[bytes]) -> list[bytes]:
@@ -118,6 +164,9 @@ def test_crash_at_every_write_point(tear: bool) -> None:
         ), crash_at
         assert recovered in (promised[: len(recovered)], written[: len(recovered)]), crash_at
         assert state.hard_state in progress.hard_states, crash_at
+        assert state.voter_sets == expected_voter_sets(
+            progress.written, recovered, state.log_start_offset
+        ), crash_at
         assert state.hwm <= state.log_end_offset
         storage.close()
 

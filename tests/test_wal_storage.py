@@ -9,12 +9,18 @@ import shutil
 import pytest
 
 from tidelog.core.epochs import EpochEntry
+from tidelog.core.membership import ReplicaKey, VoterSet, VoterSetEntry, encode_voters
 from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry, SequencedBatch
-from tidelog.core.storage import MemoryStorage
+from tidelog.core.storage import MemoryStorage, StoredState
 from tidelog.errors import CorruptBatch, OffsetOutOfRange, StorageError
-from tidelog.records import CONTROL_TYPE_LEADER_CHANGE, build_control_batch, read_header
-from tidelog.types import NO_DIRECTORY, Epoch, NodeId, Offset
+from tidelog.records import (
+    CONTROL_TYPE_LEADER_CHANGE,
+    CONTROL_TYPE_VOTERS,
+    build_control_batch,
+    read_header,
+)
+from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, OsFileSystem, WalConfig
 from tidelog.wal import checkpoint as ckpt
 from tidelog.wal.batches import build_batches
@@ -43,6 +49,26 @@ def read_all(storage: DiskStorage) -> list[bytes]:
 
 def ends(batches: list[bytes]) -> list[int]:
     return [read_header(batch).next_offset for batch in batches]
+
+
+def voter(node: int) -> ReplicaKey:
+    return ReplicaKey(NodeId(node), DirectoryId(0x100 + node))
+
+
+VOTERS_A = VoterSet.of([voter(1), voter(2), voter(3)])
+VOTERS_B = VOTERS_A.add(voter(4))
+VOTERS_C = VOTERS_B.remove(voter(1))
+
+
+def voters_batch(base_offset: int, voters: VoterSet, epoch: Epoch = E1) -> bytes:
+    """A VOTERS control batch (KIP-853's VotersRecord) of one record at `base_offset`."""
+    return build_control_batch(
+        base_offset=Offset(base_offset),
+        epoch=epoch,
+        control_type=CONTROL_TYPE_VOTERS,
+        timestamp_ms=0,
+        value=encode_voters(voters),
+    )
 
 
 def test_segments_are_named_by_base_offset_and_roll_at_size(tmp_path: object) -> None:
@@ -357,13 +383,63 @@ def run_same_script(storage: DiskStorage | MemoryStorage) -> list[object]:
     storage.sync()
     seen.append(storage.load())
     seen.append(storage.read(Offset(0), end_offset=Offset(9), max_bytes=1 << 20))
+    run_voters_script(storage, seen)
     return seen
+
+
+def run_voters_script(storage: DiskStorage | MemoryStorage, seen: list[object]) -> None:
+    """The voter sets through appends, a truncation below one, a log start moved past one
+    (the set in effect at the new start stays) and resets with and without a set."""
+    storage.append(
+        [voters_batch(9, VOTERS_A, E3), *build_batches([3], base_offset=10, epochs=[E3])]
+    )
+    storage.append(
+        [voters_batch(13, VOTERS_B, E3), *build_batches([2], base_offset=14, epochs=[E3])]
+    )
+    storage.sync()
+    seen.append(storage.load())
+    storage.truncate_to(offset=Offset(13))
+    seen.append(storage.load())
+    storage.append(
+        [voters_batch(13, VOTERS_C, E3), *build_batches([2], base_offset=14, epochs=[E3])]
+    )
+    storage.save_hwm(Offset(16))
+    storage.sync()
+    seen.append(storage.load())
+    storage.advance_log_start(Offset(15))
+    storage.sync()
+    seen.append(storage.load())
+    seen.append(storage.read(Offset(15), end_offset=Offset(16), max_bytes=1 << 20))
+    storage.append([voters_batch(16, VOTERS_A, E3)])
+    storage.save_hwm(Offset(17))
+    storage.advance_log_start(Offset(17))  # the log end: the log holds no batch
+    storage.sync()
+    seen.append(storage.load())
+    storage.reset(start_offset=Offset(30), prev_epoch=E3, voters=VOTERS_A)
+    seen.append(storage.load())
+    storage.append([voters_batch(30, VOTERS_B, E3)])
+    storage.sync()
+    seen.append(storage.load())
+    storage.reset(start_offset=Offset(40), prev_epoch=E3)
+    seen.append(storage.load())
 
 
 def test_disk_storage_behaves_as_memory_storage(tmp_path: object) -> None:
     with open_disk(str(tmp_path)) as disk:
         memory = MemoryStorage(disk.directory_id)
-        assert run_same_script(disk) == run_same_script(memory)
+        seen = run_same_script(disk)
+        assert seen == run_same_script(memory)
+    voter_sets = [state.voter_sets for state in seen if isinstance(state, StoredState)]
+    assert voter_sets[-8:] == [
+        (VoterSetEntry(Offset(9), VOTERS_A), VoterSetEntry(Offset(13), VOTERS_B)),
+        (VoterSetEntry(Offset(9), VOTERS_A),),
+        (VoterSetEntry(Offset(9), VOTERS_A), VoterSetEntry(Offset(13), VOTERS_C)),
+        (VoterSetEntry(Offset(13), VOTERS_C),),
+        (VoterSetEntry(Offset(16), VOTERS_A),),
+        (VoterSetEntry(Offset(29), VOTERS_A),),
+        (VoterSetEntry(Offset(29), VOTERS_A), VoterSetEntry(Offset(30), VOTERS_B)),
+        (),
+    ]
 
 
 @pytest.mark.parametrize("crash", [False, True], ids=["reopen", "power-cut"])
@@ -474,3 +550,164 @@ def test_a_directory_keeps_its_id_and_an_empty_one_gets_a_new_one(tmp_path: obje
     (tmp_path / "p" / ckpt.DIRECTORY_ID).write_text("0\n1\n0\n")  # type: ignore[operator]
     with pytest.raises(StorageError, match="directory-id holds 0"):
         open_disk(path)
+
+
+def test_voter_sets_survive_a_restart_in_their_checkpoint(tmp_path: object) -> None:
+    """The voter sets of the VOTERS batches come back from the checkpoint (segments below the
+    recovery point are not scanned) and from recovery's scan of the rest."""
+    batches = [
+        voters_batch(0, VOTERS_A),
+        *build_batches([3] * 5, base_offset=1),
+        voters_batch(16, VOTERS_B),
+        *build_batches([3] * 5, base_offset=17),
+        voters_batch(32, VOTERS_C),
+    ]
+    expected = (
+        VoterSetEntry(Offset(0), VOTERS_A),
+        VoterSetEntry(Offset(16), VOTERS_B),
+        VoterSetEntry(Offset(32), VOTERS_C),
+    )
+    with open_disk(str(tmp_path)) as storage:
+        storage.append(batches)
+        storage.sync()
+        assert len(storage.segment_paths()) > 2
+        assert storage.load().voter_sets == expected
+    rows = [
+        f"{offset} {node} {0x100 + node}"
+        for offset, nodes in ((0, [1, 2, 3]), (16, [1, 2, 3, 4]), (32, [2, 3, 4]))
+        for node in nodes
+    ]
+    text = (tmp_path / ckpt.VOTERS).read_text()  # type: ignore[operator]
+    assert text == "\n".join(["0", "10", *rows]) + "\n"
+    with open_disk(str(tmp_path)) as again:
+        assert again.load().voter_sets == expected
+
+
+def test_a_voters_checkpoint_that_cannot_be_right_is_refused(tmp_path: object) -> None:
+    open_disk(str(tmp_path)).close()
+    path = tmp_path / ckpt.VOTERS  # type: ignore[operator]
+    for text, error in [
+        ("0\n2\n5 1 7\n4 2 7\n", "do not rise"),
+        ("0\n2\n5 1 7\n5 1 8\n", "one key per node"),
+        ("0\n1\n5 -1 7\n", "impossible row"),
+        ("0\n1\n5 1\n", "malformed"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(StorageError, match=error):
+            open_disk(str(tmp_path))
+
+
+@pytest.mark.parametrize("tear", [False, True], ids=["clean", "torn"])
+def test_a_power_cut_takes_an_unsynced_voter_set_with_its_batch(tear: bool) -> None:
+    fs = FaultyFileSystem(random.Random(1))
+    storage = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    storage.append([*build_batches([3]), voters_batch(3, VOTERS_A)])
+    storage.sync()
+    storage.append([voters_batch(4, VOTERS_B), *build_batches([3], base_offset=5)])
+    assert storage.load().voter_sets[-1] == VoterSetEntry(Offset(4), VOTERS_B)
+    fs.crash(tear=tear)
+    again = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    assert again.load().voter_sets == (VoterSetEntry(Offset(3), VOTERS_A),)
+    assert again.load().log_end_offset == 4
+    again.append([voters_batch(4, VOTERS_C)])
+    again.sync()
+    fs.crash(tear=tear)
+    third = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    assert third.load().voter_sets == (
+        VoterSetEntry(Offset(3), VOTERS_A),
+        VoterSetEntry(Offset(4), VOTERS_C),
+    )
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["reopen", "power-cut"])
+def test_a_truncation_below_a_voter_set_removes_it_durably(crash: bool) -> None:
+    fs = FaultyFileSystem(random.Random(2))
+    storage = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    batches = [voters_batch(0, VOTERS_A), *build_batches([3] * 6, base_offset=1)]
+    batches += [voters_batch(19, VOTERS_B), *build_batches([3] * 6, base_offset=20)]
+    storage.append(batches)
+    storage.sync()
+    storage.truncate_to(offset=Offset(19))
+    assert storage.load().voter_sets == (VoterSetEntry(Offset(0), VOTERS_A),)
+    if crash:
+        fs.crash(tear=True)
+    else:
+        storage.close()
+    again = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    assert again.load().log_end_offset == 19
+    assert again.load().voter_sets == (VoterSetEntry(Offset(0), VOTERS_A),)
+    assert ckpt.read_voters(fs, "/data/t-0") == [VoterSetEntry(Offset(0), VOTERS_A)]
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["reopen", "power-cut"])
+def test_a_reset_log_keeps_the_voter_set_before_it(crash: bool) -> None:
+    """A follower reset to its leader's log start holds no VOTERS batch, yet the leader's
+    voter set there is durable on return (at the offset before the start); a reset
+    without one leaves none (the partition's first set is in effect)."""
+    fs = FaultyFileSystem(random.Random(0))
+    storage = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    storage.append([voters_batch(0, VOTERS_A), *build_batches([3] * 4, base_offset=1)])
+    storage.sync()
+    storage.reset(start_offset=Offset(40), prev_epoch=E2, voters=VOTERS_B)
+    assert storage.load().voter_sets == (VoterSetEntry(Offset(39), VOTERS_B),)
+    if crash:
+        fs.crash(tear=False)
+    else:
+        storage.close()
+    again = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    assert again.load().voter_sets == (VoterSetEntry(Offset(39), VOTERS_B),)
+    again.append(build_batches([3], base_offset=Offset(40), epochs=[E2]))
+    again.sync()
+    assert again.load().voter_sets == (VoterSetEntry(Offset(39), VOTERS_B),)
+    again.reset(start_offset=Offset(50), prev_epoch=E2)
+    if crash:
+        fs.crash(tear=False)
+    else:
+        again.close()
+    third = DiskStorage("/data/t-0", clock=lambda: 0, config=SMALL, fs=fs)
+    assert third.load().voter_sets == ()
+
+
+@pytest.mark.parametrize("found_by_recovery", [False, True], ids=["synced", "found-by-recovery"])
+@pytest.mark.parametrize("move", ["retention", "delete-records"])
+def test_the_voter_set_at_the_log_start_outlives_the_segment_of_its_batch(
+    move: str, found_by_recovery: bool
+) -> None:
+    """The log start moves past the VOTERS batch of the set in effect there, and the
+    segment that held it is deleted: the set stays, durably on return. When recovery found
+    that batch (on the disk, but no sync of this log covered it), the checkpoint lags: the
+    log start move must write it before the segment goes."""
+    fs = FaultyFileSystem(random.Random(0))
+    config = WalConfig(segment_bytes=1500, index_interval_bytes=200, retention_bytes=1)
+    storage = DiskStorage("/data/t-0", clock=lambda: 0, config=config, fs=fs)
+    batches = [*build_batches([3] * 4), voters_batch(12, VOTERS_A)]
+    batches += [*build_batches([3] * 8, base_offset=13), voters_batch(37, VOTERS_B)]
+    batches += build_batches([3] * 8, base_offset=38)
+    storage.append(batches)
+    if found_by_recovery:
+        storage.release()  # unsynced, yet on the disk (as a torn power cut may leave it)
+        storage = DiskStorage("/data/t-0", clock=lambda: 0, config=config, fs=fs)
+        assert ckpt.read_voters(fs, "/data/t-0") == []
+    else:
+        storage.sync()
+    paths = storage.segment_paths()
+    assert len(paths) > 3
+    holding = max(path for path in paths if int(path.rsplit("/", 1)[1][:20]) <= 37)
+    storage.save_hwm(Offset(62))
+    if move == "retention":
+        assert storage.apply_retention(0) > 0
+    else:
+        storage.advance_log_start(Offset(50))
+    start = storage.load().log_start_offset
+    assert start > 38
+    assert holding not in storage.segment_paths()
+    assert not fs.exists(holding)
+    assert storage.load().voter_sets == (VoterSetEntry(Offset(37), VOTERS_B),)
+    assert ckpt.read_voters(fs, "/data/t-0") == [VoterSetEntry(Offset(37), VOTERS_B)]
+    if found_by_recovery:
+        storage.release()  # no power cut: this log never synced those batches
+    else:
+        fs.crash(tear=True)
+    again = DiskStorage("/data/t-0", clock=lambda: 0, config=config, fs=fs)
+    assert again.load().log_start_offset == start
+    assert again.load().voter_sets == (VoterSetEntry(Offset(37), VOTERS_B),)

@@ -16,6 +16,11 @@ Rules of this file:
 - `repair-floor-checkpoint` (tidelog's own) holds no row, or one: the epoch and end offset
   (-1: unknown) of the log before damage was set aside (`tidelog.core.storage.RepairFloor`),
   and the offset where a repair in progress cuts the log (-1: none in progress).
+- `voters-checkpoint` (tidelog's own, beside the leader-epoch checkpoint) holds the voter
+  sets the log holds (`tidelog.core.membership.VoterSetRecords`), one row per voter of each:
+  `offset node directory`, the rows of one set sharing its offset (where its VOTERS batch
+  lies, or the offset before the log start for a set carried from below it), the sets in
+  rising offset order. Like the leader-epoch checkpoint it may lag the log (voters_cache.py).
 """
 
 from __future__ import annotations
@@ -23,6 +28,12 @@ from __future__ import annotations
 import posixpath
 
 from tidelog.core.epochs import EpochEntry
+from tidelog.core.membership import (
+    BEFORE_THE_LOG,
+    ReplicaKey,
+    VoterSet,
+    VoterSetEntry,
+)
 from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry, SequencedBatch, entry_is_valid
 from tidelog.core.storage import RepairFloor
@@ -43,6 +54,7 @@ VOTE_STATE = "vote-state"
 REPAIR_FLOOR = "repair-floor-checkpoint"
 PRODUCERS = "producer-snapshot-checkpoint"
 DIRECTORY_ID = "directory-id"
+VOTERS = "voters-checkpoint"
 OFFSET_MAX = Offset((1 << 63) - 1)
 UNKNOWN = -1
 
@@ -158,3 +170,29 @@ def repair_floor_rows(floor: RepairFloor | None, cut: Offset | None = None) -> l
         return []
     end = UNKNOWN if floor.end_offset is None else floor.end_offset
     return [[floor.epoch, end, UNKNOWN if cut is None else cut]]
+
+
+def read_voters(fs: FileSystem, directory: str) -> list[VoterSetEntry]:
+    """The voter sets of the voters checkpoint; [] when never written. A row that cannot
+    be a voter, or sets whose offsets do not rise, raise StorageError."""
+    path = posixpath.join(directory, VOTERS)
+    rows = read_checkpoint(fs, path, width=3) or []
+    groups: list[tuple[int, list[ReplicaKey]]] = []
+    for offset, node, directory_id in rows:
+        if offset < BEFORE_THE_LOG or node < 0 or directory_id < 0:
+            raise StorageError(f"{path}: impossible row {offset} {node} {directory_id}")
+        key = ReplicaKey(NodeId(node), DirectoryId(directory_id))
+        if groups and groups[-1][0] == offset:
+            groups[-1][1].append(key)
+        elif groups and groups[-1][0] > offset:
+            raise StorageError(f"{path}: voter sets at offsets that do not rise")
+        else:
+            groups.append((offset, [key]))
+    try:
+        return [VoterSetEntry(Offset(offset), VoterSet.of(keys)) for offset, keys in groups]
+    except ValueError as error:
+        raise StorageError(f"{path}: {error}") from error
+
+
+def voter_rows(entries: tuple[VoterSetEntry, ...]) -> list[list[int]]:
+    return [[entry.offset, key.node, key.directory] for entry in entries for key in entry.voters]

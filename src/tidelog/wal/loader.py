@@ -9,7 +9,8 @@ Rules of this file:
   trusted unless they look wrong (then its indexes are rebuilt, every CRC checked); a
   batch that fails there is damage, never a torn tail.
 - Every segment from the recovery point on is scanned, every CRC checked, rebuilding its
-  indexes and deriving the epoch history and the control batches. A corrupt or torn batch
+  indexes and deriving the epoch history, the control batches and the voter sets (the
+  bytes of each control batch are read: they are few and small). A corrupt or torn batch
   at or above the checkpointed HWM is the unsynced tail: it is cut, durably, and any later
   segment removed. Below that HWM it is damage (`needs_repair`), and every byte is kept to
   be set aside.
@@ -38,17 +39,20 @@ from tidelog.wal.segment import (
     scan_batches,
 )
 from tidelog.wal.segments import bases_on_disk, is_segment_name
+from tidelog.wal.voters_cache import VoterSetCache
 
 
 class LogLoader:
-    """Opens the segments of `log`'s directory into it, deriving `epochs` and `controls`
-    from what it scans; damage found is left in `log.needs_repair`."""
+    """Opens the segments of `log`'s directory into it, deriving `epochs`, `controls` and
+    `voters` (restored from its checkpoint by the caller) from what it scans; damage found
+    is left in `log.needs_repair`."""
 
     def __init__(
         self,
         log: LocalLog,
         epochs: LeaderEpochCache,
         controls: ControlBatches,
+        voters: VoterSetCache,
         *,
         hwm_checkpointed: Offset,
         recovery_point: Offset,
@@ -58,6 +62,7 @@ class LogLoader:
         self.directory = log.directory
         self.epochs = epochs
         self.controls = controls
+        self.voters = voters
         self.hwm_checkpointed = hwm_checkpointed
         self.recovery_point = recovery_point
 
@@ -82,6 +87,7 @@ class LogLoader:
             if not scanning:
                 scanning = True
                 self.epochs.replace(e for e in checkpointed if e.start_offset < base)
+                self.voters.truncate(base)
                 self.controls.reset(base)
             segments = self.log.segments
             if len(segments) and base != segments.log_end_offset:
@@ -153,13 +159,15 @@ class LogLoader:
             self.log.needs_repair = RepairNeeded(previous.log_path, previous.end_offset, reason)
 
     def _derive_epochs(self, segment: Segment) -> None:
-        """The epoch history and the control batches of a segment recovery scanned (its
-        good prefix)."""
-        for _, header in scan_batches(
-            self.fs, segment.log_path, 0, segment.size_bytes, verify=False
-        ):
+        """The epoch history, the control batches and the voter sets of a segment recovery
+        scanned (its good prefix, every CRC checked already)."""
+        path = segment.log_path
+        for position, header in scan_batches(self.fs, path, 0, segment.size_bytes, verify=False):
             self.epochs.derive(header)
             self.controls.on_batch(header)
+            if header.is_control:
+                batch = self.fs.pread(path, position, header.size_bytes)
+                self.voters.on_batch(batch, header)
 
     def _drop_files_after(self, bases: list[Offset]) -> None:
         """Remove the segments beyond the end of the log found by recovery."""

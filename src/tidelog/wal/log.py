@@ -6,7 +6,8 @@ The rooms behind it, each stating its own rules:
   `segments.py` (LogSegments) the ordered set of them, `segment.py` one of them.
 - `loader.py` (LogLoader): recovery at open: scan, cut a torn tail, rebuild indexes, derive
   the epochs; `quarantine.py`: damage set aside, the repair floor recovery can prove.
-- `epoch_cache.py` (LeaderEpochCache): the leader-epoch history and its checkpoint.
+- `epoch_cache.py` (LeaderEpochCache): the leader-epoch history and its checkpoint;
+  `voters_cache.py` (VoterSetCache): the voter sets (KIP-853) and theirs.
 - `retention.py`: which segments retention deletes; `timestamps.py`: search by time;
   `controls.py`: where the control batches lie; `checkpoint.py`: the checkpoint files.
 This file holds what ties them: the checkpoints' order against the data, the HWM, the log
@@ -27,6 +28,14 @@ Rules of this file:
   scans), so a log start move checkpoints it, trimmed to the new start, BEFORE deleting any
   segment: the deleted batches may be all that tells the epoch of the record before the
   log start.
+- The voter sets are derived from the VOTERS control batches (voters_cache.py) and kept
+  as the epochs are: cut by every truncation (and a repair's cut), trimmed by a log start
+  move to the set in effect at the first offset the log holds, and checkpointed with the
+  trimmed epochs BEFORE any segment is deleted (its VOTERS batch may be in one): the sets
+  of durable batches, trimmed alike, so a crash that takes an unsynced VOTERS batch at the
+  new start leaves the set before it. A reset checkpoints the leader's set at the offset
+  before the new start before the segments go. Below the log start, recovery takes the
+  set the checkpoint holds, never one from segments a crash left there.
 - Never below the HWM: truncation below the checkpointed HWM is a bug (assert); retention
   and `advance_log_start` never pass the HWM saved with `save_hwm`.
 - The recovery point is the base of a segment below which every batch was synced and every
@@ -71,6 +80,7 @@ from tidelog.wal.local_log import LocalLog, RepairNeeded
 from tidelog.wal.quarantine import floor_found_by_recovery, set_aside_files
 from tidelog.wal.retention import segments_past_retention
 from tidelog.wal.timestamps import max_timestamp_record, offset_for_timestamp
+from tidelog.wal.voters_cache import VoterSetCache
 
 __all__ = ["DiskStorage", "RepairNeeded", "WalConfig"]
 
@@ -102,6 +112,7 @@ class DiskStorage:
         self._fs: FileSystem = fs if fs is not None else OsFileSystem()
         self._local = LocalLog(self._fs, directory, config=config or WalConfig(), clock=clock)
         self._epochs = LeaderEpochCache()
+        self._voters = VoterSetCache()
         # Where the control batches lie (wal/controls.py): recovery feeds what it scans.
         self._controls = ControlBatches(Offset(0))
         self._last_sync_ms = clock()
@@ -146,6 +157,7 @@ class DiskStorage:
             repair_floor=self._repair_floor,
             producers=self._producers,
             directory_id=self.directory_id,
+            voter_sets=self._voters.entries,
         )
 
     def read(self, start_offset: Offset, *, end_offset: Offset, max_bytes: int) -> list[bytes]:
@@ -190,6 +202,7 @@ class DiskStorage:
             self._write_recovery_point(offset)
         self._local.truncate(offset)
         self._epochs.truncate(offset)
+        self._voters.truncate(offset)
         self._controls.truncate(offset)
         self._hwm = Offset(min(self._hwm, offset))
         self._flush(self._clock())
@@ -207,6 +220,7 @@ class DiskStorage:
             assert header.base_offset == end, "append leaves a gap"
             self._epochs.assign(header)
             self._controls.on_batch(header)
+            self._voters.on_batch(batch, header)
             pending.append((batch, header))
             end = header.next_offset
         self._local.append(pending)
@@ -360,14 +374,16 @@ class DiskStorage:
         start and the HWM: a follower behind its leader's log start (Kafka's
         truncateFullyAndStartAt). Everything below it is committed and deleted on the
         leader; `prev_epoch` is the epoch of its record at start_offset - 1, which the epoch
-        history keeps. The checkpoints move first, so after a crash in between the old
-        segments below `start_offset` are hidden and any above it are an ordinary divergent
-        tail. Durable on return."""
+        history keeps, and `voters` the leader's voter set there (None: the partition's
+        first), which the voter sets keep. The checkpoints move first, so after a crash in
+        between the old segments below `start_offset` are hidden and any above it are an
+        ordinary divergent tail. Durable on return."""
         self._local.check_serving()
         self._save_producers(producers)
         self.log_start_offset = start_offset
         self._hwm = self._hwm_checkpointed = start_offset
         self._epochs.history.reset(start_offset, prev_epoch)
+        self._voters.reset(start_offset, voters)
         ckpt.write_checkpoints(
             self._fs,
             self.directory,
@@ -375,6 +391,7 @@ class DiskStorage:
                 ckpt.LOG_START_OFFSET: ckpt.offset_rows(start_offset),
                 ckpt.HWM: ckpt.offset_rows(start_offset),
                 ckpt.LEADER_EPOCH: self._epochs.rows(),
+                ckpt.VOTERS: self._voters.rows(),
             },
         )
         local = self._local
@@ -397,20 +414,24 @@ class DiskStorage:
 
     def _move_log_start(self, offset: Offset, producers: tuple[ProducerEntry, ...] | None) -> None:
         """Checkpoint the producer snapshot, then the new log start with the epoch history
-        trimmed to it, then remove the segments below it: after a crash in between, the
-        checkpoints hide what was not removed yet. The epochs go first because the
-        segments removed may be all that tells the epoch of the record before the log
-        start (the leader-epoch checkpoint lags until a sync covers what recovery derived
-        from them)."""
+        and the voter sets trimmed to it, then remove the segments below it: after a crash
+        in between, the checkpoints hide what was not removed yet. The epochs and voter
+        sets go first because the segments removed may be all that tells the epoch of the
+        record before the log start, or the voter set in effect there (their checkpoints
+        lag until a sync covers what recovery derived from them)."""
         assert offset <= self._hwm
         self._save_producers(producers)
         self.log_start_offset = offset
         doomed = self._local.segments.remove_below(offset)
-        first = self._trim_epochs()
+        first = self._first_offset()
+        self._epochs.trim(first)
         files = {
             ckpt.LOG_START_OFFSET: ckpt.offset_rows(offset),
             ckpt.LEADER_EPOCH: self._epochs.durable_rows(first, self.synced_end_offset),
         }
+        voters = self._voters.trim(first, synced_end_offset=self.synced_end_offset)
+        if voters is not None:
+            files[ckpt.VOTERS] = voters
         if self._hwm_checkpointed < offset:
             # The log start never passes the HWM, after a crash too. Checkpoint the log
             # start itself, not the HWM in memory: that may lie beyond what is synced here,
@@ -421,16 +442,18 @@ class DiskStorage:
         self._local.delete(doomed)
         self._local.sync_directory()
 
-    def _trim_epochs(self) -> Offset:
-        """Keep the history from the record before the batch holding the log start on
-        (`EpochHistory.trim`); from the first segment's base when that batch cannot be read.
-        The offset it was trimmed to (the first one the log holds)."""
+    def _first_offset(self) -> Offset:
+        """The first offset the log holds, where a log start move trims the epoch history
+        and the voter sets (as MemoryStorage does): the base of the batch holding the log
+        start; the log start when the log holds no batch there (it ends at or below it);
+        the first segment's base when that batch cannot be read."""
         segment = self._local.segments.first
+        if self.log_start_offset >= segment.end_offset:
+            return self.log_start_offset
         first = segment.base_offset
-        if segment.base_offset < self.log_start_offset < segment.end_offset:
+        if segment.base_offset < self.log_start_offset:
             with contextlib.suppress(CorruptBatch):
                 first = segment.find(self.log_start_offset)[1].base_offset
-        self._epochs.trim(first)
         return first
 
     # --- time index -------------------------------------------------------------------
@@ -465,6 +488,9 @@ class DiskStorage:
         epochs = self._epochs.take_rows()
         if epochs is not None:
             files[ckpt.LEADER_EPOCH] = epochs
+        voters = self._voters.take_rows()
+        if voters is not None:
+            files[ckpt.VOTERS] = voters
         if self._repair_floor_dirty:
             files[ckpt.REPAIR_FLOOR] = ckpt.repair_floor_rows(self._repair_floor)
             self._repair_floor_dirty = False
@@ -506,28 +532,32 @@ class DiskStorage:
         self._recovery_point = ckpt.read_offset(fs, directory, ckpt.RECOVERY_POINT) or Offset(0)
         self._repair_floor, self._repair_cut = ckpt.read_repair_floor(fs, directory)
         self._producers = ckpt.read_producers(fs, directory)
+        self._voters.restore(ckpt.read_voters(fs, directory))
         loader = LogLoader(
             self._local,
             self._epochs,
             self._controls,
+            self._voters,
             hwm_checkpointed=self._hwm_checkpointed,
             recovery_point=self._recovery_point,
         )
         if not bases:
             self._local.segments.add(self._local.new_segment(self.log_start_offset))
             self._controls.reset(self.log_start_offset)
+            self._voters.truncate(self.log_start_offset)
             self._local.sync_directory()
         else:
             loader.open_segments(bases)
         self.log_start_offset = Offset(
             max(self.log_start_offset, self._local.segments.first.base_offset)
         )
+        self._voters.keep_checkpointed_below(self.log_start_offset)
         loader.check_committed_end(self.log_start_offset)
         if self.needs_repair is not None:
             self._set_aside(len(self._local.segments) - 1, self._floor_of_damage())
         elif self._repair_cut is not None:  # a repair cut the log, then a crash came
             self._end_log_at(self.log_end_offset)
-        self._trim_epochs()
+        self._epochs.trim(self._first_offset())
         self._hwm_checkpointed = Offset(min(self._hwm_checkpointed, self.log_end_offset))
         self._hwm = self._hwm_checkpointed
         self.synced_end_offset = self.log_end_offset
@@ -589,15 +619,17 @@ class DiskStorage:
         local.needs_repair = None
 
     def _end_log_at(self, cut: Offset) -> None:
-        """The log now ends at `cut`: checkpoint its HWM (at most there), epochs and start,
-        and that the repair is done."""
+        """The log now ends at `cut`: checkpoint its HWM (at most there), epochs, voter
+        sets and start, and that the repair is done."""
         self._epochs.history.truncate(cut)
+        self._voters.truncate(cut)
         self._controls.truncate(cut)
         self._hwm = self._hwm_checkpointed = Offset(min(self._hwm, cut))
         self._repair_cut = None
         files = {
             ckpt.HWM: ckpt.offset_rows(self._hwm),
             ckpt.LEADER_EPOCH: self._epochs.rows(),
+            ckpt.VOTERS: self._voters.rows(),
             ckpt.REPAIR_FLOOR: ckpt.repair_floor_rows(self._repair_floor),
         }
         if cut < self.log_start_offset:  # the batch holding the log start was damaged

@@ -212,9 +212,9 @@ class VoterSetHistory:
         return changed
 
     def trim(self, start_offset: Offset) -> bool:
-        """The log now starts at `start_offset`: keep the set in effect there and every
-        later one (rule 5). True if changed."""
-        index = bisect.bisect_right(self._entries, start_offset, key=lambda entry: entry.offset)
+        """The log's first batch is now at `start_offset`: keep the set in effect just below
+        it (what a reset to it carries) and every later one (rule 5). True if changed."""
+        index = bisect.bisect_left(self._entries, start_offset, key=lambda entry: entry.offset)
         if index <= 1:
             return False
         self._entries = self._entries[index - 1 :]
@@ -267,9 +267,9 @@ class VoterSetRecords:
         return changed
 
     def trim(self, first_offset: Offset) -> bool:
-        """The log's first batch is at `first_offset`: keep the set in effect there. True
-        if changed."""
-        index = bisect.bisect_right(self._entries, first_offset, key=lambda entry: entry.offset)
+        """The log's first batch is at `first_offset`: keep the set in effect below it
+        (a reset sends it) and every later one. True if changed."""
+        index = bisect.bisect_left(self._entries, first_offset, key=lambda entry: entry.offset)
         if index <= 1:
             return False
         del self._entries[: index - 1]

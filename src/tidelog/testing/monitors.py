@@ -165,8 +165,12 @@ class QuorumMonitor:
         if replica.role is not Role.LEADER:
             return
         term = self.term(node, replica)
-        peers_needed = replica.config.majority - 1
-        heard = sorted(term.heard_tick.values(), reverse=True)[peers_needed - 1]
+        voters = replica.voters  # a majority of the voter set, the leader among them
+        peers_needed = voters.majority - 1
+        ticks = [tick for peer, tick in term.heard_tick.items() if voters.key_of(peer) is not None]
+        if peers_needed <= 0 or len(ticks) < peers_needed:
+            return
+        heard = sorted(ticks, reverse=True)[peers_needed - 1]
         limit = QUORUM_TIMEOUTS_MAX * replica.config.election_ticks
         if replica.tick_count - heard >= limit:
             self.checker.fail(

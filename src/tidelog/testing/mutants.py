@@ -361,8 +361,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "vote-before-fsync",
         "a vote leaves only once it is durable (ZOOKEEPER-4646)",
         QUORUM_MODE,
-        "r.msgs_after_persist.append(\n            VoteResponse(r.id, msg.sender, r.epoch, granted, False, r.key.directory)",
-        "r.msgs.append(\n            VoteResponse(r.id, msg.sender, r.epoch, granted, False, r.key.directory)",
+        "r.msgs_after_persist.append(\n            VoteResponse(r.id, msg.sender, r.epoch, gra",
+        "r.msgs.append(\n            VoteResponse(r.id, msg.sender, r.epoch, gra",
     ),
     Mutant(
         "hard-state-not-saved",

@@ -4,7 +4,7 @@ epoch_cache.py keeps the leader-epoch history).
 Rules of this file:
 - The voter sets are derived from the VOTERS control batches (`tidelog.core.membership.
   VoterSetRecords`): appends and recovery's scan add them, truncations cut them, log start
-  moves trim them to the set in effect at the first batch, a reset leaves the leader's set
+  moves trim them to the set in effect below the first batch, a reset leaves the leader's set
   at the offset before the new start (or none).
 - Its checkpoint (`voters-checkpoint`, checkpoint.py) lags: it is behind whenever the sets
   differ from what it was last written with, and a sync writes it once the data it tells

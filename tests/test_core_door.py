@@ -10,6 +10,7 @@ import random
 import pytest
 
 from tidelog.core import MemoryStorage, Replica, ReplicaConfig, Role
+from tidelog.core.membership import ReplicaKey, VoterSet, encode_voters
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -19,13 +20,25 @@ from tidelog.core.messages import (
     VoteResponse,
 )
 from tidelog.core.mode.quorum import QuorumMode
-from tidelog.core.replica import ACKS_ALL
+from tidelog.core.replica import ACKS_ALL, ACKS_LEADER
+from tidelog.core.storage import FIRST_DIRECTORY
+from tidelog.errors import InvalidBatch
 from tidelog.node.driver import run_round
+from tidelog.records import CONTROL_TYPE_LEADER_CHANGE, CONTROL_TYPE_VOTERS, build_control_batch
 from tidelog.testing.sim import build_batch
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
 ONE, TWO, THREE, STRANGER = NodeId(1), NodeId(2), NodeId(3), NodeId(9)
 BATCH = build_batch(b"forged")
+THREE_VOTERS = encode_voters(VoterSet.of(ReplicaKey(n, FIRST_DIRECTORY) for n in (ONE, TWO, THREE)))
+# A VOTERS control batch whose VotersRecord announces three voters and holds none.
+UNREADABLE_VOTERS = build_control_batch(
+    base_offset=Offset(1),
+    epoch=Epoch(1),
+    control_type=CONTROL_TYPE_VOTERS,
+    timestamp_ms=0,
+    value=b"\x00\x00\x04",
+)
 
 
 def replica_of(node: NodeId, seed: int = 1) -> tuple[Replica, MemoryStorage]:
@@ -111,6 +124,14 @@ CASES = [
         AppendResponse(TWO, ONE, Epoch(1), True, Offset(-1), Offset(-4), NO_EPOCH, 0, 0, False),
         "impossible offsets",
     ),
+    ("follower", append(ONE, TWO, 1, reset=True, batches=()), "a voter set that cannot be"),
+    ("follower", append(ONE, TWO, 1, voters=(THREE_VOTERS,)), "a voter set that cannot be"),
+    (
+        "follower",
+        append(ONE, TWO, 1, reset=True, batches=(), voters=(THREE_VOTERS[:-1],)),
+        "a voter set that cannot be",
+    ),
+    ("follower", append(ONE, TWO, 1, batches=(UNREADABLE_VOTERS,)), "a voter set that cannot be"),
 ]
 
 
@@ -183,3 +204,23 @@ def test_a_transfer_that_cannot_be_done_says_why() -> None:
     assert replica.transfer_leadership(TWO) is None
     assert replica.transfer_leadership(THREE) == "a transfer is under way"
     assert follower()[0].transfer_leadership(ONE) == "not the leader"
+
+
+def test_a_producer_may_not_write_a_control_batch() -> None:
+    """Only a leader writes control batches (its epoch's first, voter sets): a producer's
+    is refused before it reaches the log, as Kafka's INVALID_RECORD."""
+    replica, storage = leader()
+    end = replica.status().log_end_offset
+    control = build_control_batch(
+        base_offset=Offset(0),
+        epoch=Epoch(0),
+        control_type=CONTROL_TYPE_LEADER_CHANGE,
+        timestamp_ms=0,
+    )
+    replica.propose(7, control, acks=ACKS_LEADER)
+    ready = replica.ready()
+    replica.advance(ready)
+    [result] = ready.completions
+    assert isinstance(result.error, InvalidBatch) and result.error.code == "INVALID_RECORD"
+    assert replica.status().log_end_offset == end
+    drain(replica, storage)

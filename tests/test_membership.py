@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import struct
 
 import pytest
 from hypothesis import given
@@ -13,9 +14,21 @@ from tidelog.core.membership import (
     VoterSet,
     VoterSetEntry,
     VoterSetHistory,
+    VoterSetRecords,
     change_refusal,
+    decode_voters,
+    encode_voters,
+    history_of,
+    voters_in_batch,
 )
-from tidelog.types import NO_DIRECTORY, DirectoryId, NodeId, Offset
+from tidelog.records import (
+    CONTROL_TYPE_LEADER_CHANGE,
+    CONTROL_TYPE_VOTERS,
+    build_control_batch,
+    uvarint,
+)
+from tidelog.testing.sim import build_batch
+from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId, Offset
 
 A, B = DirectoryId(0xA), DirectoryId(0xB)
 
@@ -161,3 +174,91 @@ def test_a_change_waits_for_an_own_epoch_commit_and_for_the_last_change() -> Non
         change_refusal(history, voters(1, 2, 4), hwm=Offset(13), epoch_start_offset=Offset(10))
         is None
     )
+
+
+# ---------------------------------------------------------------- the VotersRecord -------
+@given(st.sets(st.integers(0, 2**31 - 1), min_size=1, max_size=7), st.data())
+def test_a_voters_record_reads_back_as_written(nodes: set[int], data: st.DataObject) -> None:
+    directories = st.integers(0, 2**63 - 1).map(DirectoryId)
+    written = VoterSet.of(ReplicaKey(NodeId(n), data.draw(directories)) for n in nodes)
+    batch = build_control_batch(
+        base_offset=Offset(5),
+        epoch=Epoch(2),
+        control_type=CONTROL_TYPE_VOTERS,
+        timestamp_ms=0,
+        value=encode_voters(written),
+    )
+    assert voters_in_batch(batch) == written
+
+
+def test_a_voters_record_with_endpoints_and_tags_is_read_as_kafka_writes_it() -> None:
+    """KRaft's VotersRecord names endpoints and may carry tagged fields: they are skipped."""
+    value = (
+        struct.pack(">h", 0)
+        + uvarint(2)  # one voter
+        + struct.pack(">iQQ", 3, 0, 0xD1)
+        + uvarint(2)  # one endpoint: Name, Host, Port, no tags
+        + uvarint(len(b"CONTROLLER") + 1)
+        + b"CONTROLLER"
+        + uvarint(len(b"localhost") + 1)
+        + b"localhost"
+        + struct.pack(">H", 9093)
+        + uvarint(0)
+        + struct.pack(">hh", 0, 1)
+        + uvarint(0)
+        + uvarint(1)  # one tagged field on the voter
+        + uvarint(0)
+        + uvarint(2)
+        + b"xy"
+        + uvarint(0)
+    )
+    assert decode_voters(value) == VoterSet.of([ReplicaKey(NodeId(3), DirectoryId(0xD1))])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"", b"\x00\x01\x02", b"\x00\x00\x03", encode_voters(VoterSet.of([key(1)])) + b"!"],
+    ids=["empty", "version 1", "cut short", "bytes after it"],
+)
+def test_a_voters_record_that_cannot_be_read_says_so(value: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_voters(value)
+
+
+def test_only_a_voters_control_batch_holds_a_voter_set() -> None:
+    leader_change = build_control_batch(
+        base_offset=Offset(0),
+        epoch=Epoch(1),
+        control_type=CONTROL_TYPE_LEADER_CHANGE,
+        timestamp_ms=0,
+    )
+    assert voters_in_batch(leader_change) is None
+    assert voters_in_batch(build_batch(b"data")) is None
+
+
+def test_storage_records_follow_the_log_and_start_the_replicas_history() -> None:
+    """`VoterSetRecords` keeps what a storage's log holds; `history_of` puts the partition's
+    first set before it unless a set carried from below the log start stands in for it."""
+    first, second, third = voters(1, 2, 3), voters(1, 2), voters(1, 2, 4)
+    records = VoterSetRecords()
+    for offset, voter_set in ((4, second), (9, third)):
+        batch = build_control_batch(
+            base_offset=Offset(offset),
+            epoch=Epoch(1),
+            control_type=CONTROL_TYPE_VOTERS,
+            timestamp_ms=0,
+            value=encode_voters(voter_set),
+        )
+        assert records.on_batch(batch, Offset(offset))
+    assert not records.on_batch(build_batch(b"data"), Offset(10))
+    assert history_of(first, records.entries, Offset(0)).at(Offset(3)) == first
+    records.trim(Offset(9))  # the first batch at 9: the set below it stays
+    assert [e.offset for e in records.entries] == [4, 9]
+    assert history_of(first, records.entries, Offset(9)).at(Offset(8)) == second
+    records.trim(Offset(12))
+    assert [e.offset for e in records.entries] == [9]
+    records.truncate(Offset(9))
+    assert records.entries == ()
+    records.reset(Offset(20), third)
+    history = history_of(first, records.entries, Offset(20))
+    assert history.current == third and history.last_offset == 19

@@ -70,6 +70,7 @@ SEED_PLAN = (
 # gate stays within minutes. When the code moves under one and it no longer catches, the
 # plan's seeds still run in full; refresh the entry from the gate's report.
 FIRST_SEEDS: dict[str, tuple[str, int]] = {
+    "voters-change-before-own-epoch-commit": ("membership", 48),  # walk 4727
     "produce-while-handing-over": ("memory-3", 100),
     "lead-on-after-timeout-now": ("groups-3", 56),
     "reset-resent-as-probe": ("memory-3", 145),

@@ -179,7 +179,8 @@ class AckMonitor:
 
 @dataclass
 class VoteMonitor:
-    """Pre-votes, up-to-date pre-vote grants, durable votes, and the lease on votes."""
+    """Pre-votes, up-to-date pre-vote grants, durable votes, the lease on votes, and a
+    majority of its voter set's copies behind each leader elected."""
 
     cluster: Cluster
     checker: Checker
@@ -193,6 +194,9 @@ class VoteMonitor:
     seen: set[Life] = field(default_factory=set)
     epochs: dict[Life, Epoch] = field(default_factory=dict)  # as last seen after a step
     heard: dict[Life, set[NodeId]] = field(default_factory=dict)  # whose appends it stepped
+    # Per (candidate life, epoch): the copies whose real votes it stepped; the terms checked.
+    grants: dict[tuple[Life, Epoch], set[ReplicaKey]] = field(default_factory=dict)
+    elected: set[tuple[Life, Epoch]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.cluster.on_message.append(self.on_message)
@@ -205,14 +209,42 @@ class VoteMonitor:
         """Call after every step: a restarted replica (epoch > 0) starts in a lease."""
         life = self.life(node)
         self.epochs[life] = replica.epoch
+        self.check_elected(life, replica)
         if life in self.seen:
             return
         self.seen.add(life)
         if life[1] > 1 and replica.epoch > 0 and replica.tick_count == 0:
             self.contact[life] = 0
 
+    def check_elected(self, life: Life, replica: Replica) -> None:
+        """A leader elected in its epoch holds the real votes of a majority of the copies
+        its voter set names, its own among them (a lost copy's vote is no voter's)."""
+        term = (life, replica.epoch)
+        if replica.role is not Role.LEADER or term in self.elected:
+            return
+        self.elected.add(term)
+        voters = replica.voters
+        granted = {
+            key.node
+            for key in self.grants.pop(term, set())
+            if voters.voter_key(key.node, key.directory) is not None
+        }
+        if replica.is_voter():
+            granted.add(life[0])
+        if len(granted) < voters.majority:
+            self.checker.fail(
+                f"node {life[0]} leads epoch {replica.epoch} with the votes of "
+                f"{sorted(granted)}, no majority of its voters {sorted(map(str, voters))}"
+            )
+
     def on_message(self, node: NodeId, replica: Replica, msg: Message) -> None:
         life = self.life(node)
+        real_grant = isinstance(msg, VoteResponse) and msg.granted and not msg.pre_vote
+        if real_grant and msg.epoch == replica.epoch:
+            assert isinstance(msg, VoteResponse)
+            self.grants.setdefault((life, msg.epoch), set()).add(
+                ReplicaKey(msg.sender, msg.directory)
+            )
         if isinstance(msg, AppendRequest):
             self.heard.setdefault(life, set()).add(msg.sender)
             if (

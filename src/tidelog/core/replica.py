@@ -64,10 +64,12 @@ Rules of this file:
    epoch can make it campaign so, and a replica under repair never does (rule 8).
 11. A copy of the log is its node and its storage's directory id (KIP-853's ReplicaKey,
    core/membership.py); append answers and votes carry it. Votes, matches, the lease and
-   check-quorum count only the copies the voter set names (the set the log holds, from
-   `ReplicaConfig.first_voters`): a node back on an empty disk is a new copy, an observer
-   that follows but never votes, campaigns or counts, and its leader forgets the old
-   copy's matches at the new copy's first answer (scenarios 28-30).
+   check-quorum count only the copies the voter set names (the set the log holds:
+   `ReplicaConfig.first_voters`, then each VOTERS control batch where it is appended): a
+   node back on an empty disk is a new copy, an observer that follows but never votes,
+   campaigns or counts, and its leader forgets the old copy's matches at the new copy's
+   first answer and, in quorum mode, replaces the old key by the new one, one change at a
+   time (mode/quorum.py, scenarios 28-30).
 """
 
 from __future__ import annotations

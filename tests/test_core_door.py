@@ -224,3 +224,39 @@ def test_a_producer_may_not_write_a_control_batch() -> None:
     assert isinstance(result.error, InvalidBatch) and result.error.code == "INVALID_RECORD"
     assert replica.status().log_end_offset == end
     drain(replica, storage)
+
+
+def test_a_leaders_status_names_its_voters_and_each_followers_copy() -> None:
+    """What DescribeQuorum reads: the voter set, and per follower the copy that answers,
+    whether it votes, its match and when it last answered."""
+    replica, storage = leader()
+    for _ in range(2):
+        replica.tick()
+    sent = drain(replica, storage)
+    probe = next(m for m in sent if isinstance(m, AppendRequest) and m.recipient == TWO)
+    answer = AppendResponse(
+        TWO,
+        ONE,
+        probe.epoch,
+        True,
+        probe.prev_offset,
+        probe.prev_offset,
+        NO_EPOCH,
+        probe.sent_ms,
+        probe.seq,
+        False,
+        FIRST_DIRECTORY,
+    )
+    assert replica.step(answer) is None
+    status = replica.status()
+    assert status.directory_id == FIRST_DIRECTORY
+    assert [str(key) for key in status.voters] == ["1/?", "2/?", "3/?"]
+    two, three = status.followers
+    assert (two.node, two.directory, two.voter) == (TWO, FIRST_DIRECTORY, True)
+    assert two.match_offset == probe.prev_offset and two.contact_ms == probe.sent_ms
+    assert (three.node, three.directory, three.voter, three.match_offset) == (
+        THREE,
+        None,
+        False,
+        None,
+    )

@@ -80,7 +80,7 @@ from dataclasses import dataclass, replace
 from tidelog.core.config import LEASE_MARGIN_TICKS, ReplicaConfig, Rng
 from tidelog.core.follow import FollowerPath
 from tidelog.core.isr import AlterResult, IsrProposal, PartitionRecord
-from tidelog.core.membership import decode_voters, voters_in_batch
+from tidelog.core.membership import ReplicaKey, decode_voters, voters_in_batch
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -99,13 +99,14 @@ from tidelog.core.roles import Replication, Role
 from tidelog.core.state import ACKS_ALL, ACKS_LEADER, ACKS_NONE
 from tidelog.core.storage import LogStorage, RepairFloor
 from tidelog.records import HEADER_SIZE, read_header
-from tidelog.types import EPOCH_MAX, NO_EPOCH, Epoch, NodeId, Offset
+from tidelog.types import EPOCH_MAX, NO_DIRECTORY, NO_EPOCH, DirectoryId, Epoch, NodeId, Offset
 
 __all__ = [
     "ACKS_ALL",
     "ACKS_LEADER",
     "ACKS_NONE",
     "LEASE_MARGIN_TICKS",
+    "FollowerStatus",
     "Replica",
     "ReplicaConfig",
     "ReplicaStatus",
@@ -132,6 +133,20 @@ def _voters_can_be(msg: AppendRequest) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class FollowerStatus:
+    """One follower as its leader sees it: the copy that answers (None before any answer),
+    whether that copy votes, how far its log is verified durable (None: not known), and
+    the leader's clock (`tick(now_ms=)`) when it sent the latest request that copy
+    answered (None: none in this term)."""
+
+    node: NodeId
+    directory: DirectoryId | None
+    voter: bool
+    match_offset: Offset | None
+    contact_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaStatus:
     """A replica as everything outside the core sees it (`Replica.status()`): a value that
     does not change under the reader."""
@@ -149,6 +164,11 @@ class ReplicaStatus:
     epoch_start_offset: Offset  # where the leader's own epoch begins (its first offset)
     # Set while damage set aside is not made good again (rule 8): how far the log reached.
     repair_floor: RepairFloor | None
+    # This copy's directory id, and the voter set the log holds (rule 11: KIP-853).
+    directory_id: DirectoryId = NO_DIRECTORY
+    voters: tuple[ReplicaKey, ...] = ()
+    # A leader's view of each follower (DescribeQuorum's ReplicaState); () on a follower.
+    followers: tuple[FollowerStatus, ...] = ()
 
     @property
     def readable_end(self) -> Offset:
@@ -333,6 +353,23 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             in_sync_replicas=self.in_sync_replicas() if leading else (),
             epoch_start_offset=self.epoch_start_offset,
             repair_floor=self.repair_floor,
+            directory_id=self.key.directory,
+            voters=tuple(self.voters),
+            followers=self._follower_statuses() if leading else (),
+        )
+
+    def _follower_statuses(self) -> tuple[FollowerStatus, ...]:
+        return tuple(
+            FollowerStatus(
+                node=peer,
+                directory=progress.directory,
+                voter=self.counts(peer, progress.directory),
+                match_offset=progress.match_offset,
+                contact_ms=progress.contact_sent_ms
+                if progress.contact_sent_ms >= self.leader_since_ms
+                else None,
+            )
+            for peer, progress in sorted(self.progress.items())
         )
 
     # ================================================================== output ==========

@@ -45,6 +45,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tidelog.core.membership import ReplicaKey
 from tidelog.core.messages import AppendResponse, Message, Ready, VoteResponse
 from tidelog.core.replica import Replica, Role
 from tidelog.testing.checker import Checker
@@ -127,11 +128,13 @@ class OwnEpochMonitor:
 
 @dataclass
 class _Term:
-    """What the monitor knows of one leader's term: when it last heard from each peer."""
+    """What the monitor knows of one leader's term: when it began, and when it last heard
+    from each copy of a peer (a node on a new disk is another copy)."""
 
     incarnation: int
     epoch: Epoch
-    heard_tick: dict[NodeId, int]
+    start_tick: int
+    heard_tick: dict[ReplicaKey, int]
 
 
 @dataclass
@@ -147,8 +150,7 @@ class QuorumMonitor:
         incarnation = self.cluster.nodes[node].incarnation
         term = self.terms.get(node)
         if term is None or (term.incarnation, term.epoch) != (incarnation, replica.epoch):
-            heard = dict.fromkeys(replica.peers, replica.tick_count)
-            term = self.terms[node] = _Term(incarnation, replica.epoch, heard)
+            term = self.terms[node] = _Term(incarnation, replica.epoch, replica.tick_count, {})
         return term
 
     def on_message(self, node: NodeId, replica: Replica, msg: Message) -> None:
@@ -156,9 +158,9 @@ class QuorumMonitor:
             isinstance(msg, AppendResponse)
             and replica.role is Role.LEADER
             and msg.epoch == replica.epoch
-            and replica.counts(msg.sender, msg.directory)  # a voter's copy
         ):
-            self.term(node, replica).heard_tick[msg.sender] = replica.tick_count
+            copy = ReplicaKey(msg.sender, msg.directory)
+            self.term(node, replica).heard_tick[copy] = replica.tick_count
 
     def check(self, node: NodeId, replica: Replica) -> None:
         """Call after every step, for every live replica."""
@@ -167,7 +169,18 @@ class QuorumMonitor:
         term = self.term(node, replica)
         voters = replica.voters  # a majority of the voter set, the leader among them
         peers_needed = voters.majority - 1
-        ticks = [tick for peer, tick in term.heard_tick.items() if voters.key_of(peer) is not None]
+        ticks = [
+            max(
+                (
+                    tick
+                    for copy, tick in term.heard_tick.items()
+                    if voters.voter_key(copy.node, copy.directory) == key
+                ),
+                default=term.start_tick,
+            )
+            for key in voters
+            if key.node != node
+        ]
         if peers_needed <= 0 or len(ticks) < peers_needed:
             return
         heard = sorted(ticks, reverse=True)[peers_needed - 1]

@@ -34,6 +34,8 @@ from tidelog.protocol.peer import (
     PeerDecoder,
     PeerEncoder,
     PeerItem,
+    QuorumAnswer,
+    QuorumQuery,
     _layout_of,
 )
 from tidelog.types import Epoch, NodeId, Offset
@@ -128,7 +130,15 @@ def test_every_message_type_round_trips(message: Message) -> None:
 
 
 def test_every_message_type_has_a_tag() -> None:
-    notices = {LeaderNotice, BrokerNotice, ForwardRequest, ForwardReply, ElectPreferred}
+    notices = {
+        LeaderNotice,
+        BrokerNotice,
+        ForwardRequest,
+        ForwardReply,
+        ElectPreferred,
+        QuorumQuery,
+        QuorumAnswer,
+    }
     assert set(typing.get_args(Message)) | notices == set(MESSAGE_TAGS.values())
 
 

@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import Producer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import ClusterAuthorizationFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from tidelog.errors import MetadataError
@@ -305,6 +305,13 @@ def test_only_what_is_allowed_happens(tmp_path: Path) -> None:
             admin.delete_records({TopicPartition("orders", 0): 1})
         with pytest.raises(KafkaError):
             admin.delete_topics(["orders"])
+        # DescribeQuorum wants DESCRIBE on the cluster, as Kafka's controller asks.
+        with pytest.raises(ClusterAuthorizationFailedError):
+            admin.describe_metadata_quorum()
+        superuser = KafkaAdminClient(bootstrap_servers=plain)
+        quorum = superuser.describe_metadata_quorum()["topics"][0]["partitions"][0]
+        superuser.close()
+        assert (quorum["error"], quorum["leader_id"]) == (None, 1)
         from kafka.admin import (  # noqa: PLC0415  # noqa: PLC0415
             ACL,
             ACLOperation,

@@ -11,6 +11,7 @@ from tidelog.tools.cluster import cluster
 from tidelog.tools.demo import demo
 from tidelog.tools.groups_cmd import groups
 from tidelog.tools.leaders_cmd import leaders
+from tidelog.tools.metadata_cmd import metadata
 from tidelog.tools.perf import perf
 from tidelog.tools.spark_cmd import spark
 from tidelog.tools.ui_cmd import ui
@@ -53,6 +54,7 @@ main.add_command(cluster)
 main.add_command(demo)
 main.add_command(groups)
 main.add_command(leaders)
+main.add_command(metadata)
 main.add_command(perf)
 main.add_command(spark)
 main.add_command(ui)

@@ -72,6 +72,8 @@ with warnings.catch_warnings():
         DescribeGroupsResponse,
         DescribeLogDirsRequest,
         DescribeLogDirsResponse,
+        DescribeQuorumRequest,
+        DescribeQuorumResponse,
         DescribeUserScramCredentialsRequest,
         DescribeUserScramCredentialsResponse,
         ElectLeadersRequest,
@@ -236,6 +238,7 @@ class ApiKey(IntEnum):
     OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
 
 
@@ -259,6 +262,7 @@ _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.OFFSET_DELETE: _Api(OffsetDeleteRequest, OffsetDeleteResponse, (0, 0)),
     ApiKey.DESCRIBE_CLUSTER: _Api(DescribeClusterRequest, DescribeClusterResponse, (0, 2)),
     ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, (1, 5)),
+    ApiKey.DESCRIBE_QUORUM: _Api(DescribeQuorumRequest, DescribeQuorumResponse, (0, 2)),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _Api(
         OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, (0, 4)
     ),

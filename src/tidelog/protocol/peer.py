@@ -148,6 +148,27 @@ class ElectPreferred:
     epoch: Epoch
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class QuorumQuery:
+    """`sender`, a node that does not lead the metadata log, asks its leader how the quorum
+    stands (a client's DescribeQuorum, which only the leader can answer)."""
+
+    sender: NodeId
+    recipient: NodeId
+    request_id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QuorumAnswer:
+    """The metadata log leader's answer to a QuorumQuery: its quorum report (JSON,
+    tidelog.server.quorum), or none when it does not lead any more."""
+
+    sender: NodeId
+    recipient: NodeId
+    request_id: int
+    report: tuple[bytes, ...]
+
+
 # Tags are the wire identity of a message type: append new types, never renumber.
 MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     1: AppendRequest,
@@ -160,6 +181,8 @@ MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     8: ForwardReply,
     9: TimeoutNow,
     10: ElectPreferred,
+    11: QuorumQuery,
+    12: QuorumAnswer,
 }
 
 _KIND_HANDSHAKE: Final = 1

@@ -40,6 +40,7 @@ from tidelog.server.leadership import LEADERSHIP_HANDLERS
 from tidelog.server.metadata import INTERNAL_TOPICS, METADATA_TOPIC
 from tidelog.server.offsets_api import OFFSETS_HANDLERS
 from tidelog.server.produce_api import PRODUCE_HANDLERS
+from tidelog.server.quorum_api import QUORUM_HANDLERS
 from tidelog.server.sasl import SASL_HANDLERS
 from tidelog.server.topics_api import TOPICS_HANDLERS, create_topic
 from tidelog.server.view import BrokerView
@@ -285,4 +286,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     **EPOCHS_HANDLERS,
     **TOPICS_HANDLERS,
     **CLUSTER_HANDLERS,
+    **QUORUM_HANDLERS,
 }

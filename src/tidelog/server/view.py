@@ -22,6 +22,7 @@ from tidelog.server.groups import GroupCoordinator
 from tidelog.server.metadata import MetadataImage
 from tidelog.server.metrics import NodeMetrics
 from tidelog.server.partition import PartitionRunner
+from tidelog.server.quorum import QuorumReport
 from tidelog.types import NodeId
 
 client_listener: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -86,6 +87,11 @@ class BrokerView(Protocol):
     def elect_preferred(self, key: PartitionKey, leader: NodeId, epoch: int) -> None:
         """Ask `leader`, the partition's leader in `epoch` (this node or another), to hand
         its leadership to the partition's preferred replica."""
+        ...
+
+    async def quorum_report(self) -> QuorumReport | None:
+        """The metadata log's quorum as its leader reports it: made here when this node
+        leads it, else asked of the leader; None when no leader answers in time."""
         ...
 
     async def commit_metadata(self, command: dict[str, Any]) -> tuple[ErrorCode, str | None]:

@@ -163,17 +163,17 @@ class LeaderPipeline(ReplicaState):
         if self.role is not Role.LEADER:
             return
         progress = self.progress[msg.sender]
+        progress.recent_active = True
+        progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)
         if msg.request_sent_ms < self.leader_since_ms:
             return  # a request of an earlier term, maybe of an earlier run with other seqs
         if msg.seq < progress.seq_min:
             return  # sent before the follower said it lost records: nothing it says counts
         if progress.directory != msg.directory:
             if progress.directory is not None:
-                self._on_new_copy(progress, msg)
+                self._on_new_copy(progress, msg)  # its contact dates from this copy on
                 return
             progress.directory = msg.directory
-        progress.recent_active = True
-        progress.contact_sent_ms = max(progress.contact_sent_ms, msg.request_sent_ms)
         if msg.repairing and (not progress.repairing or self._lost_again(progress, msg)):
             self._on_follower_repairing(progress, msg.match_offset)
             return

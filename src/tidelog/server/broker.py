@@ -12,9 +12,7 @@ Rules of this file:
   here too. The controller takes at most FORWARDED_MAX at a time and only the command
   types of FORWARDABLE; a command is validated again when it is applied.
 - DescribeQuorum may be asked of any node too: only the metadata log's leader knows how far
-  each copy has come, so another node asks it (QuorumQuery) and encodes its answer
-  (QuorumAnswer) for the client; at most QUORUM_QUERIES_MAX wait at once, each at most
-  QUORUM_QUERY_TIMEOUT_S.
+  each copy has come, so another node asks it (server/quorum_queries.py).
 - Leaders tell the nodes that do not host their partition who leads (LeaderNotice), and
   every node tells the others its Kafka ports and admin port (BrokerNotice), so any node
   can answer a Metadata request for any partition, and gather the cluster's status for
@@ -75,7 +73,8 @@ from tidelog.server.metrics import NULL_METRICS, NodeMetrics
 from tidelog.server.partition import OnRound, PartitionRunner, open_on_disk
 from tidelog.server.partition_inputs import Campaign, Retain, Step, Tick
 from tidelog.server.peers import PeerTransport
-from tidelog.server.quorum import QuorumReport, decode_report, encode_report, report_of
+from tidelog.server.quorum import QuorumReport, report_of
+from tidelog.server.quorum_queries import QuorumQueries
 from tidelog.server.tls import peer_contexts
 from tidelog.server.topic_config import TopicConfig
 from tidelog.server.truth import ClusterTruth
@@ -96,8 +95,6 @@ METADATA_APPLY_WAIT_S = 10.0
 FORWARD_TIMEOUT_S = 15.0
 FORWARDED_MAX = 256  # forwarded commands the controller commits at once
 FORWARD_COMMAND_MAX_BYTES = 1024 * 1024
-QUORUM_QUERY_TIMEOUT_S = 5.0
-QUORUM_QUERIES_MAX = 64  # DescribeQuorum requests one node waits on the leader for at once
 FORWARDABLE = frozenset(
     {
         "create_topic",
@@ -174,8 +171,9 @@ class Broker:
         self.forward_ids = itertools.count(1)
         self.forwarded: dict[int, tuple[NodeId, asyncio.Future[Outcome]]] = {}
         self.forwarding = 0  # commands of other nodes this node is committing
-        # DescribeQuorum requests asked of the metadata log's leader, by request id.
-        self.quorum_queries: dict[int, tuple[NodeId, asyncio.Future[QuorumReport | None]]] = {}
+        self.quorum_queries = QuorumQueries(
+            self.node_id, self.transport, self.metadata_key, self.quorum_here, self.controller_id
+        )
         self.disk = DiskHealth()
         self.metrics = NodeMetrics() if config.metrics else NULL_METRICS
         self.syncs = Syncs(self.executor, self.transport.flush, metrics=self.metrics)
@@ -450,40 +448,7 @@ class Broker:
         return report_of(status, monotonic_now_ms=monotonic_ms(), wall_now_ms=wall_ms())
 
     async def quorum_report(self) -> QuorumReport | None:
-        report = self.quorum_here()
-        controller = self.controller_id()
-        if report is not None or controller < 0 or controller == self.node_id:
-            return report
-        if len(self.quorum_queries) >= QUORUM_QUERIES_MAX:
-            return None
-        request_id = next(self.forward_ids)
-        future: asyncio.Future[QuorumReport | None] = asyncio.get_running_loop().create_future()
-        self.quorum_queries[request_id] = (NodeId(controller), future)
-        query = QuorumQuery(self.node_id, NodeId(controller), request_id)
-        self.transport.send(self.metadata_key, [query])
-        try:
-            return await asyncio.wait_for(future, QUORUM_QUERY_TIMEOUT_S)
-        except TimeoutError:
-            return None
-        finally:
-            self.quorum_queries.pop(request_id, None)
-
-    def on_quorum_query(self, query: QuorumQuery) -> None:
-        report = self.quorum_here()
-        answer = QuorumAnswer(
-            self.node_id,
-            query.sender,
-            query.request_id,
-            () if report is None else (encode_report(report),),
-        )
-        self.transport.send(self.metadata_key, [answer])
-
-    def on_quorum_answer(self, answer: QuorumAnswer) -> None:
-        waiting = self.quorum_queries.get(answer.request_id)
-        if waiting is None or waiting[0] != answer.sender or waiting[1].done():
-            return  # late (timed out), or not from the node it was asked of
-        report = decode_report(answer.report[0]) if len(answer.report) == 1 else None
-        waiting[1].set_result(report)
+        return await self.quorum_queries.report()
 
     def maybe_create_offsets_topic(self) -> None:
         """The controller creates `__consumer_offsets` once every broker is known, as
@@ -539,7 +504,7 @@ class Broker:
         for key, msg in items:
             if isinstance(msg, QuorumQuery | QuorumAnswer):
                 if msg.recipient == self.node_id and key == self.metadata_key:
-                    self.on_quorum_message(msg)
+                    self.quorum_queries.on_message(msg)
             elif isinstance(msg, ForwardRequest | ForwardReply) and msg.recipient != self.node_id:
                 log.warning("dropped a forwarded command for node %d", msg.recipient)
             elif isinstance(msg, ForwardRequest):
@@ -567,12 +532,6 @@ class Broker:
                 runner = self.runners.get(key)
                 if runner is not None:
                     runner.submit(Step(msg))
-
-    def on_quorum_message(self, msg: QuorumQuery | QuorumAnswer) -> None:
-        if isinstance(msg, QuorumQuery):
-            self.on_quorum_query(msg)
-        else:
-            self.on_quorum_answer(msg)
 
     @property
     def kafka_ports(self) -> dict[NodeId, int]:

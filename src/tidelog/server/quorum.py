@@ -4,7 +4,7 @@ KIP-836, KIP-853), as one value that any node can encode for its client.
 Rules of this file:
 - Only the leader of a partition knows how far each copy has come, so only a leader makes a
   `QuorumReport` (`report_of`); a node that does not lead the metadata log asks the one that
-  does over the peer link (QuorumQuery/QuorumAnswer, tidelog.server.broker), as Kafka's
+  does over the peer link (QuorumQuery/QuorumAnswer, server/quorum_queries.py), as Kafka's
   brokers forward DescribeQuorum to the active controller.
 - CurrentVoters is the voter set the log holds, in node order. A voter's LogEndOffset is its
   copy's match offset as the leader sees it (-1 while unknown, or while the copy that answers

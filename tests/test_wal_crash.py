@@ -16,17 +16,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tidelog.core import membership
 from tidelog.core.membership import (
     ReplicaKey,
     VoterSet,
     VoterSetEntry,
     VoterSetRecords,
-    encode_voters,
 )
 from tidelog.core.messages import HardState
 from tidelog.core.storage import RepairFloor
 from tidelog.errors import StorageError
-from tidelog.records import CONTROL_TYPE_VOTERS, build_control_batch, read_header
+from tidelog.records import read_header
 from tidelog.types import DirectoryId, Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, SimulatedCrash, WalConfig
 from tidelog.wal.batches import build_batches
@@ -44,13 +44,8 @@ def voters_of(*nodes: int) -> VoterSet:
 
 
 def voters_batch(base_offset: int, voters: VoterSet, epoch: Epoch) -> bytes:
-    return build_control_batch(
-        base_offset=Offset(base_offset),
-        epoch=epoch,
-        control_type=CONTROL_TYPE_VOTERS,
-        timestamp_ms=0,
-        value=encode_voters(voters),
-    )
+    """A VOTERS control batch (KIP-853's VotersRecord) of one record at `base_offset`."""
+    return membership.voters_batch(voters, base_offset=Offset(base_offset), epoch=epoch)
 
 
 RESET_VOTERS = voters_of(2, 3, 4)

@@ -8,15 +8,15 @@ import shutil
 
 import pytest
 
+from tidelog.core import membership
 from tidelog.core.epochs import EpochEntry
-from tidelog.core.membership import ReplicaKey, VoterSet, VoterSetEntry, encode_voters
+from tidelog.core.membership import ReplicaKey, VoterSet, VoterSetEntry
 from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry, SequencedBatch
 from tidelog.core.storage import MemoryStorage, StoredState
 from tidelog.errors import CorruptBatch, OffsetOutOfRange, StorageError
 from tidelog.records import (
     CONTROL_TYPE_LEADER_CHANGE,
-    CONTROL_TYPE_VOTERS,
     build_control_batch,
     read_header,
 )
@@ -62,13 +62,7 @@ VOTERS_C = VOTERS_B.remove(voter(1))
 
 def voters_batch(base_offset: int, voters: VoterSet, epoch: Epoch = E1) -> bytes:
     """A VOTERS control batch (KIP-853's VotersRecord) of one record at `base_offset`."""
-    return build_control_batch(
-        base_offset=Offset(base_offset),
-        epoch=epoch,
-        control_type=CONTROL_TYPE_VOTERS,
-        timestamp_ms=0,
-        value=encode_voters(voters),
-    )
+    return membership.voters_batch(voters, base_offset=Offset(base_offset), epoch=epoch)
 
 
 def test_segments_are_named_by_base_offset_and_roll_at_size(tmp_path: object) -> None:

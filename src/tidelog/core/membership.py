@@ -42,8 +42,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tidelog.core.quorum import majority
-from tidelog.records import CONTROL_TYPE_VOTERS, control_record, read_uvarint, uvarint
-from tidelog.types import NO_DIRECTORY, DirectoryId, NodeId, Offset
+from tidelog.records import (
+    CONTROL_TYPE_VOTERS,
+    build_control_batch,
+    control_record,
+    read_uvarint,
+    uvarint,
+)
+from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId, Offset
 
 BEFORE_THE_LOG = Offset(-1)
 """Where the partition's first voter set sits: before any record."""
@@ -375,6 +381,19 @@ def _skip_tags(value: bytes, position: int) -> int:
     if position > len(value):
         raise ValueError("tagged fields past the end of the VotersRecord")
     return position
+
+
+def voters_batch(
+    voters: VoterSet, *, base_offset: Offset, epoch: Epoch, timestamp_ms: int = 0
+) -> bytes:
+    """A VOTERS control batch of one record holding `voters` (a leader's change)."""
+    return build_control_batch(
+        base_offset=base_offset,
+        epoch=epoch,
+        control_type=CONTROL_TYPE_VOTERS,
+        timestamp_ms=timestamp_ms,
+        value=encode_voters(voters),
+    )
 
 
 def voters_in_batch(batch: bytes) -> VoterSet | None:

@@ -31,7 +31,7 @@ from typing import Final
 
 from tidelog.core.config import ReplicaConfig
 from tidelog.core.log import ReplicaLog
-from tidelog.core.membership import ReplicaKey, VoterSet, encode_voters
+from tidelog.core.membership import ReplicaKey, VoterSet, voters_batch
 from tidelog.core.messages import HardState, LostCopy, Message, ProduceResult
 from tidelog.core.producers import ProducerStates
 from tidelog.core.roles import ROLE_TRANSITIONS, Mode, Role
@@ -40,7 +40,6 @@ from tidelog.core.tracker import Progress
 from tidelog.errors import NotLeader, RequestTimedOut, TidelogError
 from tidelog.records import (
     CONTROL_TYPE_LEADER_CHANGE,
-    CONTROL_TYPE_VOTERS,
     build_control_batch,
     check_batch,
     leader_change_message,
@@ -268,12 +267,11 @@ class ReplicaState:
     def append_voters(self, voters: VoterSet) -> None:
         """Append a VOTERS control batch of our epoch: `voters` is in effect from here on
         (membership rule 4). The caller checked `membership.change_refusal`."""
-        control = build_control_batch(
+        control = voters_batch(
+            voters,
             base_offset=self.log.log_end_offset,
             epoch=self.epoch,
-            control_type=CONTROL_TYPE_VOTERS,
             timestamp_ms=self.wall_clock_ms,
-            value=encode_voters(voters),
         )
         self.log.append(control, check_batch(control))
 

@@ -82,10 +82,30 @@ def replica_of(partition_cls: Any, state: ReplicaState) -> Any:
 
 
 def partition_error(request: KafkaRequest, leader: int, epoch: int) -> Any:
+    return failed_partition(
+        request,
+        METADATA_PARTITION,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        NOT_LEADER_MESSAGE,
+        leader=leader,
+        epoch=epoch,
+    )
+
+
+def failed_partition(
+    request: KafkaRequest,
+    partition: int,
+    code: ErrorCode,
+    message: str,
+    *,
+    leader: int = UNKNOWN,
+    epoch: int = UNKNOWN,
+) -> Any:
+    """A partition's answer that names an error and no replica."""
     return request.response_class.TopicData.PartitionData(
-        partition_index=METADATA_PARTITION,
-        error_code=int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
-        error_message=NOT_LEADER_MESSAGE,
+        partition_index=partition,
+        error_code=int(code),
+        error_message=message,
         leader_id=leader,
         leader_epoch=epoch,
         high_watermark=UNKNOWN,
@@ -103,15 +123,11 @@ def unknown_partitions(request: KafkaRequest, asked: list[tuple[str, int]]) -> A
         topic_cls(
             topic_name=topic,
             partitions=[
-                topic_cls.PartitionData(
-                    partition_index=partition,
-                    error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                    error_message=UNKNOWN_PARTITION_MESSAGE,
-                    leader_id=UNKNOWN,
-                    leader_epoch=UNKNOWN,
-                    high_watermark=UNKNOWN,
-                    current_voters=[],
-                    observers=[],
+                failed_partition(
+                    request,
+                    partition,
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    UNKNOWN_PARTITION_MESSAGE,
                 )
                 for partition in partitions
             ],

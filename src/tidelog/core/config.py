@@ -51,6 +51,10 @@ class ReplicaConfig:
     # `replicas` (KIP-853, KIP-858): the partition's first voter set. Empty: not known, and
     # any copy of a replica votes until a voter set in the log names its directory.
     directories: tuple[DirectoryId, ...] = ()
+    # Quorum mode: the leader names each voter's directory in the voter set once that copy
+    # has answered it (a VOTERS batch; KIP-853's move to kraft.version 1), so that a node
+    # back on an empty disk is no voter any more. Off: a set that names none stays so.
+    name_directories: bool = False
 
     def __post_init__(self) -> None:
         """ConfigError naming the first setting that does not fit (tidelog.errors)."""

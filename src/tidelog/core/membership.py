@@ -14,11 +14,12 @@ confchange):
 2. A change adds or removes exactly one voter (`VoterSet.add`, `VoterSet.remove`): any
    majority of the old set and any majority of the new one then share a voter, so two
    leaders can never be elected by the two sets in one epoch.
-3. A leader proposes a change only when (a) it has committed a record of its own epoch
-   (its HWM is past its epoch's start: without it, changes from two epochs can both
-   commit, the raft-dev 2015 bug), and (b) no change is uncommitted (its HWM is past the
-   last entry of the history): at most one voter set lies between the HWM and the log end
-   (KAFKA-16580). `change_refusal` says why not, or None.
+3. A leader proposes a change (one voter added or removed, or the directories of voters
+   known by node alone named: `names_directories`) only when (a) it has committed a record
+   of its own epoch (its HWM is past its epoch's start: without it, changes from two
+   epochs can both commit, the raft-dev 2015 bug), and (b) no change is uncommitted (its
+   HWM is past the last entry of the history): at most one voter set lies between the HWM
+   and the log end (KAFKA-16580). `change_refusal` says why not, or None.
 4. A voter set takes effect where it is appended, not when it commits: every replica uses
    the last entry its log holds (`VoterSetHistory.current`), a leader as a follower, so
    that the new set's majority decides its own commit.
@@ -314,9 +315,22 @@ def change_refusal(
     current = history.current
     if proposed == current:
         return "the voter set is already that"
-    if not current.differs_by_at_most_one(proposed):
+    if not current.differs_by_at_most_one(proposed) and not names_directories(current, proposed):
         return "a change adds or removes one voter at a time"
     return None
+
+
+def names_directories(current: VoterSet, proposed: VoterSet) -> bool:
+    """Whether `proposed` is `current` with the directories of some voters known by node
+    alone named (rule 7's keys bound to the copies that answer): every majority of it is
+    one of `current`, so naming any number at once is as safe as one change."""
+    if current.nodes != proposed.nodes:
+        return False
+    for key in proposed:
+        before = current.key_of(key.node)
+        if before != key and (before is None or before.directory != NO_DIRECTORY):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------- the VotersRecord -----

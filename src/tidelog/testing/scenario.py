@@ -15,6 +15,7 @@ Commands (nodes are numbers; lists are comma-separated):
     cluster replicas=N [min-insync=N] [pre-vote=false] [check-quorum=false] [append-bytes-max=N]
             [directories=known]   the first voter set names each replica's directory
                           (core/membership.py): a node on an empty disk is no voter
+            [name-directories=true]   the leader names them once their copies answered
     campaign N            start an election on N, as if its timer fired
     tick N[,M] [count=K] [deliver=..]  K ticks of the nodes' clocks; messages stay in
                           flight, or are delivered quietly among `deliver` after each tick
@@ -151,6 +152,7 @@ class Scenario(NetCommands, DiskCommands, ClientCommands, IsrCommands):
                 replica_lag_time_max_ms=int(kv.get("lag-ms", "10000")),
                 # Node N's first copy is directory N (testing/cluster.py's memory storage).
                 directories=tuple(DirectoryId(n) for n in members) if known else (),
+                name_directories=kv.get("name-directories") == "true",
             )
 
         self.cluster = Cluster(replicas=replicas, rng=random.Random(0), config=config)

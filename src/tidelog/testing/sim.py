@@ -136,7 +136,7 @@ from tidelog.testing.monitors import (
 from tidelog.testing.odd_clients import OddClients
 from tidelog.testing.producer_check import ProducerStateMonitor
 from tidelog.testing.vote_monitors import AckMonitor, VoteMonitor, odd_fetch
-from tidelog.types import NO_EPOCH, DirectoryId, Epoch, NodeId, Offset
+from tidelog.types import NO_DIRECTORY, NO_EPOCH, DirectoryId, Epoch, NodeId, Offset
 from tidelog.wal.batches import NO_PRODUCER, producer_batch
 
 IDEMPOTENT_PRODUCER_ID = 1000
@@ -499,13 +499,23 @@ class SeedResult:
     stops: dict[str, int]
 
 
+NAMING_SHARE = 0.3
+"""Of the quorum seeds, how many start with a voter set that names no directory, which
+their leaders name (`ReplicaConfig.name_directories`, as a broker's metadata log does);
+the others name every directory from the start (a generator of its own draws it)."""
+
+
 def with_directories(
-    config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig],
+    config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig], seed: int
 ) -> Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig]:
     """`config`, its first voter set naming each replica's directory (node N's first copy
-    is directory N): a node that comes back on an empty disk is a new copy, no voter."""
+    is directory N), or, in NAMING_SHARE of the seeds, none, its leaders naming them: a
+    node that comes back on an empty disk is a new copy, no voter."""
+    naming = random.Random(f"naming {seed}").random() < NAMING_SHARE
 
     def bound(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
+        if naming:
+            return replace(config(node, members), name_directories=True)
         directories = tuple(DirectoryId(member) for member in members)
         return replace(config(node, members), directories=directories)
 
@@ -545,7 +555,7 @@ class Run:
             self.retention_bytes = settings.retention_bytes
             config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig] = settings.replica_config
             if not self.offsets_log:
-                config = with_directories(config)  # an empty disk is a new copy, no voter
+                config = with_directories(config, self.seed)  # an empty disk: no voter
             self.cluster = self.new_cluster(config)
             self.faults = Faults.draw(self.rng, settings, disk=self.disk, ticks=self.ticks)
             if self.disk:
@@ -778,11 +788,13 @@ class Run:
     def wipe_allowed(self, node: NodeId) -> bool:
         """A disk replaced stays inside the fault model: a quorum of the other voters, up,
         hold the whole committed history (HWM and durable log at its end at least). A
-        node on an empty disk is no voter any more (core/membership.py), and nothing
-        is one again once its leader replaced its old key by its new one, so only settled
-        voters count (`settled_voter`). Without pre-vote, a spare one too: when every voter
-        left must elect, candidates whose logs cannot win raise the epoch under the one that
-        can, round after round."""
+        node on an empty disk is no voter until its leader has replaced its old key by its
+        new one (core/membership.py), so only settled voters count (`settled_voter`), and
+        none while a voter set knows a copy by node alone (it would vote on). Without
+        pre-vote, a spare voter too: when every voter left must elect, candidates whose
+        logs cannot win raise the epoch under the one that can, round after round."""
+        if any(k.directory == NO_DIRECTORY for r in self.live().values() for k in r.voters):
+            return False
         voters = [
             other for other in self.cluster.ids if other != node and self.settled_voter(other)
         ]

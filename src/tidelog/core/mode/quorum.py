@@ -29,7 +29,9 @@ Rules of this file:
   (membership rule 3): it removes a voter whose node answers from another copy (an empty
   disk), and adds the copy of a replica that is no voter once that copy holds everything
   committed (a learner promoted). It never removes itself. A voter known by node alone
-  (no directory named) is never replaced: any copy of its node is it.
+  (no directory named) is never replaced: any copy of its node is it; with
+  `name_directories` the leader first names the directories of the copies that answered
+  it, in one change (membership rule 3's `names_directories`).
 - The quorum is a majority of the voter set, raised to min.insync.replicas but never past
   the voter set's size: while a lost copy is replaced, the others can still commit.
 """
@@ -402,6 +404,8 @@ class QuorumMode:
     def _maintain_voters(self) -> None:
         """Append the next change `_next_voters` asks for, once membership rule 3 allows."""
         r = self.r
+        if self.transfer_target is not None:
+            return  # handing over: the log grows no more (rule 10)
         proposed = self._next_voters()
         if proposed is None:
             return
@@ -416,6 +420,16 @@ class QuorumMode:
         r = self.r
         current = r.voters
         copies = {peer: p.directory for peer, p in r.progress.items() if p.directory is not None}
+        if r.config.name_directories:
+            copies[r.id] = r.key.directory
+            named = [
+                ReplicaKey(key.node, copies.get(key.node, NO_DIRECTORY))
+                if key.directory == NO_DIRECTORY
+                else key
+                for key in current
+            ]
+            if set(named) != set(current):
+                return VoterSet.of(named)
         for key in current:
             copy = copies.get(key.node)
             if copy is not None and key.directory not in (NO_DIRECTORY, copy) and key.node != r.id:

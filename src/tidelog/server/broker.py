@@ -204,9 +204,9 @@ class Broker:
             tick_ms=self.config.tick_ms,
             replication=Replication.ISR if config.isr_mode else Replication.QUORUM,
             replica_lag_time_max_ms=max(1, self.config.replica_lag_time_max_ms),
-            # A leader names its voters' directories (KIP-853): a node back on an empty
-            # disk is no voter of the partition until its leader has added it again.
-            name_directories=True,
+            # The metadata log's leader names its voters' directories (KIP-853): a node
+            # back on an empty disk is no voter of it until it is added again.
+            name_directories=key == self.metadata_key,
         )
 
         storage, start_replica = open_on_disk(

@@ -10,6 +10,8 @@ DISK_SEEDS_5 ?= 1000
 # ISR mode (a simulated controller; about 15 minutes more with 2 workers).
 ISR_SEEDS ?= 2000
 ISR_DISK_SEEDS ?= 500
+# Quorum seeds whose first voter set names no directory, their leaders naming them (a few minutes).
+NAMING_SEEDS ?= 1000
 # The group simulator (coordinators over the replicated __consumer_offsets): about 5 minutes.
 GROUP_SEEDS ?= 2000
 
@@ -76,6 +78,8 @@ sim: install
 	$(PY) -m tidelog.testing.sim --seeds $(SEEDS_5) --replicas 5 --jobs 2 || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(DISK_SEEDS_3) --replicas 3 --jobs 2 --disk || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(DISK_SEEDS_5) --replicas 5 --jobs 2 --disk || status=1; \
+	$(PY) -m tidelog.testing.sim --seeds $(NAMING_SEEDS) --replicas 3 --jobs 2 --naming || status=1; \
+	$(PY) -m tidelog.testing.sim --seeds $(NAMING_SEEDS) --replicas 5 --jobs 2 --naming || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(ISR_SEEDS) --replicas 3 --jobs 2 --mode isr || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(ISR_DISK_SEEDS) --replicas 3 --jobs 2 --mode isr --disk || status=1; \
 	$(PY) -m tidelog.testing.group_sim --seeds $(GROUP_SEEDS) --replicas 3 --jobs 2 || status=1; \

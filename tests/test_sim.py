@@ -8,6 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from tidelog.testing import sim
+from tidelog.types import NO_DIRECTORY
 
 SEEDS_3 = 150
 SEEDS_4 = 40
@@ -178,3 +179,26 @@ def test_the_odd_clients_play_in_some_seeds_and_are_refused() -> None:
     assert sum(clients.duplicates for clients in odd) > 0
     assert sum(clients.epoch_ends for clients in odd) > 0
     assert sim.Run(3000308, 3, 100, classic=True).workload.odd is None
+
+
+NAMING_SEEDS = 100
+
+
+def test_leaders_name_their_voters_directories_and_replace_lost_copies(
+    workers: ProcessPoolExecutor,
+) -> None:
+    """`sim --naming`: the first voter set names no directory; the leaders name them, then
+    replace every copy lost with a disk, and no seed finds a violation."""
+    numbers = range(1, NAMING_SEEDS + 1)
+    mode = sim.Mode(3, 400, naming=True)
+    results = list(workers.map(sim.run_seed, numbers, itertools.repeat(mode)))
+    assert {s: r.violations for s, r in zip(numbers, results, strict=True) if r.violations} == {}
+    assert sum(result.stops.get("wipes", 0) for result in results) > 0
+
+
+def test_a_named_run_ends_with_every_copy_a_named_voter() -> None:
+    run = sim.Run(3, 3, 400, naming=True)
+    assert run.run().violations == []
+    for replica in run.live().values():
+        assert all(key.directory != NO_DIRECTORY for key in replica.voters)
+        assert replica.is_voter()

@@ -70,6 +70,13 @@ nothing below it. Every replica is suspect until its HWM was checked against a l
 that epoch or later, then held to every invariant again; consumers truncate to the cut,
 take nothing from a suspect replica, and now and then read from one told of the election
 (`read_told_followers`): whatever it serves past the cut is a violation (rule 10).
+
+Quorum mode's voters are copies (core/membership.py): the first voter set names each
+node's directory, or with `--naming` none, and the leaders name them once their copies
+answered (as a broker's metadata log does). A node back on an empty disk is an observer
+until its leader has replaced its key; a disk is replaced only while a quorum of settled
+voters holds the committed history and no set knows a copy by node alone, and a run
+converges only once every copy votes again.
 """
 
 from __future__ import annotations
@@ -499,19 +506,13 @@ class SeedResult:
     stops: dict[str, int]
 
 
-NAMING_SHARE = 0.3
-"""Of the quorum seeds, how many start with a voter set that names no directory, which
-their leaders name (`ReplicaConfig.name_directories`, as a broker's metadata log does);
-the others name every directory from the start (a generator of its own draws it)."""
-
-
 def with_directories(
-    config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig], seed: int
+    config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig], *, naming: bool
 ) -> Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig]:
     """`config`, its first voter set naming each replica's directory (node N's first copy
-    is directory N), or, in NAMING_SHARE of the seeds, none, its leaders naming them: a
-    node that comes back on an empty disk is a new copy, no voter."""
-    naming = random.Random(f"naming {seed}").random() < NAMING_SHARE
+    is directory N), or (`naming`, `sim --naming`) none, its leaders naming them as a
+    broker's metadata log does: a node that comes back on an empty disk is a new copy, no
+    voter."""
 
     def bound(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
         if naming:
@@ -534,6 +535,7 @@ class Run:
     classic: bool = False  # the classic fault model (faults.py), so old seeds replay
     offsets_log: bool = False  # a log of group coordinators (group_sim.py): they write it
     isr: bool = False  # ISR mode (isr_sim.py): replicas in ISR mode led by a simulated controller
+    naming: bool = False  # quorum mode: the first voter set names no directory; leaders do
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -555,7 +557,7 @@ class Run:
             self.retention_bytes = settings.retention_bytes
             config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig] = settings.replica_config
             if not self.offsets_log:
-                config = with_directories(config, self.seed)  # an empty disk: no voter
+                config = with_directories(config, naming=self.naming)  # empty disk: no voter
             self.cluster = self.new_cluster(config)
             self.faults = Faults.draw(self.rng, settings, disk=self.disk, ticks=self.ticks)
             if self.disk:
@@ -1014,6 +1016,7 @@ class Mode(NamedTuple):
     disk: bool = False
     classic: bool = False
     isr: bool = False
+    naming: bool = False
 
 
 def run_seed(seed: int, mode: Mode, trace: bool = False) -> SeedResult:
@@ -1025,6 +1028,7 @@ def run_seed(seed: int, mode: Mode, trace: bool = False) -> SeedResult:
         print if trace else None,
         mode.classic,
         isr=mode.isr,
+        naming=mode.naming,
     )
     return run.run()
 
@@ -1036,6 +1040,7 @@ def reproduce_command(seed: int, mode: Mode) -> str:
         + (" --disk" if mode.disk else "")
         + (" --faults classic" if mode.classic else "")
         + (" --mode isr" if mode.isr else "")
+        + (" --naming" if mode.naming else "")
     )
 
 
@@ -1066,6 +1071,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="how the partition commits: a majority quorum, or Kafka's ISR with a controller",
     )
     parser.add_argument(
+        "--naming",
+        action="store_true",
+        help="quorum mode: the first voter set names no directory and leaders name them "
+        "(as a broker's metadata log does); else it names every directory from the start",
+    )
+    parser.add_argument(
         "--trace", action="store_true", help="print every event of the seed (with --seeds 1)"
     )
     args = parser.parse_args(argv)
@@ -1073,6 +1084,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--seeds, --ticks and --jobs must be positive")
     if args.mode == "isr" and args.faults == "classic":
         parser.error("--faults classic replays quorum-mode seeds: not with --mode isr")
+    if args.naming and (args.mode == "isr" or args.faults == "classic"):
+        parser.error("--naming is of quorum mode's full fault model")
     if args.trace and args.seeds != 1:
         parser.error("--trace prints the events of one seed: use it with --seeds 1")
     return args
@@ -1102,7 +1115,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     violations = 0
     stops: Counter[str] = Counter()
-    mode = Mode(args.replicas, args.ticks, args.disk, args.faults == "classic", args.mode == "isr")
+    mode = Mode(
+        args.replicas,
+        args.ticks,
+        args.disk,
+        args.faults == "classic",
+        args.mode == "isr",
+        args.naming,
+    )
     modes, traces = [mode] * len(seeds), [args.trace] * len(seeds)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         parallel = args.jobs > 1 and not args.trace

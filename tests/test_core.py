@@ -62,13 +62,6 @@ def test_config_refuses_what_does_not_fit(kwargs: dict[str, object], message: st
         ReplicaConfig(ONE, **kwargs)  # type: ignore[arg-type]
 
 
-def test_quorum_size_is_a_majority_raised_to_min_insync() -> None:
-    members = tuple(NodeId(i) for i in range(1, 6))
-    assert ReplicaConfig(ONE, members).quorum_size == 3
-    assert ReplicaConfig(ONE, members, min_insync_replicas=4).quorum_size == 4
-    assert ReplicaConfig(ONE, members, min_insync_replicas=2).quorum_size == 3
-
-
 def test_min_insync_changes_at_run_time_and_bad_values_are_refused() -> None:
     replica, storage = lone_leader()
     assert replica.set_min_insync_replicas(2) is not None  # one replica: at most 1

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from tidelog.core.membership import ReplicaKey, VoterSet
-from tidelog.core.quorum import majority, quorum_size
 from tidelog.core.roles import Replication
 from tidelog.errors import ConfigError, check_range
 from tidelog.types import NO_DIRECTORY, DirectoryId, NodeId
@@ -36,7 +35,7 @@ class ReplicaConfig:
     replicas: tuple[NodeId, ...]
     election_ticks: int = 10
     heartbeat_ticks: int = 2
-    min_insync_replicas: int | None = None  # None: a majority of the replicas
+    min_insync_replicas: int | None = None  # None: a majority of the voters
     inflight_appends_max: int = 8
     append_bytes_max: int = 1 << 20
     produce_timeout_ticks: int = 60
@@ -103,16 +102,3 @@ class ReplicaConfig:
         """How long a majority's answer keeps a leader's reads safe: an election timeout
         less a margin for the nodes' clocks ticking apart, in the clock's units."""
         return (self.election_ticks - LEASE_MARGIN_TICKS) * self.tick_ms
-
-    @property
-    def majority(self) -> int:
-        return majority(len(self.replicas))
-
-    @property
-    def min_insync(self) -> int:
-        return self.min_insync_replicas or self.majority
-
-    @property
-    def quorum_size(self) -> int:
-        """How many durable copies commit an offset: a majority, at least min.insync."""
-        return quorum_size(len(self.replicas), self.min_insync)

@@ -222,7 +222,7 @@ class QuorumMode:
         return min(quorum_size(voters, self.r.config.min_insync_replicas), voters)
 
     def on_config_changed(self) -> None:
-        """The quorum follows `config.quorum_size`: nothing to redo."""
+        """The quorum follows `config.min_insync_replicas` (`_quorum_size`): nothing to redo."""
 
     # ================================================================== the follower ====
     def serving_error(self) -> TidelogError | None:

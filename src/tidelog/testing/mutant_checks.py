@@ -33,7 +33,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import NamedTuple
 
 import tidelog
@@ -60,15 +60,14 @@ ISR_SIM_TICKS = 300
 # The group simulator's modes (group_sim.py): coordinators over the replicated log.
 GROUP_MODES = {"groups-3": (3, False)}
 # ISR mode's abstract model (isr_model.py: core/isr.py under its random walk). Its walks
-# take milliseconds, so one "seed" of this mode is a batch of ISR_WALKS_PER_SEED walks.
+# take milliseconds, so one "seed" of this mode is a batch of WALKS_PER_SEED walks.
 ISR_MODE = "isr"
 ISR_STEPS = 300
-ISR_WALKS_PER_SEED = 100
+WALKS_PER_SEED = 100  # the walks of one seed of a model's mode (they take milliseconds)
 # The membership model (membership_model.py: core/membership.py's rules on an abstract Raft
 # log whose voters change), walked as ISR mode's is: a seed is a batch of walks.
 MEMBERSHIP_MODE = "membership"
 MEMBERSHIP_STEPS = 300
-MEMBERSHIP_WALKS_PER_SEED = 100
 
 
 class CheckTimedOut(BaseException):
@@ -100,24 +99,9 @@ class SeedCheck:
     def run(self) -> str | None:
         """The first violation of this seed, or None."""
         if self.mode == ISR_MODE:
-            first = (self.seed - 1) * ISR_WALKS_PER_SEED
-            for walk in range(first, first + ISR_WALKS_PER_SEED):
-                try:
-                    isr_model.random_walk(walk, ISR_STEPS)
-                except isr_model.Violation as broken:
-                    return f"{broken}  (reproduce: isr_model.random_walk({walk}, {ISR_STEPS}))"
-            return None
+            return walks_violation(self.seed, isr_model, ISR_STEPS)
         if self.mode == MEMBERSHIP_MODE:
-            first = (self.seed - 1) * MEMBERSHIP_WALKS_PER_SEED
-            for walk in range(first, first + MEMBERSHIP_WALKS_PER_SEED):
-                try:
-                    membership_model.random_walk(walk, MEMBERSHIP_STEPS)
-                except membership_model.Violation as broken:
-                    return (
-                        f"{broken}  (reproduce: membership_model.random_walk({walk}, "
-                        f"{MEMBERSHIP_STEPS}))"
-                    )
-            return None
+            return walks_violation(self.seed, membership_model, MEMBERSHIP_STEPS)
         if self.mode in ISR_SIM_MODES:
             replicas, disk = ISR_SIM_MODES[self.mode]
             return sim_violation(self.seed, sim.Mode(replicas, ISR_SIM_TICKS, disk, isr=True))
@@ -130,6 +114,19 @@ class SeedCheck:
             return f"{violations[0]}  (reproduce: {command})"
         replicas, disk = MODES[self.mode]
         return sim_violation(self.seed, sim.Mode(replicas, SIM_TICKS, disk))
+
+
+def walks_violation(seed: int, model: ModuleType, steps: int) -> str | None:
+    """The first `Violation` among a model's walks of batch `seed` (WALKS_PER_SEED walks of
+    `model.random_walk`), with the call that replays it."""
+    name = model.__name__.rsplit(".", 1)[-1]
+    first = (seed - 1) * WALKS_PER_SEED
+    for walk in range(first, first + WALKS_PER_SEED):
+        try:
+            model.random_walk(walk, steps)
+        except model.Violation as broken:
+            return f"{broken}  (reproduce: {name}.random_walk({walk}, {steps}))"
+    return None
 
 
 def sim_violation(seed: int, mode: sim.Mode) -> str | None:

@@ -16,7 +16,7 @@ from tidelog.protocol.peer import PartitionKey
 from tidelog.server.isr_control import IsrControl
 from tidelog.server.metadata import MetadataImage, encode_command
 from tidelog.server.partition_inputs import Input, TakeRecord, take_record
-from tidelog.types import NodeId
+from tidelog.types import DirectoryId, NodeId
 
 KEY = PartitionKey("t", 0)
 NODES = (NodeId(1), NodeId(2), NodeId(3))
@@ -55,6 +55,7 @@ class Broker:
 
     def __init__(self, node: NodeId) -> None:
         self.node_id = node
+        self.directory_id = DirectoryId(100 + node)
         self.image = MetadataImage()
         self.runners = {KEY: Runner(node)}
         self.commands: list[dict[str, Any]] = []
@@ -111,6 +112,7 @@ def test_no_replica_takes_a_record_before_its_node_registered() -> None:
             "node": 2,
             "clean": False,
             "incarnation": control.incarnation,
+            "directory": 102,  # its data directory's id (KIP-858)
         }
         broker.answer.set()
         await settle()

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from tidelog.records import HEADER_SIZE, iter_batches
 from tidelog.spark.replicas import ReplicaRead, ReplicaReadError, fetch_once
 from tidelog.spark.wire import BrokerConnection
-from tidelog.testing.live import LiveCluster, create_topic, poll, tidelog
+from tidelog.testing.live import LiveCluster, create_topic, eventually, poll, tidelog
 
 pytestmark = pytest.mark.slow
 
@@ -306,6 +306,8 @@ def test_a_node_whose_whole_data_directory_was_lost_rejoins(cluster: LiveCluster
     the metadata log, hosts every partition again and catches up each one from its
     leader (scenario 26 for each): the copies end identical, no acknowledged record is
     lost, and a topic created after it came back has a replica on it in sync."""
+    before = statuses(cluster)
+    assert before is not None
     _, follower = lose_a_followers_copy(cluster, "wiped", wipe, max)
     later = "after-the-wipe"
     create_topic(cluster.bootstrap, later, partitions=3)
@@ -314,3 +316,24 @@ def test_a_node_whose_whole_data_directory_was_lost_rejoins(cluster: LiveCluster
     assert sorted(p.name for p in data_dir.iterdir() if p.name.startswith(later)) == [
         f"{later}-{partition}" for partition in range(3)
     ]
+    # KIP-858: the new disk is a new directory, and the copies on it new voters. Every
+    # partition's leaders replaced the old copy's key by the new one's in their voter sets.
+    old_id = before[follower]["directory_id"]
+    new_id = poll(lambda: (statuses(cluster) or {}).get(follower), "the node's status")[
+        "directory_id"
+    ]
+    assert new_id not in (old_id, 0)
+
+    def replaced() -> bool:
+        found = statuses(cluster)
+        if found is None:
+            return False
+        entries = [e for status in found.values() for e in status["partitions"]]
+        ours = [e for e in entries if e["topic"] in ("wiped", later)]
+        return len(ours) == 3 * (1 + 3) and all(
+            sorted(e["voters"])
+            == sorted([node, found[node]["directory_id"]] for node in cluster.nodes)
+            for e in ours
+        )
+
+    eventually(replaced, "every voter set names the new directory")

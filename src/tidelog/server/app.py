@@ -19,6 +19,7 @@ import logging
 import signal
 
 from tidelog.address import format_address
+from tidelog.errors import StorageError
 from tidelog.server.admin import serve_admin
 from tidelog.server.broker import Broker
 from tidelog.server.config import BrokerConfig
@@ -141,5 +142,8 @@ def run(config: BrokerConfig) -> int:
             "cannot start: %s; free space (or fix the disk) and start again",
             describe_disk_error(error),
         )
+        return EXIT_DISK
+    except StorageError as error:  # a checkpoint of the data directory that cannot be read
+        log.critical("cannot start: %s", error)
         return EXIT_DISK
     return code

@@ -55,6 +55,7 @@ from tidelog.protocol.peer import (
 from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
+from tidelog.server.data_dir import node_directory_id
 from tidelog.server.disk_health import DiskHealth, Syncs, is_disk_error
 from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.isr_control import IsrControl, clean_start
@@ -79,7 +80,7 @@ from tidelog.server.tls import peer_contexts
 from tidelog.server.topic_config import TopicConfig
 from tidelog.server.truth import ClusterTruth
 from tidelog.server.view import client_listener
-from tidelog.types import Epoch, NodeId
+from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId
 from tidelog.wal import WalConfig
 from tidelog.wal.batches import producer_batch
 
@@ -181,6 +182,7 @@ class Broker:
         self.unopened: dict[PartitionKey, TopicInfo] = {}
         # New partitions this node prefers, and the ticks left to campaign for them.
         self.campaigning: dict[PartitionKey, int] = {}
+        self.directory_id = node_directory_id(config.data_dir)
         self.isr = IsrControl(self, clean=clean_start(config.data_dir))
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
         self.truth = ClusterTruth(self)
@@ -194,7 +196,13 @@ class Broker:
         key: PartitionKey,
         replicas: tuple[NodeId, ...],
         config: TopicConfig,
+        directories: tuple[DirectoryId, ...] = (),
     ) -> PartitionRunner:
+        """A partition's runner on its log here. `directories`: its replicas' copies when it
+        was made (KIP-858; server/data_dir.py), for a data partition in quorum mode."""
+        metadata = key == self.metadata_key
+        if config.isr_mode or not any(directories):
+            directories = ()  # ISR mode: a restart on an empty disk is the controller's
         replica_config = ReplicaConfig(
             self.node_id,
             replicas,
@@ -204,13 +212,18 @@ class Broker:
             tick_ms=self.config.tick_ms,
             replication=Replication.ISR if config.isr_mode else Replication.QUORUM,
             replica_lag_time_max_ms=max(1, self.config.replica_lag_time_max_ms),
-            # The metadata log's leader names its voters' directories (KIP-853): a node
-            # back on an empty disk is no voter of it until it is added again.
-            name_directories=key == self.metadata_key,
+            directories=directories,
+            # The leader names the voters' directories not known at birth (KIP-853), the
+            # metadata log's all: a node back on an empty disk is no voter of it until
+            # it is added again.
+            name_directories=metadata or NO_DIRECTORY in directories,
         )
-
         storage, start_replica = open_on_disk(
-            str(self.partition_dir(key)), self.wal_config(config), replica_config, self.rng
+            str(self.partition_dir(key)),
+            self.wal_config(config),
+            replica_config,
+            self.rng,
+            directory_id=None if metadata else self.directory_id,
         )
         on_round: OnRound | None = self.apply_metadata if key == self.metadata_key else None
         coordinator = None
@@ -302,8 +315,9 @@ class Broker:
             key = PartitionKey(topic.name, partition)
             if self.node_id not in replicas or key in self.runners:
                 continue
+            directories = topic.directories[partition] if topic.directories else ()
             try:
-                runner = self.open_partition(key, replicas, topic.config)
+                runner = self.open_partition(key, replicas, topic.config, directories)
             except OSError as error:
                 if not is_disk_error(error):
                     raise

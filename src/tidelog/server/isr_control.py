@@ -162,6 +162,7 @@ class IsrControl:
                 "node": int(self.broker.node_id),
                 "clean": self.clean,
                 "incarnation": self.incarnation,
+                "directory": int(self.broker.directory_id),
             }
             self.commit("register", command, self._on_registered)
         self.refresh()

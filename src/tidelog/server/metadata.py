@@ -13,7 +13,9 @@ Rules of this file:
   with its offset and changes nothing, the same outcome on every node. Applying never
   raises: what a node receives can never stop it.
 - Replicas are placed round-robin, starting at a different node for each partition, so
-  leaders spread over the nodes.
+  leaders spread over the nodes. A partition made names each replica's data directory as
+  its node last registered it (`register_broker`'s `directory`, KIP-858): the copies of its
+  first voter set (server/data_dir.py).
 - Cluster truth lives here too, so every node answers the same: each partition's leader,
   epoch and in-sync replicas as its leader reported them (`partition_state`, Kafka's
   AlterPartition; a state of an older epoch than the one held changes nothing), and the
@@ -54,7 +56,7 @@ from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, S
 from tidelog.server.acl import Acl, acl_of
 from tidelog.server.logs import partition_fields
 from tidelog.server.topic_config import TopicConfig
-from tidelog.types import Epoch, NodeId
+from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId
 
 METADATA_TOPIC = "__cluster_metadata"
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -87,6 +89,9 @@ class TopicInfo:
     topic_id: uuid.UUID  # Kafka's topic id (KIP-516): `topic_id_of`
     configs: dict[str, str] = field(default_factory=dict)  # as given
     config: TopicConfig = field(default_factory=TopicConfig)  # as parsed
+    # Per partition, in the order of `replicas`, the data directory each replica's node had
+    # registered when the partition was made (KIP-858; NO_DIRECTORY: none registered yet).
+    directories: tuple[tuple[DirectoryId, ...], ...] = ()
 
     @property
     def partitions(self) -> int:
@@ -193,8 +198,10 @@ class MetadataImage:
         self.acls: set[Acl] = set()  # create_acls, delete_acls
         self.partitions: dict[tuple[str, int], PartitionState] = {}  # partition_state
         self.fenced: set[int] = set()  # fence_broker, unfence_broker
-        # register_broker: each node's incarnation last registered (None: not said).
+        # register_broker: each node's incarnation last registered (None: not said), and
+        # its data directory's id (server/data_dir.py; absent: not said).
         self.incarnations: dict[int, str | None] = {}
+        self.directories: dict[int, DirectoryId] = {}
         # ISR mode: each partition's record, and the last answer to a leader's proposal.
         self.records: dict[tuple[str, int], PartitionRecord] = {}
         self.answers: dict[tuple[str, int], tuple[IsrProposal, AlterResult]] = {}
@@ -281,7 +288,14 @@ class MetadataImage:
         if name not in INTERNAL_TOPICS:
             validate_topic_name(name, set(self.topics))
         config = TopicConfig.parse(configs, replication_factor=len(replicas[0]))
-        info = TopicInfo(name, replicas, topic_id_of(offset, name), dict(configs), config)
+        info = TopicInfo(
+            name,
+            replicas,
+            topic_id_of(offset, name),
+            dict(configs),
+            config,
+            self._directories_of(replicas),
+        )
         self.topics[name] = info
         return Change(created=(info,), records=self._new_records(info, 0))
 
@@ -331,7 +345,13 @@ class MetadataImage:
             raise MetadataError("INVALID_REPLICA_ASSIGNMENT", "a new partition's replication")
         if info.partitions + len(added) > PARTITIONS_MAX:
             raise MetadataError("INVALID_PARTITIONS", f"more than {PARTITIONS_MAX} partitions")
-        grown = replace(info, replicas=info.replicas + added)
+        grown = replace(
+            info,
+            replicas=info.replicas + added,
+            directories=info.directories + self._directories_of(added)
+            if len(info.directories) == info.partitions
+            else (),
+        )
         self.topics[info.name] = grown
         return Change(created=(grown,), records=self._new_records(grown, info.partitions))
 
@@ -445,6 +465,14 @@ class MetadataImage:
         ]
         return Change(records=tuple(keys))
 
+    def _directories_of(
+        self, replicas: tuple[tuple[int, ...], ...]
+    ) -> tuple[tuple[DirectoryId, ...], ...]:
+        """Each replica's registered data directory, for partitions made now."""
+        return tuple(
+            tuple(self.directories.get(node, NO_DIRECTORY) for node in nodes) for nodes in replicas
+        )
+
     def _register(self, command: dict[str, Any]) -> Change:
         """A node started (rule 9, `isr.registered`). Its first registration in this log
         changes nothing (its replicas took no record before it); a later one, from a new
@@ -462,10 +490,19 @@ class MetadataImage:
             not isinstance(incarnation, str) or not 0 < len(incarnation) <= INCARNATION_MAX
         ):
             raise MetadataError("INVALID_REQUEST", "incarnation is not a short string")
+        directory = command.get("directory")
+        if directory is not None and (
+            not isinstance(directory, int)
+            or isinstance(directory, bool)
+            or not NO_DIRECTORY < directory < 1 << 63
+        ):
+            raise MetadataError("INVALID_REQUEST", f"directory {directory!r} is no directory id")
         first = node not in self.incarnations
         if not first and incarnation is not None and self.incarnations[node] == incarnation:
             return Change()  # this incarnation registered already
         self.incarnations[node] = incarnation
+        if directory is not None:
+            self.directories[node] = DirectoryId(directory)
         return self._change_records(
             node, lambda r, m: isr.registered(r, node, first=first, clean=clean, min_insync=m)
         )

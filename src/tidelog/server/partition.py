@@ -90,7 +90,7 @@ from tidelog.server.partition_inputs import (
     transfer,
 )
 from tidelog.server.round_lines import name_lost_copies, name_what_is_given_up
-from tidelog.types import Epoch, Offset
+from tidelog.types import DirectoryId, Epoch, Offset
 from tidelog.wal import DiskStorage, WalConfig
 
 log = logging.getLogger(__name__)
@@ -134,11 +134,22 @@ def nothing() -> None:
 
 
 def open_on_disk(
-    directory: str, wal_config: WalConfig, replica_config: ReplicaConfig, rng: Rng
+    directory: str,
+    wal_config: WalConfig,
+    replica_config: ReplicaConfig,
+    rng: Rng,
+    *,
+    directory_id: DirectoryId | None = None,
 ) -> tuple[DiskStorage, OpenReplica]:
     """A partition's disk log in `directory`, recovered, and how its replica starts on it
-    (now, and again after a repair or a disk outage): what a `PartitionRunner` is built on."""
-    storage = DiskStorage(directory, clock=wall_ms, config=wal_config)
+    (now, and again after a repair or a disk outage): what a `PartitionRunner` is built on.
+    A new directory takes the id `directory_id` (None: a random one)."""
+    storage = DiskStorage(
+        directory,
+        clock=wall_ms,
+        config=wal_config,
+        new_directory_id=None if directory_id is None else lambda: directory_id,
+    )
 
     def start_replica(storage: DiskStorage) -> Replica:
         return open_replica(replica_config, storage, rng)

@@ -68,6 +68,10 @@ def status(broker: BrokerView) -> dict[str, Any]:
                 "log_start_offset": int(state.log_start_offset),
                 "log_end_offset": int(state.log_end_offset),
                 "isr": in_sync_of(state, replicas),
+                # This copy's directory id and the voter set its log holds (KIP-853), as
+                # [node, directory] pairs (directory 0: not known).
+                "directory": int(state.directory_id),
+                "voters": sorted([int(k.node), int(k.directory)] for k in state.voters),
                 # As the metadata log holds it (the leader's report): what Metadata answers.
                 "reported_isr": reported_isr,
                 "replication": "quorum" if record is None else "isr",
@@ -79,13 +83,19 @@ def status(broker: BrokerView) -> dict[str, Any]:
             }
         )
     controller = broker.controller_id()
-    # Ready: a metadata leader exists and this node can tell clients the address of every
+    # Ready: a metadata leader exists, this node's registration is applied (partitions made
+    # from now on name its data directory), and it can tell clients the address of every
     # broker that is not fenced (one that is down stays fenced until it is back).
-    ready = controller >= 0 and all(
-        node in broker.kafka_ports or node in broker.image.fenced for node in broker.all_nodes
+    ready = (
+        controller >= 0
+        and broker.image.directories.get(broker.node_id) == broker.directory_id
+        and all(
+            node in broker.kafka_ports or node in broker.image.fenced for node in broker.all_nodes
+        )
     )
     return {
         "node_id": int(broker.node_id),
+        "directory_id": int(broker.directory_id),  # the data directory's (KIP-858)
         "ready": ready,
         "metadata_leader": controller if controller >= 0 else None,
         "fenced": sorted(broker.image.fenced),

@@ -23,7 +23,7 @@ from tidelog.server.metadata import MetadataImage
 from tidelog.server.metrics import NodeMetrics
 from tidelog.server.partition import PartitionRunner
 from tidelog.server.quorum import QuorumReport
-from tidelog.types import NodeId
+from tidelog.types import DirectoryId, NodeId
 
 client_listener: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "client_listener", default=None
@@ -38,6 +38,7 @@ class BrokerView(Protocol):
 
     config: BrokerConfig
     node_id: NodeId
+    directory_id: DirectoryId  # the data directory's (server/data_dir.py)
     all_nodes: tuple[NodeId, ...]
     image: MetadataImage  # the topics as the applied metadata log says
     authorizer: Authorizer  # with the ACLs of `image`

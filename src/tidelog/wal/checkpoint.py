@@ -26,6 +26,7 @@ Rules of this file:
 from __future__ import annotations
 
 import posixpath
+import secrets
 
 from tidelog.core.epochs import EpochEntry
 from tidelog.core.membership import (
@@ -112,6 +113,11 @@ def read_epochs(fs: FileSystem, directory: str) -> list[EpochEntry]:
 
 def epoch_rows(epochs: list[EpochEntry]) -> list[list[int]]:
     return [[entry.epoch, entry.start_offset] for entry in epochs]
+
+
+def random_directory_id() -> DirectoryId:
+    """A new directory's id: 63 random bits, never 0 (NO_DIRECTORY)."""
+    return DirectoryId(secrets.randbelow((1 << 63) - 1) + 1)
 
 
 def read_directory_id(fs: FileSystem, directory: str) -> DirectoryId | None:

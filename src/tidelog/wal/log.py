@@ -60,7 +60,6 @@ Rules of this file:
 from __future__ import annotations
 
 import contextlib
-import secrets
 from collections.abc import Callable
 
 from tidelog.core.membership import VoterSet
@@ -87,11 +86,6 @@ __all__ = ["DiskStorage", "RepairNeeded", "WalConfig"]
 Clock = Callable[[], int]
 
 
-def random_directory_id() -> DirectoryId:
-    """A new directory's id: 63 random bits, never 0 (NO_DIRECTORY)."""
-    return DirectoryId(secrets.randbelow((1 << 63) - 1) + 1)
-
-
 class DiskStorage:
     """A LogStorage in a directory of segment files. Opening it recovers the directory."""
 
@@ -107,7 +101,7 @@ class DiskStorage:
         self.directory = directory
         self._clock = clock
         # Made with the directory (KIP-853): `new_directory_id` draws it (random by default).
-        self._new_directory_id = new_directory_id or random_directory_id
+        self._new_directory_id = new_directory_id or ckpt.random_directory_id
         self.directory_id = DirectoryId(0)
         self._fs: FileSystem = fs if fs is not None else OsFileSystem()
         self._local = LocalLog(self._fs, directory, config=config or WalConfig(), clock=clock)

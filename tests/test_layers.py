@@ -248,6 +248,7 @@ REPLICA_API = {
     "campaign",  # a new partition's preferred replica starts its election at once
     "end_offset_for_epoch",
     "set_min_insync_replicas",
+    "set_members",
     # ISR mode (core/mode/isr.py): the controller's records and answers in, and
     # whether the replica is in ISR mode (`isr` is None in quorum mode).
     "isr",

@@ -54,15 +54,35 @@ class ReplicaConfig:
     # has answered it (a VOTERS batch; KIP-853's move to kraft.version 1), so that a node
     # back on an empty disk is no voter any more. Off: a set that names none stays so.
     name_directories: bool = False
+    # The partition's replica set now, when it is not `replicas` (KIP-455: a reassignment's
+    # target and the replicas it removes, and copies still leaving): the nodes a leader
+    # replicates to. Empty: `replicas`. `replicas` stays the set the partition was made
+    # with, its first voter set.
+    members: tuple[NodeId, ...] = ()
+    # Quorum mode: the nodes the voter set is to hold, among `members`. Empty: all of them.
+    # The leader adds a caught-up copy of each, one change at a time, and once all are
+    # voters removes the voters not among them (mode/quorum.py, `_next_voters`).
+    target: tuple[NodeId, ...] = ()
 
     def __post_init__(self) -> None:
         """ConfigError naming the first setting that does not fit (tidelog.errors)."""
-        if self.node_id not in self.replicas:
+        for name, nodes in (
+            ("replicas", self.replicas),
+            ("members", self.members),
+            ("target", self.target),
+        ):
+            if len(set(nodes)) != len(nodes):
+                raise ConfigError(f"ReplicaConfig.{name}: {nodes} name a node twice")
+        if not self.replicas:
+            raise ConfigError("ReplicaConfig.replicas: none")
+        if self.node_id not in self.assigned:
             raise ConfigError(
-                f"ReplicaConfig.node_id: {self.node_id} is not among the replicas {self.replicas}"
+                f"ReplicaConfig.node_id: {self.node_id} is not among the replicas {self.assigned}"
             )
-        if len(set(self.replicas)) != len(self.replicas):
-            raise ConfigError(f"ReplicaConfig.replicas: {self.replicas} name a node twice")
+        if not set(self.target) <= set(self.assigned):
+            raise ConfigError(
+                f"ReplicaConfig.target: {self.target} is not among the members {self.assigned}"
+            )
         check_range("ReplicaConfig.heartbeat_ticks", self.heartbeat_ticks, 1)
         if self.election_ticks - LEASE_MARGIN_TICKS <= self.heartbeat_ticks:
             raise ConfigError(
@@ -75,7 +95,7 @@ class ReplicaConfig:
                 "ReplicaConfig.min_insync_replicas (min.insync.replicas)",
                 self.min_insync_replicas,
                 1,
-                len(self.replicas),
+                len(self.assigned),
             )
         check_range("ReplicaConfig.inflight_appends_max", self.inflight_appends_max, 1)
         check_range("ReplicaConfig.append_bytes_max", self.append_bytes_max, 1)
@@ -87,6 +107,16 @@ class ReplicaConfig:
                 f"ReplicaConfig.directories: {len(self.directories)} directories for "
                 f"{len(self.replicas)} replicas"
             )
+
+    @property
+    def assigned(self) -> tuple[NodeId, ...]:
+        """The partition's replica set now: `members`, or `replicas` when none are given."""
+        return self.members or self.replicas
+
+    @property
+    def voter_target(self) -> tuple[NodeId, ...]:
+        """The nodes the voter set is to hold: `target`, or every member."""
+        return self.target or self.assigned
 
     @property
     def first_voters(self) -> VoterSet:

@@ -167,6 +167,7 @@ class ReplicaStatus:
     # This copy's directory id, and the voter set the log holds (rule 11: KIP-853).
     directory_id: DirectoryId = NO_DIRECTORY
     voters: tuple[ReplicaKey, ...] = ()
+    voters_committed: bool = True  # whether the HWM passed the batch that made `voters`
     # A leader's view of each follower (DescribeQuorum's ReplicaState); () on a follower.
     followers: tuple[FollowerStatus, ...] = ()
 
@@ -227,6 +228,20 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             return str(error)
         if self.role is Role.LEADER and self._maybe_advance_hwm():
             self._complete_produces()
+        self.mode.on_config_changed()
+        return None
+
+    def set_members(self, members: tuple[NodeId, ...], target: tuple[NodeId, ...]) -> str | None:
+        """The partition's replica set changed (KIP-455, `ReplicaConfig.members` and
+        `target`): a leader replicates to the new members from now on, and in quorum mode
+        moves its voter set toward the target, one change at a time. None when taken, else
+        why not."""
+        assert not self.ready_outstanding
+        try:
+            self.config = replace(self.config, members=members, target=target)
+        except ValueError as error:
+            return str(error)
+        self.sync_progress()
         self.mode.on_config_changed()
         return None
 
@@ -342,7 +357,7 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
         leading = self.role is Role.LEADER
         return ReplicaStatus(
             node_id=self.id,
-            replicas=self.config.replicas,
+            replicas=self.config.assigned,
             role=self.role,
             epoch=self.epoch,
             leader_id=self.leader_id,
@@ -355,6 +370,7 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             repair_floor=self.repair_floor,
             directory_id=self.key.directory,
             voters=tuple(self.voters),
+            voters_committed=not self.log.voters.uncommitted(self.hwm),
             followers=self._follower_statuses() if leading else (),
         )
 

@@ -78,8 +78,9 @@ class ReplicaState:
         state = storage.load()
         self.config = config
         self.id = config.node_id
-        self.peers = tuple(node for node in config.replicas if node != config.node_id)
         self.log = ReplicaLog(storage, state, config.first_voters)
+        self._peers: tuple[NodeId, ...] = ()
+        self._peers_of: tuple[ReplicaConfig, VoterSet] | None = None
         # This copy of the log (KIP-853): it votes, campaigns and counts only while its key
         # is in the voter set its log holds (`log.voters`, core/membership.py).
         self.key = ReplicaKey(self.id, state.directory_id)
@@ -151,7 +152,7 @@ class ReplicaState:
             epoch=self.epoch,
             control_type=CONTROL_TYPE_LEADER_CHANGE,
             timestamp_ms=self.wall_clock_ms,
-            value=leader_change_message(self.id, self.config.replicas, granting),
+            value=leader_change_message(self.id, self.config.assigned, granting),
         )
         self.log.append(control, check_batch(control))
 
@@ -251,6 +252,31 @@ class ReplicaState:
 
     # ================================================================== membership =====
     @property
+    def peers(self) -> tuple[NodeId, ...]:
+        """The other nodes of the partition: its members (`config.assigned`), then the
+        voters of its log that are none (a voter leaving stays a peer until a set drops it)."""
+        config, voters = self.config, self.voters
+        held = self._peers_of
+        if held is None or held[0] is not config or held[1] is not voters:
+            members = [node for node in config.assigned if node != self.id]
+            leaving = sorted(voters.nodes - set(members) - {self.id})
+            self._peers = (*members, *leaving)
+            self._peers_of = (config, voters)
+        return self._peers
+
+    def sync_progress(self) -> None:
+        """A leader follows its peers: a new one is probed from our log end, one that left
+        is forgotten."""
+        if self.role is not Role.LEADER:
+            return
+        peers = self.peers
+        for peer in peers:
+            if peer not in self.progress:
+                self.progress[peer] = Progress(next_offset=self.log.log_end_offset)
+        for peer in [peer for peer in self.progress if peer not in peers]:
+            del self.progress[peer]
+
+    @property
     def voters(self) -> VoterSet:
         """The voter set in effect: the last one our log holds (membership rule 4)."""
         return self.log.voters.current
@@ -274,6 +300,7 @@ class ReplicaState:
             timestamp_ms=self.wall_clock_ms,
         )
         self.log.append(control, check_batch(control))
+        self.sync_progress()
 
     def counted_progress(self) -> list[Progress]:
         """The leader's progress of the followers whose copies vote."""

@@ -74,6 +74,7 @@ from tidelog.server.partition_inputs import (
     Input,
     Propose,
     Retain,
+    SetMembers,
     SetMinInsync,
     Step,
     TakeAnswer,
@@ -83,6 +84,7 @@ from tidelog.server.partition_inputs import (
     campaign_if_leaderless,
     delete_records,
     isr_of,
+    set_members,
     set_min_insync,
     step_message,
     take_answer,
@@ -144,12 +146,8 @@ def open_on_disk(
     """A partition's disk log in `directory`, recovered, and how its replica starts on it
     (now, and again after a repair or a disk outage): what a `PartitionRunner` is built on.
     A new directory takes the id `directory_id` (None: a random one)."""
-    storage = DiskStorage(
-        directory,
-        clock=wall_ms,
-        config=wal_config,
-        new_directory_id=None if directory_id is None else lambda: directory_id,
-    )
+    given = None if directory_id is None else lambda: directory_id
+    storage = DiskStorage(directory, clock=wall_ms, config=wal_config, new_directory_id=given)
 
     def start_replica(storage: DiskStorage) -> Replica:
         return open_replica(replica_config, storage, rng)
@@ -248,6 +246,8 @@ class PartitionRunner:
                     self.metrics.transferred()
             case SetMinInsync():
                 set_min_insync(replica, command.value)
+            case SetMembers():
+                set_members(self.key, replica, command)
             case TakeRecord():
                 declined = take_record(self.key, replica, command)
                 if declined is not None and self.on_declined is not None:

@@ -80,6 +80,16 @@ class SetMinInsync:
 
 
 @dataclass(frozen=True, slots=True)
+class SetMembers:
+    """The partition's replica set changed (KIP-455, core/config.py's `members` and
+    `target`): the leader replicates to `members` and, in quorum mode, moves the voter set
+    to `target`."""
+
+    members: tuple[NodeId, ...]
+    target: tuple[NodeId, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TakeRecord:
     """ISR mode: take the controller's record of this partition, read from `records` (the
     metadata image's) when the replica takes it (server/isr_control.py)."""
@@ -118,6 +128,7 @@ Input = (
     | Campaign
     | Transfer
     | SetMinInsync
+    | SetMembers
     | TakeRecord
     | TakeAnswer
     | Retain
@@ -177,6 +188,12 @@ def set_min_insync(replica: Replica, value: int | None) -> None:
     refusal = replica.set_min_insync_replicas(value)
     if refusal is not None:  # validated when committed: a bug if it ever shows
         log.error("min.insync.replicas %s not taken: %s", value, refusal)
+
+
+def set_members(key: PartitionKey, replica: Replica, asked: SetMembers) -> None:
+    refusal = replica.set_members(asked.members, asked.target)
+    if refusal is not None:  # the metadata image's replicas always hold this node
+        log.error("%s-%d: members %s not taken: %s", key.topic, key.partition, asked, refusal)
 
 
 def take_record(key: PartitionKey, replica: Replica, asked: TakeRecord) -> PartitionRecord | None:

@@ -202,10 +202,10 @@ class IsrMode:
     def _record_refusal(self, record: PartitionRecord) -> str | None:
         """Why a committed record cannot be right here, or None (rule 7 of this file)."""
         config = self.r.config
-        if set(record.replicas) != set(config.replicas) or len(record.replicas) != len(
-            config.replicas
+        if set(record.replicas) != set(config.assigned) or len(record.replicas) != len(
+            config.assigned
         ):
-            return f"a record naming replicas {record.replicas}, not {config.replicas}"
+            return f"a record naming replicas {record.replicas}, not {config.assigned}"
         if record.leader != NO_LEADER and record.leader not in record.replicas:
             return f"a record naming leader {record.leader}, no replica"
         if not set(record.isr) | set(record.elr) <= set(record.replicas):

@@ -28,7 +28,10 @@ Rules of this file:
   at a time, each only after the last one and a record of its own epoch are committed
   (membership rule 3): it removes a voter whose node answers from another copy (an empty
   disk), and adds the copy of a replica that is no voter once that copy holds everything
-  committed (a learner promoted). It never removes itself. A voter known by node alone
+  committed (a learner promoted), if it is one of `config.target` (KIP-455's target
+  replicas; every member when none is given). Once every target node votes, it removes the
+  voters that are none, one at a time; itself never: it hands leadership to the target
+  voter furthest along, whose epoch removes it. A voter known by node alone
   (no directory named) is never replaced: any copy of its node is it; with
   `name_directories` the leader first names the directories of the copies that answered
   it, in one change (membership rule 3's `names_directories`).
@@ -434,9 +437,11 @@ class QuorumMode:
             copy = copies.get(key.node)
             if copy is not None and key.directory not in (NO_DIRECTORY, copy) and key.node != r.id:
                 return current.remove(key)  # its copy is lost: it comes back as a learner
+        target = set(r.config.voter_target)
         for peer, progress in sorted(r.progress.items()):
             if (
                 peer not in current.nodes
+                and peer in target
                 and progress.directory not in (None, NO_DIRECTORY)
                 and progress.match_offset is not None
                 and progress.match_offset >= r.hwm
@@ -444,7 +449,28 @@ class QuorumMode:
             ):
                 assert progress.directory is not None
                 return current.add(ReplicaKey(peer, progress.directory))
+        if not target <= current.nodes:
+            return None  # a move adds every target copy before it removes one (KIP-455)
+        leaving = sorted((key for key in current if key.node not in target), key=_by_node)
+        for key in leaving:
+            if key.node != r.id:
+                return current.remove(key)
+        if leaving:  # only this leader leaves: it hands over first, its successor removes it
+            self._hand_over_to(target)
         return None
+
+    def _hand_over_to(self, target: set[NodeId]) -> None:
+        """Start a transfer to the voter of `target` furthest along (rule 10)."""
+        r = self.r
+        candidates = [
+            (progress.match_offset, peer)
+            for peer, progress in r.progress.items()
+            if peer in target
+            and progress.match_offset is not None
+            and r.counts(peer, progress.directory)
+        ]
+        if candidates:
+            self.transfer_leadership(max(candidates)[1])
 
     def _maybe_send_timeout_now(self) -> None:
         """The transfer's target durably holds our whole log: it may campaign (rule 10).
@@ -460,3 +486,7 @@ class QuorumMode:
             return  # an observer's copy: it may not campaign (membership rule 6)
         self.timeout_now_sent = True
         r.msgs.append(TimeoutNow(r.id, target, r.epoch))
+
+
+def _by_node(key: ReplicaKey) -> tuple[int, int]:
+    return (key.node, key.directory)

@@ -135,6 +135,8 @@ class _Term:
     epoch: Epoch
     start_tick: int
     heard_tick: dict[ReplicaKey, int]
+    # When each voter became one in this term (a voter added by a change counts from then).
+    voter_since: dict[ReplicaKey, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -168,6 +170,8 @@ class QuorumMonitor:
             return
         term = self.term(node, replica)
         voters = replica.voters  # a majority of the voter set, the leader among them
+        for key in voters:
+            term.voter_since.setdefault(key, replica.tick_count)
         peers_needed = voters.majority - 1
         ticks = [
             max(
@@ -176,7 +180,7 @@ class QuorumMonitor:
                     for copy, tick in term.heard_tick.items()
                     if voters.voter_key(copy.node, copy.directory) == key
                 ),
-                default=term.start_tick,
+                default=term.voter_since[key],
             )
             for key in voters
             if key.node != node

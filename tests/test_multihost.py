@@ -6,6 +6,7 @@ fourth host, which has no broker.
 - Every broker is named by its host's address in Metadata, DescribeCluster and
   FindCoordinator, asked of any broker: node 1 too, which listens on 0.0.0.0 (Kafka, peers,
   admin) and advertises its address (`advertised_listen`). Never 127.0.0.1 or 0.0.0.0.
+- Each node's live page reads the others' `/status` across the bridge: every node up.
 - kafka-python, acks=all and idempotent, writes numbered records; the leader of a partition
   is killed with SIGKILL (by its PID) while writes are in flight, and the writes go on
   without it. Every acknowledged record is read back exactly once from the fourth host. The
@@ -26,7 +27,15 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from tidelog.address import parse_address
-from tidelog.testing.live import ask_once, create_topic, dump_log, eventually, poll
+from tidelog.testing.live import (
+    ask_once,
+    create_topic,
+    dump_log,
+    eventually,
+    first_picture,
+    poll,
+    tidelog,
+)
 from tidelog.testing.netns import Cluster, network
 
 pytestmark = pytest.mark.timeout(120)
@@ -82,6 +91,19 @@ def test_every_broker_is_named_by_its_host_s_address(cluster: Cluster) -> None:
 
         answer = poll(coordinator, f"node {node}'s answer to FindCoordinator")
         assert (answer.host, answer.port) == expected[answer.node_id]
+
+
+def test_the_live_page_gathers_every_host(cluster: Cluster) -> None:
+    """Each node's page shows every node up: it reads the others' `/status` on their hosts
+    (node 1's admin endpoint on 0.0.0.0, the others' on their address)."""
+    for node in cluster.nodes:
+
+        def all_up(node: int = node) -> dict[str, Any] | None:
+            picture = first_picture(cluster.admin(node))
+            return picture if all(n["up"] for n in picture["nodes"]) else None
+
+        picture = poll(all_up, f"node {node}'s page with every node up")
+        assert [n["node_id"] for n in picture["nodes"]] == list(cluster.nodes)
 
 
 def produce(producer: KafkaProducer, first: int, count: int) -> list[Any]:
@@ -192,3 +214,68 @@ def test_a_killed_leader_loses_no_acknowledged_write_and_catches_up(
     # The restarted node alone bootstraps a client on another host.
     again = consume_on_client_host(cluster, cluster.kafka(killed), total, tmp_path)
     assert sorted(again) == sorted(read)
+
+
+def make_certificates(certs: Path, hosts: dict[int, str]) -> None:
+    """A CA, each node's certificate naming its host (`hosts`: node -> address) and the
+    admin token, with `tidelog certs` as docs/deploy.md makes them."""
+    made = [tidelog("certs", "ca", "--dir", str(certs), "--cluster", "multihost")]
+    for node, address in hosts.items():
+        made.append(tidelog("certs", "node", "--dir", str(certs), "--node-id", str(node),
+                            "--host", address))  # fmt: skip
+    made.append(tidelog("certs", "token", "--dir", str(certs)))
+    assert [done.returncode for done in made] == [0] * len(made), made
+
+
+def test_a_secured_cluster_across_hosts(tmp_path: Path) -> None:
+    """Certificates from `tidelog certs` naming each host's address: peer links are mutual
+    TLS, clients reach the SSL listeners checking host names, and each node's live page
+    reads the others' HTTPS admin endpoints with the token (checking their names too)."""
+    certs = tmp_path / "certs"
+    with network(BROKERS + 1) as net:
+        make_certificates(certs, {node: net.host(node).address for node in range(1, BROKERS + 1)})
+        secure = Cluster(net, tmp_path / "cluster", nodes=BROKERS, wildcard=(1,), certs=certs)
+        try:
+            secure.start_all()
+            secure.wait_ready()
+            for node in secure.nodes:
+                assert "(mutual TLS)" in secure.log_path(node).read_text()
+            ssl: dict[str, Any] = {
+                "security_protocol": "SSL",
+                "ssl_cafile": str(certs / "ca.crt"),
+                "ssl_check_hostname": True,  # the advertised address against the certificate
+            }
+            create_topic(secure.ssl_bootstrap, "secure", partitions=1, **ssl)
+            producer = KafkaProducer(
+                bootstrap_servers=secure.ssl_bootstrap.split(","),
+                acks="all",
+                enable_idempotence=True,
+                **ssl,
+            )
+            try:
+                futures = [producer.send("secure", f"s{n}".encode()) for n in range(100)]
+                producer.flush(FLUSH_S)
+                assert all(future.get(timeout=FLUSH_S).offset >= 0 for future in futures)
+            finally:
+                producer.close(timeout=10)
+            properties = tmp_path / "client-ssl.properties"
+            properties.write_text(f"security.protocol=SSL\nssl.ca.location={certs / 'ca.crt'}\n")
+            read = net.run(
+                net.host(CLIENT_HOST),
+                [
+                    sys.executable, "-m", "tidelog", "consume", "secure", "--bootstrap-server",
+                    secure.ssl_bootstrap, "--command-config", str(properties),
+                    "--from-beginning", "--max-messages", "100", "--timeout-ms", "10000",
+                ],
+                cwd=tmp_path,
+            ).splitlines()  # fmt: skip
+            assert sorted(read) == sorted(f"s{n}" for n in range(100))
+            for node in secure.nodes:
+
+                def all_up(node: int = node) -> dict[str, Any] | None:
+                    picture = first_picture(secure.admin(node), secure.access)
+                    return picture if all(n["up"] for n in picture["nodes"]) else None
+
+                poll(all_up, f"node {node}'s page with every node up, over HTTPS")
+        finally:
+            secure.close()

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from tidelog.status import read_status
+from tidelog.status import TOKEN_FILE, AdminAccess, read_status
 from tidelog.testing.live import eventually
 
 IP_TIMEOUT_S = 10.0
@@ -51,6 +51,7 @@ LOCK_FILE = Path("/run/lock/tidelog-netns.lock")
 STOP_WAIT_S = 10.0  # after SIGTERM, before SIGKILL
 PR_SET_PDEATHSIG = 1
 KAFKA_PORT = 9092
+SSL_PORT = 9093
 PEER_PORT = 9192
 ADMIN_PORT = 9292
 STATUS_TIMEOUT_S = 1.0
@@ -247,7 +248,11 @@ def network(hosts: int) -> Iterator[Network]:
 class Cluster:
     """A tidelog broker on each of the first `nodes` hosts of `net` (node n on host n; all
     of them by default), data and logs in `directory`; the hosts in `wildcard` listen on
-    0.0.0.0 and advertise their address. `settings` are more keys of every node's file."""
+    0.0.0.0 and advertise their address. `settings` are more keys of every node's file.
+
+    With `certs` (a directory as `tidelog certs` makes it: ca.crt, node-N.crt and .key,
+    admin.token), peer links are mutual TLS, each node has an SSL listener beside its
+    PLAINTEXT one, and its admin endpoint is HTTPS and wants the token."""
 
     def __init__(
         self,
@@ -257,11 +262,16 @@ class Cluster:
         nodes: int | None = None,
         wildcard: Sequence[int] = (),
         settings: dict[str, int | bool | str] | None = None,
+        certs: Path | None = None,
     ) -> None:
         self.net = net
         self.directory = directory
         self.wildcard = frozenset(wildcard)
         self.settings = settings or {}
+        self.certs = certs
+        self.access = AdminAccess()
+        if certs is not None:
+            self.access = AdminAccess(certs / "ca.crt", (certs / TOKEN_FILE).read_text().strip())
         self.nodes = tuple(range(1, (len(net.hosts) if nodes is None else nodes) + 1))
         assert set(self.nodes) <= {host.index for host in net.hosts}
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
@@ -273,6 +283,10 @@ class Cluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(self.kafka(node) for node in self.nodes)
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        return ",".join(f"{self.net.host(node).address}:{SSL_PORT}" for node in self.nodes)
 
     def kafka(self, node: int) -> str:
         return f"{self.net.host(node).address}:{KAFKA_PORT}"
@@ -286,6 +300,13 @@ class Cluster:
     def log_path(self, node: int) -> Path:
         return self.directory / f"node-{node}.log"
 
+    def listeners(self, host: str) -> str:
+        """Kafka listeners on `host`, as `listen` takes them: PLAINTEXT, and SSL with certs."""
+        listeners = [f"PLAINTEXT://{host}:{KAFKA_PORT}"]
+        if self.certs is not None:
+            listeners.append(f"SSL://{host}:{SSL_PORT}")
+        return ",".join(listeners)
+
     def config_text(self, node: int) -> str:
         """Node `node`'s TOML file, as an operator would write it for that host."""
         address = self.net.host(node).address
@@ -293,12 +314,19 @@ class Cluster:
         lines = [
             f"node_id = {node}",
             f'data_dir = "{self.directory / f"node-{node}"}"',
-            f'listen = "PLAINTEXT://{bind}:{KAFKA_PORT}"',
+            f'listen = "{self.listeners(bind)}"',
             f'peer_listen = "{bind}:{PEER_PORT}"',
             f'admin_listen = "{bind}:{ADMIN_PORT}"',
         ]
         if node in self.wildcard:
-            lines.append(f'advertised_listen = "PLAINTEXT://{address}:{KAFKA_PORT}"')
+            lines.append(f'advertised_listen = "{self.listeners(address)}"')
+        if self.certs is not None:
+            lines += [
+                f'ssl_ca = "{self.certs / "ca.crt"}"',
+                f'ssl_cert = "{self.certs / f"node-{node}.crt"}"',
+                f'ssl_key = "{self.certs / f"node-{node}.key"}"',
+                f'admin_token_file = "{self.certs / TOKEN_FILE}"',
+            ]
         for key, value in self.settings.items():
             text = str(value).lower() if isinstance(value, bool) else value
             lines.append(f'{key} = "{text}"' if isinstance(value, str) else f"{key} = {text}")
@@ -328,7 +356,7 @@ class Cluster:
 
     def status(self, node: int) -> dict[str, Any] | None:
         """Node `node`'s `GET /status`, read from this namespace across the bridge."""
-        return read_status(self.admin(node), timeout_s=STATUS_TIMEOUT_S)
+        return read_status(self.admin(node), timeout_s=STATUS_TIMEOUT_S, access=self.access)
 
     def replica(self, node: int, topic: str, partition: int) -> dict[str, Any] | None:
         """Node `node`'s replica of the partition as its `/status` shows it (None: no answer,

@@ -96,10 +96,13 @@ def subnets_in_use() -> set[int]:
     }
 
 
+# Looked up here, not in the child: between fork and exec the child only calls it.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
 def kill_with_parent() -> None:
     """In the child, before exec: the kernel sends SIGKILL when its parent dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,6 +207,8 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
         if wall_clock_ms is not None:
             self.wall_clock_ms = wall_clock_ms
         self.tick_count += 1
+        if self.role is Role.LEADER:
+            self.refill_throttle()
         self.mode.tick(now_ms)
 
     def campaign(self) -> None:
@@ -243,6 +245,17 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             return str(error)
         self.sync_progress()
         self.mode.on_config_changed()
+        return None
+
+    def set_throttle(self, bytes_per_s: int | None) -> str | None:
+        """The replication throttle changed (Kafka's leader.replication.throttled.rate):
+        the copies that do not vote get at most this many bytes a second from now on
+        (None: no throttle). None when taken, else why not."""
+        assert not self.ready_outstanding
+        try:
+            self.config = replace(self.config, throttle_bytes_per_s=bytes_per_s)
+        except ValueError as error:
+            return str(error)
         return None
 
     def transfer_leadership(self, target: NodeId) -> str | None:

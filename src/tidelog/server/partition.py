@@ -76,6 +76,7 @@ from tidelog.server.partition_inputs import (
     Retain,
     SetMembers,
     SetMinInsync,
+    SetThrottle,
     Step,
     TakeAnswer,
     TakeRecord,
@@ -84,8 +85,7 @@ from tidelog.server.partition_inputs import (
     campaign_if_leaderless,
     delete_records,
     isr_of,
-    set_members,
-    set_min_insync,
+    reconfigure,
     step_message,
     take_answer,
     take_record,
@@ -244,10 +244,8 @@ class PartitionRunner:
             case Transfer():
                 if transfer(self.key, replica, command):
                     self.metrics.transferred()
-            case SetMinInsync():
-                set_min_insync(replica, command.value)
-            case SetMembers():
-                set_members(self.key, replica, command)
+            case SetMinInsync() | SetMembers() | SetThrottle():
+                reconfigure(self.key, replica, command)
             case TakeRecord():
                 declined = take_record(self.key, replica, command)
                 if declined is not None and self.on_declined is not None:

@@ -90,6 +90,14 @@ class SetMembers:
 
 
 @dataclass(frozen=True, slots=True)
+class SetThrottle:
+    """The replication throttle for the copies that do not vote (Kafka's
+    leader.replication.throttled.rate; None: none)."""
+
+    bytes_per_s: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class TakeRecord:
     """ISR mode: take the controller's record of this partition, read from `records` (the
     metadata image's) when the replica takes it (server/isr_control.py)."""
@@ -129,6 +137,7 @@ Input = (
     | Transfer
     | SetMinInsync
     | SetMembers
+    | SetThrottle
     | TakeRecord
     | TakeAnswer
     | Retain
@@ -184,16 +193,19 @@ def transfer(key: PartitionKey, replica: Replica, asked: Transfer) -> bool:
     return False
 
 
-def set_min_insync(replica: Replica, value: int | None) -> None:
-    refusal = replica.set_min_insync_replicas(value)
-    if refusal is not None:  # validated when committed: a bug if it ever shows
-        log.error("min.insync.replicas %s not taken: %s", value, refusal)
-
-
-def set_members(key: PartitionKey, replica: Replica, asked: SetMembers) -> None:
-    refusal = replica.set_members(asked.members, asked.target)
-    if refusal is not None:  # the metadata image's replicas always hold this node
-        log.error("%s-%d: members %s not taken: %s", key.topic, key.partition, asked, refusal)
+def reconfigure(
+    key: PartitionKey, replica: Replica, asked: SetMinInsync | SetMembers | SetThrottle
+) -> None:
+    """A setting of the replica changed (validated when committed: a refusal is a bug)."""
+    match asked:
+        case SetMinInsync():
+            refusal = replica.set_min_insync_replicas(asked.value)
+        case SetMembers():
+            refusal = replica.set_members(asked.members, asked.target)
+        case SetThrottle():
+            refusal = replica.set_throttle(asked.bytes_per_s)
+    if refusal is not None:
+        log.error("%s-%d: %s not taken: %s", key.topic, key.partition, asked, refusal)
 
 
 def take_record(key: PartitionKey, replica: Replica, asked: TakeRecord) -> PartitionRecord | None:

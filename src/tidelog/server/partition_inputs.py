@@ -87,6 +87,7 @@ class SetMembers:
 
     members: tuple[NodeId, ...]
     target: tuple[NodeId, ...]
+    done: asyncio.Future[bool] | None = None  # completes with whether the replica took them
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +195,8 @@ def set_members(key: PartitionKey, replica: Replica, asked: SetMembers) -> None:
     refusal = replica.set_members(asked.members, asked.target)
     if refusal is not None:  # the metadata image's replicas always hold this node
         log.error("%s-%d: members %s not taken: %s", key.topic, key.partition, asked, refusal)
+    if asked.done is not None and not asked.done.done():
+        asked.done.set_result(refusal is None)
 
 
 def take_record(key: PartitionKey, replica: Replica, asked: TakeRecord) -> PartitionRecord | None:

@@ -26,12 +26,11 @@ from tidelog.server.authorize import allowed, cluster_allowed
 from tidelog.server.configs_api import config_entries
 from tidelog.server.metadata import (
     INTERNAL_TOPICS,
-    PARTITIONS_MAX,
     TopicInfo,
     place_replicas,
-    quoted,
     validate_topic,
 )
+from tidelog.server.metadata_fields import PARTITIONS_MAX, quoted
 from tidelog.server.view import BrokerView
 
 

@@ -336,7 +336,7 @@ def test_isr_mode_moves_when_the_new_replica_joins_the_isr() -> None:
     assert log.record.isr == nodes(2, 3, 4)
     assert log.record.leader == 2  # node 1 left: the first of the ISR leads
     assert log.image.members(KEY) == (2, 3, 4)
-    proposal, answer = log.image.answers[KEY]
+    _, answer = log.image.answers[KEY]
     assert answer.accepted and answer.record == log.record
 
 

@@ -14,7 +14,8 @@ Rules of this file:
   replicas is INVALID_REPLICATION_FACTOR. The partitions that pass go to the metadata log
   as one `alter_reassignments` command (forwarded to the controller by any other node,
   checked again when applied: server/metadata.py); the answer comes once it is applied
-  here, each such partition with the commit's outcome.
+  here, each such partition with the commit's outcome; NOT_CONTROLLER (the controller
+  changed) is the top-level error too, which admin clients retry.
 - A target on a node that is registered but fenced (down) is taken, as Kafka takes it:
   the move waits for that node.
 - ListPartitionReassignments answers from this node's image (the same log as the
@@ -62,6 +63,8 @@ async def alter_partition_reassignments(broker: BrokerView, request: KafkaReques
         )
         for entry in entries:
             outcomes[(entry["topic"], entry["partition"])] = committed
+        if committed[0] is ErrorCode.NOT_CONTROLLER:  # the client asks the new one
+            fields |= {"error_code": int(committed[0]), "error_message": committed[1]}
     cls = request.response_class.ReassignableTopicResponse
     partition_cls = cls.ReassignablePartitionResponse
     answers = [
@@ -78,7 +81,9 @@ async def alter_partition_reassignments(broker: BrokerView, request: KafkaReques
         )
         for topic in body.topics
     ]
-    return response(request, error_code=0, error_message=None, responses=answers, **fields)
+    fields.setdefault("error_code", 0)
+    fields.setdefault("error_message", None)
+    return response(request, responses=answers, **fields)
 
 
 def checked(

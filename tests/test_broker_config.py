@@ -117,6 +117,39 @@ BAD_FLAGS = [
     ),
     (["--listen", "127.0.0.1:9202"], "error: --peer-listen 127.0.0.1:9202 is also --listen"),
     (["--admin-listen", "127.0.0.1:9093"], "error: --admin-listen 127.0.0.1:9093 is also"),
+    (
+        ["--listen", "0.0.0.0:9093"],
+        "error: --listen PLAINTEXT://0.0.0.0:9093 binds every address: name the one clients "
+        "reach in --advertised-listen PLAINTEXT://HOST:PORT",
+    ),
+    (
+        ["--listen", "[::]:9093"],
+        "error: --listen PLAINTEXT://[::]:9093 binds every address: name the one",
+    ),
+    (
+        ["--advertised-listen", "0.0.0.0:9093"],
+        "error: --advertised-listen PLAINTEXT://0.0.0.0:9093: 0.0.0.0 names no host a client "
+        "can reach",
+    ),
+    (
+        ["--advertised-listen", "SSL://10.0.0.2:9093"],
+        "error: --advertised-listen SSL://10.0.0.2:9093: --listen has no SSL listener",
+    ),
+    (
+        ["--advertised-listen", "10.0.0.2:9093,PLAINTEXT://b:1"],
+        "error: --advertised-listen: PLAINTEXT is listed twice (one entry each)",
+    ),
+    (["--advertised-listen", "10.0.0.2"], "error: --advertised-listen: '10.0.0.2' is not HOST"),
+    (["--advertised-listen", "TLS://a:1"], "error: --advertised-listen: 'TLS' is not one of"),
+    (
+        ["--peers", "1@127.0.0.1:9201,2@127.0.0.1:9202,3@0.0.0.0:9203"],
+        "error: --peers: node 3 at 0.0.0.0:9203: 0.0.0.0 names no host another node can dial",
+    ),
+    (
+        ["--peer-listen", "0.0.0.0:9201"],
+        "error: --node-id 2 but --peer-listen 0.0.0.0:9201 differs from its --peers entry "
+        "127.0.0.1:9202",
+    ),
     (["--tick-ms", "0"], "error: --tick-ms: 0 is out of range (1-10000)"),
     (["--election-ticks", "2"], "error: --heartbeat-ticks 2 must be less than --election-ticks"),
 ]
@@ -164,6 +197,46 @@ def test_valid_flags_reach_the_broker(run_calls: list[BrokerConfig]) -> None:
     [config] = run_calls
     assert config.admin_listen == ("127.0.0.1", 9292)
     assert (config.tick_ms, config.log_level) == (10, "warning")
+
+
+def test_a_listener_on_every_address_advertises_the_one_clients_reach(
+    tmp_path: Path, run_calls: list[BrokerConfig]
+) -> None:
+    peers = "1@10.0.0.1:9192,2@10.0.0.2:9192,3@broker-3.example.com:9192"
+    path = tmp_path / "node-2.toml"
+    path.write_text(
+        'node_id = 2\ndata_dir = "/tmp/tidelog-config-test/node-2"\n'
+        'listen = "PLAINTEXT://0.0.0.0:9092,SASL_PLAINTEXT://[::]:9094"\n'
+        'advertised_listen = "PLAINTEXT://10.0.0.2:9092,'
+        'SASL_PLAINTEXT://broker-2.example.com:19094"\n'
+        f'peer_listen = "0.0.0.0:9192"\npeers = "{peers}"\n'
+    )
+    config = load_config({}, path)
+    assert config.peer_listen == ("0.0.0.0", 9192)  # binds every address, on its entry's port
+    assert config.peers[2] == ("10.0.0.2", 9192)  # where the others dial it
+    assert [str(listener) for listener in config.listeners] == [
+        "PLAINTEXT://0.0.0.0:9092",
+        "SASL_PLAINTEXT://[::]:9094",
+    ]
+    assert [str(listener) for listener in config.advertised_listeners] == [
+        "PLAINTEXT://10.0.0.2:9092",
+        "SASL_PLAINTEXT://broker-2.example.com:19094",
+    ]
+    # Without advertised_listen, a listener is advertised where it listens.
+    two = "10.0.0.2:9092,SASL_PLAINTEXT://10.0.0.2:9094"
+    plain = load_config(flags(listen=two), None)
+    assert plain.advertised_listeners == plain.listeners
+    # Only SASL_PLAINTEXT named: PLAINTEXT keeps its own address.
+    one = load_config(flags(listen=two, advertised_listen="SASL_PLAINTEXT://b:1"), None)
+    assert [str(listener) for listener in one.advertised_listeners] == [
+        "PLAINTEXT://10.0.0.2:9092",
+        "SASL_PLAINTEXT://b:1",
+    ]
+    code, stderr = invoke([*base_args(), "--advertised-listen", "broker-2:9093"])
+    assert (code, stderr) == (0, "")
+    assert [str(listener) for listener in run_calls[0].advertised_listeners] == [
+        "PLAINTEXT://broker-2:9093"
+    ]
 
 
 def test_the_log_format_flag_takes_text_or_json_and_names_itself_when_wrong(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -128,8 +127,7 @@ class FakeBroker:
 
     def __init__(self) -> None:
         self.node_id = 1
-        self.listener_host = "127.0.0.1"
-        self.config = SimpleNamespace(peers={2: ("10.0.0.2", 9193), 3: ("10.0.0.3", 9194)})
+        self.kafka_hosts = {1: "127.0.0.1", 2: "10.0.0.2", 3: "10.0.0.3"}
         self.kafka_ports = PORTS
         self.authorizer = Authorizer(enabled=False, super_users=frozenset())
         self.image = MetadataImage()

@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from tidelog.testing.live import (
     LiveCluster,
     create_topic,
     eventually,
+    first_picture,
     knows_before_joining,
     sample,
     scrape,
@@ -368,25 +367,6 @@ def metric_lags(admins: list[str]) -> list[float]:
     labels = {"group": GROUP, "topic": FAILOVER_TOPIC, "partition": 0}
     found = [sample(scrape(admin), "tidelog_consumer_group_lag", **labels) for admin in admins]
     return [lag for lag in found if lag is not None]
-
-
-def first_picture(admin: str) -> dict[str, Any]:
-    """The first picture the live page gets from `admin` (GET /events)."""
-    host, port = admin.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
-        sock.sendall(b"GET /events HTTP/1.0\r\n\r\n")
-        data = b""
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            assert time.monotonic() < deadline, "no picture from /events"
-            chunk = sock.recv(1 << 16)
-            assert chunk, "the stream ended"
-            data += chunk
-            *events, _ = data.partition(b"\r\n\r\n")[2].split(b"\n\n")
-            for event in events:
-                if event.startswith(b"data: "):
-                    picture: dict[str, Any] = json.loads(event[len(b"data: ") :])
-                    return picture
 
 
 def page_lag(admin: str) -> tuple[int, int] | None:

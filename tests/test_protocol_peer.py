@@ -73,6 +73,12 @@ _ANNOTATION_BOUNDS: dict[str, tuple[int, int]] = {
 }
 _BATCHES = "tuple[bytes,...]"
 PORTS = (0, 65_535)  # a BrokerNotice refuses any other port
+LISTENERS = (  # a BrokerNotice's advertised listeners, each protocol at most once
+    b"PLAINTEXT://10.0.0.1:9092",
+    b"SSL://broker-1.example.com:1",
+    b"SASL_PLAINTEXT://[fd00::1]:65535",
+    b"SASL_SSL://" + b"h" * 253 + b":9095",
+)
 
 
 def bounds_of(field: dataclasses.Field[object]) -> tuple[int, int]:
@@ -106,6 +112,8 @@ def extreme(cls: type[Message], side: int) -> Message:
             given[field.name] = bounds_of(field)[side]
         elif base == "bool":
             given[field.name] = bool(side)
+        elif base == _BATCHES and field.name == "listeners":  # a BrokerNotice's: parsed
+            given[field.name] = LISTENERS if side else ()
         elif base == _BATCHES:
             given[field.name] = (b"", b"x" * 70_000, bytes(range(256))) if side else ()
     return make(cls, **given)
@@ -186,6 +194,8 @@ def test_the_schema_fingerprint_follows_the_layouts() -> None:
 def strategy_of(field: dataclasses.Field[object]) -> st.SearchStrategy[object]:
     annotation = _annotation(field)
     base = annotation.removesuffix("|None")
+    if base == _BATCHES and field.name == "listeners":  # a BrokerNotice's: parsed
+        return st.lists(st.sampled_from(LISTENERS), max_size=4, unique=True).map(tuple)
     if base == _BATCHES:
         return st.lists(st.binary(max_size=300), max_size=4).map(tuple)
     found: st.SearchStrategy[object] = (
@@ -313,23 +323,54 @@ def test_encoder_refuses_a_frame_over_its_limit() -> None:
         encoder.encode_frame([(PartitionKey("t", 0), message)])
 
 
-def test_broker_notice_names_its_admin_port() -> None:
-    notice = make(BrokerNotice, recipient=NodeId(2), kafka_port=9092, admin_port=9292)
+def test_broker_notice_names_its_advertised_listeners_and_admin_port() -> None:
+    listeners = (b"PLAINTEXT://10.0.0.1:9092", b"SASL_SSL://[fd00::1]:9095")
+    notice = make(BrokerNotice, recipient=NodeId(2), listeners=listeners, admin_port=9292)
     assert round_trip([(PartitionKey("__metadata", 0), notice)]) == [
         (PartitionKey("__metadata", 0), notice)
     ]
-    assert notice.ports() == {"PLAINTEXT": 9092}  # the admin port is no Kafka listener
+    # The admin port is no Kafka listener.
+    assert notice.addresses() == {"PLAINTEXT": ("10.0.0.1", 9092), "SASL_SSL": ("fd00::1", 9095)}
+
+
+@pytest.mark.parametrize(
+    ("listeners", "message"),
+    [
+        ((b"PLAINTEXT://10.0.0.1:0",), "out of range"),
+        ((b"PLAINTEXT://10.0.0.1:65536",), "out of range"),
+        ((b"TLS://10.0.0.1:9092",), "unknown"),
+        ((b"10.0.0.1:9092",), "unknown"),
+        ((b"SSL://a:1", b"SSL://b:2"), "twice"),
+        ((b"PLAINTEXT://\xff:1",), "decode"),
+        ((b"PLAINTEXT://:9092",), "not HOST:PORT"),
+        ((b"SSL://" + b"h" * 600 + b":1",), "exceeds"),
+        ((*LISTENERS, b"SSL://a:1"), "one per protocol"),
+    ],
+)
+def test_a_broker_notice_with_a_bad_listener_is_malformed(
+    listeners: tuple[bytes, ...], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        make(BrokerNotice, listeners=listeners)
+    # The same value from a peer: the frame does not decode.
+    layout = _LAYOUT_BY_CLASS[BrokerNotice]
+    values = {name.name: 0 for name in dataclasses.fields(BrokerNotice)}
+    values.update(sender=SENDER, recipient=2, stopping=False, listeners=len(listeners))
+    item = layout.item.pack(layout.tag, 0, 0, *values.values())
+    item += b"".join(struct.pack(">I", len(each)) + each for each in listeners)
+    payload = struct.pack(">BHIH", 2, 1, 1, 1) + b"t" + item
+    _, decoder = connected_decoder()
+    expect_protocol_error(decoder, frame(payload), "malformed")
 
 
 @pytest.mark.parametrize("port", [-1, 65_536, 2**40])
-@pytest.mark.parametrize("field", ["kafka_port", "admin_port"])
-def test_a_broker_notice_with_a_port_out_of_range_is_malformed(field: str, port: int) -> None:
+def test_a_broker_notice_with_an_admin_port_out_of_range_is_malformed(port: int) -> None:
     with pytest.raises(ValueError, match="outside"):
-        make(BrokerNotice, **{field: port})
+        make(BrokerNotice, admin_port=port)
     # The same values as a peer would send them: packed as the layout lays them out.
     layout = _LAYOUT_BY_CLASS[BrokerNotice]
     values = {name.name: 0 for name in dataclasses.fields(BrokerNotice)}
-    values.update(sender=SENDER, recipient=2, stopping=False, **{field: port})
+    values.update(sender=SENDER, recipient=2, stopping=False, admin_port=port)
     item = layout.item.pack(layout.tag, 0, 0, *values.values())
     payload = struct.pack(">BHIH", 2, 1, 1, 1) + b"t" + item
     _, decoder = connected_decoder()

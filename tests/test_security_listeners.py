@@ -55,7 +55,15 @@ def test_a_plaintext_listener_beyond_loopback_is_warned_about() -> None:
     local = load_config({**BASE, "listen": "127.0.0.1:9092"}, None)
     assert exposure_warnings(local) == []
     # Only parsed here: no test listens beyond 127.0.0.1.
-    exposed = load_config({**BASE, "listen": "0.0.0.0:9092", "peers": "1@10.1.2.3:9192"}, None)
+    exposed = load_config(
+        {
+            **BASE,
+            "listen": "0.0.0.0:9092",
+            "advertised_listen": "10.1.2.3:9092",
+            "peers": "1@10.1.2.3:9192",
+        },
+        None,
+    )
     warnings = exposure_warnings(exposed)
     assert len(warnings) == 2
     assert "PLAINTEXT://0.0.0.0:9092 is not loopback and has no TLS" in warnings[0]

@@ -28,7 +28,12 @@ confchange):
    DeleteRecords keep the entry in effect at the new log start (`trim`); a replica reset
    to a leader's log start takes the leader's set at that start (`reset`).
 6. A replica whose key is not in the current voter set is an observer (a learner): it
-   fetches, but it neither votes, nor campaigns, nor counts for the HWM.
+   fetches, but it neither votes, nor campaigns, nor counts for the HWM. One exception
+   (Raft thesis §4.1): a voter removed by a change its log holds but has not seen
+   committed may campaign, counting the votes of the new set only, for the leader that
+   wrote the change may have lost it with its unsynced writes, and the new set's voters
+   may need it to commit the change (`ReplicaState.may_stand`). Elected, it counts for
+   nothing itself and hands leadership to a voter once the change is committed.
 7. A key whose directory is NO_DIRECTORY (a set written before the directories were
    known: the partition's first set in a cluster that assigns none) matches its node on
    any directory (`VoterSet.voter_key`), as KIP-853's Uuid.ZERO does.

@@ -285,6 +285,18 @@ class ReplicaState:
         """Whether this copy votes (else it is an observer: membership rule 6)."""
         return self.voters.voter_key(self.id, self.key.directory) is not None
 
+    def may_stand(self) -> bool:
+        """Whether this copy may campaign: it votes in the last voter set of its log, or in
+        the one before while the change that removed it is not committed (Raft thesis
+        §4.1: a voter removed by a change not yet committed may be needed to commit it)."""
+        if self.is_voter():
+            return True
+        history = self.log.voters
+        return (
+            history.uncommitted(self.hwm)
+            and history.committed(self.hwm).voter_key(self.id, self.key.directory) is not None
+        )
+
     def counts(self, node: NodeId, directory: DirectoryId | None) -> bool:
         """Whether the copy `directory` of `node` is a voter: only a voter's answers, votes
         and matches count (membership rule 6)."""

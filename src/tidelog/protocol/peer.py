@@ -15,7 +15,7 @@ Rules:
 - Record batches travel as raw length-prefixed bytes, never decoded here.
 - Every size is bounded (PEER_FRAME_SIZE_MAX, PEER_FRAME_ITEMS_MAX, ...); malformed input
   raises ProtocolError, after which the stream is dead and must be closed. A message type
-  may check its values when it is built (BrokerNotice its ports): a value it refuses
+  may check its values when it is built (BrokerNotice its listeners): a value it refuses
   (ValueError) makes the frame malformed too.
 
 Frame payload (big-endian):
@@ -37,6 +37,8 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, Final, NamedTuple
 
+from tidelog.address import Address, parse_address
+from tidelog.client_config import PROTOCOLS
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -60,6 +62,7 @@ PEER_FRAME_ITEMS_MAX: Final = 65_535
 TOPIC_NAME_SIZE_MAX: Final = 249  # Kafka's limit
 CLUSTER_ID_SIZE_MAX: Final = 255
 PORT_MAX: Final = 65_535
+LISTENER_SIZE_MAX: Final = 512  # PROTOCOL://HOST:PORT, a DNS name of 253 bytes at most
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,43 +77,42 @@ class LeaderNotice:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BrokerNotice:
-    """`sender` serves Kafka clients on these ports of its peer host, one per security
-    protocol (0: no such listener), for Metadata on each listener, and its admin endpoint
-    on `admin_port` of that host (0: none), for the live page of another node.
+    """`sender` serves Kafka clients at its advertised `listeners` (`PROTOCOL://HOST:PORT`
+    in UTF-8, one per security protocol: the endpoints of Kafka's broker registration), for
+    Metadata on each listener, and its admin endpoint on `admin_port` of its peer host (0:
+    none), for the live page of another node.
 
-    A port outside 0-65535 is refused on construction (ValueError), so a frame that names
-    one does not decode (ProtocolError)."""
+    A listener that does not parse, of an unknown or repeated protocol, or a port outside
+    its range is refused on construction (ValueError), so a frame that names one does not
+    decode (ProtocolError)."""
 
     sender: NodeId
     recipient: NodeId
     epoch: Epoch
-    kafka_port: int  # PLAINTEXT
-    ssl_port: int = 0
-    sasl_plaintext_port: int = 0
-    sasl_ssl_port: int = 0
     stopping: bool = False  # it is shutting down: hand it no leadership
     admin_port: int = 0
+    listeners: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
-        for port in (
-            self.kafka_port,
-            self.ssl_port,
-            self.sasl_plaintext_port,
-            self.sasl_ssl_port,
-            self.admin_port,
-        ):
-            if not 0 <= port <= PORT_MAX:
-                raise ValueError(f"port {port} outside 0-{PORT_MAX}")
+        if not 0 <= self.admin_port <= PORT_MAX:
+            raise ValueError(f"port {self.admin_port} outside 0-{PORT_MAX}")
+        if len(self.listeners) > len(PROTOCOLS):
+            raise ValueError(f"{len(self.listeners)} listeners, one per protocol at most")
+        self.addresses()  # each one parses, once per protocol
 
-    def ports(self) -> dict[str, int]:
-        """The listeners it names: {protocol: port}."""
-        ports = {
-            "PLAINTEXT": self.kafka_port,
-            "SSL": self.ssl_port,
-            "SASL_PLAINTEXT": self.sasl_plaintext_port,
-            "SASL_SSL": self.sasl_ssl_port,
-        }
-        return {protocol: port for protocol, port in ports.items() if port > 0}
+    def addresses(self) -> dict[str, Address]:
+        """The listeners it names: {protocol: (host, port)}; ValueError for a bad one."""
+        addresses: dict[str, Address] = {}
+        for listener in self.listeners:
+            if len(listener) > LISTENER_SIZE_MAX:
+                raise ValueError(f"a listener of {len(listener)} bytes exceeds {LISTENER_SIZE_MAX}")
+            protocol, _, address = listener.decode().partition("://")
+            if protocol not in PROTOCOLS:
+                raise ValueError(f"listener protocol {protocol!r} unknown")
+            if protocol in addresses:
+                raise ValueError(f"listener protocol {protocol} named twice")
+            addresses[protocol] = parse_address(address)
+        return addresses
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

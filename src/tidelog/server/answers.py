@@ -8,6 +8,7 @@ from typing import Any
 
 from tidelog.protocol.kafka import KafkaRequest
 from tidelog.server.view import BrokerView
+from tidelog.types import NodeId
 
 client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 """The connection's peer host, set by the listener for the tasks of that connection."""
@@ -24,6 +25,6 @@ def body_of(request: KafkaRequest) -> Any:
 
 
 def host_of(broker: BrokerView, node: int) -> str:
-    if node == broker.node_id:
-        return broker.listener_host
-    return broker.config.peers[node][0]
+    """The advertised host of `node` (one of `broker.kafka_ports`) on this request's
+    listener: never a bind address, which may be 0.0.0.0 or a host's private one."""
+    return broker.kafka_hosts[NodeId(node)]

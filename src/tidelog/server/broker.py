@@ -14,7 +14,8 @@ Rules of this file:
 - DescribeQuorum may be asked of any node too: only the metadata log's leader knows how far
   each copy has come, so another node asks it (server/quorum_queries.py).
 - Leaders tell the nodes that do not host their partition who leads (LeaderNotice), and
-  every node tells the others its Kafka ports and admin port (BrokerNotice), so any node
+  every node tells the others its advertised Kafka listeners (`advertised_listen`, else
+  `listen`) and its admin port (BrokerNotice), so any node
   can answer a Metadata request for any partition, and gather the cluster's status for
   its live page.
 - SIGTERM stops the node cleanly (`tidelog.server.app` wires and runs it): listeners
@@ -37,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
+from tidelog.address import Address
 from tidelog.clock import monotonic_ms, wall_ms
 from tidelog.core.replica import ACKS_ALL, ReplicaConfig, Replication, Role
 from tidelog.errors import RequestTimedOut
@@ -144,9 +146,10 @@ class Broker:
         super_users = (p.strip() for p in config.super_users.split(";"))
         self.authorizer = Authorizer(config.authorizer, frozenset(filter(None, super_users)))
         self.leader_hints: dict[PartitionKey, tuple[int, NodeId]] = {}
-        # Each node's Kafka port per listener protocol, from its BrokerNotices.
-        self.listener_ports: dict[str, dict[NodeId, int]] = {
-            listener.protocol: {self.node_id: listener.address[1]} for listener in config.listeners
+        # Each node's advertised Kafka address per listener protocol, from its BrokerNotices.
+        self.listener_addresses: dict[str, dict[NodeId, Address]] = {
+            listener.protocol: {self.node_id: listener.address}
+            for listener in config.advertised_listeners
         }
         self.metadata_key = PartitionKey(METADATA_TOPIC, 0)
         self.rng = random.Random()
@@ -482,8 +485,8 @@ class Broker:
             elif isinstance(msg, ForwardReply):
                 self.on_forward_reply(msg)
             elif isinstance(msg, BrokerNotice):
-                for protocol, port in msg.ports().items():
-                    self.listener_ports.setdefault(protocol, {})[peer] = port
+                for protocol, address in msg.addresses().items():
+                    self.listener_addresses.setdefault(protocol, {})[peer] = address
                 if msg.admin_port:
                     self.admin_ports[peer] = msg.admin_port
                 else:
@@ -505,31 +508,27 @@ class Broker:
 
     @property
     def kafka_ports(self) -> dict[NodeId, int]:
-        protocol = client_listener.get() or self.config.listeners[0].protocol
-        return self.listener_ports.get(protocol, {})
+        return {node: address[1] for node, address in self.kafka_addresses().items()}
 
     @property
-    def listener_host(self) -> str:
-        protocol = client_listener.get()
-        for listener in self.config.listeners:
-            if listener.protocol == protocol:
-                return listener.address[0]
-        return self.config.listen[0]
+    def kafka_hosts(self) -> dict[NodeId, str]:
+        return {node: address[0] for node, address in self.kafka_addresses().items()}
+
+    def kafka_addresses(self) -> dict[NodeId, Address]:
+        """Each node's advertised address on the listener this request came in on."""
+        protocol = client_listener.get() or self.config.listeners[0].protocol
+        return self.listener_addresses.get(protocol, {})
 
     def notice_to(self, peer: NodeId) -> BrokerNotice:
-        """Our Kafka ports, one per listener protocol, and our admin port."""
-        ports = {listener.protocol: listener.address[1] for listener in self.config.listeners}
+        """Our advertised Kafka listeners, and our admin port."""
         admin = self.config.admin_listen
         return BrokerNotice(
             self.node_id,
             peer,
             Epoch(0),
-            kafka_port=ports.get("PLAINTEXT", 0),
-            ssl_port=ports.get("SSL", 0),
-            sasl_plaintext_port=ports.get("SASL_PLAINTEXT", 0),
-            sasl_ssl_port=ports.get("SASL_SSL", 0),
             stopping=self.node_id in self.stopping_nodes,
             admin_port=0 if admin is None else admin[1],
+            listeners=tuple(str(each).encode() for each in self.config.advertised_listeners),
         )
 
     def send_notices(self) -> None:

@@ -16,6 +16,13 @@ Rules of this file:
   `PROTOCOL://HOST:PORT` with PROTOCOL one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, each
   at most once. SSL and SASL_SSL need the node's certificate (`ssl_ca`, `ssl_cert`,
   `ssl_key`); `config.listen` is the first listener's address.
+- `advertised_listen` is Kafka's `advertised.listeners`: where clients are told to reach
+  each listener (Metadata, FindCoordinator, DescribeCluster name it), in the same form,
+  one entry per listener protocol at most. A listener it does not name is advertised at
+  its own address. A wildcard host (0.0.0.0, ::) binds every address but names none: it
+  may be listened on (`listen`, `peer_listen`, `admin_listen`), never advertised, so a
+  wildcard listener needs its `advertised_listen` entry, and a `peers` entry (where the
+  others dial) may not be one. A wildcard `peer_listen` takes its `peers` entry's port.
 - No IO here beyond reading the config file, and no defaults that depend on the machine.
 
 Durability: `fsync = true` (the default) fsyncs before a write is acknowledged, so an
@@ -35,6 +42,7 @@ from typing import NamedTuple, TypeVar
 
 from tidelog.address import format_address
 from tidelog.address import parse_address as parse_host_port
+from tidelog.client_config import PROTOCOLS
 from tidelog.errors import ConfigError
 from tidelog.errors import check_range as check_setting_range
 from tidelog.server.logs import LOG_FORMATS
@@ -57,7 +65,6 @@ _CLUSTER_ID = re.compile(r"[A-Za-z0-9._-]+")
 
 Address = tuple[str, int]
 T = TypeVar("T")
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 CLIENT_AUTH = ("none", "requested", "required")
 
 
@@ -90,6 +97,14 @@ def parse_listeners(text: str, *, name: str) -> tuple[Listener, ...]:
             raise ConfigError(f"{name}: {protocol!r} is not one of {', '.join(PROTOCOLS)}")
         listeners.append(Listener(protocol, parse_address(address, name=name)))
     return tuple(listeners)
+
+
+WILDCARD_HOSTS = ("0.0.0.0", "::")
+"""Hosts that bind every address of a machine and name none of them."""
+
+
+def is_wildcard(host: str) -> bool:
+    return host in WILDCARD_HOSTS
 
 
 def parse_address(text: str, *, name: str) -> Address:
@@ -141,6 +156,9 @@ class BrokerConfig:
     peer_listen: Address
     peers: dict[int, Address]
     admin_listen: Address | None = None
+    # Kafka's advertised.listeners: what clients are told per listener protocol (see the
+    # module rules); `advertised_listeners` is every listener as advertised.
+    advertised_listen: tuple[Listener, ...] = ()
     cluster_id: str = "tidelog"
     tick_ms: int = 50
     election_ticks: int = 10
@@ -202,6 +220,12 @@ class BrokerConfig:
         return self.admin_token_file.read_text().strip()
 
     listeners: tuple[Listener, ...] = ()  # from `listen`; () means PLAINTEXT on `listen`
+
+    @property
+    def advertised_listeners(self) -> tuple[Listener, ...]:
+        """Each listener as clients reach it: its `advertised_listen` entry, else itself."""
+        named = {listener.protocol: listener for listener in self.advertised_listen}
+        return tuple(named.get(listener.protocol, listener) for listener in self.listeners)
 
     @property
     def tls(self) -> TlsFiles | None:
@@ -298,23 +322,35 @@ def not_listed(node_id: object, peers: dict[int, Address]) -> ConfigError:
     return ConfigError(f"--peers: node {node_id} is not listed (nodes: {known})")
 
 
-def check_relations(config: BrokerConfig) -> None:
-    """The values against each other: this node in the peer list, distinct sockets."""
+def check_peers(config: BrokerConfig) -> None:
+    """This node in the peer list at its `peer_listen` (or a wildcard on its port), every
+    entry an address others can dial, no two nodes at one."""
     if config.node_id not in config.peers:
         raise not_listed(config.node_id, config.peers)
     entry = config.peers[config.node_id]
-    if config.peer_listen != entry:
+    wildcard = is_wildcard(config.peer_listen[0]) and config.peer_listen[1] == entry[1]
+    if config.peer_listen != entry and not wildcard:
         raise ConfigError(
             f"--node-id {config.node_id} but --peer-listen {format_address(config.peer_listen)}"
             f" differs from its --peers entry {format_address(entry)}"
         )
     owners: dict[Address, int] = {}
     for node, address in sorted(config.peers.items()):
+        if is_wildcard(address[0]):
+            raise ConfigError(
+                f"--peers: node {node} at {format_address(address)}: {address[0]} names no "
+                "host another node can dial"
+            )
         if address in owners:
             raise ConfigError(
                 f"--peers: nodes {owners[address]} and {node} share {format_address(address)}"
             )
         owners[address] = node
+
+
+def check_relations(config: BrokerConfig) -> None:
+    """The values against each other: this node in the peer list, distinct sockets."""
+    check_peers(config)
     sockets = [
         (f"{flag('listen')} {listener.protocol}", listener.address) for listener in config.listeners
     ]
@@ -330,6 +366,7 @@ def check_relations(config: BrokerConfig) -> None:
     for protocol in protocols:
         if protocols.count(protocol) > 1:
             raise ConfigError(f"--listen: {protocol} is listed twice (one listener each)")
+    check_advertised(config)
     if config.heartbeat_ticks >= config.election_ticks:
         raise ConfigError(
             f"--heartbeat-ticks {config.heartbeat_ticks} must be less than "
@@ -365,6 +402,30 @@ def check_relations(config: BrokerConfig) -> None:
             peer_contexts(config.tls)
         except TlsError as error:
             raise ConfigError(f"--ssl-*: {error}") from None
+
+
+def check_advertised(config: BrokerConfig) -> None:
+    """`advertised_listen` against `listen`: one entry per listener at most, no wildcard
+    advertised, and a wildcard listener advertised (Kafka refuses 0.0.0.0 there too)."""
+    name = flag("advertised_listen")
+    bound = {listener.protocol for listener in config.listeners}
+    seen: set[str] = set()
+    for listener in config.advertised_listen:
+        if listener.protocol not in bound:
+            raise ConfigError(f"{name} {listener}: --listen has no {listener.protocol} listener")
+        if listener.protocol in seen:
+            raise ConfigError(f"{name}: {listener.protocol} is listed twice (one entry each)")
+        seen.add(listener.protocol)
+        if is_wildcard(listener.address[0]):
+            raise ConfigError(
+                f"{name} {listener}: {listener.address[0]} names no host a client can reach"
+            )
+    for listener in config.advertised_listeners:
+        if is_wildcard(listener.address[0]):
+            raise ConfigError(
+                f"--listen {listener} binds every address: name the one clients reach in "
+                f"{name} {listener.protocol}://HOST:PORT"
+            )
 
 
 SSL_KEYS = ("ssl_ca", "ssl_cert", "ssl_key")
@@ -438,7 +499,7 @@ def read_config_file(path: Path) -> dict[str, object]:
 
 def convert(key: str, value: object, *, name: str) -> object:
     """One raw value (a flag's string or int, a TOML value) as the field's type."""
-    if key == "listen":
+    if key in ("listen", "advertised_listen"):
         return parse_listeners(expect(str, value, name=name), name=name)
     if key in ("peer_listen", "admin_listen"):
         return parse_address(expect(str, value, name=name), name=name)

@@ -58,8 +58,8 @@ class BrokerView(Protocol):
         ...
 
     @property
-    def listener_host(self) -> str:
-        """This node's host on the listener this request came in on."""
+    def kafka_hosts(self) -> dict[NodeId, str]:
+        """Each broker's advertised host of the listener this request came in on."""
         ...
 
     def runner(self, topic: str, partition: int) -> PartitionRunner | None:

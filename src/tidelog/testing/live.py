@@ -19,6 +19,7 @@ import itertools
 import json
 import random
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -36,7 +37,7 @@ from kafka.protocol.parser import KafkaProtocol
 from prometheus_client.parser import text_string_to_metric_families
 
 from tidelog.client_config import read_properties
-from tidelog.status import access_for, read_status
+from tidelog.status import AdminAccess, access_for, read_status
 
 EPHEMERAL_PORT_MIN = 32_768
 PORT_SPAN = 403  # base .. base+2 Kafka, +100.. peers, +200.. admin, +300.. SSL, +400.. SASL
@@ -212,6 +213,34 @@ class LiveCluster:
         assert result.returncode in (0, 1) and result.stdout, result.stderr
         states = json.loads(result.stdout)
         return next(state for state in states["nodes"] if state["id"] == node)
+
+
+def first_picture(admin: str, access: AdminAccess | None = None) -> dict[str, Any]:
+    """The first picture the live page gets from `admin` (GET /events); over HTTPS, with
+    the bearer token, when `access` names the cluster's CA."""
+    host, port = admin.rsplit(":", 1)
+    access = access or AdminAccess()
+    head = b"GET /events HTTP/1.0\r\n"
+    if access.token is not None:
+        head += f"Authorization: Bearer {access.token}\r\n".encode()
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((host, int(port)), DEADLINE_S))
+        if access.ca is not None:
+            context = ssl.create_default_context(cafile=str(access.ca))
+            sock = stack.enter_context(context.wrap_socket(sock, server_hostname=host))
+        sock.sendall(head + b"\r\n")
+        data = b""
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            assert time.monotonic() < deadline, "no picture from /events"
+            chunk = sock.recv(1 << 16)
+            assert chunk, "the stream ended"
+            data += chunk
+            *events, _ = data.partition(b"\r\n\r\n")[2].split(b"\n\n")
+            for event in events:
+                if event.startswith(b"data: "):
+                    picture: dict[str, Any] = json.loads(event[len(b"data: ") :])
+                    return picture
 
 
 class RawConnection:

@@ -2,7 +2,7 @@
 
     python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|4|5] [--ticks T]
                                   [--disk] [--jobs J] [--faults full|classic] [--trace]
-                                  [--mode quorum|isr]
+                                  [--mode quorum|isr] [--naming] [--moves]
 
 Each seed first draws its settings (`faults.py`): min.insync.replicas (a majority, or above
 it: 3 of 3, 4 of 5), pre-vote and check-quorum on or off, one batch per append or up to
@@ -77,6 +77,12 @@ answered (as a broker's metadata log does). A node back on an empty disk is an o
 until its leader has replaced its key; a disk is replaced only while a quorum of settled
 voters holds the committed history and no set knows a copy by node alone, and a run
 converges only once every copy votes again.
+
+`--moves` (quorum mode) adds a simulated controller that changes the replica set under the
+faults (`moves.py`): new targets, moves, cancels and replication factors up and down,
+learned by each node in order after a delay of its own; KRaft's membership invariants are
+checked on every live log at every step, and a run converges only once the leader's voter
+set is the last target, committed.
 """
 
 from __future__ import annotations
@@ -140,6 +146,7 @@ from tidelog.testing.monitors import (
     ProgressMonitor,
     QuorumMonitor,
 )
+from tidelog.testing.moves import MembershipMonitor, Moves
 from tidelog.testing.odd_clients import OddClients
 from tidelog.testing.producer_check import ProducerStateMonitor
 from tidelog.testing.vote_monitors import AckMonitor, VoteMonitor, odd_fetch
@@ -536,6 +543,7 @@ class Run:
     offsets_log: bool = False  # a log of group coordinators (group_sim.py): they write it
     isr: bool = False  # ISR mode (isr_sim.py): replicas in ISR mode led by a simulated controller
     naming: bool = False  # quorum mode: the first voter set names no directory; leaders do
+    moves: bool = False  # quorum mode: a controller changes the replica set (testing/moves.py)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -570,6 +578,19 @@ class Run:
             sim_node.clock = clock
         settings.apply_network(self.cluster)
         self.checker = Checker(leases=settings.check_quorum)
+        self.mover: Moves | None = None
+        self.membership: MembershipMonitor | None = None
+        if not self.isr and not self.classic and not self.offsets_log:
+            self.membership = MembershipMonitor(self.checker)
+            if self.moves:
+                # A voter set of one commits in `advance`: the checker sees it before the
+                # inputs that waited (a DeleteRecords past it), as in ISR mode.
+                self.cluster.on_advance.append(self.check)
+                self.mover = Moves(
+                    self.cluster,
+                    random.Random(f"moves {self.seed}"),
+                    min_size=settings.min_insync_replicas or 1,
+                )
         self.workload = Workload(self.cluster, self.checker, self.rng, self.seed)
         self.workload.send_leader_epoch = not settings.check_quorum
         self.progress = ProgressMonitor(
@@ -724,6 +745,8 @@ class Run:
             self.read_told_followers(self.unclean_rng)
         if faults is not None:
             self.step_faults(faults)
+        if self.mover is not None:
+            self.mover.step(safety=faults is not None)
         if self.controller is None:  # its bound assumes elections among the replicas
             self.progress.check()
         if now % (PAIRS_EVERY_TICKS * MICROS_PER_TICK) == 0:
@@ -860,6 +883,8 @@ class Run:
                 self.quorum.check(node, replica)
             if self.own_epoch is not None:
                 self.own_epoch.check(node, replica)
+            if self.membership is not None:
+                self.membership.check(node, replica)
             if self.acks is not None and self.votes is not None:
                 self.acks.check(node, replica)
                 self.votes.check(node, replica)
@@ -993,7 +1018,9 @@ class Run:
         except StorageError as error:
             self.repair_damaged(error)
             return "a log was found damaged"
-        return reason or voters_settled(replicas)
+        if reason is not None:
+            return reason
+        return voters_settled(replicas) if self.mover is None else self.mover.settled(replicas)
 
 
 def voters_settled(replicas: dict[NodeId, Replica]) -> str | None:
@@ -1017,6 +1044,7 @@ class Mode(NamedTuple):
     classic: bool = False
     isr: bool = False
     naming: bool = False
+    moves: bool = False
 
 
 def run_seed(seed: int, mode: Mode, trace: bool = False) -> SeedResult:
@@ -1029,6 +1057,7 @@ def run_seed(seed: int, mode: Mode, trace: bool = False) -> SeedResult:
         mode.classic,
         isr=mode.isr,
         naming=mode.naming,
+        moves=mode.moves,
     )
     return run.run()
 
@@ -1041,6 +1070,7 @@ def reproduce_command(seed: int, mode: Mode) -> str:
         + (" --faults classic" if mode.classic else "")
         + (" --mode isr" if mode.isr else "")
         + (" --naming" if mode.naming else "")
+        + (" --moves" if mode.moves else "")
     )
 
 
@@ -1077,6 +1107,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(as a broker's metadata log does); else it names every directory from the start",
     )
     parser.add_argument(
+        "--moves",
+        action="store_true",
+        help="quorum mode: a controller changes the replica set under the faults "
+        "(reassignments, cancels, replication factors; testing/moves.py)",
+    )
+    parser.add_argument(
         "--trace", action="store_true", help="print every event of the seed (with --seeds 1)"
     )
     args = parser.parse_args(argv)
@@ -1086,6 +1122,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--faults classic replays quorum-mode seeds: not with --mode isr")
     if args.naming and (args.mode == "isr" or args.faults == "classic"):
         parser.error("--naming is of quorum mode's full fault model")
+    if args.moves and (args.mode == "isr" or args.faults == "classic"):
+        parser.error("--moves is of quorum mode's full fault model")
     if args.trace and args.seeds != 1:
         parser.error("--trace prints the events of one seed: use it with --seeds 1")
     return args
@@ -1122,6 +1160,7 @@ def main(argv: list[str] | None = None) -> int:
         args.faults == "classic",
         args.mode == "isr",
         args.naming,
+        args.moves,
     )
     modes, traces = [mode] * len(seeds), [args.trace] * len(seeds)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:

@@ -34,6 +34,11 @@ BROKER_MODULE = "tidelog.server.app"
     help="Kafka listeners: HOST:PORT, or PROTOCOL://HOST:PORT,... with PROTOCOL one of "
     "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL.",
 )
+@click.option(
+    "--advertised-listen",
+    help="Where clients are told to reach each listener (Kafka's advertised.listeners), in "
+    "--listen's form; needed for a listener on 0.0.0.0 or :: (default: --listen).",
+)
 @click.option("--peer-listen", help="HOST:PORT for other nodes (default: its --peers entry).")
 @click.option("--peers", help="Every node's peer address: 1@host:port,2@host:port,...")
 @click.option("--admin-listen", help="HOST:PORT of the HTTP status endpoint (GET /status).")

@@ -184,3 +184,17 @@ def issue_node(directory: Path, node_id: int, **kwargs: object) -> Issued:
         node_id=node_id,
         **kwargs,  # type: ignore[arg-type]
     )
+
+
+def principal_of_file(path: Path) -> str:
+    """The principal a broker gives the client certificate at `path`: its subject, as
+    `server.session.principal_of` names a client certificate's; CertError when unreadable."""
+    from tidelog.server.session import principal_of  # noqa: PLC0415 - a broker module
+
+    try:
+        certificate = x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise CertError(f"{path}: {error}") from None
+    # The subject as ssl's getpeercert() gives it: ((("commonName", "..."),), ...).
+    subject = tuple(((a.oid._name, str(a.value)),) for a in certificate.subject)
+    return principal_of({"subject": subject})

@@ -212,18 +212,13 @@ def ca_name(directory: Path) -> str:
 def admin_client_principal(directory: Path) -> str:
     """The principal a broker gives the admin client certificate: its subject, as
     `server.session.principal_of` names a client certificate's."""
-    from cryptography import x509  # noqa: PLC0415 - secure clusters only
-
-    from tidelog.server.session import principal_of  # noqa: PLC0415
+    from tidelog.tools.certs import CertError, principal_of_file  # noqa: PLC0415
 
     path = directory / CERTS_DIR / f"{ADMIN_CLIENT_CERT}.crt"
     try:
-        certificate = x509.load_pem_x509_certificate(path.read_bytes())
-    except (OSError, ValueError) as error:
-        raise ClusterError(f"{path}: {error} (`tidelog cluster up` makes it)") from None
-    # The subject as ssl's getpeercert() gives it: ((("commonName", "..."),), ...).
-    subject = tuple(((a.oid._name, str(a.value)),) for a in certificate.subject)
-    principal = principal_of({"subject": subject})
+        principal = principal_of_file(path)
+    except CertError as error:
+        raise ClusterError(f"{error} (`tidelog cluster up` makes it)") from None
     if SUPER_USER_SEPARATOR in principal:
         raise ClusterError(f"{path}: its principal {principal!r} cannot be a super user")
     return principal

@@ -23,15 +23,19 @@ Rules of this file:
   than `lease_ms` ago (Raft §8), and never once its TimeoutNow left (rule 10).
 - acks=all is refused with NotEnoughReplicas below min.insync.replicas live replicas.
 - Only voters count (rule 11): a majority is one of the voter set, votes and answers count
-  only from the copies it names, and an observer never campaigns nor takes a transfer.
+  only from the copies it names, and an observer never campaigns nor takes a transfer
+  (but for a voter removed by a change not committed: membership rule 6).
 - A leader keeps its voter set on the copies that answer it (`_next_voters`), one change
   at a time, each only after the last one and a record of its own epoch are committed
   (membership rule 3): it removes a voter whose node answers from another copy (an empty
   disk), and adds the copy of a replica that is no voter once that copy holds everything
-  committed (a learner promoted), if it is one of `config.target` (KIP-455's target
+  committed and answered within an election timeout (a learner promoted), if it is one
+  of `config.target` (KIP-455's target
   replicas; every member when none is given). Once every target node votes, it removes the
-  voters that are none, one at a time; itself never: it hands leadership to the target
-  voter furthest along, whose epoch removes it. A voter known by node alone
+  voters that are none, one at a time, the silent ones first, and only while the voters
+  left that are in sync still make a quorum (a removal never leaves a set that cannot
+  commit for want of a voter that was up); itself never: it hands leadership to the
+  target voter furthest along, whose epoch removes it. A voter known by node alone
   (no directory named) is never replaced: any copy of its node is it; with
   `name_directories` the leader first names the directories of the copies that answered
   it, in one change (membership rule 3's `names_directories`).
@@ -103,7 +107,7 @@ class QuorumMode:
         A replica under repair never does (rule 8)."""
         if self.r.role is Role.LEADER:
             return
-        if self.r.repair_floor is not None or not self.r.is_voter():
+        if self.r.repair_floor is not None or not self.r.may_stand():
             self._reset_election_timer()  # under repair, or an observer: never campaigns
             return
         if self.r.config.pre_vote:
@@ -409,6 +413,10 @@ class QuorumMode:
         r = self.r
         if self.transfer_target is not None:
             return  # handing over: the log grows no more (rule 10)
+        if not r.is_voter():  # elected to commit the change that removed us: it is
+            if not r.log.voters.uncommitted(r.hwm):
+                self._hand_over_to(set(r.voters.nodes))  # committed, a voter leads on
+            return
         proposed = self._next_voters()
         if proposed is None:
             return
@@ -438,6 +446,7 @@ class QuorumMode:
             if copy is not None and key.directory not in (NO_DIRECTORY, copy) and key.node != r.id:
                 return current.remove(key)  # its copy is lost: it comes back as a learner
         target = set(r.config.voter_target)
+        recent = r.tick_count - r.config.election_ticks
         for peer, progress in sorted(r.progress.items()):
             if (
                 peer not in current.nodes
@@ -445,18 +454,26 @@ class QuorumMode:
                 and progress.directory not in (None, NO_DIRECTORY)
                 and progress.match_offset is not None
                 and progress.match_offset >= r.hwm
-                and not progress.repairing
+                and progress.in_sync(recent)
             ):
                 assert progress.directory is not None
                 return current.add(ReplicaKey(peer, progress.directory))
         if not target <= current.nodes:
             return None  # a move adds every target copy before it removes one (KIP-455)
-        leaving = sorted((key for key in current if key.node not in target), key=_by_node)
+        live = set(self.in_sync_replicas())
+        leaving = sorted(
+            (key for key in current if key.node not in target),
+            key=lambda key: (key.node in live, key.node, key.directory),  # the silent first
+        )
         for key in leaving:
-            if key.node != r.id:
-                return current.remove(key)
-        if leaving:  # only this leader leaves: it hands over first, its successor removes it
-            self._hand_over_to(target)
+            if key.node == r.id:
+                continue
+            after = current.remove(key)
+            in_sync = sum(1 for voter in after if voter.node in live)
+            if in_sync >= min(quorum_size(len(after), r.config.min_insync_replicas), len(after)):
+                return after  # the voters left and in sync can still commit
+        if leaving and all(key.node == r.id for key in leaving):
+            self._hand_over_to(target)  # it hands over first; its successor removes it
         return None
 
     def _hand_over_to(self, target: set[NodeId]) -> None:
@@ -486,7 +503,3 @@ class QuorumMode:
             return  # an observer's copy: it may not campaign (membership rule 6)
         self.timeout_now_sent = True
         r.msgs.append(TimeoutNow(r.id, target, r.epoch))
-
-
-def _by_node(key: ReplicaKey) -> tuple[int, int]:
-    return (key.node, key.directory)

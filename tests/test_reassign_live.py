@@ -160,6 +160,16 @@ def test_partitions_move_under_load_and_lose_nothing(cluster: LiveCluster, admin
     assert lost == []
     # Each acknowledged record sits where it was acknowledged.
     assert all(found[value][1] == offset for value, offset in load.acked.items())
+    # A node that starts again builds its copies as the metadata log says now: node 4
+    # holds its copies with the target as voters, node 1 (moved off) opens none.
+    for node in ("4", "1"):
+        restarted = tidelog(
+            "cluster", "restart", "--node", node, "--data-dir", str(cluster.directory)
+        )
+        assert restarted.returncode == 0, restarted.stderr
+    for partition in (0, 1):
+        eventually(lambda p=partition: settled_on(cluster, topic, {2, 3, 4}, p), "after restarts")
+    assert read_all(cluster, topic, 2) == found
 
 
 def test_replication_factor_grows_and_shrinks(cluster: LiveCluster, admin: Any) -> None:

@@ -6,17 +6,32 @@ leader's `partition_state` naming its committed voter set), in quorum mode and i
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tidelog.protocol.kafka  # noqa: F401  (first: it imports kafka-python quietly)
+
+# isort: split
+from kafka.protocol.admin import (
+    AlterPartitionReassignmentsRequest,
+    ListPartitionReassignmentsRequest,
+)
+from kafka.protocol.parser import KafkaProtocol
+
 from tidelog.core.isr import NO_LEADER, PartitionRecord, reassigned
 from tidelog.errors import MetadataError
+from tidelog.protocol.kafka import KafkaConnection, KafkaRequest
+from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import ForwardRequest
+from tidelog.server.acl import Authorizer
 from tidelog.server.broker import forwarded_command
 from tidelog.server.metadata import MetadataImage, encode_command
+from tidelog.server.reassign_api import REASSIGN_HANDLERS
 from tidelog.server.reassignment import (
     Assignment,
     cancel,
@@ -371,3 +386,120 @@ def test_isr_mode_a_shrink_completes_at_once() -> None:
     assert log.record.isr == nodes(3)
     assert log.record.leader == 3
     assert not log.state.moving
+
+
+# ---------------------------------------------------------------------- the Kafka APIs
+class FakeBroker:
+    """The `BrokerView` the reassignment handlers use: the image of a `Log`, and a
+    controller that applies each command it is given there."""
+
+    def __init__(self, log: Log, *, authorizer: bool = False) -> None:
+        self.log = log
+        self.image = log.image
+        self.authorizer = Authorizer(enabled=authorizer, super_users=frozenset())
+        self.committed: list[dict[str, Any]] = []
+
+    async def commit_metadata(self, command: dict[str, Any]) -> tuple[ErrorCode, None]:
+        self.committed.append(command)
+        self.log.apply(**command)
+        return ErrorCode.NONE, None
+
+
+def ask(broker: FakeBroker, sent: Any) -> Any:
+    """`sent` through the codec to its handler, and the answer back through the client."""
+    client = KafkaProtocol(client_id="tidelog-test")
+    client.send_request(sent)
+    connection = KafkaConnection()
+    connection.receive_data(client.send_bytes())
+    request = connection.next_request()
+    assert isinstance(request, KafkaRequest)
+    answer = asyncio.run(REASSIGN_HANDLERS[request.api_key](broker, request))  # type: ignore[arg-type]
+    [(_, received)] = client.receive_bytes(connection.send_response(request, answer))
+    return received
+
+
+def alter_request(
+    version: int, moves: Mapping[tuple[str, int], list[int] | None], **extra: Any
+) -> Any:
+    cls = AlterPartitionReassignmentsRequest.ReassignableTopic
+    topics = [
+        cls(
+            name=topic,
+            partitions=[
+                cls.ReassignablePartition(partition_index=p, replicas=target)
+                for (t, p), target in moves.items()
+                if t == topic
+            ],
+        )
+        for topic in dict.fromkeys(t for t, _ in moves)
+    ]
+    return AlterPartitionReassignmentsRequest[version](timeout_ms=1000, topics=topics, **extra)
+
+
+def outcomes(answer: Any) -> dict[tuple[str, int], str]:
+    return {
+        (topic.name, p.partition_index): ErrorCode(p.error_code).name
+        for topic in answer.responses
+        for p in topic.partitions
+    }
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_alter_checks_each_partition_as_kafka_and_commits_the_rest(version: int) -> None:
+    broker = FakeBroker(Log())
+    moves: dict[tuple[str, int], list[int] | None] = {
+        ("t", 0): [2, 3, 4],
+        ("t", 1): [1],
+        ("nope", 0): [1],
+        ("t", 5): None,
+    }
+    answer = ask(broker, alter_request(version, moves))
+    assert answer.error_code == 0
+    assert outcomes(answer) == {
+        ("t", 0): "NONE",
+        ("t", 1): "UNKNOWN_TOPIC_OR_PARTITION",
+        ("nope", 0): "UNKNOWN_TOPIC_OR_PARTITION",
+        ("t", 5): "UNKNOWN_TOPIC_OR_PARTITION",
+    }
+    assert broker.committed == [
+        {
+            "type": "alter_reassignments",
+            "partitions": [{"topic": "t", "partition": 0, "replicas": [2, 3, 4]}],
+        }
+    ]
+    bad = {("t", 0): [1, 1]}
+    assert outcomes(ask(broker, alter_request(version, bad))) == {
+        ("t", 0): "INVALID_REPLICA_ASSIGNMENT"
+    }
+    listed = ask(broker, ListPartitionReassignmentsRequest[0](timeout_ms=1000, topics=None))
+    [topic] = listed.topics
+    [partition] = topic.partitions
+    assert (topic.name, partition.partition_index) == ("t", 0)
+    assert (partition.replicas, partition.adding_replicas, partition.removing_replicas) == (
+        [2, 3, 4, 1],
+        [4],
+        [1],
+    )
+    assert outcomes(ask(broker, alter_request(version, {("t", 0): None}))) == {("t", 0): "NONE"}
+    assert outcomes(ask(broker, alter_request(version, {("t", 0): None}))) == {
+        ("t", 0): "NO_REASSIGNMENT_IN_PROGRESS"
+    }
+    empty = ask(broker, ListPartitionReassignmentsRequest[0](timeout_ms=1000, topics=None))
+    assert empty.topics == []
+
+
+def test_v1_may_forbid_a_change_of_the_replication_factor() -> None:
+    broker = FakeBroker(Log())
+    forbidden = alter_request(1, {("t", 0): [1, 2]}, allow_replication_factor_change=False)
+    assert outcomes(ask(broker, forbidden)) == {("t", 0): "INVALID_REPLICATION_FACTOR"}
+    allowed = alter_request(1, {("t", 0): [4, 2, 3]}, allow_replication_factor_change=False)
+    assert outcomes(ask(broker, allowed)) == {("t", 0): "NONE"}
+
+
+def test_both_apis_want_the_cluster_as_kafka_does() -> None:
+    broker = FakeBroker(Log(), authorizer=True)  # no ACLs: the anonymous client may not
+    denied = ask(broker, alter_request(0, {("t", 0): [2, 3, 4]}))
+    assert denied.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert broker.committed == []
+    listed = ask(broker, ListPartitionReassignmentsRequest[0](timeout_ms=1000, topics=None))
+    assert listed.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED

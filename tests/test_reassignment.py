@@ -6,7 +6,6 @@ leader's `partition_state` naming its committed voter set), in quorum mode and i
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,11 +20,10 @@ from kafka.protocol.admin import (
     AlterPartitionReassignmentsRequest,
     ListPartitionReassignmentsRequest,
 )
-from kafka.protocol.parser import KafkaProtocol
 
+from round_trip import round_trip
 from tidelog.core.isr import NO_LEADER, PartitionRecord, reassigned
 from tidelog.errors import MetadataError
-from tidelog.protocol.kafka import KafkaConnection, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import ForwardRequest
 from tidelog.server.acl import Authorizer
@@ -406,16 +404,7 @@ class FakeBroker:
 
 
 def ask(broker: FakeBroker, sent: Any) -> Any:
-    """`sent` through the codec to its handler, and the answer back through the client."""
-    client = KafkaProtocol(client_id="tidelog-test")
-    client.send_request(sent)
-    connection = KafkaConnection()
-    connection.receive_data(client.send_bytes())
-    request = connection.next_request()
-    assert isinstance(request, KafkaRequest)
-    answer = asyncio.run(REASSIGN_HANDLERS[request.api_key](broker, request))  # type: ignore[arg-type]
-    [(_, received)] = client.receive_bytes(connection.send_response(request, answer))
-    return received
+    return round_trip(REASSIGN_HANDLERS, broker, sent)
 
 
 def alter_request(

@@ -209,8 +209,10 @@ class Copies:
     async def remove(self, key: PartitionKey) -> None:
         """This node holds no copy of `key` any more: stop it and delete its log."""
         host = self.host
+        if key in self.stopping:
+            return
         runner = host.runners.pop(key, None)
-        if runner is None or key in self.stopping:
+        if runner is None:
             return
         self.stopping.add(key)
         try:
@@ -242,12 +244,17 @@ class Copies:
             key = PartitionKey(topic.name, partition)
             self.forget(key)
             runner = host.runners.pop(key, None)
-            if runner is not None:
+            if runner is None or key in self.stopping:
+                continue
+            self.stopping.add(key)  # a topic made again under its name waits for this
+            try:
                 await runner.stop()
                 shutil.rmtree(host.partition_dir(key), ignore_errors=True)
-                log.info(
-                    "deleted %s-%d",
-                    topic.name,
-                    partition,
-                    extra=partition_fields(topic.name, partition),
-                )
+            finally:
+                self.stopping.discard(key)
+            log.info(
+                "deleted %s-%d",
+                topic.name,
+                partition,
+                extra=partition_fields(topic.name, partition),
+            )

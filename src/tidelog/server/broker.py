@@ -33,7 +33,6 @@ import itertools
 import json
 import logging
 import random
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -57,12 +56,12 @@ from tidelog.protocol.peer import (
 from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
+from tidelog.server.copies import Copies
 from tidelog.server.data_dir import node_directory_id
-from tidelog.server.disk_health import DiskHealth, Syncs, is_disk_error
+from tidelog.server.disk_health import DiskHealth, Syncs
 from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.isr_control import IsrControl, clean_start
 from tidelog.server.leadership import controlled_shutdown, hand_over, rebalance
-from tidelog.server.logs import partition_fields
 from tidelog.server.metadata import (
     METADATA_TOPIC,
     OFFSETS_TOPIC,
@@ -109,6 +108,7 @@ FORWARDABLE = frozenset(
         "upsert_scram",
         "delete_scram",
         "partition_state",  # a leader's report (server/truth.py)
+        "alter_reassignments",  # KIP-455 (server/reassign_api.py)
         # ISR mode (server/isr_control.py)
         "alter_partition",
         "register_broker",
@@ -119,6 +119,7 @@ FORWARDABLE = frozenset(
 )
 # The field naming the node a forwarded command speaks for: only that node may send it.
 SPEAKS_FOR: Final = {
+    "partition_state": "leader",
     "alter_partition": "leader",
     "register_broker": "node",
     "replica_restarted": "node",
@@ -181,14 +182,13 @@ class Broker:
         self.disk = DiskHealth()
         self.metrics = NodeMetrics() if config.metrics else NULL_METRICS
         self.syncs = Syncs(self.executor, self.transport.flush, metrics=self.metrics)
-        # Partitions whose log could not be opened (a failing disk): opened again later.
-        self.unopened: dict[PartitionKey, TopicInfo] = {}
         # New partitions this node prefers, and the ticks left to campaign for them.
         self.campaigning: dict[PartitionKey, int] = {}
         self.directory_id = node_directory_id(config.data_dir)
         self.isr = IsrControl(self, clean=clean_start(config.data_dir))
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
-        self.truth = ClusterTruth(self)
+        self.copies = Copies(self)  # which partitions this node holds a copy of
+        self.truth = ClusterTruth(self, self.copies.applied)
 
     # ---------------------------------------------------------------- partitions -------
     def partition_dir(self, key: PartitionKey) -> Path:
@@ -200,9 +200,13 @@ class Broker:
         replicas: tuple[NodeId, ...],
         config: TopicConfig,
         directories: tuple[DirectoryId, ...] = (),
+        *,
+        members: tuple[NodeId, ...] = (),
+        target: tuple[NodeId, ...] = (),
     ) -> PartitionRunner:
-        """A partition's runner on its log here. `directories`: its replicas' copies when it
-        was made (KIP-858; server/data_dir.py), for a data partition in quorum mode."""
+        """A partition's runner on its log here. `replicas` and `directories`: its first
+        voter set (KIP-858; server/data_dir.py), directories for a data partition in quorum
+        mode; `members` and `target`: its copies and voter target now (KIP-455)."""
         metadata = key == self.metadata_key
         if config.isr_mode or not any(directories):
             directories = ()  # ISR mode: a restart on an empty disk is the controller's
@@ -220,6 +224,8 @@ class Broker:
             # metadata log's all: a node back on an empty disk is no voter of it until
             # it is added again.
             name_directories=metadata or NO_DIRECTORY in directories,
+            members=members,
+            target=target,
         )
         storage, start_replica = open_on_disk(
             str(self.partition_dir(key)),
@@ -283,16 +289,17 @@ class Broker:
             self.on_change(self.image.apply(offset, value or b""))
 
         self.image.applied_offset = runner.apply_committed(self.image.applied_offset, apply)
+        self.copies.flush()  # the copies follow the image as it is now (server/copies.py)
 
     def on_change(self, change: Change) -> None:
         for topic in change.created:
-            self.create_replicas(topic)
-        for topic_name, partition in change.records:
-            self.isr.hand_record(PartitionKey(topic_name, partition))
+            self.copies.created(topic)
+        for topic_name, partition in (*change.moved, *change.records):
+            self.copies.moved(PartitionKey(topic_name, partition))  # ISR: hands the record
         for topic in change.altered:
             self.reconfigure(topic)
         for topic in change.deleted:
-            asyncio.get_running_loop().create_task(self.delete_replicas(topic))
+            asyncio.get_running_loop().create_task(self.copies.delete_replicas(topic))
             for coordinator in self.coordinators.values():
                 coordinator.expire_now()  # its groups' offsets of that topic expire
 
@@ -311,60 +318,6 @@ class Broker:
             if runner is None:
                 continue
             runner.reconfigure(wal_config, min_insync)
-
-    def create_replicas(self, topic: TopicInfo) -> None:
-        for partition, nodes in enumerate(topic.replicas):
-            replicas = tuple(NodeId(node) for node in nodes)
-            key = PartitionKey(topic.name, partition)
-            if self.node_id not in replicas or key in self.runners:
-                continue
-            directories = topic.directories[partition] if topic.directories else ()
-            try:
-                runner = self.open_partition(key, replicas, topic.config, directories)
-            except OSError as error:
-                if not is_disk_error(error):
-                    raise
-                self.disk.on_failure(key, error)
-                self.unopened[key] = topic
-                continue
-            self.unopened.pop(key, None)
-            log.info(
-                "hosting %s-%d (replicas %s)",
-                topic.name,
-                partition,
-                list(nodes),
-                extra=partition_fields(topic.name, partition),
-            )
-            if topic.config.isr_mode:
-                self.isr.hand_record(key)  # the controller names its leader
-            elif replicas[0] == self.node_id and runner.status().epoch == 0:
-                runner.submit(Campaign())  # the preferred leader starts at once,
-                self.campaigning[key] = self.config.election_ticks  # and tries each tick
-
-    def open_unopened(self) -> None:
-        """Try again to open the partitions a failing disk kept closed."""
-        for topic in {topic.name: topic for topic in self.unopened.values()}.values():
-            if self.image.topics.get(topic.name) == topic:
-                self.create_replicas(topic)
-            else:  # deleted (or created again) since
-                for key in [key for key in self.unopened if key.topic == topic.name]:
-                    del self.unopened[key]
-
-    async def delete_replicas(self, topic: TopicInfo) -> None:
-        for partition in range(topic.partitions):
-            key = PartitionKey(topic.name, partition)
-            self.unopened.pop(key, None)
-            runner = self.runners.pop(key, None)
-            self.leader_hints.pop(key, None)
-            if runner is not None:
-                await runner.stop()
-                shutil.rmtree(self.partition_dir(key), ignore_errors=True)
-                log.info(
-                    "deleted %s-%d",
-                    topic.name,
-                    partition,
-                    extra=partition_fields(topic.name, partition),
-                )
 
     async def propose_metadata(self, command: dict[str, Any]) -> Any:
         """Write one command to the metadata log with acks=all (the controller only)."""
@@ -646,6 +599,7 @@ class Broker:
                 self.maybe_create_offsets_topic()
                 self.truth.step()
                 self.isr.step()
+                self.copies.refresh()
             if (
                 self.config.auto_leader_rebalance
                 and self.ticks % rebalance_every == 0
@@ -655,7 +609,7 @@ class Broker:
             if self.ticks % RETENTION_EVERY_TICKS == 0:
                 for runner in list(self.runners.values()):
                     runner.submit(Retain(wall))
-                self.open_unopened()
+                self.copies.open_unopened()
 
     def campaign_again(self) -> None:
         """New partitions this node prefers campaign again while no one leads them, for one

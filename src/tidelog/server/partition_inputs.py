@@ -87,6 +87,7 @@ class SetMembers:
 
     members: tuple[NodeId, ...]
     target: tuple[NodeId, ...]
+    done: asyncio.Future[bool] | None = None  # completes with whether the replica took them
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +203,8 @@ def reconfigure(
             refusal = replica.set_min_insync_replicas(asked.value)
         case SetMembers():
             refusal = replica.set_members(asked.members, asked.target)
+            if asked.done is not None and not asked.done.done():
+                asked.done.set_result(refusal is None)
         case SetThrottle():
             refusal = replica.set_throttle(asked.bytes_per_s)
     if refusal is not None:

@@ -211,6 +211,18 @@ def reconfigure(
         log.error("%s-%d: %s not taken: %s", key.topic, key.partition, asked, refusal)
 
 
+def carry_settings(key: PartitionKey, replica: Replica, before: ReplicaStatus) -> None:
+    """A replica started again (a repair, a disk outage) takes the settings its
+    predecessor was given since the partition was opened."""
+    now = replica.status()
+    if now.min_insync_replicas != before.min_insync_replicas:
+        reconfigure(key, replica, SetMinInsync(before.min_insync_replicas))
+    if (now.replicas, now.target) != (before.replicas, before.target):
+        reconfigure(key, replica, SetMembers(before.replicas, before.target))
+    if now.throttle_bytes_per_s != before.throttle_bytes_per_s:
+        reconfigure(key, replica, SetThrottle(before.throttle_bytes_per_s))
+
+
 def take_record(key: PartitionKey, replica: Replica, asked: TakeRecord) -> PartitionRecord | None:
     """Carry out a `TakeRecord`; the record when the replica declines the leadership it
     names it for (it started again: the controller is to be told), else None."""

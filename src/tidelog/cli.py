@@ -15,6 +15,7 @@ from tidelog.tools.leaders_cmd import leaders
 from tidelog.tools.metadata_cmd import metadata
 from tidelog.tools.perf import perf
 from tidelog.tools.reassign_cmd import partitions
+from tidelog.tools.rebalance_cmd import rebalance
 from tidelog.tools.spark_cmd import spark
 from tidelog.tools.ui_cmd import ui
 from tidelog.tools.users_cmd import users
@@ -53,6 +54,7 @@ for command in TOPICS_COMMANDS:
 main.add_command(acls)
 main.add_command(broker)
 main.add_command(certs)
+cluster.add_command(rebalance)
 main.add_command(cluster)
 main.add_command(demo)
 main.add_command(groups)

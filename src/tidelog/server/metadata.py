@@ -16,6 +16,9 @@ Rules of this file:
   leaders spread over the nodes. A partition made names each replica's data directory as
   its node last registered it (`register_broker`'s `directory`, KIP-858): the copies of its
   first voter set (server/data_dir.py).
+- Who belongs is server/members.py's (`members`): the brokers' peer addresses from their
+  registrations, the brokers unregistered (`unregister_broker`), and the metadata
+  quorum's voter target (`add_voter`, `remove_voter`, KIP-853).
 - Cluster truth lives here too, so every node answers the same: each partition's leader,
   epoch and in-sync replicas as its leader reported them (`partition_state`, Kafka's
   AlterPartition; a state of an older epoch than the one held changes nothing), and the
@@ -55,6 +58,7 @@ from tidelog.errors import MetadataError
 from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, ScramCredential
 from tidelog.server.acl import Acl, acl_of
 from tidelog.server.logs import partition_fields
+from tidelog.server.members import MEMBERSHIP_COMMANDS, Membership, peer_of
 from tidelog.server.topic_config import TopicConfig
 from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId
 
@@ -205,6 +209,7 @@ class MetadataImage:
         # ISR mode: each partition's record, and the last answer to a leader's proposal.
         self.records: dict[tuple[str, int], PartitionRecord] = {}
         self.answers: dict[tuple[str, int], tuple[IsrProposal, AlterResult]] = {}
+        self.members = Membership()  # peers, brokers unregistered, voter target (members.py)
         self.applied_offset = 0  # every command below this offset is applied
 
     def topic_named(self, topic_id: uuid.UUID) -> str | None:
@@ -265,6 +270,9 @@ class MetadataImage:
                 return self._replica_restarted(command)
             if kind == "elect_preferred":
                 return self._elect_preferred(command)
+            if kind in MEMBERSHIP_COMMANDS:
+                self.members.apply(kind, command, self)
+                return Change()
             raise MetadataError("INVALID_REQUEST", f"unknown command type {kind!r}")
         except (MetadataError, ValueError) as error:
             log.error(
@@ -497,10 +505,12 @@ class MetadataImage:
             or not NO_DIRECTORY < directory < 1 << 63
         ):
             raise MetadataError("INVALID_REQUEST", f"directory {directory!r} is no directory id")
+        peer = peer_of(command)  # where the others dial it (server/members.py)
         first = node not in self.incarnations
         if not first and incarnation is not None and self.incarnations[node] == incarnation:
             return Change()  # this incarnation registered already
         self.incarnations[node] = incarnation
+        self.members.registered(node, peer)
         if directory is not None:
             self.directories[node] = DirectoryId(directory)
         return self._change_records(

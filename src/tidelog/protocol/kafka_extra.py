@@ -1,6 +1,5 @@
-"""Kafka requests kafka-python has no classes for: KIP-853's AddRaftVoter (80),
-RemoveRaftVoter (81) and UpdateRaftVoter (82), and UnregisterBroker (64), at Kafka 4.0's
-versions (v0 each).
+"""Kafka requests kafka-python has no classes for: KIP-853's AddRaftVoter (80) and
+RemoveRaftVoter (81), and UnregisterBroker (64), at Kafka 4.0's versions (v0 each).
 
 Rules of this file:
 - Each class is kafka-python's `ApiMessage` over a schema of `tidelog.protocol.schemas`,
@@ -33,7 +32,5 @@ AddRaftVoterRequest = message_class("AddRaftVoterRequest")
 AddRaftVoterResponse = message_class("AddRaftVoterResponse")
 RemoveRaftVoterRequest = message_class("RemoveRaftVoterRequest")
 RemoveRaftVoterResponse = message_class("RemoveRaftVoterResponse")
-UpdateRaftVoterRequest = message_class("UpdateRaftVoterRequest")
-UpdateRaftVoterResponse = message_class("UpdateRaftVoterResponse")
 UnregisterBrokerRequest = message_class("UnregisterBrokerRequest")
 UnregisterBrokerResponse = message_class("UnregisterBrokerResponse")

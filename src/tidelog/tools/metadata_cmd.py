@@ -1,8 +1,10 @@
-"""`tidelog metadata quorum describe|add-voter|remove-voter`: the metadata log's quorum
+"""`tidelog metadata quorum describe|add-voter|remove-voter` and `tidelog metadata
+unregister`: the metadata log's quorum
 (Kafka's kafka-metadata-quorum.sh `describe --status` and `--replication`, through
 kafka-python's admin client, DescribeQuorum), and its voters changed one at a time
 (kafka-metadata-quorum's add-controller and remove-controller: KIP-853's AddRaftVoter and
-RemoveRaftVoter, tools/voters_client.py).
+RemoveRaftVoter, tools/voters_client.py), and a broker taken out of the cluster
+(kafka-cluster's `unregister`: UnregisterBroker).
 
 Rules of this file:
 - Both views by default; `--status` or `--replication` picks one, `--json` prints the facts
@@ -35,7 +37,7 @@ from rich.table import Table
 
 from tidelog.tools.client_kafka import ClientError, ClientSettings, ask_admin
 from tidelog.tools.client_options import client_options, json_option, reports_errors
-from tidelog.tools.voters_client import add_voter, remove_voter
+from tidelog.tools.voters_client import add_voter, remove_voter, unregister_broker
 
 UNKNOWN: Final = -1
 TABLE_WIDTH_PIPED: Final = 200
@@ -257,3 +259,16 @@ def remove_voter_command(*, node_id: int, directory: str | None, client: ClientS
     """Take a node out of the metadata quorum's voters (RemoveRaftVoter; Kafka's
     remove-controller): returns once the committed voter set holds it no more."""
     voter_change(client, node_id, directory, add=False)
+
+
+@metadata.command("unregister")
+@node_option
+@client_options
+@reports_errors
+def unregister_command(*, node_id: int, client: ClientSettings) -> None:
+    """Take a broker out of the cluster (UnregisterBroker; kafka-cluster's unregister):
+    refused while it holds a partition's replica or votes in the metadata quorum."""
+    if node_id < 0:
+        raise ClientError(f"--node: {node_id} is no node id")
+    unregister_broker(client, node_id)
+    click.echo(f"unregistered broker {node_id}")

@@ -12,6 +12,8 @@ ISR_SEEDS ?= 2000
 ISR_DISK_SEEDS ?= 500
 # Quorum seeds whose first voter set names no directory, their leaders naming them (a few minutes).
 NAMING_SEEDS ?= 1000
+# Quorum seeds whose replica set a simulated controller changes under the faults (sim --moves).
+MOVES_SEEDS ?= 1000
 # The group simulator (coordinators over the replicated __consumer_offsets): about 5 minutes.
 GROUP_SEEDS ?= 2000
 
@@ -80,6 +82,9 @@ sim: install
 	$(PY) -m tidelog.testing.sim --seeds $(DISK_SEEDS_5) --replicas 5 --jobs 2 --disk || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(NAMING_SEEDS) --replicas 3 --jobs 2 --naming || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(NAMING_SEEDS) --replicas 5 --jobs 2 --naming || status=1; \
+	$(PY) -m tidelog.testing.sim --seeds $(MOVES_SEEDS) --replicas 3 --jobs 2 --moves || status=1; \
+	$(PY) -m tidelog.testing.sim --seeds $(MOVES_SEEDS) --replicas 4 --jobs 2 --moves || status=1; \
+	$(PY) -m tidelog.testing.sim --seeds $$(($(MOVES_SEEDS) / 2)) --replicas 5 --jobs 2 --moves || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(ISR_SEEDS) --replicas 3 --jobs 2 --mode isr || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(ISR_DISK_SEEDS) --replicas 3 --jobs 2 --mode isr --disk || status=1; \
 	$(PY) -m tidelog.testing.group_sim --seeds $(GROUP_SEEDS) --replicas 3 --jobs 2 || status=1; \

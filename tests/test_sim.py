@@ -7,6 +7,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
+from tidelog.core.replica import Role
 from tidelog.testing import sim
 from tidelog.types import NO_DIRECTORY
 
@@ -202,3 +203,28 @@ def test_a_named_run_ends_with_every_copy_a_named_voter() -> None:
     for replica in run.live().values():
         assert all(key.directory != NO_DIRECTORY for key in replica.voters)
         assert replica.is_voter()
+
+
+MOVES_SEEDS = 60
+
+
+@pytest.mark.parametrize("replicas", [3, 4])
+def test_replica_sets_change_under_the_faults(workers: ProcessPoolExecutor, replicas: int) -> None:
+    """`sim --moves`: a simulated controller moves the partition (new targets learned by
+    each node on its own time: moves, cancels, replication factors up and down) while the
+    faults play; KRaft's membership invariants hold at every step, no seed finds a
+    violation, and every run ends with the leader's voters the last target."""
+    numbers = range(1, MOVES_SEEDS + 1)
+    mode = sim.Mode(replicas, 400, moves=True)
+    results = list(workers.map(sim.run_seed, numbers, itertools.repeat(mode)))
+    assert {s: r.violations for s, r in zip(numbers, results, strict=True) if r.violations} == {}
+
+
+def test_a_moved_run_ends_on_its_last_target() -> None:
+    run = sim.Run(5, 4, 400, moves=True)
+    assert run.run().violations == []
+    mover = run.mover
+    assert mover is not None and mover.changes > 0
+    leader = next(r for r in run.live().values() if r.role is Role.LEADER)
+    assert sorted(leader.voters.nodes) == sorted(mover.target)
+    assert all(not r.config.target or r.config.target == mover.target for r in run.live().values())

@@ -170,17 +170,21 @@ class QuorumMonitor:
             return
         term = self.term(node, replica)
         voters = replica.voters  # a majority of the voter set, the leader among them
+        for key in set(term.voter_since) - set(voters):
+            del term.voter_since[key]  # removed: counted afresh if it is added again
         for key in voters:
             term.voter_since.setdefault(key, replica.tick_count)
         peers_needed = voters.majority - 1
         ticks = [
             max(
-                (
-                    tick
-                    for copy, tick in term.heard_tick.items()
-                    if voters.voter_key(copy.node, copy.directory) == key
-                ),
-                default=term.voter_since[key],
+                [
+                    term.voter_since[key],
+                    *(
+                        tick
+                        for copy, tick in term.heard_tick.items()
+                        if voters.voter_key(copy.node, copy.directory) == key
+                    ),
+                ]
             )
             for key in voters
             if key.node != node

@@ -64,6 +64,7 @@ SEED_PLAN = (
     ("isr", 20),  # 2,000 walks of ISR mode's model, in batches of 100
     ("isr-sim-3", 60),  # the real IsrReplica in the simulator (`sim --mode isr`)
     ("membership", 20),  # 2,000 walks of the membership model, in batches of 100
+    ("moves-4", 40),  # the replica set changing under the faults (`sim --moves`)
 )
 # The seed that caught each mutant slowly (after more than a few rounds of the plan) when
 # the gate last ran (`--json`: by_seed): tried first, right after the transcripts, so the
@@ -71,6 +72,7 @@ SEED_PLAN = (
 # plan's seeds still run in full; refresh the entry from the gate's report.
 FIRST_SEEDS: dict[str, tuple[str, int]] = {
     "voters-change-before-own-epoch-commit": ("membership", 48),  # walk 4727
+    "removed-leader-counts-its-own-copy": ("moves-4", 16),
     "produce-while-handing-over": ("memory-3", 100),
     "lead-on-after-timeout-now": ("groups-3", 56),
     "reset-resent-as-probe": ("memory-3", 145),
@@ -765,6 +767,14 @@ CATALOGUE: tuple[Mutant, ...] = (
         QUORUM_MODE,
         "if not r.counts(msg.sender, msg.directory):\n            return  # an observer's",
         "if False:\n            return  # an observer's",
+    ),
+    Mutant(
+        "removed-leader-counts-its-own-copy",
+        "a leader elected to commit the change that removed it counts for nothing itself "
+        "(membership rule 6)",
+        QUORUM_MODE,
+        "matches = [r.log.durable_end_offset] if r.is_voter() else []",
+        "matches = [r.log.durable_end_offset]",
     ),
 )
 

@@ -72,7 +72,7 @@ from __future__ import annotations
 import random
 import shlex
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tidelog.core.messages import Ready
@@ -139,11 +139,18 @@ class Scenario(NetCommands, DiskCommands, ClientCommands, IsrCommands):
         self.min_insync = int(kv.get("min-insync", "1"))
         known = kv.get("directories") == "known"
 
+        # `first=N`: the partition was made on the first N nodes; the others are members
+        # from the start, learners until a change adds them (`members`).
+        first = int(kv.get("first", str(replicas)))
+
         def config(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
             min_insync = kv.get("min-insync")
+            born = members[:first]
             return ReplicaConfig(
                 node,
-                members,
+                born,
+                members=members if first < replicas else (),
+                target=born if first < replicas else (),
                 min_insync_replicas=int(min_insync) if min_insync else None,
                 pre_vote=kv.get("pre-vote", "true") == "true",
                 check_quorum=kv.get("check-quorum", "true") == "true",
@@ -151,7 +158,7 @@ class Scenario(NetCommands, DiskCommands, ClientCommands, IsrCommands):
                 replication=replication,
                 replica_lag_time_max_ms=int(kv.get("lag-ms", "10000")),
                 # Node N's first copy is directory N (testing/cluster.py's memory storage).
-                directories=tuple(DirectoryId(n) for n in members) if known else (),
+                directories=tuple(DirectoryId(n) for n in born) if known else (),
                 name_directories=kv.get("name-directories") == "true",
             )
 
@@ -224,6 +231,17 @@ class Scenario(NetCommands, DiskCommands, ClientCommands, IsrCommands):
                 for entry in replica.log.voters.entries
             ]
             self.say(f"{node}: {' '.join(entries)}")
+
+    def cmd_members(self, args: list[str], kv: dict[str, str]) -> None:
+        """The partition's replica set changes on the nodes named (all when none are):
+        `members 1,2,3,4 target=1,2,4` (KIP-455; core/config.py's `members`, `target`)."""
+        members = tuple(nodes_of(kv["members"])) if "members" in kv else self.c.ids
+        target = tuple(nodes_of(kv["target"]))
+        for node in nodes_of(args[0]) if args else list(self.c.ids):
+            sim_node = self.c.nodes[node]
+            sim_node.config = replace(sim_node.config, members=members, target=target)
+            refusal = self.c.replica(node).set_members(members, target)
+            self.say(f"{node}: {'ok' if refusal is None else refusal}")
 
     def cmd_log(self, args: list[str], kv: dict[str, str]) -> None:
         del kv

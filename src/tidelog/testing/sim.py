@@ -2,7 +2,7 @@
 
     python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|4|5] [--ticks T]
                                   [--disk] [--jobs J] [--faults full|classic] [--trace]
-                                  [--mode quorum|isr]
+                                  [--mode quorum|isr] [--naming] [--moves]
 
 Each seed first draws its settings (`faults.py`): min.insync.replicas (a majority, or above
 it: 3 of 3, 4 of 5), pre-vote and check-quorum on or off, one batch per append or up to
@@ -77,6 +77,12 @@ answered (as a broker's metadata log does). A node back on an empty disk is an o
 until its leader has replaced its key; a disk is replaced only while a quorum of settled
 voters holds the committed history and no set knows a copy by node alone, and a run
 converges only once every copy votes again.
+
+`--moves` (quorum mode) adds a simulated controller that changes the replica set under the
+faults (`moves.py`): new targets, moves, cancels and replication factors up and down,
+learned by each node in order after a delay of its own; KRaft's membership invariants are
+checked on every live log at every step, and a run converges only once the leader's voter
+set is the last target, committed.
 """
 
 from __future__ import annotations

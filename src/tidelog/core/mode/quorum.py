@@ -29,7 +29,8 @@ Rules of this file:
   at a time, each only after the last one and a record of its own epoch are committed
   (membership rule 3): it removes a voter whose node answers from another copy (an empty
   disk), and adds the copy of a replica that is no voter once that copy holds everything
-  committed (a learner promoted), if it is one of `config.target` (KIP-455's target
+  committed and answered within an election timeout (a learner promoted), if it is one
+  of `config.target` (KIP-455's target
   replicas; every member when none is given). Once every target node votes, it removes the
   voters that are none, one at a time, the silent ones first, and only while the voters
   left that are in sync still make a quorum (a removal never leaves a set that cannot
@@ -445,6 +446,7 @@ class QuorumMode:
             if copy is not None and key.directory not in (NO_DIRECTORY, copy) and key.node != r.id:
                 return current.remove(key)  # its copy is lost: it comes back as a learner
         target = set(r.config.voter_target)
+        recent = r.tick_count - r.config.election_ticks
         for peer, progress in sorted(r.progress.items()):
             if (
                 peer not in current.nodes
@@ -452,7 +454,7 @@ class QuorumMode:
                 and progress.directory not in (None, NO_DIRECTORY)
                 and progress.match_offset is not None
                 and progress.match_offset >= r.hwm
-                and not progress.repairing
+                and progress.in_sync(recent)
             ):
                 assert progress.directory is not None
                 return current.add(ReplicaKey(peer, progress.directory))
@@ -501,4 +503,3 @@ class QuorumMode:
             return  # an observer's copy: it may not campaign (membership rule 6)
         self.timeout_now_sent = True
         r.msgs.append(TimeoutNow(r.id, target, r.epoch))
-

@@ -100,6 +100,16 @@ def test_voters_move_one_node_at_a_time_from_the_first_set() -> None:
     assert log.target == (4,)
 
 
+def test_the_first_controller_writes_its_voters_down_once() -> None:
+    log = Log()
+    log.apply(type="voter_target", voters=[1, 2, 3])
+    assert log.target == (1, 2, 3)
+    log.apply(type="voter_target", voters=[1, 2])  # a later controller's: changes nothing
+    assert log.target == (1, 2, 3)
+    log.apply(type="voter_target", voters=[])  # no voter set: not applied
+    assert log.target == (1, 2, 3)
+
+
 def test_voter_changes_get_kafkas_errors_at_the_door() -> None:
     log = Log()
     log.register(4)
@@ -142,7 +152,11 @@ def test_metadata_members_hold_brokers_voters_and_linked_never_the_unregistered(
         linked=[1, 4, 8],
         unregistered={4, 6},
     )
-    assert members == (1, 2, 3, 5, 6, 7, 8)  # 6 votes still; 4 left; 8 joins
+    assert members == (1, 2, 3, 4, 5, 6, 7, 8)  # 6 votes still; 4 left but runs; 8 joins
+    unlinked = metadata_members(
+        node_id=NodeId(5), brokers=[1, 2, 3, 4], voters=[1], target=[1], linked=[], unregistered={4}
+    )
+    assert unlinked == (1, 2, 3, 5)  # 4 left, and fell silent
 
 
 def config(tmp_path: Path, peers: str, **flags: object) -> Any:

@@ -113,6 +113,7 @@ FORWARDABLE = frozenset(
         "add_voter",  # KIP-853, UnregisterBroker (server/voters_api.py, members.py)
         "remove_voter",
         "unregister_broker",
+        "voter_target",
         "partition_state",  # a leader's report (server/truth.py)
         # ISR mode (server/isr_control.py)
         "alter_partition",

@@ -22,18 +22,24 @@ Rules of this file:
 - The metadata partition's members and voter target are those of the image
   (`members.metadata_members`; the target is the image's, or the first voter set), handed
   to its runner (SetMembers) whenever they change: whichever node leads moves the voter set
-  toward the same target, one change at a time (core/mode/quorum.py).
-- A node unregistered loses its link, until it announces itself again.
+  toward the same target, one change at a time (core/mode/quorum.py). The first controller
+  whose voter set is committed writes that set down as the target (`voter_target`), so
+  that no node's own idea of the first set (kept on its disk, or lost with it) ever decides.
+- A node unregistered keeps its link while it announces itself (it follows the metadata
+  log until it has applied its own unregistration, and answers the client that asked it),
+  and loses it once silent for UNREGISTERED_SILENT_S; a notice from it links it again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from tidelog.address import Address, format_address
 from tidelog.core.replica import Role
@@ -51,6 +57,7 @@ log = logging.getLogger("tidelog.joining")
 
 FIRST_VOTERS_FILE: Final = "metadata-first-voters.json"
 FIRST_VOTERS_MAX: Final = 1000
+UNREGISTERED_SILENT_S: Final = 3.0  # an unregistered node not heard from this long: unlinked
 
 
 class JoinView(Protocol):
@@ -73,6 +80,8 @@ class JoinView(Protocol):
     def hosted(self) -> list[PartitionRunner]: ...
 
     def controller_id(self) -> int: ...
+
+    async def commit_metadata(self, command: dict[str, Any]) -> tuple[Any, str | None]: ...
 
 
 def first_voters(config: BrokerConfig) -> tuple[tuple[NodeId, ...], bool]:
@@ -119,7 +128,8 @@ class Joining:
         self.first_voters, self.joined = first_voters(node.config)
         self.told_controller: NodeId | None = None  # a PeersNotice's, while joining
         self.handed: tuple[tuple[NodeId, ...], tuple[NodeId, ...]] | None = None
-        self.unregistered: frozenset[int] = frozenset()
+        self.heard_at: dict[NodeId, float] = {}  # each node's last notice (monotonic s)
+        self.writing_target = False  # a `voter_target` command in flight
 
     # ---------------------------------------------------------------- the shape --------
     def metadata_shape(self) -> tuple[tuple[NodeId, ...], tuple[NodeId, ...], tuple[NodeId, ...]]:
@@ -165,16 +175,41 @@ class Joining:
         self.learn_links()
         self.hand_members()
         self.send_notices()
+        self.write_target()
+
+    def write_target(self) -> None:
+        """The controller writes its committed voter set down as the target, once."""
+        node = self.node
+        runner = node.hosting(node.metadata_key)
+        if runner is None:
+            return
+        status = runner.status()
+        if (
+            self.writing_target
+            or node.image.members.voter_target is not None
+            or status.role is not Role.LEADER
+            or not status.voters_committed
+        ):
+            return
+        voters = sorted({int(key.node) for key in status.voters})
+        self.writing_target = True
+
+        async def write() -> None:
+            try:
+                await node.commit_metadata({"type": "voter_target", "voters": voters})
+            finally:
+                self.writing_target = False
+
+        asyncio.get_running_loop().create_task(write())
 
     def learn_links(self) -> None:
         node = self.node
         transport = node.transport
-        unregistered = frozenset(node.image.members.unregistered)
-        for peer in unregistered - self.unregistered:
-            if peer != node.node_id:
-                log.info("node %d is unregistered: no more links to it", peer)
-                transport.remove_link(NodeId(peer))
-        self.unregistered = unregistered
+        now = time.monotonic()
+        for peer in [peer for peer in transport.links if peer in node.image.members.unregistered]:
+            if now - self.heard_at.get(peer, 0.0) > UNREGISTERED_SILENT_S:
+                log.info("node %d is unregistered and silent: no more link to it", peer)
+                transport.remove_link(peer)
         for peer, address in self.peer_addresses().items():
             if peer not in transport.links and peer != node.node_id:
                 log.info("learned node %d at %s", peer, format_address(address))
@@ -223,6 +258,7 @@ class Joining:
         """A node's notice: its listeners, admin port and stopping; its link, if new; and
         the peers known here, if it is no registered broker (it joins)."""
         node = self.node
+        self.heard_at[peer] = time.monotonic()
         for protocol, address in msg.addresses().items():
             node.listener_addresses.setdefault(protocol, {})[peer] = address
         if msg.admin_port:

@@ -12,18 +12,21 @@ Rules of this file:
   while it still holds a partition's replica or is one of the metadata quorum's voters.
   A node unregistered that registers again is a broker again.
 - The metadata quorum's voter target (`voter_target`): the nodes its voter set is to hold.
-  None until the first `add_voter` or `remove_voter`: until then it is the metadata log's
-  first voter set, the one every node of the cluster was born with. A change names the
-  voters as its proposer saw them committed (`voters`), which stand for the target while
-  it is None, so that every node replays the same target from the same log. One node is
+  None until the first controller with a committed voter set writes that set down
+  (`voter_target`, once: later ones change nothing) or a change is made; until then it is
+  the metadata log's first voter set, the one every node of the cluster was born with. A
+  change names the voters as its proposer saw them committed (`voters`), which stand for
+  the target while it is None, so that every node replays the same target from the same
+  log, a node back on an empty disk too (which knows no first voter set of its own). One node is
   added or removed per command (the leader then moves its voter set one change at a time,
   core/mode/quorum.py); the target never becomes empty, and a node added is a registered
   broker on the directory it registered (KIP-853's ReplicaKey).
 - The metadata partition's members, the nodes its leader replicates to
   (`metadata_members`): every registered broker, every voter and every node of the target,
   this node, and the nodes it has a link to (a node joining, heard from before it is
-  registered: it fetches the log as an observer), less the brokers unregistered that are
-  no voter.
+  registered: it fetches the log as an observer; a node unregistered that still runs, until
+  it falls silent: it learns there that it was unregistered), less the brokers unregistered
+  that are no voter.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ from tidelog.address import Address, format_address, parse_address
 from tidelog.errors import MetadataError
 from tidelog.types import NO_DIRECTORY, DirectoryId, NodeId
 
-MEMBERSHIP_COMMANDS: Final = frozenset({"add_voter", "remove_voter", "unregister_broker"})
+MEMBERSHIP_COMMANDS: Final = frozenset(
+    {"add_voter", "remove_voter", "unregister_broker", "voter_target"}
+)
 VOTERS_MAX: Final = 1000
 PEER_ADDRESS_BYTES_MAX: Final = 300
 WILDCARD_HOSTS: Final = ("0.0.0.0", "::")
@@ -75,6 +80,10 @@ class Membership:
 
     def apply(self, kind: str, command: dict[str, Any], image: Registry) -> None:
         """Apply one committed membership command; MetadataError when it cannot be."""
+        if kind == "voter_target":
+            voters = voters_of(command)
+            self.voter_target = self.target_or(voters)  # the first one written holds
+            return
         node = node_of(command.get("node"))
         self.check(kind, command, image)
         if kind == "unregister_broker":
@@ -173,8 +182,8 @@ def metadata_members(
 ) -> tuple[NodeId, ...]:
     """The metadata partition's members on this node (see the rules)."""
     voting = {*voters, *target}
-    heard = {node for node in {*brokers, *linked} if node not in unregistered}
-    return tuple(NodeId(node) for node in sorted(heard | voting | {node_id}))
+    brokers_now = {node for node in brokers if node not in unregistered}
+    return tuple(NodeId(node) for node in sorted(brokers_now | set(linked) | voting | {node_id}))
 
 
 def replicas_held(node: int, topics: Iterable[HasReplicas]) -> int:

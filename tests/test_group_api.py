@@ -6,7 +6,6 @@ what each version adds or changes, and that every answer, error ones included, e
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -25,12 +24,12 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest
-from kafka.protocol.parser import KafkaProtocol
 
+from round_trip import round_trip
 from tidelog.groups.group import Group
 from tidelog.groups.messages import CommittedOffset, GroupError, JoinResult
 from tidelog.groups.state import GroupState
-from tidelog.protocol.kafka import SUPPORTED_VERSIONS, ApiKey, KafkaConnection, KafkaRequest
+from tidelog.protocol.kafka import SUPPORTED_VERSIONS, ApiKey
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.server.acl import Authorizer
 from tidelog.server.group_api import GROUP_HANDLERS
@@ -144,16 +143,7 @@ class FakeBroker:
 
 
 def ask(broker: FakeBroker, sent: Any) -> Any:
-    """`sent` through the codec to its handler, and the answer back through the client."""
-    client = KafkaProtocol(client_id="tidelog-test")
-    client.send_request(sent)
-    connection = KafkaConnection()
-    connection.receive_data(client.send_bytes())
-    request = connection.next_request()
-    assert isinstance(request, KafkaRequest)
-    answer = asyncio.run(GROUP_HANDLERS[request.api_key](broker, request))
-    [(_, received)] = client.receive_bytes(connection.send_response(request, answer))
-    return received
+    return round_trip(GROUP_HANDLERS, broker, sent)
 
 
 def commit_topic(version: int, partitions: list[int], topic_id: uuid.UUID = TOPIC_ID) -> Any:

@@ -249,6 +249,7 @@ REPLICA_API = {
     "end_offset_for_epoch",
     "set_min_insync_replicas",
     "set_members",
+    "set_throttle",
     # ISR mode (core/mode/isr.py): the controller's records and answers in, and
     # whether the replica is in ISR mode (`isr` is None in quorum mode).
     "isr",

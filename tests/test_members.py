@@ -57,20 +57,20 @@ class Log:
     def check(self, kind: str, **fields: Any) -> str | None:
         """The Kafka error name the door answers `kind` with, or None."""
         try:
-            self.image.members.check(kind, {"type": kind, **fields}, self.image)
+            self.image.membership.check(kind, {"type": kind, **fields}, self.image)
         except MetadataError as error:
             return error.code
         return None
 
     @property
     def target(self) -> tuple[int, ...] | None:
-        return self.image.members.voter_target
+        return self.image.membership.voter_target
 
 
 def test_registrations_name_each_broker_and_its_peer_address() -> None:
     log = Log()
     log.register(4)
-    members = log.image.members
+    members = log.image.membership
     assert members.peers == {n: ("127.0.0.1", 9200 + n) for n in (1, 2, 3, 4)}
     assert members.brokers(log.image, static=[1, 2, 3]) == (1, 2, 3, 4)
     assert members.brokers(log.image, static=[1, 2, 3, 5]) == (1, 2, 3, 4, 5)
@@ -81,7 +81,7 @@ def test_a_registration_naming_no_host_to_dial_changes_nothing() -> None:
     for peer in ("0.0.0.0:9300", "nowhere", 7):
         log.register(5, peer=peer)  # type: ignore[arg-type]
     assert 5 not in log.image.incarnations
-    assert 5 not in log.image.members.peers
+    assert 5 not in log.image.membership.peers
 
 
 def test_voters_move_one_node_at_a_time_from_the_first_set() -> None:
@@ -137,10 +137,10 @@ def test_unregistering_is_refused_for_a_voter_or_a_node_holding_replicas() -> No
     log.apply(type="unregister_broker", node=4, voters=FIRST)
     image = log.image
     assert 4 not in image.incarnations and 4 not in image.directories
-    assert 4 not in image.fenced and 4 not in image.members.peers
-    assert image.members.brokers(image, static=[1, 2, 3, 4]) == (1, 2, 3)
+    assert 4 not in image.fenced and 4 not in image.membership.peers
+    assert image.membership.brokers(image, static=[1, 2, 3, 4]) == (1, 2, 3)
     log.register(4)  # it comes back: a broker again
-    assert image.members.brokers(image, static=[1, 2, 3]) == (1, 2, 3, 4)
+    assert image.membership.brokers(image, static=[1, 2, 3]) == (1, 2, 3, 4)
 
 
 def test_metadata_members_hold_brokers_voters_and_linked_never_the_unregistered() -> None:

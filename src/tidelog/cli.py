@@ -14,6 +14,7 @@ from tidelog.tools.groups_cmd import groups
 from tidelog.tools.leaders_cmd import leaders
 from tidelog.tools.metadata_cmd import metadata
 from tidelog.tools.perf import perf
+from tidelog.tools.reassign_cmd import partitions
 from tidelog.tools.spark_cmd import spark
 from tidelog.tools.ui_cmd import ui
 from tidelog.tools.users_cmd import users
@@ -57,6 +58,7 @@ main.add_command(demo)
 main.add_command(groups)
 main.add_command(leaders)
 main.add_command(metadata)
+main.add_command(partitions)
 main.add_command(perf)
 main.add_command(spark)
 main.add_command(ui)

@@ -63,6 +63,10 @@ class ReplicaConfig:
     # The leader adds a caught-up copy of each, one change at a time, and once all are
     # voters removes the voters not among them (mode/quorum.py, `_next_voters`).
     target: tuple[NodeId, ...] = ()
+    # Kafka's leader.replication.throttled.rate, for the copies that do not vote (a
+    # reassignment's new replicas, a lost copy catching up): the leader sends them at most
+    # this many bytes of batches a second, on average. None: no throttle.
+    throttle_bytes_per_s: int | None = None
 
     def __post_init__(self) -> None:
         """ConfigError naming the first setting that does not fit (tidelog.errors)."""
@@ -99,6 +103,8 @@ class ReplicaConfig:
             )
         check_range("ReplicaConfig.inflight_appends_max", self.inflight_appends_max, 1)
         check_range("ReplicaConfig.append_bytes_max", self.append_bytes_max, 1)
+        if self.throttle_bytes_per_s is not None:
+            check_range("ReplicaConfig.throttle_bytes_per_s", self.throttle_bytes_per_s, 1)
         check_range("ReplicaConfig.produce_timeout_ticks", self.produce_timeout_ticks, 1)
         check_range("ReplicaConfig.pending_produces_max", self.pending_produces_max, 1)
         check_range("ReplicaConfig.replica_lag_time_max_ms", self.replica_lag_time_max_ms, 1)

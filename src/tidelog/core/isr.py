@@ -7,7 +7,8 @@ Rule numbers are those of docs/isr.md.
 
 Rules of this file:
 - The record changes only through `alter_isr`, `fence`, `restarted`, `relinquish` (the
-  two a registration picks from: `registered`), `elect_preferred` and `elect`; every
+  two a registration picks from: `registered`), `elect_preferred`, `elect` and
+  `reassigned` (KIP-455's replica list changes); every
   change bumps `partition_epoch` by one, a change of leader also `leader_epoch` (KIP-497).
 - `alter_isr` applies a leader's proposal only from the current leader, at the current
   leader epoch and partition epoch, keeping the leader in an ISR within the replicas
@@ -246,6 +247,35 @@ def restarted(record: PartitionRecord, node: NodeId, *, min_insync: int) -> Part
     return changed
 
 
+def reassigned(
+    record: PartitionRecord, replicas: tuple[NodeId, ...], *, min_insync: int
+) -> PartitionRecord:
+    """KIP-455, as Kafka's controller changes a partition's replica list (its
+    PartitionChangeBuilder): a move's target and the replicas it removes, the target alone
+    once the move is done, or the original replicas when it is cancelled. The ISR and the
+    ELR keep only nodes of `replicas` (a node added joins the ISR only through the leader,
+    rule 5), the restart counts follow their nodes, and a leader no longer among them (or
+    no longer in the ISR) gives up its leadership for `elect` to pick the next (rule 4).
+    Always a new partition epoch; the same record when `replicas` is its list already."""
+    assert replicas and len(set(replicas)) == len(replicas)
+    if replicas == record.replicas:
+        return record
+    isr = tuple(node for node in replicas if node in record.isr)
+    moved = replace(
+        record,
+        replicas=replicas,
+        isr=isr,
+        elr=tuple(node for node in replicas if node in record.elr and node not in isr),
+        restarts=tuple(record.restarts_of(node) for node in replicas) if record.restarts else (),
+        partition_epoch=record.partition_epoch + 1,
+    )
+    if len(isr) >= effective_min_insync(moved, min_insync):
+        moved = replace(moved, elr=())
+    if record.leader != NO_LEADER and record.leader not in isr:
+        return replace(moved, leader=NO_LEADER, leader_epoch=Epoch(record.leader_epoch + 1))
+    return moved
+
+
 def restarted_since(before: PartitionRecord, after: PartitionRecord) -> frozenset[NodeId]:
     """The replicas that started again (`restarted`) between two records of a partition."""
     return frozenset(n for n in after.replicas if after.restarts_of(n) != before.restarts_of(n))
@@ -400,6 +430,13 @@ class IsrLeader:
             return frozenset()
         restarted = restarted_since(self.record, record)
         self.record = record
+        # KIP-455: a replica added is a follower to track (out of the ISR until rule 5
+        # admits it); one removed is forgotten.
+        for node in record.replicas:
+            if node != self.node and node not in self.followers:
+                self.followers[node] = _Follower()
+        for node in [node for node in self.followers if node not in record.replicas]:
+            del self.followers[node]
         # A proposal applies only at exactly the partition epoch it names: now never.
         self.pending = None
         for node in restarted:

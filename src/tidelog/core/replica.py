@@ -168,6 +168,11 @@ class ReplicaStatus:
     directory_id: DirectoryId = NO_DIRECTORY
     voters: tuple[ReplicaKey, ...] = ()
     voters_committed: bool = True  # whether the HWM passed the batch that made `voters`
+    # The settings changed since it was made: the voter target (core/config.py's
+    # `voter_target`; `replicas` above are its members), min.insync.replicas, the throttle.
+    target: tuple[NodeId, ...] = ()
+    min_insync_replicas: int | None = None
+    throttle_bytes_per_s: int | None = None
     # A leader's view of each follower (DescribeQuorum's ReplicaState); () on a follower.
     followers: tuple[FollowerStatus, ...] = ()
 
@@ -207,6 +212,8 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
         if wall_clock_ms is not None:
             self.wall_clock_ms = wall_clock_ms
         self.tick_count += 1
+        if self.role is Role.LEADER:
+            self.refill_throttle()
         self.mode.tick(now_ms)
 
     def campaign(self) -> None:
@@ -243,6 +250,17 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             return str(error)
         self.sync_progress()
         self.mode.on_config_changed()
+        return None
+
+    def set_throttle(self, bytes_per_s: int | None) -> str | None:
+        """The replication throttle changed (Kafka's leader.replication.throttled.rate):
+        the copies that do not vote get at most this many bytes a second from now on
+        (None: no throttle). None when taken, else why not."""
+        assert not self.ready_outstanding
+        try:
+            self.config = replace(self.config, throttle_bytes_per_s=bytes_per_s)
+        except ValueError as error:
+            return str(error)
         return None
 
     def transfer_leadership(self, target: NodeId) -> str | None:
@@ -371,6 +389,9 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             directory_id=self.key.directory,
             voters=tuple(self.voters),
             voters_committed=not self.log.voters.uncommitted(self.hwm),
+            target=self.config.voter_target,
+            min_insync_replicas=self.config.min_insync_replicas,
+            throttle_bytes_per_s=self.config.throttle_bytes_per_s,
             followers=self._follower_statuses() if leading else (),
         )
 

@@ -16,6 +16,12 @@ Rules of this file:
   request sent before this term began (its `request_sent_ms`): the seqs of an earlier
   run of this node began again at 0, and the follower stamps a fenced request's answer
   with its own, newer epoch.
+- A throttle (`ReplicaConfig.throttle_bytes_per_s`, Kafka's
+  leader.replication.throttled.rate) limits the batches sent to copies that do not vote
+  (a reassignment's new replicas, a lost copy catching up): each leader tick adds its
+  share of the rate to a credit (at most a second's worth saved up), and
+  such a copy gets batches only while the credit lasts; probes and heartbeats are never
+  held back, nor are voters.
 - After every answer the mode hears of it (`Mode.on_append_answered`); the HWM moves
   only where the mode says it may.
 """
@@ -61,16 +67,36 @@ class LeaderPipeline(ReplicaState):
 
     def _appends_due(self) -> bool:
         end = self.log.log_end_offset
-        for progress in self.progress.values():
+        for peer, progress in self.progress.items():
             if progress.probing and not progress.probe_sent:
                 return True
             if (
                 not progress.probing
                 and progress.next_offset < end
                 and len(progress.inflight) < self.config.inflight_appends_max
+                and not self._held_back(peer, progress)
             ):
                 return True
         return False
+
+    def _throttled(self, peer: NodeId, progress: Progress) -> bool:
+        """Whether appends to `peer` are throttled: a copy that does not vote, while a
+        throttle is set (`ReplicaConfig.throttle_bytes_per_s`)."""
+        return self.config.throttle_bytes_per_s is not None and not self.counts(
+            peer, progress.directory
+        )
+
+    def _held_back(self, peer: NodeId, progress: Progress) -> bool:
+        return self.throttle_credit <= 0 and self._throttled(peer, progress)
+
+    def refill_throttle(self) -> None:
+        """A tick's worth of the throttle's bytes; at most a second's worth saved up (a
+        batch larger than the credit left still goes, and the credit owes it)."""
+        rate = self.config.throttle_bytes_per_s
+        if rate is None:
+            self.throttle_credit = 0.0
+            return
+        self.throttle_credit = min(self.throttle_credit + rate * self.config.tick_ms / 1000, rate)
 
     def _send_appends(self) -> None:
         """Send each follower what it lacks, within its window of in-flight appends."""
@@ -105,16 +131,23 @@ class LeaderPipeline(ReplicaState):
                     )
                     progress.sent_probe(key, seq)
                 continue
+            throttled = self._throttled(peer, progress)
             while (
                 progress.next_offset < end
                 and len(progress.inflight) < self.config.inflight_appends_max
+                and not (throttled and self.throttle_credit <= 0)
             ):
+                max_bytes = self.config.append_bytes_max
+                if throttled:  # at least one batch, whatever its size
+                    max_bytes = max(1, min(max_bytes, int(self.throttle_credit)))
                 batches = self.log.read(
                     Offset(max(progress.next_offset, start)),
                     end_offset=end,
-                    max_bytes=self.config.append_bytes_max,
+                    max_bytes=max_bytes,
                 )
                 assert batches, "a follower behind the log end has something to read"
+                if throttled:
+                    self.throttle_credit -= sum(len(batch) for batch in batches)
                 # Checked when appended (and by the disk log when read back); the follower
                 # checks them again on receipt (pair assertion): no CRC pass here.
                 prev = read_header(batches[0]).base_offset

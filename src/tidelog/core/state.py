@@ -112,6 +112,7 @@ class ReplicaState:
         self.ready_outstanding = False
         self.ready_log_end_offset = self.log.log_end_offset
         self.append_seq = 0
+        self.throttle_credit = 0.0  # bytes the leader may still send to throttled copies
         self._maybe_finish_repair()
 
     # ================================================================== roles ===========

@@ -46,6 +46,8 @@ with warnings.catch_warnings():
     from kafka.protocol.admin import (
         AlterConfigsRequest,
         AlterConfigsResponse,
+        AlterPartitionReassignmentsRequest,
+        AlterPartitionReassignmentsResponse,
         AlterUserScramCredentialsRequest,
         AlterUserScramCredentialsResponse,
         CreateAclsRequest,
@@ -82,6 +84,8 @@ with warnings.catch_warnings():
         IncrementalAlterConfigsResponse,
         ListGroupsRequest,
         ListGroupsResponse,
+        ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsResponse,
     )
     from kafka.protocol.api_header import RequestHeader
     from kafka.protocol.consumer import (
@@ -243,6 +247,8 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
@@ -268,6 +274,12 @@ _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.ALTER_CONFIGS: _Api(AlterConfigsRequest, AlterConfigsResponse, (0, 2)),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _Api(
         IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, (0, 1)
+    ),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _Api(
+        AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, (0, 1)
+    ),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _Api(
+        ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, (0, 0)
     ),
     ApiKey.DELETE_GROUPS: _Api(DeleteGroupsRequest, DeleteGroupsResponse, (0, 2)),
     ApiKey.OFFSET_DELETE: _Api(OffsetDeleteRequest, OffsetDeleteResponse, (0, 0)),

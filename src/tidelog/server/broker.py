@@ -33,7 +33,6 @@ import itertools
 import json
 import logging
 import random
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -58,13 +57,13 @@ from tidelog.protocol.peer import (
 from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
+from tidelog.server.copies import Copies
 from tidelog.server.data_dir import node_directory_id
-from tidelog.server.disk_health import DiskHealth, Syncs, is_disk_error
+from tidelog.server.disk_health import DiskHealth, Syncs
 from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.isr_control import IsrControl, clean_start
 from tidelog.server.joining import Joining
 from tidelog.server.leadership import controlled_shutdown, hand_over, rebalance
-from tidelog.server.logs import partition_fields
 from tidelog.server.metadata import (
     METADATA_TOPIC,
     OFFSETS_TOPIC,
@@ -72,8 +71,8 @@ from tidelog.server.metadata import (
     MetadataImage,
     TopicInfo,
     encode_command,
-    place_replicas,
 )
+from tidelog.server.metadata_fields import place_replicas
 from tidelog.server.metrics import NULL_METRICS, NodeMetrics
 from tidelog.server.partition import OnRound, PartitionRunner, open_on_disk
 from tidelog.server.partition_inputs import Campaign, Retain, Step, Tick
@@ -115,6 +114,7 @@ FORWARDABLE = frozenset(
         "unregister_broker",
         "voter_target",
         "partition_state",  # a leader's report (server/truth.py)
+        "alter_reassignments",  # KIP-455 (server/reassign_api.py)
         # ISR mode (server/isr_control.py)
         "alter_partition",
         "register_broker",
@@ -125,6 +125,7 @@ FORWARDABLE = frozenset(
 )
 # The field naming the node a forwarded command speaks for: only that node may send it.
 SPEAKS_FOR: Final = {
+    "partition_state": "leader",
     "alter_partition": "leader",
     "register_broker": "node",
     "replica_restarted": "node",
@@ -186,15 +187,14 @@ class Broker:
         self.disk = DiskHealth()
         self.metrics = NodeMetrics() if config.metrics else NULL_METRICS
         self.syncs = Syncs(self.executor, self.transport.flush, metrics=self.metrics)
-        # Partitions whose log could not be opened (a failing disk): opened again later.
-        self.unopened: dict[PartitionKey, TopicInfo] = {}
         # New partitions this node prefers, and the ticks left to campaign for them.
         self.campaigning: dict[PartitionKey, int] = {}
         self.directory_id = node_directory_id(config.data_dir)
         self.joining = Joining(self)  # first voters, notices, links, members (joining.py)
         self.isr = IsrControl(self, clean=clean_start(config.data_dir))
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
-        self.truth = ClusterTruth(self)
+        self.copies = Copies(self)  # which partitions this node holds a copy of
+        self.truth = ClusterTruth(self, self.copies.applied)
 
     # ---------------------------------------------------------------- partitions -------
     def partition_dir(self, key: PartitionKey) -> Path:
@@ -298,16 +298,17 @@ class Broker:
             self.on_change(self.image.apply(offset, value or b""))
 
         self.image.applied_offset = runner.apply_committed(self.image.applied_offset, apply)
+        self.copies.flush()  # the copies follow the image as it is now (server/copies.py)
 
     def on_change(self, change: Change) -> None:
         for topic in change.created:
-            self.create_replicas(topic)
-        for topic_name, partition in change.records:
-            self.isr.hand_record(PartitionKey(topic_name, partition))
+            self.copies.created(topic)
+        for topic_name, partition in (*change.moved, *change.records):
+            self.copies.moved(PartitionKey(topic_name, partition))  # ISR: hands the record
         for topic in change.altered:
             self.reconfigure(topic)
         for topic in change.deleted:
-            asyncio.get_running_loop().create_task(self.delete_replicas(topic))
+            asyncio.get_running_loop().create_task(self.copies.delete_replicas(topic))
             for coordinator in self.coordinators.values():
                 coordinator.expire_now()  # its groups' offsets of that topic expire
 
@@ -326,60 +327,6 @@ class Broker:
             if runner is None:
                 continue
             runner.reconfigure(wal_config, min_insync)
-
-    def create_replicas(self, topic: TopicInfo) -> None:
-        for partition, nodes in enumerate(topic.replicas):
-            replicas = tuple(NodeId(node) for node in nodes)
-            key = PartitionKey(topic.name, partition)
-            if self.node_id not in replicas or key in self.runners:
-                continue
-            directories = topic.directories[partition] if topic.directories else ()
-            try:
-                runner = self.open_partition(key, replicas, topic.config, directories)
-            except OSError as error:
-                if not is_disk_error(error):
-                    raise
-                self.disk.on_failure(key, error)
-                self.unopened[key] = topic
-                continue
-            self.unopened.pop(key, None)
-            log.info(
-                "hosting %s-%d (replicas %s)",
-                topic.name,
-                partition,
-                list(nodes),
-                extra=partition_fields(topic.name, partition),
-            )
-            if topic.config.isr_mode:
-                self.isr.hand_record(key)  # the controller names its leader
-            elif replicas[0] == self.node_id and runner.status().epoch == 0:
-                runner.submit(Campaign())  # the preferred leader starts at once,
-                self.campaigning[key] = self.config.election_ticks  # and tries each tick
-
-    def open_unopened(self) -> None:
-        """Try again to open the partitions a failing disk kept closed."""
-        for topic in {topic.name: topic for topic in self.unopened.values()}.values():
-            if self.image.topics.get(topic.name) == topic:
-                self.create_replicas(topic)
-            else:  # deleted (or created again) since
-                for key in [key for key in self.unopened if key.topic == topic.name]:
-                    del self.unopened[key]
-
-    async def delete_replicas(self, topic: TopicInfo) -> None:
-        for partition in range(topic.partitions):
-            key = PartitionKey(topic.name, partition)
-            self.unopened.pop(key, None)
-            runner = self.runners.pop(key, None)
-            self.leader_hints.pop(key, None)
-            if runner is not None:
-                await runner.stop()
-                shutil.rmtree(self.partition_dir(key), ignore_errors=True)
-                log.info(
-                    "deleted %s-%d",
-                    topic.name,
-                    partition,
-                    extra=partition_fields(topic.name, partition),
-                )
 
     async def propose_metadata(self, command: dict[str, Any]) -> Any:
         """Write one command to the metadata log with acks=all (the controller only)."""
@@ -527,7 +474,7 @@ class Broker:
     def all_nodes(self) -> tuple[NodeId, ...]:
         """The cluster's brokers: registered in the image, or in --peers, and not
         unregistered (server/members.py)."""
-        return self.image.members.brokers(self.image, self.config.peers)
+        return self.image.membership.brokers(self.image, self.config.peers)
 
     def leader_of(self, key: PartitionKey) -> tuple[int, int]:
         """(leader id or -1, leader epoch or -1) as this node knows it."""
@@ -645,6 +592,7 @@ class Broker:
                 self.maybe_create_offsets_topic()
                 self.truth.step()
                 self.isr.step()
+                self.copies.refresh()
             if (
                 self.config.auto_leader_rebalance
                 and self.ticks % rebalance_every == 0
@@ -654,7 +602,7 @@ class Broker:
             if self.ticks % RETENTION_EVERY_TICKS == 0:
                 for runner in list(self.runners.values()):
                     runner.submit(Retain(wall))
-                self.open_unopened()
+                self.copies.open_unopened()
 
     def campaign_again(self) -> None:
         """New partitions this node prefers campaign again while no one leads them, for one

@@ -310,7 +310,7 @@ class ClusterWatch:
         for node in broker.all_nodes:
             port = broker.admin_ports.get(node)
             # Its registration's peer address (a node that joined), else its --peers entry.
-            peer = broker.image.members.peers.get(node) or broker.config.peers.get(node)
+            peer = broker.image.membership.peers.get(node) or broker.config.peers.get(node)
             addresses[node] = None if port is None or peer is None else (peer[0], port)
         addresses[broker.node_id] = broker.config.admin_listen
         return addresses

@@ -41,6 +41,7 @@ from tidelog.server.metadata import INTERNAL_TOPICS, METADATA_TOPIC
 from tidelog.server.offsets_api import OFFSETS_HANDLERS
 from tidelog.server.produce_api import PRODUCE_HANDLERS
 from tidelog.server.quorum_api import QUORUM_HANDLERS
+from tidelog.server.reassign_api import REASSIGN_HANDLERS
 from tidelog.server.sasl import SASL_HANDLERS
 from tidelog.server.topics_api import TOPICS_HANDLERS, create_topic
 from tidelog.server.view import BrokerView
@@ -199,10 +200,10 @@ def topic_metadata(broker: BrokerView, cls: Any, name: str, with_operations: boo
         record = broker.image.records.get((name, index))
         if record is not None:  # ISR mode: the committed ISR
             isr = [int(node) for node in record.isr]
-        elif reported is not None:
-            isr = list(reported.isr)
+        elif reported is not None:  # a copy leaving (KIP-455) is no replica to name
+            isr = [node for node in reported.isr if node in replicas]
         else:
-            isr = in_sync_nodes(broker, key, replicas)
+            isr = [node for node in in_sync_nodes(broker, key, replicas) if node in replicas]
         partitions.append(
             topic_cls.MetadataResponsePartition(
                 error_code=int(error),
@@ -289,4 +290,5 @@ HANDLERS: dict[ApiKey, Handler] = {
     **VOTERS_HANDLERS,
     **CLUSTER_HANDLERS,
     **QUORUM_HANDLERS,
+    **REASSIGN_HANDLERS,
 }

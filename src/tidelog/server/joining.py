@@ -142,14 +142,14 @@ class Joining:
         # No change asked yet: the first voter set, which a node that joined later knows
         # only from the log (a target matters only where it leads: it is then a voter).
         born = list(voters) if self.joined else self.first_voters
-        target = node.image.members.voter_target or born
+        target = node.image.membership.voter_target or born
         members = metadata_members(
             node_id=node.node_id,
             brokers=node.all_nodes,
             voters=voters,
             target=target,
             linked=node.transport.links,
-            unregistered=node.image.members.unregistered,
+            unregistered=node.image.membership.unregistered,
         )
         return self.first_voters, members, tuple(NodeId(n) for n in target)
 
@@ -186,7 +186,7 @@ class Joining:
         status = runner.status()
         if (
             self.writing_target
-            or node.image.members.voter_target is not None
+            or node.image.membership.voter_target is not None
             or status.role is not Role.LEADER
             or not status.voters_committed
         ):
@@ -206,7 +206,8 @@ class Joining:
         node = self.node
         transport = node.transport
         now = time.monotonic()
-        for peer in [peer for peer in transport.links if peer in node.image.members.unregistered]:
+        unregistered = node.image.membership.unregistered
+        for peer in [peer for peer in transport.links if peer in unregistered]:
             if now - self.heard_at.get(peer, 0.0) > UNREGISTERED_SILENT_S:
                 log.info("node %d is unregistered and silent: no more link to it", peer)
                 transport.remove_link(peer)
@@ -219,11 +220,11 @@ class Joining:
         """Each broker's peer address: its registration's, else this node's --peers'."""
         image = self.node.image
         addresses = {NodeId(n): a for n, a in self.node.config.peers.items()}
-        addresses.update({NodeId(n): a for n, a in image.members.peers.items()})
+        addresses.update({NodeId(n): a for n, a in image.membership.peers.items()})
         return {
             n: a
             for n, a in addresses.items()
-            if n not in image.members.unregistered or n == self.node.node_id
+            if n not in image.membership.unregistered or n == self.node.node_id
         }
 
     def notice_to(self, peer: NodeId) -> BrokerNotice:

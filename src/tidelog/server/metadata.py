@@ -16,9 +16,8 @@ Rules of this file:
   leaders spread over the nodes. A partition made names each replica's data directory as
   its node last registered it (`register_broker`'s `directory`, KIP-858): the copies of its
   first voter set (server/data_dir.py).
-- Who belongs is server/members.py's (`members`): the brokers' peer addresses from their
-  registrations, the brokers unregistered (`unregister_broker`), and the metadata
-  quorum's voter target (`add_voter`, `remove_voter`, KIP-853).
+- Who belongs is server/members.py's (`membership`): the brokers' peer addresses, those
+  unregistered, and the metadata quorum's voter target (KIP-853).
 - Cluster truth lives here too, so every node answers the same: each partition's leader,
   epoch and in-sync replicas as its leader reported them (`partition_state`, Kafka's
   AlterPartition; a state of an older epoch than the one held changes nothing), and the
@@ -38,6 +37,14 @@ Rules of this file:
   `isr.elect` (rules 4, 8, 10), live meaning not fenced. What changed is in
   `Change.records`, for the broker to hand to its replicas; the answer to a proposal is
   kept (`answers`) for the node that proposed it.
+- Reassignment (KIP-455; the state machine is server/reassignment.py's): a partition moved
+  once has an `Assignment` in `assignments`; `TopicInfo.replicas` is Kafka's replica list
+  (what Metadata answers), `TopicInfo.born` the replicas it was made with (its first voter
+  set, the order of `directories`). `alter_reassignments` starts, replaces or cancels
+  moves; a quorum-mode leader's `partition_state` names its committed voter set and the
+  assignment its replica holds, which completes a move and lets retiring copies go; in
+  ISR mode a record whose ISR holds the target completes it (`_set_record`). The
+  partitions whose copies or members changed are in `Change.moved`.
 """
 
 from __future__ import annotations
@@ -46,7 +53,6 @@ import base64
 import binascii
 import json
 import logging
-import string
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -55,21 +61,38 @@ from typing import Any, Final
 from tidelog.core import isr
 from tidelog.core.isr import NO_LEADER, AlterResult, IsrProposal, PartitionRecord
 from tidelog.errors import MetadataError
-from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, MECHANISMS, ScramCredential
+from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, ScramCredential
 from tidelog.server.acl import Acl, acl_of
 from tidelog.server.logs import partition_fields
 from tidelog.server.members import MEMBERSHIP_COMMANDS, Membership, peer_of
+from tidelog.server.metadata_fields import (
+    PARTITIONS_MAX,
+    QUOTED_MAX,
+    quoted,
+    validate_topic_name,
+)
+from tidelog.server.metadata_fields import list_of as _list
+from tidelog.server.metadata_fields import mechanism_of as _mechanism
+from tidelog.server.metadata_fields import node_of as _node
+from tidelog.server.metadata_fields import nodes_of as _nodes_of
+from tidelog.server.metadata_fields import placement_of as _replicas
+from tidelog.server.metadata_fields import string_of as _string
+from tidelog.server.reassignment import (
+    Assignment,
+    cancel,
+    complete,
+    is_done,
+    on_voters,
+    submit,
+    target_of,
+)
 from tidelog.server.topic_config import TopicConfig
 from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId
 
 METADATA_TOPIC = "__cluster_metadata"
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({METADATA_TOPIC, OFFSETS_TOPIC})
-TOPIC_NAME_MAX = 249
-PARTITIONS_MAX = 10_000
-TOPIC_NAME_CHARACTERS = frozenset(string.ascii_letters + string.digits + "._-")
 INCARNATION_MAX = 64  # characters of a registration's incarnation id
-QUOTED_MAX = 300  # how much of a client's text an error message or log line quotes
 LOGGED_BYTES_MAX = 120  # of a command's bytes, in a log line (up to 4 characters each)
 
 log = logging.getLogger(__name__)
@@ -96,10 +119,18 @@ class TopicInfo:
     # Per partition, in the order of `replicas`, the data directory each replica's node had
     # registered when the partition was made (KIP-858; NO_DIRECTORY: none registered yet).
     directories: tuple[tuple[DirectoryId, ...], ...] = ()
+    # Per partition, the replicas it was made with (its first voter set), once one has
+    # moved (KIP-455): `replicas` is then Kafka's replica list now. Empty: `replicas`.
+    born: tuple[tuple[int, ...], ...] = ()
 
     @property
     def partitions(self) -> int:
         return len(self.replicas)
+
+    def born_of(self, partition: int) -> tuple[tuple[int, ...], tuple[DirectoryId, ...]]:
+        """The partition's replicas when it was made, and their directories (() unknown)."""
+        born = self.born[partition] if self.born else self.replicas[partition]
+        return born, self.directories[partition] if self.directories else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +140,10 @@ class PartitionState:
     leader: int
     epoch: int
     isr: tuple[int, ...]
+    # Quorum mode: the nodes of the leader's committed voter set (None: not reported), and
+    # the assignment version its replica holds (`Assignment.version`; None: not known).
+    voters: tuple[int, ...] | None = None
+    version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,50 +154,11 @@ class Change:
     deleted: tuple[TopicInfo, ...] = ()
     altered: tuple[TopicInfo, ...] = ()
     records: tuple[tuple[str, int], ...] = ()  # ISR-mode partitions whose record changed
+    moved: tuple[tuple[str, int], ...] = ()  # partitions whose copies or members changed
 
 
-def place_replicas(
-    nodes: list[int], partitions: int, replication_factor: int, start: int
-) -> tuple[tuple[int, ...], ...]:
-    """Round-robin placement: partition p starts at node (start + p) and takes the next R."""
-    ordered = sorted(nodes)
-    return tuple(
-        tuple(ordered[(start + p + r) % len(ordered)] for r in range(replication_factor))
-        for p in range(partitions)
-    )
-
-
-def quoted(text: str) -> str:
-    """A client's text for a message or a log line: at most QUOTED_MAX characters."""
-    return repr(text if len(text) <= QUOTED_MAX else text[:QUOTED_MAX] + "...")
-
-
-def validate_topic_name(name: str, existing: set[str] | frozenset[str] = frozenset()) -> None:
-    """Kafka's rules for topic names (Topic.validate), and its collision rule: '.' and '_'
-    collide in metric names, so `a.b` and `a_b` cannot both exist."""
-    if not name:
-        raise MetadataError("INVALID_TOPIC_EXCEPTION", "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise MetadataError("INVALID_TOPIC_EXCEPTION", 'Topic name cannot be "." or ".."')
-    if len(name) > TOPIC_NAME_MAX:
-        raise MetadataError(
-            "INVALID_TOPIC_EXCEPTION",
-            f"Topic name is illegal, it can't be longer than {TOPIC_NAME_MAX} characters, "
-            f"topic name: {quoted(name)}",
-        )
-    if not TOPIC_NAME_CHARACTERS.issuperset(name):
-        raise MetadataError(
-            "INVALID_TOPIC_EXCEPTION",
-            f"Topic name {quoted(name)} is illegal, it contains a character other than ASCII "
-            "alphanumerics, '.', '_' and '-'",
-        )
-    unified = name.replace(".", "_")
-    for other in existing:
-        if other != name and other.replace(".", "_") == unified:
-            raise MetadataError(
-                "INVALID_TOPIC_EXCEPTION",
-                f"Topic {quoted(name)} collides with existing topic: {other}",
-            )
+def _nodes(nodes: tuple[int, ...]) -> tuple[NodeId, ...]:
+    return tuple(NodeId(node) for node in nodes)
 
 
 def validate_topic(
@@ -209,7 +205,8 @@ class MetadataImage:
         # ISR mode: each partition's record, and the last answer to a leader's proposal.
         self.records: dict[tuple[str, int], PartitionRecord] = {}
         self.answers: dict[tuple[str, int], tuple[IsrProposal, AlterResult]] = {}
-        self.members = Membership()  # peers, brokers unregistered, voter target (members.py)
+        self.assignments: dict[tuple[str, int], Assignment] = {}  # partitions moved once
+        self.membership = Membership()  # peers, unregistered, voter target (members.py)
         self.applied_offset = 0  # every command below this offset is applied
 
     def topic_named(self, topic_id: uuid.UUID) -> str | None:
@@ -251,8 +248,9 @@ class MetadataImage:
                 self.scram.pop((_string(command, "user"), _mechanism(command)), None)
                 return Change()
             if kind == "partition_state":
-                self._partition_state(command)
-                return Change()
+                return self._partition_state(command, offset)
+            if kind == "alter_reassignments":
+                return self._alter_reassignments(command, offset)
             if kind in ("fence_broker", "unfence_broker", "shutdown_broker"):
                 node = _node(command.get("node"))
                 if kind == "unfence_broker":
@@ -271,7 +269,7 @@ class MetadataImage:
             if kind == "elect_preferred":
                 return self._elect_preferred(command)
             if kind in MEMBERSHIP_COMMANDS:
-                self.members.apply(kind, command, self)
+                self.membership.apply(kind, command, self)
                 return Change()
             raise MetadataError("INVALID_REQUEST", f"unknown command type {kind!r}")
         except (MetadataError, ValueError) as error:
@@ -359,29 +357,45 @@ class MetadataImage:
             directories=info.directories + self._directories_of(added)
             if len(info.directories) == info.partitions
             else (),
+            born=info.born + added if info.born else (),
         )
         self.topics[info.name] = grown
         return Change(created=(grown,), records=self._new_records(grown, info.partitions))
 
-    def _partition_state(self, command: dict[str, Any]) -> None:
+    def _partition_state(self, command: dict[str, Any], offset: int) -> Change:
+        """A leader's report (server/truth.py): its epoch and in-sync replicas among the
+        partition's copies, and in quorum mode its committed voter set and the assignment
+        version its replica holds, which may complete a move or let retiring copies go."""
         topic = self.topics.get(_string(command, "topic"))
         partition = command.get("partition")
         if topic is None or not isinstance(partition, int) or isinstance(partition, bool):
             raise MetadataError("INVALID_REQUEST", "partition_state of no such partition")
         if not 0 <= partition < topic.partitions:
             raise MetadataError("INVALID_REQUEST", f"no partition {partition} of {topic.name}")
-        replicas = topic.replicas[partition]
+        key = (topic.name, partition)
+        copies = self.members(key)
         leader, epoch = _node(command.get("leader")), _node(command.get("epoch"))
-        isr_value = command.get("isr")
+        isr_value, voters = command.get("isr"), _nodes_of(command.get("voters"))
+        version = command.get("version")
         if not isinstance(isr_value, list):
             raise MetadataError("INVALID_REQUEST", "isr is not a list")
         isr = tuple(sorted({_node(node) for node in isr_value}))
-        if leader not in replicas or leader not in isr or not set(isr) <= set(replicas):
-            raise MetadataError("INVALID_REQUEST", f"a state naming no replica of {replicas}")
-        held = self.partitions.get((topic.name, partition))
+        if leader not in copies or leader not in isr or not set(isr) <= set(copies):
+            raise MetadataError("INVALID_REQUEST", f"a state naming no replica of {copies}")
+        held = self.partitions.get(key)
         if held is not None and held.epoch > epoch:
-            return  # a deposed leader's report, committed after its successor's
-        self.partitions[(topic.name, partition)] = PartitionState(leader, epoch, isr)
+            return Change()  # a deposed leader's report, committed after its successor's
+        voter_nodes = None if voters is None else tuple(sorted(set(voters)))
+        version = None if version is None else _node(version)
+        self.partitions[key] = PartitionState(leader, epoch, isr, voter_nodes, version)
+        moved = self.assignments.get(key)
+        if moved is None or voter_nodes is None or topic.config.isr_mode:
+            return Change()
+        changed = on_voters(moved, voter_nodes, version, version=offset)
+        if changed == moved:
+            return Change()
+        self._place(key, changed)
+        return Change(moved=(key,))
 
     def _delete(self, command: dict[str, Any]) -> Change:
         info = self.topics.pop(_string(command, "name"), None)
@@ -391,7 +405,112 @@ class MetadataImage:
             self.partitions.pop((info.name, partition), None)
             self.records.pop((info.name, partition), None)
             self.answers.pop((info.name, partition), None)
+            self.assignments.pop((info.name, partition), None)
         return Change(deleted=(info,))
+
+    # ---------------------------------------------------------------- reassignment -----
+    def assignment(self, key: tuple[str, int]) -> Assignment:
+        """The partition's assignment (server/reassignment.py): its replicas when never moved."""
+        moved = self.assignments.get(key)
+        if moved is not None:
+            return moved
+        info = self.topics[key[0]]
+        return Assignment(info.replicas[key[1]])
+
+    def members(self, key: tuple[str, int]) -> tuple[int, ...]:
+        """The nodes holding a copy of the partition (each hosts it): in ISR mode the
+        record's replicas, in quorum mode the assignment's members."""
+        return self.assignment(key).members
+
+    def voter_target(self, key: tuple[str, int]) -> tuple[int, ...]:
+        """Quorum mode: the nodes the partition's voter set is to hold."""
+        return self.assignment(key).voter_target
+
+    def check_reassignment(
+        self, topic: str, partition: object, replicas: object
+    ) -> tuple[int, ...] | None:
+        """A reassignment of one partition as Kafka's controller checks it: its target (None:
+        a cancel); MetadataError with Kafka's error when it cannot be done."""
+        info = self.topics.get(topic)
+        if info is None or topic == METADATA_TOPIC:
+            raise MetadataError(
+                "UNKNOWN_TOPIC_OR_PARTITION", f"Unable to find a topic named {quoted(topic)}."
+            )
+        if (
+            not isinstance(partition, int)
+            or isinstance(partition, bool)
+            or not 0 <= partition < info.partitions
+        ):
+            raise MetadataError(
+                "UNKNOWN_TOPIC_OR_PARTITION", f"Unable to find partition {topic}:{partition}."
+            )
+        target = target_of(replicas, self.incarnations)
+        key = (topic, partition)
+        moved = self.assignment(key)
+        if target is None and not moved.moving:
+            raise MetadataError(
+                "NO_REASSIGNMENT_IN_PROGRESS", "No partition reassignment is in progress."
+            )
+        record = self.records.get(key)
+        unclean = info.config.unclean_leader_election
+        reverts_unclean = (
+            target is None
+            and record is not None
+            and not set(record.isr + record.elr) & set(moved.original)
+        )
+        if reverts_unclean and not unclean:  # Kafka's PartitionReassignmentRevert
+            raise MetadataError(
+                "INVALID_REPLICA_ASSIGNMENT",
+                f"Unable to revert partition assignment for {topic}:{partition} because "
+                "it would require an unclean leader election.",
+            )
+        return target
+
+    def _alter_reassignments(self, command: dict[str, Any], offset: int) -> Change:
+        """AlterPartitionReassignments: each partition's new target, or its cancel (null),
+        checked again here; one that cannot be done is logged and left as it is."""
+        moved, records = [], []
+        for entry in _list(command, "partitions"):
+            topic, partition = _string(entry, "topic"), entry.get("partition")
+            try:
+                target = self.check_reassignment(topic, partition, entry.get("replicas"))
+            except MetadataError as error:
+                log.warning("reassignment of %s-%r not done: %s", topic, partition, error)
+                continue
+            assert isinstance(partition, int)
+            key = (topic, partition)
+            before = self.assignment(key)
+            after = (
+                cancel(before, version=offset)
+                if target is None
+                else submit(before, target, version=offset)
+            )
+            info = self.topics[topic]
+            if info.config.isr_mode:
+                moved.append(key)
+                self._place(key, replace(after, retiring=()))
+                minimum = info.config.min_insync(len(after.replicas))
+                record = isr.reassigned(
+                    self.records[key], _nodes(after.replicas), min_insync=minimum
+                )
+                if self._set_record(key, record):
+                    records.append(key)
+                continue
+            held = self.partitions.get(key)
+            if held is not None and held.voters is not None:  # a shrink may be done already
+                after = on_voters(after, held.voters, None, version=offset)
+            self._place(key, after)
+            moved.append(key)
+        return Change(moved=tuple(moved), records=tuple(records))
+
+    def _place(self, key: tuple[str, int], assignment: Assignment) -> None:
+        """Keep the partition's new assignment; its topic names Kafka's replicas now."""
+        info = self.topics[key[0]]
+        replicas = list(info.replicas)
+        replicas[key[1]] = assignment.replicas
+        born = info.born or info.replicas
+        self.topics[key[0]] = replace(info, replicas=tuple(replicas), born=born)
+        self.assignments[key] = assignment
 
     # ---------------------------------------------------------------- ISR mode ---------
     def _live(self, record: PartitionRecord) -> set[NodeId]:
@@ -432,6 +551,15 @@ class MetadataImage:
         return election.record
 
     def _set_record(self, key: tuple[str, int], record: PartitionRecord) -> bool:
+        moving = self.assignments.get(key)
+        config = self.topics[key[0]].config
+        if moving is not None and is_done(
+            moving, record.isr, config.min_insync(len(moving.target))
+        ):  # KIP-455: the target is in the ISR: the move is done
+            done = replace(complete(moving, version=self.applied_offset - 1), retiring=())
+            self._place(key, done)
+            minimum = config.min_insync(len(done.replicas))
+            record = isr.reassigned(record, _nodes(done.replicas), min_insync=minimum)
         settled = self._settled(key, record)
         if self.records.get(key) == settled:
             return False
@@ -510,7 +638,7 @@ class MetadataImage:
         if not first and incarnation is not None and self.incarnations[node] == incarnation:
             return Change()  # this incarnation registered already
         self.incarnations[node] = incarnation
-        self.members.registered(node, peer)
+        self.membership.registered(node, peer)
         if directory is not None:
             self.directories[node] = DirectoryId(directory)
         return self._change_records(
@@ -562,50 +690,3 @@ class MetadataImage:
         key, record = self._isr_key(command)
         changed = isr.elect_preferred(record, self._live(record))
         return Change(records=(key,) if self._set_record(key, changed) else ())
-
-
-def _node(value: object) -> int:
-    """A node id or an epoch: a non-negative int (bool is none)."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
-        raise MetadataError("INVALID_REQUEST", f"{value!r} is no node id or epoch")
-    return value
-
-
-def _string(command: dict[str, Any], key: str) -> str:
-    value = command.get(key)
-    if not isinstance(value, str):
-        raise MetadataError("INVALID_REQUEST", f"{key} is not a string")
-    return value
-
-
-def _list(command: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    value = command.get(key)
-    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-        raise MetadataError("INVALID_REQUEST", f"{key} is not a list of objects")
-    return value
-
-
-def _mechanism(command: dict[str, Any]) -> str:
-    mechanism = _string(command, "mechanism")
-    if mechanism not in MECHANISMS:
-        raise MetadataError("INVALID_REQUEST", f"unknown SCRAM mechanism {mechanism!r}")
-    return mechanism
-
-
-def _replicas(value: object) -> tuple[tuple[int, ...], ...]:
-    """A create command's placement: 1..PARTITIONS_MAX partitions, each the same number of
-    distinct node ids (bool is not a node id)."""
-    if not isinstance(value, list) or not 1 <= len(value) <= PARTITIONS_MAX:
-        raise MetadataError("INVALID_REQUEST", "replicas: a list of 1..10000 partitions")
-    placement = []
-    for nodes in value:
-        if (
-            not isinstance(nodes, list)
-            or not nodes
-            or not all(isinstance(n, int) and not isinstance(n, bool) for n in nodes)
-            or len(set(nodes)) != len(nodes)
-            or len(nodes) != len(value[0])
-        ):
-            raise MetadataError("INVALID_REQUEST", f"replicas: bad partition placement {nodes!r}")
-        placement.append(tuple(nodes))
-    return tuple(placement)

@@ -76,16 +76,17 @@ from tidelog.server.partition_inputs import (
     Retain,
     SetMembers,
     SetMinInsync,
+    SetThrottle,
     Step,
     TakeAnswer,
     TakeRecord,
     Tick,
     Transfer,
     campaign_if_leaderless,
+    carry_settings,
     delete_records,
     isr_of,
-    set_members,
-    set_min_insync,
+    reconfigure,
     step_message,
     take_answer,
     take_record,
@@ -244,10 +245,8 @@ class PartitionRunner:
             case Transfer():
                 if transfer(self.key, replica, command):
                     self.metrics.transferred()
-            case SetMinInsync():
-                set_min_insync(replica, command.value)
-            case SetMembers():
-                set_members(self.key, replica, command)
+            case SetMinInsync() | SetMembers() | SetThrottle():
+                reconfigure(self.key, replica, command)
             case TakeRecord():
                 declined = take_record(self.key, replica, command)
                 if declined is not None and self.on_declined is not None:
@@ -581,6 +580,7 @@ class PartitionRunner:
         self._adopt(storage, self.open_replica(storage), error)
 
     def _adopt(self, storage: DiskStorage, replica: Replica, error: TidelogError) -> None:
+        carry_settings(self.key, replica, self.replica.status())
         self.replica = replica
         self.storage = storage
         self._fail_pending(error)

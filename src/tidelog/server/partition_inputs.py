@@ -87,6 +87,15 @@ class SetMembers:
 
     members: tuple[NodeId, ...]
     target: tuple[NodeId, ...]
+    done: asyncio.Future[bool] | None = None  # completes with whether the replica took them
+
+
+@dataclass(frozen=True, slots=True)
+class SetThrottle:
+    """The replication throttle for the copies that do not vote (Kafka's
+    leader.replication.throttled.rate; None: none)."""
+
+    bytes_per_s: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +138,7 @@ Input = (
     | Transfer
     | SetMinInsync
     | SetMembers
+    | SetThrottle
     | TakeRecord
     | TakeAnswer
     | Retain
@@ -188,16 +198,33 @@ def transfer(key: PartitionKey, replica: Replica, asked: Transfer) -> bool:
     return False
 
 
-def set_min_insync(replica: Replica, value: int | None) -> None:
-    refusal = replica.set_min_insync_replicas(value)
-    if refusal is not None:  # validated when committed: a bug if it ever shows
-        log.error("min.insync.replicas %s not taken: %s", value, refusal)
+def reconfigure(
+    key: PartitionKey, replica: Replica, asked: SetMinInsync | SetMembers | SetThrottle
+) -> None:
+    """A setting of the replica changed (validated when committed: a refusal is a bug)."""
+    match asked:
+        case SetMinInsync():
+            refusal = replica.set_min_insync_replicas(asked.value)
+        case SetMembers():
+            refusal = replica.set_members(asked.members, asked.target)
+            if asked.done is not None and not asked.done.done():
+                asked.done.set_result(refusal is None)
+        case SetThrottle():
+            refusal = replica.set_throttle(asked.bytes_per_s)
+    if refusal is not None:
+        log.error("%s-%d: %s not taken: %s", key.topic, key.partition, asked, refusal)
 
 
-def set_members(key: PartitionKey, replica: Replica, asked: SetMembers) -> None:
-    refusal = replica.set_members(asked.members, asked.target)
-    if refusal is not None:  # the metadata image's replicas always hold this node
-        log.error("%s-%d: members %s not taken: %s", key.topic, key.partition, asked, refusal)
+def carry_settings(key: PartitionKey, replica: Replica, before: ReplicaStatus) -> None:
+    """A replica started again (a repair, a disk outage) takes the settings its
+    predecessor was given since the partition was opened."""
+    now = replica.status()
+    if now.min_insync_replicas != before.min_insync_replicas:
+        reconfigure(key, replica, SetMinInsync(before.min_insync_replicas))
+    if (now.replicas, now.target) != (before.replicas, before.target):
+        reconfigure(key, replica, SetMembers(before.replicas, before.target))
+    if now.throttle_bytes_per_s != before.throttle_bytes_per_s:
+        reconfigure(key, replica, SetThrottle(before.throttle_bytes_per_s))
 
 
 def take_record(key: PartitionKey, replica: Replica, asked: TakeRecord) -> PartitionRecord | None:

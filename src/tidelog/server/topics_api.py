@@ -2,6 +2,10 @@
 kafka-topics --alter --partitions).
 
 Rules of this file:
+- CreateTopics takes a topic's own placement (`assignments`) as Kafka's controller does:
+  partitions 0..n-1, each on as many distinct registered nodes as the first, and no
+  partition count or replication factor beside it (INVALID_REQUEST); else
+  INVALID_REPLICA_ASSIGNMENT.
 - Validated at the door: the topic exists and is no internal one, the count grows, at most
   PARTITIONS_MAX; an explicit assignment names, for each new partition, as many distinct
   known nodes as the topic's replication factor. ALTER on the topic with an authorizer.
@@ -26,12 +30,11 @@ from tidelog.server.authorize import allowed, cluster_allowed
 from tidelog.server.configs_api import config_entries
 from tidelog.server.metadata import (
     INTERNAL_TOPICS,
-    PARTITIONS_MAX,
     TopicInfo,
-    place_replicas,
-    quoted,
     validate_topic,
 )
+from tidelog.server.metadata_fields import PARTITIONS_MAX, place_replicas, quoted
+from tidelog.server.reassignment import target_of
 from tidelog.server.view import BrokerView
 
 
@@ -93,6 +96,9 @@ async def create_topic(
         return ErrorCode.INVALID_REQUEST, refused, None
     if topic.name in broker.image.topics:
         return ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic {quoted(topic.name)} already exists.", None
+    manual = manual_assignment(broker, topic)
+    if isinstance(manual, tuple):
+        return manual[0], manual[1], None
     partitions = (
         topic.num_partitions if topic.num_partitions > 0 else broker.config.default_partitions
     )
@@ -101,6 +107,8 @@ async def create_topic(
         if topic.replication_factor > 0
         else broker.config.default_replication_factor
     )
+    if manual is not None:  # its nodes need only be registered, as in Kafka
+        partitions, factor = len(manual), len(manual[0])
     configs = {config.name: config.value for config in topic.configs or ()}
     # As Kafka: replicas go to the brokers available now, not to one the controller fenced.
     available = [int(node) for node in broker.all_nodes if node not in broker.image.fenced]
@@ -110,19 +118,58 @@ async def create_topic(
             partitions,
             factor,
             configs,
-            nodes=len(available),
+            nodes=len(broker.all_nodes if manual else available),
             existing=set(broker.image.topics),
         )
     except MetadataError as error:
         return ErrorCode[error.code], str(error), None
     start = broker.rng.randrange(len(available))
-    replicas = place_replicas(available, partitions, factor, start)
+    replicas = manual or place_replicas(available, partitions, factor, start)
     if validate_only:
         planned = tuple(tuple(nodes) for nodes in replicas)
         return ErrorCode.NONE, None, TopicInfo(topic.name, planned, TOPIC_ID_ZERO, configs, config)
     command = {"type": "create_topic", "name": topic.name, "replicas": replicas, "configs": configs}
     code, message = await broker.commit_metadata(command)
     return code, message, broker.image.topics.get(topic.name) if code == ErrorCode.NONE else None
+
+
+def manual_assignment(
+    broker: BrokerView, topic: Any
+) -> list[tuple[int, ...]] | tuple[ErrorCode, str] | None:
+    """A CreateTopics topic's own placement (its `assignments`), checked as Kafka's
+    controller checks one: partitions 0..n-1, each naming as many distinct registered
+    nodes as the first; not with a partition count or replication factor. None when it
+    names none; the refusal when it cannot be."""
+    given = sorted(getattr(topic, "assignments", None) or (), key=lambda a: a.partition_index)
+    if not given:
+        return None
+    if topic.num_partitions != -1 or topic.replication_factor != -1:
+        return (
+            ErrorCode.INVALID_REQUEST,
+            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+            "Both cannot be used at the same time.",
+        )
+    if [a.partition_index for a in given] != list(range(len(given))):
+        return (
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            "partitions should be a consecutive 0-based integer sequence",
+        )
+    placement: list[tuple[int, ...]] = []
+    for assignment in given:
+        try:
+            nodes = target_of(list(assignment.broker_ids), broker.image.incarnations)
+        except MetadataError as error:
+            return ErrorCode[error.code], str(error)
+        assert nodes is not None
+        if len(nodes) != len(placement[0] if placement else nodes):
+            return (
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "The manual partition assignment includes a partition with "
+                f"{len(nodes)} replica(s), but this is not consistent with previous "
+                f"partitions, which have {len(placement[0])} replica(s).",
+            )
+        placement.append(nodes)
+    return placement
 
 
 async def delete_topics(broker: BrokerView, request: KafkaRequest) -> Any:

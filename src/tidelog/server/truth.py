@@ -6,6 +6,11 @@ Rules of this file:
   AlterPartition; one report per partition is in flight at a time, and a leader that sees
   a later epoch in the log reports nothing. Metadata answers take the in-sync replicas from
   the log, so every broker names the same ones.
+- In quorum mode the report also names the leader's voter set, once it is committed, and
+  the assignment version its replica holds (server/copies.py's `applied`): what completes
+  a reassignment and lets retiring copies go (server/reassignment.py). While its voter set
+  is not committed, the leader reports the ones held, so no report names an uncommitted
+  set. The in-sync set names only the partition's copies the image knows.
 - A replica joins the reported in-sync set as soon as its leader counts it in sync, and
   leaves it only once it has been out for `replica_lag_time_max_ms` (Kafka's
   replica.lag.time.max.ms), across leader changes too: a follower slow for a moment, or a
@@ -22,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from tidelog.core.replica import ReplicaStatus, Role
@@ -41,8 +46,9 @@ class ClusterTruth:
     """One node's part in the cluster truth (see the rules): its partitions' reports and,
     while it is the controller, the brokers' sessions."""
 
-    def __init__(self, broker: BrokerView) -> None:
+    def __init__(self, broker: BrokerView, versions: Mapping[PartitionKey, int]) -> None:
         self.broker = broker
+        self.versions = versions  # the assignment version each replica here took
         self.last_heard: dict[NodeId, float] = {}
         self.controller_since: float | None = None
         self.out_since: dict[tuple[PartitionKey, int], float] = {}
@@ -90,8 +96,13 @@ class ClusterTruth:
             held = broker.image.partitions.get((key.topic, key.partition))
             if held is not None and held.epoch > status.epoch:
                 continue  # deposed: the log knows a later leader
-            isr = self.reported_isr(key, status, held, now)
-            wanted = PartitionState(int(broker.node_id), int(status.epoch), isr)
+            copies = set(broker.image.members((key.topic, key.partition)))
+            isr = tuple(n for n in self.reported_isr(key, status, held, now) if n in copies)
+            voters, version = held_voters(held)
+            if status.voters_committed:
+                voters = tuple(sorted({int(voter.node) for voter in status.voters}))
+                version = self.versions.get(key)
+            wanted = PartitionState(int(broker.node_id), int(status.epoch), isr, voters, version)
             if wanted != held:
                 command = {
                     "type": "partition_state",
@@ -100,6 +111,8 @@ class ClusterTruth:
                     "leader": wanted.leader,
                     "epoch": wanted.epoch,
                     "isr": list(wanted.isr),
+                    "voters": None if voters is None else list(voters),
+                    "version": version,
                 }
                 self.commit(key, command)
 
@@ -133,6 +146,11 @@ class ClusterTruth:
     # ---------------------------------------------------------------- commits ----------
     def commit(self, tag: object, command: dict[str, Any]) -> None:
         commit_once(self.broker, self.in_flight, tag, command)
+
+
+def held_voters(held: PartitionState | None) -> tuple[tuple[int, ...] | None, int | None]:
+    """The voter set and assignment version the log holds for a partition (None: none)."""
+    return (None, None) if held is None else (held.voters, held.version)
 
 
 def commit_once(

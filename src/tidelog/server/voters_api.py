@@ -67,7 +67,7 @@ async def unregister_broker(broker: BrokerView, request: KafkaRequest) -> Any:
     node = int(body_of(request).broker_id)
     command = {"type": "unregister_broker", "node": node, "voters": committed_voters(broker)}
     code, message = await commit_checked(broker, command)
-    if code is ErrorCode.NONE and node not in broker.image.members.unregistered:
+    if code is ErrorCode.NONE and node not in broker.image.membership.unregistered:
         code, message = ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker ID {node} is not registered."
     return answer(request, code, message)
 
@@ -101,7 +101,7 @@ async def change_voters(broker: BrokerView, kind: str, body: Any, *, timeout_s: 
     code, message = await commit_checked(broker, command)
     if code is not ErrorCode.NONE:
         return code, message
-    target = broker.image.members.voter_target or ()
+    target = broker.image.membership.voter_target or ()
     if (node in target) != (kind == "add_voter"):  # refused as applied: taken by another
         return ErrorCode.INVALID_REQUEST, f"the voter change of node {node} was not applied"
     while time.monotonic() < deadline:
@@ -121,7 +121,7 @@ async def change_voters(broker: BrokerView, kind: str, body: Any, *, timeout_s: 
 async def commit_checked(broker: BrokerView, command: dict[str, Any]) -> Outcome:
     """The command checked against this node's image (Kafka's error), then committed."""
     try:
-        broker.image.members.check(command["type"], command, broker.image)
+        broker.image.membership.check(command["type"], command, broker.image)
     except MetadataError as error:
         return ErrorCode[error.code], str(error)
     return await broker.commit_metadata(command)

@@ -6,7 +6,8 @@ Rules of this file:
   (a move, a cancel that goes back, a replication factor that grows or shrinks). Every
   node stays a member: a node outside the target is a learner, replicated to and never
   counted (core/mode/quorum.py's `_next_voters` adds each caught-up target copy, then
-  removes the voters outside the target).
+  removes the voters outside the target). A share of the seeds throttles what leaders
+  send to the copies that do not vote (core/replicate.py).
 - Each node learns a new target on its own time (a metadata log applied at each node's
   pace): the changes reach it in their order, each after a delay of its own (a later
   one overtaking an earlier one), and a node that is down takes the last one that
@@ -32,6 +33,7 @@ from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster
 from tidelog.types import NO_DIRECTORY, NodeId
 
+THROTTLES = (None, None, 200_000, 2_000_000)  # bytes a second (the simulator's tick is 1 ms)
 CHANGE_RATE = 1 / 400  # a new target per 400 microticks of the safety phase, on average
 DELIVERY_DELAY_MAX = 3_000  # microticks before a node learns a new target
 
@@ -51,6 +53,15 @@ class Moves:
         self.due: list[tuple[int, NodeId, int, tuple[NodeId, ...]]] = []
         self.changes = 0
         self.taken = dict.fromkeys(cluster.ids, 0)
+        # A replication throttle for the copies that do not vote, or none (per seed).
+        self.throttle = rng.choice(THROTTLES)
+        if self.throttle is not None:
+            cluster.note(f"moves: throttle {self.throttle} bytes/s")
+            for node, sim_node in cluster.nodes.items():
+                sim_node.config = dataclasses.replace(
+                    sim_node.config, throttle_bytes_per_s=self.throttle
+                )
+                cluster.input(node, partial(self.set_throttle, rate=self.throttle))
 
     def step(self, *, safety: bool) -> None:
         cluster = self.cluster
@@ -77,6 +88,11 @@ class Moves:
         for node in cluster.ids:
             delay = self.rng.randint(0, DELIVERY_DELAY_MAX)
             self.due.append((cluster.now + delay, node, self.changes, target))
+
+    @staticmethod
+    def set_throttle(replica: Replica, rate: int) -> None:
+        refusal = replica.set_throttle(rate)
+        assert refusal is None, refusal
 
     def take(self, replica: Replica, target: tuple[NodeId, ...]) -> None:
         refusal = replica.set_members(self.members, target)

@@ -1,0 +1,260 @@
+"""Which partitions this node holds a copy of: the node's side of the metadata image's
+topics and reassignments (KIP-455, server/reassignment.py).
+
+Rules of this file:
+- A node holds a copy of a partition while the image names it among the partition's
+  members (`MetadataImage.members`: the replicas, and in quorum mode the retiring copies);
+  it opens the copy when it becomes one, and stops it and deletes its directory once it
+  is none (as a deleted topic's). Changes are gathered while the metadata log is applied
+  and carried out once that batch of commands is (`flush`), from the image as it is then:
+  a node replaying a log in which a partition was made and then moved away from it opens
+  nothing.
+- A copy is made with the partition's first voter set (`TopicInfo.born_of`: its replicas
+  and their directories when it was made, core/config.py's `replicas` and `directories`)
+  and the image's members and voter target now (`members`, `target`); a copy that lives
+  on is handed every change as `SetMembers`, and every few ticks (`refresh`) each replica
+  is checked to hold the image's members (a replica started again, after a repair, holds
+  those it was made with), so the core follows the image.
+- `applied` is the assignment version (`Assignment.version`) each replica here took, for
+  the leader's report (server/truth.py): only a leader holding the current assignment may
+  let a retiring copy go.
+- A new partition's preferred replica campaigns at once (server/leadership.py); a copy
+  made by a move never does: it joins as a learner and votes once its leader adds it.
+- A copy whose log cannot be opened (a failing disk) is tried again every
+  RETENTION_EVERY_TICKS (`open_unopened`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from pathlib import Path
+from typing import Protocol
+
+from tidelog.protocol.peer import PartitionKey
+from tidelog.server.config import BrokerConfig
+from tidelog.server.disk_health import DiskHealth, is_disk_error
+from tidelog.server.groups import GroupCoordinator
+from tidelog.server.isr_control import IsrControl
+from tidelog.server.logs import partition_fields
+from tidelog.server.metadata import OFFSETS_TOPIC, MetadataImage, TopicInfo
+from tidelog.server.partition import PartitionRunner
+from tidelog.server.partition_inputs import Campaign, SetMembers
+from tidelog.server.topic_config import TopicConfig
+from tidelog.types import DirectoryId, NodeId
+
+log = logging.getLogger("tidelog.broker")
+Nodes = tuple[NodeId, ...]
+Dirs = tuple[DirectoryId, ...]
+
+
+class Host(Protocol):
+    """What this module needs of its node (tidelog.server.broker.Broker)."""
+
+    config: BrokerConfig
+    node_id: NodeId
+    image: MetadataImage
+    runners: dict[PartitionKey, PartitionRunner]
+    coordinators: dict[int, GroupCoordinator]
+    leader_hints: dict[PartitionKey, tuple[int, NodeId]]
+    campaigning: dict[PartitionKey, int]
+    disk: DiskHealth
+    isr: IsrControl
+
+    def partition_dir(self, key: PartitionKey) -> Path: ...
+
+    def open_partition(
+        self, key: PartitionKey, replicas: Nodes, config: TopicConfig, directories: Dirs, *,
+        members: Nodes, target: Nodes,
+    ) -> PartitionRunner: ...  # fmt: skip
+
+
+def _nodes(nodes: tuple[int, ...]) -> tuple[NodeId, ...]:
+    return tuple(NodeId(node) for node in nodes)
+
+
+class Copies:
+    """This node's copies of the partitions (see the rules)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.dirty: dict[PartitionKey, bool] = {}  # to sync at `flush`; True: just made
+        self.unopened: dict[PartitionKey, TopicInfo] = {}  # a failing disk kept closed
+        self.stopping: set[PartitionKey] = set()
+        self.applied: dict[PartitionKey, int] = {}  # the assignment version each took
+
+    # ---------------------------------------------------------------- changes ----------
+    def created(self, topic: TopicInfo) -> None:
+        for partition in range(topic.partitions):
+            self.dirty[PartitionKey(topic.name, partition)] = True
+
+    def moved(self, key: PartitionKey) -> None:
+        self.dirty.setdefault(key, False)
+
+    def flush(self) -> None:
+        """Carry out the changes gathered (see the rules)."""
+        dirty, self.dirty = self.dirty, {}
+        for key, new in dirty.items():
+            self.sync(key, campaign=new)
+
+    def sync(self, key: PartitionKey, *, campaign: bool = False) -> None:
+        """Open, hand the members to, or stop this node's copy of `key`, as the image says."""
+        host = self.host
+        image = host.image
+        info = image.topics.get(key.topic)
+        if info is None or key.partition >= info.partitions:
+            return  # deleted: `delete_replicas` stops it
+        ours = host.node_id in image.members((key.topic, key.partition))
+        runner = host.runners.get(key)
+        if runner is None and ours:
+            self.open(key, info, campaign=campaign)
+        elif runner is not None and not ours:
+            asyncio.get_running_loop().create_task(self.remove(key))
+        elif runner is not None:
+            self.hand_members(key, runner)
+        if info.config.isr_mode and ours:
+            host.isr.hand_record(key)  # the controller names its leader
+
+    def members_of(self, key: PartitionKey) -> tuple[tuple[NodeId, ...], tuple[NodeId, ...]]:
+        """The members and voter target the image gives the partition's replicas, (), ()
+        for one never moved (its replicas then)."""
+        image = self.host.image
+        image_key = (key.topic, key.partition)
+        if image_key not in image.assignments:
+            return (), ()
+        return _nodes(image.members(image_key)), _nodes(image.voter_target(image_key))
+
+    def version_of(self, key: PartitionKey) -> int:
+        moved = self.host.image.assignments.get((key.topic, key.partition))
+        return 0 if moved is None else moved.version
+
+    def hand_members(self, key: PartitionKey, runner: PartitionRunner) -> None:
+        members, target = self.members_of(key)
+        if not members:
+            return
+        version = self.version_of(key)
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+        def taken(future: asyncio.Future[bool]) -> None:
+            if not future.cancelled() and future.result() and self.host.runners.get(key) is runner:
+                self.applied[key] = max(version, self.applied.get(key, 0))
+
+        done.add_done_callback(taken)
+        runner.submit(SetMembers(members, target, done))
+
+    def refresh(self) -> None:
+        """Every few ticks: each partition of the image is held here exactly when this node
+        is one of its members, and each replica holds the image's members."""
+        host = self.host
+        for info in list(host.image.topics.values()):
+            for partition in range(info.partitions):
+                key = PartitionKey(info.name, partition)
+                ours = host.node_id in host.image.members((info.name, partition))
+                runner = host.runners.get(key)
+                if key in self.stopping or key in self.unopened:
+                    continue
+                if (runner is None) == ours:
+                    self.sync(key)  # opens or stops it
+                elif runner is not None:
+                    members, _ = self.members_of(key)
+                    if members and set(runner.status().replicas) != set(members):
+                        self.hand_members(key, runner)
+
+    # ---------------------------------------------------------------- copies -----------
+    def open(self, key: PartitionKey, info: TopicInfo, *, campaign: bool) -> None:
+        host = self.host
+        if key in self.stopping:
+            return  # `refresh` opens it once the old copy is gone
+        born, directories = info.born_of(key.partition)
+        members, target = self.members_of(key)
+        try:
+            runner = host.open_partition(
+                key,
+                _nodes(born),
+                info.config,
+                directories,
+                members=members,
+                target=target,
+            )
+        except OSError as error:
+            if not is_disk_error(error):
+                raise
+            host.disk.on_failure(key, error)
+            self.unopened[key] = info
+            return
+        self.unopened.pop(key, None)
+        self.applied[key] = self.version_of(key)
+        replicas = info.replicas[key.partition]
+        log.info(
+            "hosting %s-%d (replicas %s)",
+            key.topic,
+            key.partition,
+            list(replicas),
+            extra=partition_fields(key.topic, key.partition),
+        )
+        preferred = campaign and not info.config.isr_mode and replicas[0] == host.node_id
+        if preferred and runner.status().epoch == 0:
+            runner.submit(Campaign())  # the preferred leader starts at once,
+            host.campaigning[key] = host.config.election_ticks  # and tries each tick
+
+    def open_unopened(self) -> None:
+        """Try again to open the partitions a failing disk kept closed."""
+        for key, info in list(self.unopened.items()):
+            current = self.host.image.topics.get(key.topic)
+            del self.unopened[key]
+            if current is not None and current.topic_id == info.topic_id:
+                self.sync(key)
+
+    async def remove(self, key: PartitionKey) -> None:
+        """This node holds no copy of `key` any more: stop it and delete its log."""
+        host = self.host
+        if key in self.stopping:
+            return
+        runner = host.runners.pop(key, None)
+        if runner is None:
+            return
+        self.stopping.add(key)
+        try:
+            self.forget(key)
+            await runner.stop()
+            shutil.rmtree(host.partition_dir(key), ignore_errors=True)
+            log.info(
+                "removed %s-%d: this node holds no copy of it now",
+                key.topic,
+                key.partition,
+                extra=partition_fields(key.topic, key.partition),
+            )
+        finally:
+            self.stopping.discard(key)
+
+    def forget(self, key: PartitionKey) -> None:
+        host = self.host
+        self.unopened.pop(key, None)
+        self.applied.pop(key, None)
+        host.leader_hints.pop(key, None)
+        host.campaigning.pop(key, None)
+        if key.topic == OFFSETS_TOPIC:
+            host.coordinators.pop(key.partition, None)
+
+    async def delete_replicas(self, topic: TopicInfo) -> None:
+        """A topic deleted: every copy of it here stops and its log goes."""
+        host = self.host
+        for partition in range(topic.partitions):
+            key = PartitionKey(topic.name, partition)
+            self.forget(key)
+            runner = host.runners.pop(key, None)
+            if runner is None or key in self.stopping:
+                continue
+            self.stopping.add(key)  # a topic made again under its name waits for this
+            try:
+                await runner.stop()
+                shutil.rmtree(host.partition_dir(key), ignore_errors=True)
+            finally:
+                self.stopping.discard(key)
+            log.info(
+                "deleted %s-%d",
+                topic.name,
+                partition,
+                extra=partition_fields(topic.name, partition),
+            )

@@ -8,7 +8,7 @@ from tidelog.errors import StorageError
 from tidelog.tools.acls_cmd import acls
 from tidelog.tools.broker_cmd import broker
 from tidelog.tools.certs_cmd import certs
-from tidelog.tools.cluster import cluster
+from tidelog.tools.cluster_cmd import cluster
 from tidelog.tools.demo import demo
 from tidelog.tools.groups_cmd import groups
 from tidelog.tools.leaders_cmd import leaders

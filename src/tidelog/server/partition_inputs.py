@@ -168,9 +168,13 @@ def campaign_if_leaderless(replica: Replica) -> None:
 def successor(status: ReplicaStatus, avoid: frozenset[NodeId]) -> NodeId | None:
     """Who this leader should hand over to: the first of its replicas (the preferred one
     first) that is in sync, never this node or one in `avoid` (shutting down); None when
-    there is none."""
+    there is none. In quorum mode only a voter takes it (an observer may not lead)."""
     in_sync = set(status.in_sync_replicas) - avoid - {status.node_id}
-    return next((node for node in status.replicas if node in in_sync), None)
+    voting = {key.node for key in status.voters}
+    return next(
+        (node for node in status.replicas if node in in_sync and (node in voting or not voting)),
+        None,
+    )
 
 
 def transfer(key: PartitionKey, replica: Replica, asked: Transfer) -> bool:

@@ -8,9 +8,12 @@ Rules of this file:
   `roll`, `down` and `restart` include it), ready once it has registered and knows every
   broker, and with `--voter` a voter of the metadata quorum (AddRaftVoter) before the
   command returns. It prints the node's id on stdout.
-- `remove-node --node N` takes a node out only when it holds no partition replica (the
-  Metadata of every topic names it nowhere); otherwise it says which it holds and exits
-  1, changing nothing (moving them off is a reassignment's). Then: N stops voting in the
+- `remove-node --node N` first drains N: every partition replica it holds moves to the
+  other nodes (a reassignment of those partitions alone, each replica to the node holding
+  fewest: `cluster rebalance --exclude N`'s evacuation without the spreading), and the
+  command waits until the moves are done and N's copies are deleted (its `/status` lists
+  no partition); with `--no-drain` it is refused while N holds any, saying which. Then: N
+  stops voting in the
   metadata quorum if it did (RemoveRaftVoter: a leader hands over before it leaves), N is
   unregistered (UnregisterBroker), stopped by its PID (SIGTERM, its controlled shutdown
   hands over what it still leads), and dropped from `cluster.json`; its data directory
@@ -29,6 +32,7 @@ import click
 
 from tidelog.address import PORT_MAX, parse_address
 from tidelog.errors import TidelogError
+from tidelog.status import access_for, read_status
 from tidelog.tools.client_kafka import describe_topics
 from tidelog.tools.cluster import (
     HOST,
@@ -49,11 +53,14 @@ from tidelog.tools.cluster import (
     stop_nodes,
     timeout_option,
     wait_ready,
+    wait_until,
     write_cluster,
 )
 from tidelog.tools.metadata_cmd import describe_quorum, view_of
+from tidelog.tools.rebalance_cmd import drain
 from tidelog.tools.voters_client import add_voter, remove_voter, unregister_broker
 
+DRAIN_TIMEOUT_S: Final = 600.0
 SHOWN_PARTITIONS_MAX: Final = 5  # of the replicas a node holds, in remove-node's refusal
 
 
@@ -118,12 +125,21 @@ def replicas_held(directory: Path, record: ClusterRecord, node_id: int) -> list[
     return [f"{p.topic}-{p.partition}" for p in partitions if node_id in p.replicas]
 
 
+def copies_gone(directory: Path, node: NodeRecord) -> bool:
+    """Whether the node's /status lists no partition (every copy it held deleted)."""
+    status = read_status(node.admin, access=access_for(directory))
+    return status is not None and not status["partitions"]
+
+
 @click.command("remove-node")
 @directory_option
 @node_option
-def remove_node(directory: Path, node_id: int) -> None:
-    """Take a node out of the cluster: out of the metadata quorum's voters, unregistered,
-    stopped, out of cluster.json. Refused while it holds partition replicas."""
+@click.option("--no-drain", is_flag=True, help="Refuse if the node holds replicas.")
+@click.option("--timeout", "timeout_s", type=float, default=DRAIN_TIMEOUT_S, show_default=True,
+              help="Seconds to wait for the drain.")  # fmt: skip
+def remove_node(directory: Path, node_id: int, no_drain: bool, timeout_s: float) -> None:
+    """Take a node out of the cluster: its replicas moved off (drained), out of the
+    metadata quorum's voters, unregistered, stopped, out of cluster.json."""
     try:
         record = read_cluster(directory)
         node = record.node(node_id)
@@ -132,6 +148,12 @@ def remove_node(directory: Path, node_id: int) -> None:
         rest = replace(record, nodes=tuple(n for n in record.nodes if n.id != node_id))
         client = client_of(directory, rest)
         held = replicas_held(directory, rest, node_id)
+        if held and not no_drain:
+            moved = drain(client, node_id, timeout_s)
+            click.echo(f"node {node_id}: drained ({moved} partition(s) moved off)", err=True)
+            if not wait_until(lambda: copies_gone(directory, node), timeout_s=timeout_s):
+                raise ClusterError(f"node {node_id} still holds copies after {timeout_s:g} s")
+            held = replicas_held(directory, rest, node_id)
         if held:
             shown = ", ".join(held[:SHOWN_PARTITIONS_MAX])
             more = f" and {len(held) - SHOWN_PARTITIONS_MAX} more" if len(held) > 5 else ""

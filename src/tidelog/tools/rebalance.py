@@ -57,8 +57,11 @@ def plan(
     placement: Mapping[Partition, Sequence[int]],
     nodes: Sequence[int],
     sizes: Mapping[Partition, int] | None = None,
+    *,
+    spread: bool = True,
 ) -> Plan:
-    """Spread `placement`'s replicas, then its leaders, over `nodes` (see the rules)."""
+    """Spread `placement`'s replicas, then its leaders, over `nodes` (see the rules).
+    `spread=False`: only move what nodes not given hold (a drain), nothing else."""
     sizes = sizes or {}
     live = sorted(set(nodes))
     if not live:
@@ -69,8 +72,9 @@ def plan(
     current = {key: list(replicas) for key, replicas in sorted(placement.items())}
     before = _counts(current, live, sizes)
     _evacuate(current, live, sizes)
-    _spread_replicas(current, live, sizes)
-    _spread_leaders(current, live)
+    if spread:
+        _spread_replicas(current, live, sizes)
+        _spread_leaders(current, live)
     after = _counts(current, live, sizes)
     moves = {
         key: tuple(replicas)

@@ -33,7 +33,7 @@ from tidelog.tools.rebalance import Partition, Plan, PlanError, plan
 WAIT_POLL_S: Final = 0.5
 
 
-def current_plan(client: ClientSettings, excluded: set[int]) -> Plan:
+def current_plan(client: ClientSettings, excluded: set[int], *, spread: bool = True) -> Plan:
     placement: dict[Partition, tuple[int, ...]] = {
         (p.topic, p.partition): tuple(p.replicas) for p in describe_topics(client, None)
     }
@@ -43,7 +43,7 @@ def current_plan(client: ClientSettings, excluded: set[int]) -> Plan:
     for (topic, partition, _node), size in copies.items():
         sizes[(topic, partition)] = max(size, sizes.get((topic, partition), 0))
     try:
-        return plan(placement, nodes, sizes)
+        return plan(placement, nodes, sizes, spread=spread)
     except PlanError as error:
         raise ClientError(str(error)) from None
 
@@ -75,6 +75,16 @@ def wait_until_done(client: ClientSettings, timeout_s: float) -> None:
         if time.monotonic() > deadline:
             raise ClientError(f"moves still in progress after {timeout_s:g} s")
         time.sleep(WAIT_POLL_S)
+
+
+def drain(client: ClientSettings, node: int, timeout_s: float) -> int:
+    """Move every replica off `node` (only those: `plan(spread=False)`), and wait until
+    no move is in progress; how many partitions moved."""
+    found = current_plan(client, {node}, spread=False)
+    if found.moves:
+        refused(alter(client, dict(found.moves)))
+        wait_until_done(client, timeout_s)
+    return len(found.moves)
 
 
 @click.command("rebalance")

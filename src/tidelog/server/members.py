@@ -49,6 +49,9 @@ WILDCARD_HOSTS: Final = ("0.0.0.0", "::")
 
 class HasReplicas(Protocol):
     @property
+    def name(self) -> str: ...
+
+    @property
     def replicas(self) -> tuple[tuple[int, ...], ...]: ...
 
 
@@ -61,6 +64,8 @@ class Registry(Protocol):
 
     @property
     def topics(self) -> Mapping[str, HasReplicas]: ...
+
+    def members(self, key: tuple[str, int]) -> tuple[int, ...]: ...
 
 
 @dataclass(slots=True)
@@ -114,7 +119,7 @@ class Membership:
                     f"node {node} is a voter of the metadata quorum: remove it first "
                     "(RemoveRaftVoter, `tidelog metadata quorum remove-voter`)",
                 )
-            held = replicas_held(node, image.topics.values())
+            held = replicas_held(node, image)
             if held:
                 raise MetadataError(
                     "INVALID_REQUEST",
@@ -186,9 +191,15 @@ def metadata_members(
     return tuple(NodeId(node) for node in sorted(brokers_now | set(linked) | voting | {node_id}))
 
 
-def replicas_held(node: int, topics: Iterable[HasReplicas]) -> int:
-    """How many partition replicas `node` holds."""
-    return sum(1 for topic in topics for replicas in topic.replicas if node in replicas)
+def replicas_held(node: int, image: Registry) -> int:
+    """How many partitions `node` holds a copy of: a replica, or a copy a move removed and
+    still keeps (retiring, until its leader has committed a voter set without it)."""
+    return sum(
+        1
+        for topic in image.topics.values()
+        for partition, replicas in enumerate(topic.replicas)
+        if node in replicas or node in image.members((topic.name, partition))
+    )
 
 
 def node_of(value: object) -> int:

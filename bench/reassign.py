@@ -8,13 +8,17 @@ confluent-kafka producer writes to every partition (`ProducerLoad`, at most `--r
 records a second, so the figure is the cluster's when it cannot keep up). Then:
 
 1. `before`: the acknowledged rate over `--window` seconds.
-2. `tidelog cluster add-node` starts node 4, and a quarter of the partitions (every fourth)
+2. `tidelog cluster add-node --voter` starts node 4 (a metadata voter too, so the quorum
+   keeps three voters when node 1 leaves), and a quarter of the partitions (every fourth)
    move one replica onto it (AlterPartitionReassignments, in batches of 100): the time
    until ListPartitionReassignments is empty, and the acknowledged rate meanwhile
    (`during`, and its ratio to `before`).
 3. `tidelog cluster remove-node` drains node 1 (every replica it holds moves to the
    others) and removes it: how many replicas it held, the time, replicas a second.
-4. The load stops; every acknowledged record is read back (`lost` counts those that are
+4. Node 2 dies (SIGKILL) and comes back on an empty data directory (a disk replaced):
+   the time until every partition it holds names its new copy in its leader's voter set
+   again (full replication: KIP-853/858's new copy, replaced by the leaders).
+5. The load stops; every acknowledged record is read back (`lost` counts those that are
    not), and `errors` lists what the producer was told after its retries.
 
 Prints one line per phase and a JSON summary. Every wait is bounded; the script stops
@@ -37,6 +41,7 @@ from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaPartition
 
+from tidelog.status import access_for, read_status
 from tidelog.testing.live import LiveCluster, ProducerLoad
 
 TOPIC = "elastic"
@@ -95,6 +100,53 @@ def held_by(admin: KafkaAdminClient, node: int) -> int:
     return sum(1 for p in described["partitions"] if node in p["replica_nodes"])
 
 
+def statuses(directory: Path) -> dict[int, dict[str, Any]]:
+    record = json.loads((directory / "cluster.json").read_text())
+    found = {}
+    for node in record["nodes"]:
+        status = read_status(node["admin"], access=access_for(directory))
+        if status is not None:
+            found[int(node["id"])] = status
+    return found
+
+
+def fully_replicated(directory: Path, node: int) -> bool:
+    """Every partition of TOPIC that `node` hosts names its copy (its directory) among
+    the voters of its leader."""
+    found = statuses(directory)
+    mine = found.get(node)
+    if mine is None or not mine["ready"]:
+        return False
+    copies = {(p["partition"]): p["directory"] for p in mine["partitions"] if p["topic"] == TOPIC}
+    leaders = {
+        p["partition"]: p
+        for status in found.values()
+        for p in status["partitions"]
+        if p["topic"] == TOPIC and p["role"] == "leader"
+    }
+    return bool(copies) and all(
+        partition in leaders and [node, directory] in leaders[partition]["voters"]
+        for partition, directory in copies.items()
+    )
+
+
+def replace_disk(directory: Path, node: int, deadline_s: float) -> float:
+    record = json.loads((directory / "cluster.json").read_text())
+    (entry,) = [n for n in record["nodes"] if n["id"] == node]
+    tidelog("cluster", "kill", "--data-dir", str(directory), "--node", str(node))
+    data_dir = Path(entry["data_dir"])
+    for child in data_dir.iterdir():
+        if child.name != "broker.log":
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    started = time.monotonic()
+    tidelog("cluster", "restart", "--data-dir", str(directory), "--node", str(node))
+    while not fully_replicated(directory, node):
+        if time.monotonic() - started > deadline_s:
+            raise SystemExit(f"node {node} not fully replicated after {deadline_s:g} s")
+        time.sleep(POLL_S)
+    return time.monotonic() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--partitions", type=int, default=1000)
@@ -131,7 +183,7 @@ def main() -> None:
         result["before_per_s"] = round(before, 1)
         print(f"before: {before:.0f} records/s acknowledged", flush=True)
 
-        tidelog("cluster", "add-node", "--data-dir", str(directory))
+        tidelog("cluster", "add-node", "--data-dir", str(directory), "--voter")
         moving = range(0, args.partitions, 4)
         (described,) = admin.describe_topics([TOPIC])
         placement = {p["partition_index"]: p["replica_nodes"] for p in described["partitions"]}
@@ -172,6 +224,11 @@ def main() -> None:
             f"{drained_s:.1f} s ({held / drained_s:.1f} replicas/s)",
             flush=True,
         )
+
+        replaced_s = replace_disk(directory, 2, args.deadline)
+        result.update(replaced_s=round(replaced_s, 1))
+        print(f"replace: node 2 back on an empty disk, every partition's voters name its "
+              f"new copy after {replaced_s:.1f} s", flush=True)  # fmt: skip
 
         load.stop()
         load.join(timeout=120)

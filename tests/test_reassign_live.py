@@ -191,6 +191,15 @@ def test_replication_factor_grows_and_shrinks(cluster: LiveCluster, admin: Any) 
     )
     assert replicas_of(admin, topic) == [[3]]
     assert admin.list_partition_reassignments() == {}
+    # Node 1 held the partition's first copy (named by its first voter set, on node 1's
+    # data directory id); added back, its copy is a new one, under an id of its own.
+    admin.alter_partition_reassignments({KafkaPartition(topic, 0): [3, 1]})
+    eventually(lambda: settled_on(cluster, topic, {1, 3}), deadline_s=MOVE_DEADLINE_S)
+    node_1 = read_status(cluster.record["nodes"][0]["admin"])
+    assert node_1 is not None
+    (copy,) = [p for p in node_1["partitions"] if p["topic"] == topic]
+    assert copy["directory"] not in (node_1["directory_id"], 0)
+    assert [1, copy["directory"]] in copy["voters"]
 
 
 def test_a_cancel_with_a_replica_down_terminates(cluster: LiveCluster, admin: Any) -> None:

@@ -58,7 +58,7 @@ from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
 from tidelog.server.copies import Copies
-from tidelog.server.data_dir import node_directory_id
+from tidelog.server.data_dir import CopiesHeld, node_directory_id
 from tidelog.server.disk_health import DiskHealth, Syncs
 from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.isr_control import IsrControl, clean_start
@@ -190,6 +190,7 @@ class Broker:
         # New partitions this node prefers, and the ticks left to campaign for them.
         self.campaigning: dict[PartitionKey, int] = {}
         self.directory_id = node_directory_id(config.data_dir)
+        self.copies_held = CopiesHeld(config.data_dir)
         self.joining = Joining(self)  # first voters, notices, links, members (joining.py)
         self.isr = IsrControl(self, clean=clean_start(config.data_dir))
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
@@ -209,6 +210,7 @@ class Broker:
         *,
         members: tuple[NodeId, ...] = (),
         target: tuple[NodeId, ...] = (),
+        topic_id: str | None = None,
     ) -> PartitionRunner:
         """A partition's runner on its log here. `replicas` and `directories`: its first
         voter set (KIP-858; server/data_dir.py), directories for a data partition in quorum
@@ -241,7 +243,7 @@ class Broker:
             self.wal_config(config),
             replica_config,
             self.rng,
-            directory_id=None if metadata else self.directory_id,
+            directory_id=self.first_copy_id(key, topic_id, replica_config),
         )
         on_round: OnRound | None = self.apply_metadata if key == self.metadata_key else None
         coordinator = None
@@ -270,6 +272,18 @@ class Broker:
             self.coordinators[key.partition] = coordinator
         self.runners[key] = runner
         return runner
+
+    def first_copy_id(
+        self, key: PartitionKey, topic_id: str | None, config: ReplicaConfig
+    ) -> DirectoryId | None:
+        """The id a new directory of this copy takes: the node's when it is the copy the
+        partition's first voter set names (server/data_dir.py's CopiesHeld), else None (a
+        random one)."""
+        if key == self.metadata_key or topic_id is None:
+            return None
+        fresh = self.copies_held.claim(topic_id, key.partition)
+        named = config.first_voters.voter_key(self.node_id, self.directory_id)
+        return self.directory_id if fresh and named is not None else None
 
     def runner(self, topic: str, partition: int) -> PartitionRunner | None:
         if topic == METADATA_TOPIC:  # never a client's to read or write, as in Kafka

@@ -9,7 +9,9 @@ Rules of this file:
   not as the file says), `--cancel` (the moves of the file's partitions still in
   progress), `--list` (every move in progress, Kafka's lines), `--status` (`--list` with
   progress: for each replica being added, how far it is behind the leader in offsets, from
-  a local cluster's `/status`, and in bytes, from DescribeLogDirs; "-" when not known).
+  a local cluster's `/status`, and in bytes, from DescribeLogDirs; "-" when not known),
+  and an ETA: the bytes behind over how fast the copy grew in RATE_SAMPLE_S (none when
+  it did not grow).
   Anything else, and a bad file, is one `error: ...` line and exit 1 (reassign_json.py).
 - A partition the cluster refuses is named with its Kafka error and that error's
   description (kafka-python's admin client keeps no more of the answer), and the command
@@ -23,6 +25,7 @@ Rules of this file:
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
@@ -50,6 +53,7 @@ from tidelog.tools.reassign_json import (
 
 ACTIONS: Final = ("generate", "execute", "verify", "cancel", "list", "status")
 NOT_KNOWN: Final = "-"
+RATE_SAMPLE_S: Final = 1.0  # --status looks at each new copy twice, this far apart (its ETA)
 
 
 def read_file(path: Path | None, option: str) -> str:
@@ -131,6 +135,10 @@ def progress(
     leaders = {(p.topic, p.partition): p.leader for p in describe_topics(client, None)}
     ends = log_ends(client)
     sizes = partition_sizes(client, moves)
+    sampled = time.monotonic()
+    time.sleep(RATE_SAMPLE_S)  # a second look: how fast each new copy grows, for the ETA
+    later = partition_sizes(client, moves)
+    elapsed = time.monotonic() - sampled
     found: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for key, state in sorted(moves.items()):
         leader = leaders.get(key, -1)
@@ -139,10 +147,20 @@ def progress(
             lag_offsets = lag_bytes = None
             if (key[0], key[1], leader) in ends and (key[0], key[1], node) in ends:
                 lag_offsets = max(0, ends[(*key, leader)] - ends[(*key, node)])
+            eta_s = None
             if (*key, leader) in sizes:
                 lag_bytes = max(0, sizes[(*key, leader)] - sizes.get((*key, node), 0))
+                grown = later.get((*key, node), 0) - sizes.get((*key, node), 0)
+                if grown > 0:
+                    eta_s = round(lag_bytes / (grown / elapsed), 1)
             rows.append(
-                {"node": node, "leader": leader, "lag_offsets": lag_offsets, "lag_bytes": lag_bytes}
+                {
+                    "node": node,
+                    "leader": leader,
+                    "lag_offsets": lag_offsets,
+                    "lag_bytes": lag_bytes,
+                    "eta_s": eta_s,
+                }
             )
         found[key] = rows
     return found
@@ -201,9 +219,10 @@ def list_lines(
             f"{joined['adding_replicas']}. removing: {joined['removing_replicas']}."
         )
         for row in (lags or {}).get((topic, partition), []):
+            eta = "" if row.get("eta_s") is None else f", about {row['eta_s']:g} s to go"
             lines.append(
                 f"  node {row['node']}: {shown(row['lag_offsets'])} offsets and "
-                f"{shown(row['lag_bytes'])} bytes behind the leader (node {row['leader']})"
+                f"{shown(row['lag_bytes'])} bytes behind the leader (node {row['leader']}){eta}"
             )
     return lines
 

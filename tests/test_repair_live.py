@@ -328,12 +328,17 @@ def test_a_node_whose_whole_data_directory_was_lost_rejoins(cluster: LiveCluster
         found = statuses(cluster)
         if found is None:
             return False
-        entries = [e for status in found.values() for e in status["partitions"]]
-        ours = [e for e in entries if e["topic"] in ("wiped", later)]
-        return len(ours) == 3 * (1 + 3) and all(
-            sorted(e["voters"])
-            == sorted([node, found[node]["directory_id"]] for node in cluster.nodes)
-            for e in ours
+        copies: dict[tuple[str, int], list[list[int]]] = {}
+        rows = []
+        for node, status in found.items():
+            for entry in status["partitions"]:
+                if entry["topic"] in ("wiped", later):
+                    key = (entry["topic"], entry["partition"])
+                    copies.setdefault(key, []).append([node, entry["directory"]])
+                    rows.append(entry)
+        return len(rows) == 3 * (1 + 3) and all(
+            sorted(row["voters"]) == sorted(copies[(row["topic"], row["partition"])])
+            for row in rows
         )
 
     eventually(replaced, "every voter set names the new directory")

@@ -219,6 +219,7 @@ class Broker:
 
         if metadata:  # its first voters, members and target are joining's (joining.py)
             replicas, members, target = self.joining.metadata_shape()
+            directories = self.joining.first_directories
         if config.isr_mode or not any(directories):
             directories = ()  # ISR mode: a restart on an empty disk is the controller's
         replica_config = ReplicaConfig(
@@ -279,7 +280,9 @@ class Broker:
         """The id a new directory of this copy takes: the node's when it is the copy the
         partition's first voter set names (server/data_dir.py's CopiesHeld), else None (a
         random one)."""
-        if key == self.metadata_key or topic_id is None:
+        if key == self.metadata_key:
+            topic_id = METADATA_TOPIC  # formatted (joining.py): its first set names ours
+        if topic_id is None:
             return None
         fresh = self.copies_held.claim(topic_id, key.partition)
         named = config.first_voters.voter_key(self.node_id, self.directory_id)

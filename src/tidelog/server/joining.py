@@ -51,7 +51,7 @@ from tidelog.server.metadata import MetadataImage
 from tidelog.server.partition import PartitionRunner
 from tidelog.server.partition_inputs import SetMembers
 from tidelog.server.peers import PeerTransport
-from tidelog.types import Epoch, NodeId
+from tidelog.types import DirectoryId, Epoch, NodeId
 
 log = logging.getLogger("tidelog.joining")
 
@@ -82,6 +82,43 @@ class JoinView(Protocol):
     def controller_id(self) -> int: ...
 
     async def commit_metadata(self, command: dict[str, Any]) -> tuple[Any, str | None]: ...
+
+
+def write_first_voters(
+    data_dir: Path, voters: Iterable[int], directories: Iterable[int], *, joined: bool = False
+) -> None:
+    """Keep the metadata log's first voter set on a data directory before its node first
+    starts (`tidelog cluster up` formats each node so, KRaft's `--initial-controllers`):
+    with each voter's data directory id, so that a node back on another disk is never
+    one of them, not even before the first leader named them."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / FIRST_VOTERS_FILE
+    temporary = path.with_suffix(".tmp")
+    kept = {"voters": list(voters), "joined": joined, "directories": list(directories)}
+    with temporary.open("w") as file:
+        json.dump(kept, file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+
+
+def first_directories(config: BrokerConfig) -> tuple[DirectoryId, ...]:
+    """The data directory ids of the kept first voter set, in its order; () when it names
+    none (a node started without being formatted)."""
+    path = config.data_dir / FIRST_VOTERS_FILE
+    if not path.exists():
+        return ()
+    try:
+        directories = json.loads(path.read_text()).get("directories", [])
+    except (OSError, ValueError, AttributeError) as error:
+        raise StorageError(f"{path} cannot be read: {error}") from None
+    voters, _ = read_first_voters(path)
+    if directories and (
+        len(directories) != len(voters)
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in directories)
+    ):
+        raise StorageError(f"{path}: directories {directories!r} do not fit its voters")
+    return tuple(DirectoryId(d) for d in directories)
 
 
 def first_voters(config: BrokerConfig) -> tuple[tuple[NodeId, ...], bool]:
@@ -126,6 +163,7 @@ class Joining:
     def __init__(self, node: JoinView) -> None:
         self.node = node
         self.first_voters, self.joined = first_voters(node.config)
+        self.first_directories = first_directories(node.config)
         self.told_controller: NodeId | None = None  # a PeersNotice's, while joining
         self.handed: tuple[tuple[NodeId, ...], tuple[NodeId, ...]] | None = None
         self.heard_at: dict[NodeId, float] = {}  # each node's last notice (monotonic s)

@@ -239,6 +239,9 @@ class Cluster:
         self.crash_allowed: Callable[[NodeId], bool] | None = None
         # Whether a down node's disk may be replaced (`wipe`): None, never.
         self.wipe_allowed: Callable[[NodeId], bool] | None = None
+        # Whether a replaced disk keeps its epoch and vote (a copy named by node alone
+        # would vote again: see `wipe`); False where every voter set names directories.
+        self.wipes_keep_votes = True
         self.on_wipe: list[Callable[[NodeId], None]] = []
         self.trace: Callable[[str], None] | None = None
         for sim_node in self.nodes.values():
@@ -464,7 +467,8 @@ class Cluster:
             return False
         self.note(f"wipe {node}")
         replaced = storage.emptied()
-        replaced.save_hard_state(storage.load().hard_state)
+        if self.wipes_keep_votes:
+            replaced.save_hard_state(storage.load().hard_state)
         replaced.sync()
         sim_node.storage = replaced
         sim_node.durable_hwm = 0

@@ -573,6 +573,9 @@ class Run:
             if not self.disk and not self.offsets_log:
                 self.faults.wipe_rng = random.Random(f"wipe {self.seed}")
                 self.cluster.wipe_allowed = self.wipe_allowed
+                # Every set names directories before any wipe: a new copy never votes, so its
+                # lost vote cannot be given twice; the disk loses it too.
+                self.cluster.wipes_keep_votes = False
                 self.cluster.on_wipe.append(self.on_wipe)
         for sim_node, clock in zip(self.cluster.nodes.values(), settings.clocks, strict=True):
             sim_node.clock = clock

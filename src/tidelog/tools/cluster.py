@@ -63,6 +63,8 @@ from tidelog import clock
 from tidelog.address import parse_address
 from tidelog.client_config import read_properties
 from tidelog.errors import TidelogError
+from tidelog.server.data_dir import node_directory_id
+from tidelog.server.joining import FIRST_VOTERS_FILE, write_first_voters
 from tidelog.server.logs import LOG_FORMATS
 from tidelog.status import TOKEN_FILE, AdminAccess, access_for, read_status
 from tidelog.tools.client_kafka import ClientSettings
@@ -371,7 +373,11 @@ def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
         f"--peers={peers}",
         f"--admin-listen={node.admin}",
     ]
-    if node.join:  # its data directory keeps what it joined as: harmless on a restart
+    # Its data directory keeps what it joined as: harmless on a restart. A node of the
+    # cluster's birth whose data directory lost its kept first voter set (a disk replaced)
+    # joins too: its new copies are observers until the leaders add them (joining.py).
+    formatted = (Path(node.data_dir) / FIRST_VOTERS_FILE).exists()
+    if node.join or not formatted:
         argv.append("--join")
     if record.log_format != "text":  # text is the broker's default: argv as it always was
         argv.append(f"--log-format={record.log_format}")
@@ -474,6 +480,19 @@ def stop_nodes(nodes: list[NodeRecord], *, timeout_s: float = STOP_TIMEOUT_S) ->
             signal_node(node, signal.SIGKILL)
         wait_until(all_gone, timeout_s=timeout_s)
     return [node.id for node in stopped]
+
+
+def format_cluster(record: ClusterRecord) -> None:
+    """Before a new cluster's first start, give each node's data directory its id and keep
+    on each the metadata log's first voter set with those ids (KRaft's `kafka-storage format
+    --initial-controllers`): a node on another disk is never one of them."""
+    nodes = [node.id for node in record.nodes]
+    try:
+        directories = [node_directory_id(Path(node.data_dir)) for node in record.nodes]
+        for node in record.nodes:
+            write_first_voters(Path(node.data_dir), nodes, directories)
+    except (OSError, TidelogError) as error:
+        raise ClusterError(f"cannot format the nodes' data directories: {error}") from None
 
 
 def start_node(record: ClusterRecord, node: NodeRecord) -> int:

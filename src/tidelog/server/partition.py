@@ -207,6 +207,7 @@ class PartitionRunner:
         self.disk_error: OSError | None = None  # the log waits for its disk
         self.busy = False  # a worker thread repairs the log: no one else may touch it
         self.disk_retry_s = DISK_RETRY_S_MIN
+        self.settings: dict[type, SetMinInsync | SetMembers | SetThrottle] = {}  # the last of each
         # Long-polling fetchers wait for the HWM to move; waits end at their deadlines.
         self.hwm_waiters: set[asyncio.Future[None]] = set()
         self.deadlines = Deadlines()
@@ -245,6 +246,7 @@ class PartitionRunner:
                 if transfer(self.key, replica, command):
                     self.metrics.transferred()
             case SetMinInsync() | SetMembers() | SetThrottle():
+                self.settings[type(command)] = command  # a replica started again takes it too
                 reconfigure(self.key, replica, command)
             case TakeRecord():
                 declined = take_record(self.key, replica, command)
@@ -581,6 +583,8 @@ class PartitionRunner:
     def _adopt(self, storage: DiskStorage, replica: Replica, error: TidelogError) -> None:
         self.replica = replica
         self.storage = storage
+        for setting in self.settings.values():
+            reconfigure(self.key, replica, setting)
         self._fail_pending(error)
         self._wake_fetchers()
         status = self.replica.status()

@@ -7,6 +7,7 @@ import click
 from tidelog.errors import StorageError
 from tidelog.tools.acls_cmd import acls
 from tidelog.tools.broker_cmd import broker
+from tidelog.tools.broker_configs_cmd import brokers
 from tidelog.tools.certs_cmd import certs
 from tidelog.tools.cluster import cluster
 from tidelog.tools.demo import demo
@@ -52,6 +53,7 @@ for command in TOPICS_COMMANDS:
 
 main.add_command(acls)
 main.add_command(broker)
+main.add_command(brokers)
 main.add_command(certs)
 main.add_command(cluster)
 main.add_command(demo)

@@ -73,6 +73,7 @@ def test_plan_write_and_read_cluster_json(tmp_path: Path) -> None:
         "data_dir": str(tmp_path.resolve() / "node-2"),
         "ssl": "",
         "sasl": "",
+        "join": False,
     }
     assert (data["secure"], data["log_format"], data["metrics"]) == (False, "text", True)
     assert read_cluster(tmp_path) == record.with_pid(2, 1234)
@@ -126,7 +127,12 @@ def test_bad_arguments_and_files(tmp_path: Path) -> None:
     code, _, stderr = cli("kill", "--data-dir", str(tmp_path), "--node", "7")
     assert (code, stderr) == (1, "error: --node 7: no such node (valid ids: 1, 2, 3)\n")
     code, _, stderr = cli("up", "--data-dir", str(tmp_path), "--nodes", "5")
-    assert (code, stderr) == (1, f"error: --nodes 5, but {tmp_path} holds a cluster of 3\n")
+    assert code == 1
+    assert stderr == (
+        f"error: --nodes 5, but {tmp_path} holds a cluster of 3: add a node to it with "
+        f"`tidelog cluster add-node --data-dir {tmp_path}`, take one out with "
+        f"`tidelog cluster remove-node --data-dir {tmp_path} --node N`\n"
+    )
     code, _, stderr = cli("up", "--data-dir", str(tmp_path / "new"))
     assert code == 1
     assert stderr == f"error: --nodes is required: {tmp_path / 'new'} holds no cluster yet\n"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tidelog.errors import StorageError
-from tidelog.server.data_dir import node_directory_id
+from tidelog.server.data_dir import CopiesHeld, node_directory_id
 from tidelog.server.metadata import MetadataImage, encode_command
 from tidelog.types import NO_DIRECTORY
 
@@ -81,3 +81,18 @@ def test_a_registration_with_an_impossible_directory_changes_nothing(directory: 
     log.apply(type="register_broker", node=1, clean=False, incarnation="b", directory=directory)
     assert log.image.directories == {1: 11}
     assert log.image.incarnations == {1: "a"}
+
+
+def test_a_copy_made_again_is_not_the_first_one(tmp_path: Path) -> None:
+    """The partitions a data directory held are kept across starts: a copy of one it held
+    before is a new copy (a random id), never the one its first voter set names."""
+    held = CopiesHeld(tmp_path)
+    assert held.claim("a1", 0) and held.claim("a1", 1) and held.claim("b2", 0)
+    assert not held.claim("a1", 0)
+    again = CopiesHeld(tmp_path)
+    assert not again.claim("a1", 1) and not again.claim("b2", 0)
+    assert again.claim("b2", 1)
+    with (tmp_path / "copies-held").open("a") as file:
+        file.write("c3 ")  # a claim torn by a crash: it never made the copy
+    assert CopiesHeld(tmp_path).claim("c3", 0)
+    assert not CopiesHeld(tmp_path).claim("c3", 0)

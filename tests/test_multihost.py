@@ -12,12 +12,19 @@ fourth host, which has no broker.
   without it. Every acknowledged record is read back exactly once from the fourth host. The
   killed node restarts and catches up: each of its replicas reaches its leader's HWM and log
   end, in the leader's ISR, with the same batches below the HWM.
+- The fourth host grows the cluster to four: its broker joins with `join = true`, its
+  `[peers]` naming one running broker and itself, as an operator writes it on a new
+  machine; every broker names it by its host's address, it hosts a new topic's replicas and
+  votes in the metadata quorum (AddRaftVoter). Then it leaves (RemoveRaftVoter, the topic
+  deleted, UnregisterBroker, stopped) and the three others name only themselves again.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import signal
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,8 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from tidelog.address import parse_address
+from tidelog.protocol.kafka import ApiKey, request_class
+from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.testing.live import (
     ask_once,
     create_topic,
@@ -36,7 +45,7 @@ from tidelog.testing.live import (
     poll,
     tidelog,
 )
-from tidelog.testing.netns import Cluster, network
+from tidelog.testing.netns import PEER_PORT, Cluster, network
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,6 +58,9 @@ RECORDS_IN_FLIGHT = 500  # sent, not yet acknowledged, when the leader is killed
 RECORDS_AFTER = 1000  # sent while it is down
 FLUSH_S = 60.0
 CATCH_UP_S = 30.0
+JOINING = CLIENT_HOST  # the host where a fourth broker joins, at the end
+JOIN_BOOTSTRAP = 2  # the one broker its [peers] names, with itself
+GROWN = "grown"  # a topic with replicas on the joined host
 
 
 @pytest.fixture(scope="module")
@@ -214,6 +226,81 @@ def test_a_killed_leader_loses_no_acknowledged_write_and_catches_up(
     # The restarted node alone bootstraps a client on another host.
     again = consume_on_client_host(cluster, cluster.kafka(killed), total, tmp_path)
     assert sorted(again) == sorted(read)
+
+
+def join_config(cluster: Cluster) -> str:
+    """The new host's settings: its own, `join = true`, and a bootstrap of one broker."""
+    own = cluster.config_text(JOINING).split("[peers]")[0]
+    peers = [
+        f'"{node}" = "{cluster.net.host(node).address}:{PEER_PORT}"'
+        for node in (JOIN_BOOTSTRAP, JOINING)
+    ]
+    return own + "join = true\n[peers]\n" + "\n".join(peers) + "\n"
+
+
+def brokers_of(cluster: Cluster, asked: int) -> dict[int, str]:
+    answer = ask_once(parse_address(cluster.kafka(asked)), MetadataRequest[1](topics=[]))
+    return {int(broker.node_id): str(broker.host) for broker in answer.brokers}
+
+
+def voters_of(cluster: Cluster) -> list[int]:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka(1), request_timeout_ms=20_000)
+    try:
+        partition = admin.describe_metadata_quorum()["topics"][0]["partitions"][0]
+    finally:
+        admin.close()
+    return sorted(int(voter["replica_id"]) for voter in partition["current_voters"])
+
+
+def ask(cluster: Cluster, key: ApiKey, **fields: Any) -> Any:
+    return ask_once(parse_address(cluster.kafka(1)), request_class(key)[0](**fields))
+
+
+def voter_change(cluster: Cluster, key: ApiKey, node: int, **fields: Any) -> int:
+    zero = uuid.UUID(int=0)
+    answer = ask(cluster, key, cluster_id=None, voter_id=node, voter_directory_id=zero, **fields)
+    return int(answer.error_code)
+
+
+def test_a_fourth_host_joins_votes_and_leaves(cluster: Cluster) -> None:
+    path = cluster.directory / f"node-{JOINING}.toml"
+    path.write_text(join_config(cluster))
+    log = (cluster.directory / f"node-{JOINING}.log").open("ab")
+    cluster.logs[JOINING] = log  # closed with the cluster's, and its process stopped
+    argv = [sys.executable, "-m", "tidelog", "broker", "--config", str(path)]
+    process = cluster.net.start(cluster.net.host(JOINING), argv, log=log)
+    cluster.processes[JOINING] = process
+    cluster.wait_ready([JOINING])
+    hosts = {node: cluster.net.host(node).address for node in (*cluster.nodes, JOINING)}
+    for asked in (1, JOINING):
+        eventually(lambda asked=asked: brokers_of(cluster, asked) == hosts, f"node {asked}")
+
+    create_topic(cluster.kafka(JOINING), GROWN, partitions=4)  # replicas on every host
+    eventually(lambda: len(hosted(cluster, JOINING)) == 3, "node 4 hosts 3 of 4 partitions")
+    added = voter_change(cluster, ApiKey.ADD_RAFT_VOTER, JOINING, timeout_ms=30_000, listeners=[])
+    assert added == ErrorCode.NONE
+    assert voters_of(cluster) == [1, 2, 3, 4]
+
+    assert voter_change(cluster, ApiKey.REMOVE_RAFT_VOTER, JOINING) == 0
+    assert voters_of(cluster) == [1, 2, 3]
+    refused = ask(cluster, ApiKey.UNREGISTER_BROKER, broker_id=JOINING)
+    assert refused.error_code == ErrorCode.INVALID_REQUEST  # it holds replicas still
+    deleted = tidelog("topics", "delete", GROWN, "--bootstrap-server", cluster.kafka(1))
+    assert deleted.returncode == 0, deleted.stderr
+    eventually(lambda: not hosted(cluster, JOINING), "node 4 hosts nothing")
+    assert ask(cluster, ApiKey.UNREGISTER_BROKER, broker_id=JOINING).error_code == 0
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0
+    del hosts[JOINING]
+    for asked in cluster.nodes:
+        eventually(lambda asked=asked: brokers_of(cluster, asked) == hosts, f"node {asked}")
+    create_topic(cluster.bootstrap, "after", partitions=1)  # three hosts still commit
+
+
+def hosted(cluster: Cluster, node: int) -> list[int]:
+    """The partitions of GROWN node `node` says it hosts."""
+    states = (cluster.status(node) or {}).get("partitions", [])
+    return [state["partition"] for state in states if state["topic"] == GROWN]
 
 
 def make_certificates(certs: Path, hosts: dict[int, str]) -> None:

@@ -34,6 +34,7 @@ from tidelog.protocol.peer import (
     PeerDecoder,
     PeerEncoder,
     PeerItem,
+    PeersNotice,
     QuorumAnswer,
     QuorumQuery,
     _layout_of,
@@ -79,6 +80,9 @@ LISTENERS = (  # a BrokerNotice's advertised listeners, each protocol at most on
     b"SASL_PLAINTEXT://[fd00::1]:65535",
     b"SASL_SSL://" + b"h" * 253 + b":9095",
 )
+PEER = (b"h" * 253 + b":9192",)  # a BrokerNotice's peer address: one at most
+PEERS = (b"1@10.0.0.1:9192", b"2147483647@[fd00::1]:1", b"0@" + b"h" * 253 + b":65535")
+PARSED = {"listeners": LISTENERS, "peer": PEER, "peers": PEERS}  # bytes fields that are parsed
 
 
 def bounds_of(field: dataclasses.Field[object]) -> tuple[int, int]:
@@ -112,8 +116,8 @@ def extreme(cls: type[Message], side: int) -> Message:
             given[field.name] = bounds_of(field)[side]
         elif base == "bool":
             given[field.name] = bool(side)
-        elif base == _BATCHES and field.name == "listeners":  # a BrokerNotice's: parsed
-            given[field.name] = LISTENERS if side else ()
+        elif base == _BATCHES and field.name in PARSED:  # a notice's: parsed
+            given[field.name] = PARSED[field.name] if side else ()
         elif base == _BATCHES:
             given[field.name] = (b"", b"x" * 70_000, bytes(range(256))) if side else ()
     return make(cls, **given)
@@ -141,11 +145,13 @@ def test_every_message_type_has_a_tag() -> None:
     notices = {
         LeaderNotice,
         BrokerNotice,
+        PeersNotice,
         ForwardRequest,
         ForwardReply,
         ElectPreferred,
         QuorumQuery,
         QuorumAnswer,
+        PeersNotice,
     }
     assert set(typing.get_args(Message)) | notices == set(MESSAGE_TAGS.values())
 
@@ -194,8 +200,9 @@ def test_the_schema_fingerprint_follows_the_layouts() -> None:
 def strategy_of(field: dataclasses.Field[object]) -> st.SearchStrategy[object]:
     annotation = _annotation(field)
     base = annotation.removesuffix("|None")
-    if base == _BATCHES and field.name == "listeners":  # a BrokerNotice's: parsed
-        return st.lists(st.sampled_from(LISTENERS), max_size=4, unique=True).map(tuple)
+    if base == _BATCHES and field.name in PARSED:  # a notice's: parsed
+        size = 1 if field.name == "peer" else 4
+        return st.lists(st.sampled_from(PARSED[field.name]), max_size=size, unique=True).map(tuple)
     if base == _BATCHES:
         return st.lists(st.binary(max_size=300), max_size=4).map(tuple)
     found: st.SearchStrategy[object] = (

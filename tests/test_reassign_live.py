@@ -7,12 +7,13 @@ cancel terminates at once, the voter it had added taken out again."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka import TopicPartition as KafkaPartition
 from kafka.admin import NewTopic
 from kafka.errors import (
@@ -190,6 +191,15 @@ def test_replication_factor_grows_and_shrinks(cluster: LiveCluster, admin: Any) 
     )
     assert replicas_of(admin, topic) == [[3]]
     assert admin.list_partition_reassignments() == {}
+    # Node 1 held the partition's first copy (named by its first voter set, on node 1's
+    # data directory id); added back, its copy is a new one, under an id of its own.
+    admin.alter_partition_reassignments({KafkaPartition(topic, 0): [3, 1]})
+    eventually(lambda: settled_on(cluster, topic, {1, 3}), deadline_s=MOVE_DEADLINE_S)
+    node_1 = read_status(cluster.record["nodes"][0]["admin"])
+    assert node_1 is not None
+    (copy,) = [p for p in node_1["partitions"] if p["topic"] == topic]
+    assert copy["directory"] not in (node_1["directory_id"], 0)
+    assert [1, copy["directory"]] in copy["voters"]
 
 
 def test_a_cancel_with_a_replica_down_terminates(cluster: LiveCluster, admin: Any) -> None:
@@ -229,3 +239,63 @@ def test_a_cancel_with_a_replica_down_terminates(cluster: LiveCluster, admin: An
         assert tidelog("cluster", "resume", "--node", "4", "--data-dir", directory).returncode == 0
     eventually(lambda: read_status(cluster.record["nodes"][3]["admin"]) is not None, "node 4 back")
     assert settled_on(cluster, topic, {1, 2})  # node 4 opened no copy of it
+
+
+def test_rebalance_spreads_replicas_and_leaders_then_drains_a_node(
+    cluster: LiveCluster, admin: Any
+) -> None:
+    """`tidelog cluster rebalance`: a topic placed on nodes 1 and 2 alone is spread over
+    all four nodes (with every other topic), leaders too; `--exclude 4` then moves
+    everything off node 4. Each step's records survive and every copy settles on its
+    target's voters."""
+    topic = "lopsided"
+    create(admin, topic, {p: [1, 2] for p in range(6)})
+    for partition in range(6):
+        eventually(lambda p=partition: settled_on(cluster, topic, {1, 2}, p), f"{topic} up")
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    try:
+        for partition in range(6):
+            producer.send(topic, f"record-{partition}".encode(), partition=partition).get(30)
+    finally:
+        producer.close()
+    before = read_all(cluster, topic, 6)
+    assert len(before) == 6
+
+    def rebalance(*flags: str) -> dict[str, Any]:
+        done = tidelog(
+            "cluster", "rebalance", "--execute", "--wait", "--json",
+            "--bootstrap-server", cluster.bootstrap, *flags, timeout=180,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return dict(json.loads(done.stdout))
+
+    spread = rebalance()
+    after = spread["replicas"]["after"]
+    assert max(after.values()) - min(after.values()) <= 1 and after["4"] > 0
+    leaders = spread["leaders"]["after"]
+    assert max(leaders.values()) - min(leaders.values()) <= 1
+    assert admin.list_partition_reassignments() == {}
+    placement = replicas_of(admin, topic)
+    for partition, nodes in enumerate(placement):
+        eventually(
+            lambda p=partition, n=nodes: settled_on(cluster, topic, set(n), p),
+            deadline_s=MOVE_DEADLINE_S,
+        )
+    assert read_all(cluster, topic, 6) == before
+
+    def leaders_spread() -> bool:
+        led = dict.fromkeys(range(1, 5), 0)
+        for described in admin.describe_topics():
+            for p in described["partitions"]:
+                if p["leader_id"] in led:
+                    led[p["leader_id"]] += 1
+        return max(led.values()) - min(led.values()) <= 1
+
+    eventually(leaders_spread, "leaders spread over the four nodes")
+
+    drained = rebalance("--exclude", "4")
+    assert "4" not in drained["replicas"]["after"]
+    for replicas in admin.describe_topics():
+        for p in replicas["partitions"]:
+            assert 4 not in p["replica_nodes"], (replicas["topic"], p)
+    assert read_all(cluster, topic, 6) == before

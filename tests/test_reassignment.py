@@ -492,3 +492,19 @@ def test_both_apis_want_the_cluster_as_kafka_does() -> None:
     assert broker.committed == []
     listed = ask(broker, ListPartitionReassignmentsRequest[0](timeout_ms=1000, topics=None))
     assert listed.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_a_retiring_copy_keeps_its_node_registered() -> None:
+    """UnregisterBroker is refused while the node keeps a copy a move removed (retiring:
+    its leader has not yet committed a voter set without it), and taken once it is gone."""
+    log = Log()
+    log.move([2, 3, 4])
+    version = log.state.version
+    log.report([1, 2, 3, 4], version=version, isr=[1, 2, 3, 4])
+    assert log.state.retiring == (1,)
+    log.apply(type="voter_target", voters=[2, 3])
+    log.apply(type="unregister_broker", node=1, voters=[2, 3])
+    assert 1 not in log.image.membership.unregistered  # refused: node 1 keeps a copy
+    log.report([2, 3, 4], version=log.state.version, leader=2, epoch=2, isr=[2, 3, 4])
+    log.apply(type="unregister_broker", node=1, voters=[2, 3])
+    assert 1 in log.image.membership.unregistered

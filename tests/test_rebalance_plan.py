@@ -81,3 +81,11 @@ def test_any_placement_spreads_within_one(
     counts = result.replicas_after
     assert max(counts.values()) - min(counts.values()) <= 1
     assert sum(counts.values()) == partitions * factor
+
+
+def test_a_drain_moves_only_what_the_node_holds() -> None:
+    placement = {("t", 0): [4, 1], ("t", 1): [1, 2], ("t", 2): [2, 4], ("t", 3): [1, 3]}
+    result = plan(placement, [1, 2, 3], spread=False)
+    assert set(result.moves) == {("t", 0), ("t", 2)}
+    assert result.moves[("t", 0)] == (3, 1)  # the emptiest node takes its place
+    assert result.moves[("t", 2)][0] == 2 and 4 not in result.moves[("t", 2)]

@@ -9,6 +9,10 @@ import random
 
 from tidelog.core.messages import AppendRequest, Message
 from tidelog.core.replica import ACKS_LEADER, Replica, ReplicaConfig
+from tidelog.core.storage import MemoryStorage
+from tidelog.node.driver import open_replica
+from tidelog.protocol.peer import PartitionKey
+from tidelog.server.partition_inputs import carry_settings
 from tidelog.testing.cluster import Cluster
 from tidelog.types import DirectoryId, NodeId
 from tidelog.wal.batches import producer_batch
@@ -105,3 +109,20 @@ def test_lifting_the_throttle_lets_the_learner_catch_up_and_join() -> None:
     tick_all(cluster, 40)
     assert cluster.replica(NodeId(4)).log.log_end_offset == leader.log.log_end_offset
     assert sorted(leader.voters.nodes) == [1, 2, 4]
+
+
+def test_a_replica_started_again_takes_the_settings_given_since() -> None:
+    """A repair or a disk outage starts the replica again from the partition's first
+    config; the runner hands it what its predecessor was given since (carry_settings)."""
+    config = ReplicaConfig(NodeId(1), (NodeId(1), NodeId(2), NodeId(3)))
+    storage = MemoryStorage(directory_id=DirectoryId(1))
+    first = open_replica(config, storage, random.Random(0))
+    members = (NodeId(1), NodeId(2), NodeId(3), NodeId(4))
+    assert first.set_members(members, (NodeId(1), NodeId(2), NodeId(4))) is None
+    assert first.set_throttle(RATE) is None
+    assert first.set_min_insync_replicas(2) is None
+    again = open_replica(config, storage, random.Random(0))
+    carry_settings(PartitionKey("t", 0), again, first.status())
+    status = again.status()
+    assert status.replicas == members and status.target == (1, 2, 4)
+    assert status.throttle_bytes_per_s == RATE and status.min_insync_replicas == 2

@@ -9,13 +9,14 @@ from tidelog.tools.acls_cmd import acls
 from tidelog.tools.broker_cmd import broker
 from tidelog.tools.broker_configs_cmd import brokers
 from tidelog.tools.certs_cmd import certs
-from tidelog.tools.cluster import cluster
+from tidelog.tools.cluster_cmd import cluster
 from tidelog.tools.demo import demo
 from tidelog.tools.groups_cmd import groups
 from tidelog.tools.leaders_cmd import leaders
 from tidelog.tools.metadata_cmd import metadata
 from tidelog.tools.perf import perf
 from tidelog.tools.reassign_cmd import partitions
+from tidelog.tools.rebalance_cmd import rebalance
 from tidelog.tools.spark_cmd import spark
 from tidelog.tools.ui_cmd import ui
 from tidelog.tools.users_cmd import users
@@ -55,6 +56,7 @@ main.add_command(acls)
 main.add_command(broker)
 main.add_command(brokers)
 main.add_command(certs)
+cluster.add_command(rebalance)
 main.add_command(cluster)
 main.add_command(demo)
 main.add_command(groups)

@@ -168,6 +168,11 @@ class ReplicaStatus:
     directory_id: DirectoryId = NO_DIRECTORY
     voters: tuple[ReplicaKey, ...] = ()
     voters_committed: bool = True  # whether the HWM passed the batch that made `voters`
+    # The settings changed since it was made: the voter target (core/config.py's
+    # `voter_target`; `replicas` above are its members), min.insync.replicas, the throttle.
+    target: tuple[NodeId, ...] = ()
+    min_insync_replicas: int | None = None
+    throttle_bytes_per_s: int | None = None
     # A leader's view of each follower (DescribeQuorum's ReplicaState); () on a follower.
     followers: tuple[FollowerStatus, ...] = ()
 
@@ -384,6 +389,9 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             directory_id=self.key.directory,
             voters=tuple(self.voters),
             voters_committed=not self.log.voters.uncommitted(self.hwm),
+            target=self.config.voter_target,
+            min_insync_replicas=self.config.min_insync_replicas,
+            throttle_bytes_per_s=self.config.throttle_bytes_per_s,
             followers=self._follower_statuses() if leading else (),
         )
 

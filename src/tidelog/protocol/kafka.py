@@ -133,6 +133,14 @@ with warnings.catch_warnings():
 
 from tidelog.protocol.framing import NEED_DATA, FrameBuffer, NeedData, ProtocolError
 from tidelog.protocol.kafka_errors import ErrorCode
+from tidelog.protocol.kafka_extra import (
+    AddRaftVoterRequest,
+    AddRaftVoterResponse,
+    RemoveRaftVoterRequest,
+    RemoveRaftVoterResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+)
 from tidelog.protocol.kafka_responses import (
     FETCH_FLEXIBLE_MIN,
     FETCH_NODE_ENDPOINTS_MIN,
@@ -246,6 +254,9 @@ class ApiKey(IntEnum):
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
+    UNREGISTER_BROKER = 64
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
 
 
 class _Api(NamedTuple):
@@ -275,6 +286,11 @@ _APIS: Final[dict[ApiKey, _Api]] = {
     ApiKey.DESCRIBE_CLUSTER: _Api(DescribeClusterRequest, DescribeClusterResponse, (0, 2)),
     ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, (1, 5)),
     ApiKey.DESCRIBE_QUORUM: _Api(DescribeQuorumRequest, DescribeQuorumResponse, (0, 2)),
+    # KIP-853's voter changes and UnregisterBroker: kafka-python has no classes for them
+    # (tidelog.protocol.kafka_extra).
+    ApiKey.ADD_RAFT_VOTER: _Api(AddRaftVoterRequest, AddRaftVoterResponse, (0, 0)),
+    ApiKey.REMOVE_RAFT_VOTER: _Api(RemoveRaftVoterRequest, RemoveRaftVoterResponse, (0, 0)),
+    ApiKey.UNREGISTER_BROKER: _Api(UnregisterBrokerRequest, UnregisterBrokerResponse, (0, 0)),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _Api(
         OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, (0, 4)
     ),

@@ -120,6 +120,10 @@ class ErrorCode(IntEnum):
     UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_TOPIC_ID = 100
     INCONSISTENT_TOPIC_ID = 103
+    BROKER_ID_NOT_REGISTERED = 102
+    INCONSISTENT_CLUSTER_ID = 104
+    DUPLICATE_VOTER = 126
+    VOTER_NOT_FOUND = 127
 
 
 # The most specific class wins: the lookup walks each error's MRO.

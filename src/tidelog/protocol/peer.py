@@ -63,6 +63,7 @@ TOPIC_NAME_SIZE_MAX: Final = 249  # Kafka's limit
 CLUSTER_ID_SIZE_MAX: Final = 255
 PORT_MAX: Final = 65_535
 LISTENER_SIZE_MAX: Final = 512  # PROTOCOL://HOST:PORT, a DNS name of 253 bytes at most
+PEERS_NOTICE_MAX: Final = 1000  # nodes one PeersNotice names
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,11 +81,12 @@ class BrokerNotice:
     """`sender` serves Kafka clients at its advertised `listeners` (`PROTOCOL://HOST:PORT`
     in UTF-8, one per security protocol: the endpoints of Kafka's broker registration), for
     Metadata on each listener, and its admin endpoint on `admin_port` of its peer host (0:
-    none), for the live page of another node.
+    none), for the live page of another node; `peer` (none or one `HOST:PORT`) is where the
+    others dial it, so a node that joins the cluster is dialled back (server/joining.py).
 
     A listener that does not parse, of an unknown or repeated protocol, or a port outside
-    its range is refused on construction (ValueError), so a frame that names one does not
-    decode (ProtocolError)."""
+    its range is refused on construction (ValueError), and so is a peer address that does
+    not parse, so a frame that names one does not decode (ProtocolError)."""
 
     sender: NodeId
     recipient: NodeId
@@ -92,6 +94,7 @@ class BrokerNotice:
     stopping: bool = False  # it is shutting down: hand it no leadership
     admin_port: int = 0
     listeners: tuple[bytes, ...] = ()
+    peer: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.admin_port <= PORT_MAX:
@@ -99,6 +102,17 @@ class BrokerNotice:
         if len(self.listeners) > len(PROTOCOLS):
             raise ValueError(f"{len(self.listeners)} listeners, one per protocol at most")
         self.addresses()  # each one parses, once per protocol
+        if len(self.peer) > 1:
+            raise ValueError(f"{len(self.peer)} peer addresses, one at most")
+        self.peer_address()
+
+    def peer_address(self) -> Address | None:
+        """Where the others dial the sender, when it says; ValueError for a bad one."""
+        if not self.peer:
+            return None
+        if len(self.peer[0]) > LISTENER_SIZE_MAX:
+            raise ValueError(f"a peer address of {len(self.peer[0])} bytes")
+        return parse_address(self.peer[0].decode())
 
     def addresses(self) -> dict[str, Address]:
         """The listeners it names: {protocol: (host, port)}; ValueError for a bad one."""
@@ -171,6 +185,36 @@ class QuorumAnswer:
     report: tuple[bytes, ...]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PeersNotice:
+    """The peer address of each node `sender` knows (`ID@HOST:PORT`, at most
+    PEERS_NOTICE_MAX), told to a node that announced itself and is no registered broker
+    yet: a node joining the cluster learns there whom to dial, and whom to ask to register
+    it (server/joining.py)."""
+
+    sender: NodeId
+    recipient: NodeId
+    controller: NodeId | None  # the metadata log's leader as `sender` knows it
+    peers: tuple[bytes, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.peers) > PEERS_NOTICE_MAX:
+            raise ValueError(f"{len(self.peers)} peers, at most {PEERS_NOTICE_MAX}")
+        self.addresses()
+
+    def addresses(self) -> dict[NodeId, Address]:
+        """{node: (host, port)}; ValueError for an entry that is not ID@HOST:PORT."""
+        addresses: dict[NodeId, Address] = {}
+        for entry in self.peers:
+            if len(entry) > LISTENER_SIZE_MAX:
+                raise ValueError(f"a peer entry of {len(entry)} bytes")
+            node, sep, address = entry.decode().partition("@")
+            if not sep or not node.isdigit() or int(node) >= 2**31:
+                raise ValueError(f"peer entry {entry!r} is not ID@HOST:PORT")
+            addresses[NodeId(int(node))] = parse_address(address)
+        return addresses
+
+
 # Tags are the wire identity of a message type: append new types, never renumber.
 MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     1: AppendRequest,
@@ -185,6 +229,7 @@ MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     10: ElectPreferred,
     11: QuorumQuery,
     12: QuorumAnswer,
+    13: PeersNotice,
 }
 
 _KIND_HANDSHAKE: Final = 1

@@ -41,8 +41,7 @@ async def serve(broker: Broker) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, broker.stopping.set)
-    for link in broker.transport.links.values():
-        link.on_connect = broker.announce_to
+    broker.transport.on_connect = broker.announce_to
     await broker.transport.start(broker.config.peer_listen)
     config = broker.config
     tls = config.tls

@@ -50,6 +50,7 @@ from tidelog.protocol.peer import (
     ForwardRequest,
     LeaderNotice,
     PartitionKey,
+    PeersNotice,
     QuorumAnswer,
     QuorumQuery,
 )
@@ -57,10 +58,11 @@ from tidelog.server.acl import Authorizer
 from tidelog.server.budget import RequestBytes
 from tidelog.server.config import BrokerConfig
 from tidelog.server.copies import Copies
-from tidelog.server.data_dir import node_directory_id
+from tidelog.server.data_dir import CopiesHeld, node_directory_id
 from tidelog.server.disk_health import DiskHealth, Syncs
 from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.isr_control import IsrControl, clean_start
+from tidelog.server.joining import Joining
 from tidelog.server.leadership import controlled_shutdown, hand_over, rebalance
 from tidelog.server.metadata import (
     METADATA_TOPIC,
@@ -69,8 +71,8 @@ from tidelog.server.metadata import (
     MetadataImage,
     TopicInfo,
     encode_command,
-    place_replicas,
 )
+from tidelog.server.metadata_fields import place_replicas
 from tidelog.server.metrics import NULL_METRICS, NodeMetrics
 from tidelog.server.partition import OnRound, PartitionRunner, open_on_disk
 from tidelog.server.partition_inputs import Campaign, Retain, Step, Tick
@@ -109,6 +111,10 @@ FORWARDABLE = frozenset(
         "delete_acls",
         "upsert_scram",
         "delete_scram",
+        "add_voter",  # KIP-853, UnregisterBroker (server/voters_api.py, members.py)
+        "remove_voter",
+        "unregister_broker",
+        "voter_target",
         "partition_state",  # a leader's report (server/truth.py)
         "alter_reassignments",  # KIP-455 (server/reassign_api.py)
         # ISR mode (server/isr_control.py)
@@ -137,7 +143,6 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = NodeId(config.node_id)
-        self.all_nodes = tuple(sorted(NodeId(node) for node in config.peers))
         self.executor = ThreadPoolExecutor(max_workers=SYNC_THREADS, thread_name_prefix="fsync")
         tls = None if config.tls is None else peer_contexts(config.tls)
         self.transport = PeerTransport(
@@ -187,6 +192,8 @@ class Broker:
         # New partitions this node prefers, and the ticks left to campaign for them.
         self.campaigning: dict[PartitionKey, int] = {}
         self.directory_id = node_directory_id(config.data_dir)
+        self.copies_held = CopiesHeld(config.data_dir)
+        self.joining = Joining(self)  # first voters, notices, links, members (joining.py)
         self.isr = IsrControl(self, clean=clean_start(config.data_dir))
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
         self.copies = Copies(self)  # which partitions this node holds a copy of
@@ -206,11 +213,15 @@ class Broker:
         *,
         members: tuple[NodeId, ...] = (),
         target: tuple[NodeId, ...] = (),
+        topic_id: str | None = None,
     ) -> PartitionRunner:
         """A partition's runner on its log here. `replicas` and `directories`: its first
         voter set (KIP-858; server/data_dir.py), directories for a data partition in quorum
         mode; `members` and `target`: its copies and voter target now (KIP-455)."""
         metadata = key == self.metadata_key
+
+        if metadata:  # its first voters, members and target are joining's (joining.py)
+            replicas, members, target = self.joining.metadata_shape()
         if config.isr_mode or not any(directories):
             directories = ()  # ISR mode: a restart on an empty disk is the controller's
         replica_config = ReplicaConfig(
@@ -235,7 +246,7 @@ class Broker:
             self.wal_config(config),
             replica_config,
             self.rng,
-            directory_id=None if metadata else self.directory_id,
+            directory_id=self.first_copy_id(key, topic_id, replica_config),
         )
         on_round: OnRound | None = self.apply_metadata if key == self.metadata_key else None
         coordinator = None
@@ -264,6 +275,18 @@ class Broker:
             self.coordinators[key.partition] = coordinator
         self.runners[key] = runner
         return runner
+
+    def first_copy_id(
+        self, key: PartitionKey, topic_id: str | None, config: ReplicaConfig
+    ) -> DirectoryId | None:
+        """The id a new directory of this copy takes: the node's when it is the copy the
+        partition's first voter set names (server/data_dir.py's CopiesHeld), else None (a
+        random one)."""
+        if key == self.metadata_key or topic_id is None:
+            return None
+        fresh = self.copies_held.claim(topic_id, key.partition)
+        named = config.first_voters.voter_key(self.node_id, self.directory_id)
+        return self.directory_id if fresh and named is not None else None
 
     def runner(self, topic: str, partition: int) -> PartitionRunner | None:
         if topic == METADATA_TOPIC:  # never a client's to read or write, as in Kafka
@@ -462,8 +485,15 @@ class Broker:
         asyncio.get_running_loop().create_task(create())
 
     def controller_id(self) -> int:
+        """The metadata log's leader; while joining, the one a PeersNotice named."""
         leader = self.metadata.status().leader_id
-        return -1 if leader is None else int(leader)
+        return self.joining.controller_told() if leader is None else int(leader)
+
+    @property
+    def all_nodes(self) -> tuple[NodeId, ...]:
+        """The cluster's brokers: registered in the image, or in --peers, and not
+        unregistered (server/members.py)."""
+        return self.image.membership.brokers(self.image, self.config.peers)
 
     def leader_of(self, key: PartitionKey) -> tuple[int, int]:
         """(leader id or -1, leader epoch or -1) as this node knows it."""
@@ -490,16 +520,9 @@ class Broker:
             elif isinstance(msg, ForwardReply):
                 self.on_forward_reply(msg)
             elif isinstance(msg, BrokerNotice):
-                for protocol, address in msg.addresses().items():
-                    self.listener_addresses.setdefault(protocol, {})[peer] = address
-                if msg.admin_port:
-                    self.admin_ports[peer] = msg.admin_port
-                else:
-                    self.admin_ports.pop(peer, None)
-                if msg.stopping:
-                    self.stopping_nodes.add(peer)
-                else:
-                    self.stopping_nodes.discard(peer)
+                self.joining.on_notice(peer, msg)
+            elif isinstance(msg, PeersNotice):
+                self.joining.on_peers_notice(msg)
             elif isinstance(msg, ElectPreferred):
                 self.on_elect_preferred(key, msg)
             elif isinstance(msg, LeaderNotice):
@@ -520,31 +543,15 @@ class Broker:
         return {node: address[0] for node, address in self.kafka_addresses().items()}
 
     def kafka_addresses(self) -> dict[NodeId, Address]:
-        """Each node's advertised address on the listener this request came in on."""
+        """Each broker's advertised address on the listener this request came in on."""
         protocol = client_listener.get() or self.config.listeners[0].protocol
-        return self.listener_addresses.get(protocol, {})
-
-    def notice_to(self, peer: NodeId) -> BrokerNotice:
-        """Our advertised Kafka listeners, and our admin port."""
-        admin = self.config.admin_listen
-        return BrokerNotice(
-            self.node_id,
-            peer,
-            Epoch(0),
-            stopping=self.node_id in self.stopping_nodes,
-            admin_port=0 if admin is None else admin[1],
-            listeners=tuple(str(each).encode() for each in self.config.advertised_listeners),
-        )
+        brokers = {*self.all_nodes, self.node_id}
+        held = self.listener_addresses.get(protocol, {})
+        return {node: address for node, address in held.items() if node in brokers}
 
     def send_notices(self) -> None:
-        notices = [self.notice_to(peer) for peer in self.all_nodes if peer != self.node_id]
-        self.transport.send(self.metadata_key, notices)
-        for key, runner in self.runners.items():
-            status = runner.status()
-            if status.role is not Role.LEADER:
-                continue
-            others = [n for n in self.all_nodes if n not in status.replicas]
-            self.transport.send(key, [LeaderNotice(self.node_id, n, status.epoch) for n in others])
+        """Links learned, the metadata members handed over, the notices sent (joining.py)."""
+        self.joining.step()
 
     # ---------------------------------------------------------------- leadership -------
     def elect_preferred(self, key: PartitionKey, leader: NodeId, epoch: int) -> None:
@@ -631,7 +638,7 @@ class Broker:
     # ---------------------------------------------------------------- lifecycle --------
     def announce_to(self, peer: NodeId) -> None:
         """A link to `peer` just came up: tell it our Kafka ports at once."""
-        self.transport.send(self.metadata_key, [self.notice_to(peer)])
+        self.transport.send(self.metadata_key, [self.joining.notice_to(peer)])
 
 
 def forwarded_command(request: ForwardRequest) -> dict[str, Any] | None:

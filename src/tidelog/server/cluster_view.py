@@ -309,8 +309,9 @@ class ClusterWatch:
         addresses: dict[int, tuple[str, int] | None] = {}
         for node in broker.all_nodes:
             port = broker.admin_ports.get(node)
-            host = broker.config.peers[node][0]
-            addresses[node] = None if port is None else (host, port)
+            # Its registration's peer address (a node that joined), else its --peers entry.
+            peer = broker.image.membership.peers.get(node) or broker.config.peers.get(node)
+            addresses[node] = None if port is None or peer is None else (peer[0], port)
         addresses[broker.node_id] = broker.config.admin_listen
         return addresses
 

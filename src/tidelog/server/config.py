@@ -5,6 +5,8 @@ Rules of this file:
   value and every relation between values, and raises `ConfigError` with a message that
   names the flag (`--peers: node 4 is not listed`). A broker never starts half-configured.
   `ConfigError` is tidelog.errors' (every layer's configs raise it).
+- `join` (`--join`): this node is not one of the cluster's first nodes; `peers` lists some
+  of its nodes and this one (server/joining.py).
 - `load_config` merges two sources: a TOML file (keys are the flag names with underscores,
   `peer_listen = "127.0.0.1:9201"`) and command-line flags. A flag overrides the file. A
   value from the file is named after its key and file in messages (`listen in c.toml: ...`).
@@ -159,6 +161,9 @@ class BrokerConfig:
     # Kafka's advertised.listeners: what clients are told per listener protocol (see the
     # module rules); `advertised_listeners` is every listener as advertised.
     advertised_listen: tuple[Listener, ...] = ()
+    # Not one of the cluster's first nodes: `peers` names some of its nodes (a bootstrap)
+    # and this one; it joins as an observer of the metadata log (server/joining.py).
+    join: bool = False
     cluster_id: str = "tidelog"
     tick_ms: int = 50
     election_ticks: int = 10
@@ -327,6 +332,11 @@ def check_peers(config: BrokerConfig) -> None:
     entry an address others can dial, no two nodes at one."""
     if config.node_id not in config.peers:
         raise not_listed(config.node_id, config.peers)
+    if config.join and len(config.peers) < 2:
+        raise ConfigError(
+            "--join: --peers names no node of the cluster to join through (give ID@HOST:PORT "
+            "of one or more of its nodes, and this node's own)"
+        )
     entry = config.peers[config.node_id]
     wildcard = is_wildcard(config.peer_listen[0]) and config.peer_listen[1] == entry[1]
     if config.peer_listen != entry and not wildcard:
@@ -517,7 +527,7 @@ def convert(key: str, value: object, *, name: str) -> object:
     if key in ("cluster_id", "log_level", "log_format", "ssl_client_auth"):
         text = expect(str, value, name=name)
         return text.lower() if key in ("log_level", "log_format") else text
-    if key in ("fsync", "authorizer", "metrics", "auto_create_topics_enable"):
+    if key in ("fsync", "authorizer", "metrics", "auto_create_topics_enable", "join"):
         return expect(bool, value, name=name)
     if key == "super_users":
         text = expect(str, value, name=name)

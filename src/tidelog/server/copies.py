@@ -66,7 +66,7 @@ class Host(Protocol):
 
     def open_partition(
         self, key: PartitionKey, replicas: Nodes, config: TopicConfig, directories: Dirs, *,
-        members: Nodes, target: Nodes,
+        members: Nodes, target: Nodes, topic_id: str | None = None,
     ) -> PartitionRunner: ...  # fmt: skip
 
 
@@ -176,6 +176,7 @@ class Copies:
                 directories,
                 members=members,
                 target=target,
+                topic_id=info.topic_id.hex,
             )
         except OSError as error:
             if not is_disk_error(error):

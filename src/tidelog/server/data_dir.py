@@ -8,12 +8,15 @@ Rules of this file:
   after it names each replica's copy by it (`TopicInfo.directories`), its first voter set
   (KIP-853): a node back on an empty directory is then a new copy, no voter of the
   partitions it held until their leaders add it again (core/membership.py).
-- A data partition's copy made here takes the node's id; one made before (its directory
-  holds its own id) keeps its own.
+- A data partition's copy made here takes the node's id when it is the copy the
+  partition's first voter set names (`CopiesHeld`: this directory never held one of it);
+  any other new copy takes a random id; one made before (its directory holds its own id)
+  keeps its own.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tidelog.types import DirectoryId
@@ -34,3 +37,51 @@ def node_directory_id(data_dir: Path) -> DirectoryId:
         return directory_id
     finally:
         fs.close()
+
+
+COPIES_HELD = "copies-held"  # in the data directory: each partition it ever held a copy of
+
+
+class CopiesHeld:
+    """The partitions this data directory ever held a copy of (by topic id and partition),
+    kept in `copies-held`, one line each, synced before the copy is made.
+
+    A copy made where this directory never held one of that partition may take the id the
+    partition's first voter set names for it (the node's: it is that copy). Any other (the
+    node removed from the partition and added again, or a partition directory deleted by
+    hand) gets a random id of its own: an empty copy under its old key would vote as the
+    copy that held the committed records, the lost copy of scenario 28 again.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / COPIES_HELD
+        self.held: set[tuple[str, int]] = set()
+        self.torn = False  # the last line was cut by a crash: the next claim ends it first
+        try:
+            text = self.path.read_text(encoding="ascii")
+        except FileNotFoundError:
+            return
+        self.torn = bool(text) and not text.endswith("\n")
+        for line in text.splitlines():
+            topic_id, _, partition = line.partition(" ")
+            if partition.isdigit():  # a torn last line is the claim that never finished
+                self.held.add((topic_id, int(partition)))
+
+    def claim(self, topic_id: str, partition: int) -> bool:
+        """Whether this directory never held a copy of the partition; from now on it has."""
+        if (topic_id, partition) in self.held:
+            return False
+        created = not self.path.exists()
+        with self.path.open("a", encoding="ascii") as file:
+            file.write(("\n" if self.torn else "") + f"{topic_id} {partition}\n")
+            file.flush()
+            os.fsync(file.fileno())
+        if created:
+            fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.torn = False
+        self.held.add((topic_id, partition))
+        return True

@@ -45,6 +45,7 @@ from tidelog.server.reassign_api import REASSIGN_HANDLERS
 from tidelog.server.sasl import SASL_HANDLERS
 from tidelog.server.topics_api import TOPICS_HANDLERS, create_topic
 from tidelog.server.view import BrokerView
+from tidelog.server.voters_api import VOTERS_HANDLERS
 
 log = logging.getLogger("tidelog.kafka")
 
@@ -286,6 +287,7 @@ HANDLERS: dict[ApiKey, Handler] = {
     **CONFIGS_HANDLERS,
     **EPOCHS_HANDLERS,
     **TOPICS_HANDLERS,
+    **VOTERS_HANDLERS,
     **CLUSTER_HANDLERS,
     **QUORUM_HANDLERS,
     **REASSIGN_HANDLERS,

@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from tidelog.address import format_address
 from tidelog.core.isr import IsrProposal, PartitionRecord
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
@@ -163,6 +164,8 @@ class IsrControl:
                 "clean": self.clean,
                 "incarnation": self.incarnation,
                 "directory": int(self.broker.directory_id),
+                # where the others dial it: a node that joins is learned so (members.py)
+                "peer": format_address(self.broker.config.peers[self.broker.node_id]),
             }
             self.commit("register", command, self._on_registered)
         self.refresh()

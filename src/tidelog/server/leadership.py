@@ -126,7 +126,8 @@ def preferred_shares(broker: BrokerView) -> dict[NodeId, float]:
 
 def partitions_of(broker: BrokerView) -> Iterator[tuple[PartitionKey, tuple[int, ...]]]:
     """Every partition of the cluster with its replicas, the metadata log's included."""
-    yield broker.metadata.key, tuple(broker.all_nodes)
+    voters = sorted({key.node for key in broker.metadata.status().voters})
+    yield broker.metadata.key, tuple(voters or broker.all_nodes)  # its voters may lead it
     for topic in broker.image.topics.values():
         for partition, replicas in enumerate(topic.replicas):
             yield PartitionKey(topic.name, partition), replicas

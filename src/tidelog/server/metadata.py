@@ -16,6 +16,8 @@ Rules of this file:
   leaders spread over the nodes. A partition made names each replica's data directory as
   its node last registered it (`register_broker`'s `directory`, KIP-858): the copies of its
   first voter set (server/data_dir.py).
+- Who belongs is server/members.py's (`membership`): the brokers' peer addresses, those
+  unregistered, and the metadata quorum's voter target (KIP-853).
 - Cluster truth lives here too, so every node answers the same: each partition's leader,
   epoch and in-sync replicas as its leader reported them (`partition_state`, Kafka's
   AlterPartition; a state of an older epoch than the one held changes nothing), and the
@@ -63,6 +65,7 @@ from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, ScramCredenti
 from tidelog.server.acl import Acl, acl_of
 from tidelog.server.broker_configs import BrokerConfigs
 from tidelog.server.logs import partition_fields
+from tidelog.server.members import MEMBERSHIP_COMMANDS, Membership, peer_of
 from tidelog.server.metadata_fields import (
     PARTITIONS_MAX,
     QUOTED_MAX,
@@ -160,17 +163,6 @@ def _nodes(nodes: tuple[int, ...]) -> tuple[NodeId, ...]:
     return tuple(NodeId(node) for node in nodes)
 
 
-def place_replicas(
-    nodes: list[int], partitions: int, replication_factor: int, start: int
-) -> tuple[tuple[int, ...], ...]:
-    """Round-robin placement: partition p starts at node (start + p) and takes the next R."""
-    ordered = sorted(nodes)
-    return tuple(
-        tuple(ordered[(start + p + r) % len(ordered)] for r in range(replication_factor))
-        for p in range(partitions)
-    )
-
-
 def validate_topic(
     name: str,
     partitions: int,
@@ -216,6 +208,7 @@ class MetadataImage:
         self.records: dict[tuple[str, int], PartitionRecord] = {}
         self.answers: dict[tuple[str, int], tuple[IsrProposal, AlterResult]] = {}
         self.assignments: dict[tuple[str, int], Assignment] = {}  # partitions moved once
+        self.membership = Membership()  # peers, unregistered, voter target (members.py)
         self.broker_configs = BrokerConfigs()  # alter_broker_configs (broker_configs.py)
         self.applied_offset = 0  # every command below this offset is applied
 
@@ -281,6 +274,9 @@ class MetadataImage:
                 return self._replica_restarted(command)
             if kind == "elect_preferred":
                 return self._elect_preferred(command)
+            if kind in MEMBERSHIP_COMMANDS:
+                self.membership.apply(kind, command, self)
+                return Change()
             raise MetadataError("INVALID_REQUEST", f"unknown command type {kind!r}")
         except (MetadataError, ValueError) as error:
             log.error(
@@ -643,10 +639,12 @@ class MetadataImage:
             or not NO_DIRECTORY < directory < 1 << 63
         ):
             raise MetadataError("INVALID_REQUEST", f"directory {directory!r} is no directory id")
+        peer = peer_of(command)  # where the others dial it (server/members.py)
         first = node not in self.incarnations
         if not first and incarnation is not None and self.incarnations[node] == incarnation:
             return Change()  # this incarnation registered already
         self.incarnations[node] = incarnation
+        self.membership.registered(node, peer)
         if directory is not None:
             self.directories[node] = DirectoryId(directory)
         return self._change_records(

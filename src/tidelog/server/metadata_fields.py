@@ -1,6 +1,7 @@
 """The fields of a metadata command (server/metadata.py), each checked as it is read, and
 the rules of topic names: a value that is not what the command needs raises MetadataError,
-so a committed command that cannot be applied changes nothing."""
+so a committed command that cannot be applied changes nothing. And the round-robin
+placement of new partitions' replicas (`place_replicas`)."""
 
 from __future__ import annotations
 
@@ -104,3 +105,14 @@ def nodes_of(value: object) -> tuple[int, ...] | None:
     if not isinstance(value, list) or len(value) > REPLICAS_MAX:
         raise MetadataError("INVALID_REQUEST", f"{value!r} is no list of node ids")
     return tuple(node_of(node) for node in value)
+
+
+def place_replicas(
+    nodes: list[int], partitions: int, replication_factor: int, start: int
+) -> tuple[tuple[int, ...], ...]:
+    """Round-robin placement: partition p starts at node (start + p) and takes the next R."""
+    ordered = sorted(nodes)
+    return tuple(
+        tuple(ordered[(start + p + r) % len(ordered)] for r in range(replication_factor))
+        for p in range(partitions)
+    )

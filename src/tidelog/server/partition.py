@@ -83,6 +83,7 @@ from tidelog.server.partition_inputs import (
     Tick,
     Transfer,
     campaign_if_leaderless,
+    carry_settings,
     delete_records,
     isr_of,
     reconfigure,
@@ -581,6 +582,7 @@ class PartitionRunner:
         self._adopt(storage, self.open_replica(storage), error)
 
     def _adopt(self, storage: DiskStorage, replica: Replica, error: TidelogError) -> None:
+        carry_settings(self.key, replica, self.replica.status())
         self.replica = replica
         self.storage = storage
         for setting in self.settings.values():

@@ -168,9 +168,13 @@ def campaign_if_leaderless(replica: Replica) -> None:
 def successor(status: ReplicaStatus, avoid: frozenset[NodeId]) -> NodeId | None:
     """Who this leader should hand over to: the first of its replicas (the preferred one
     first) that is in sync, never this node or one in `avoid` (shutting down); None when
-    there is none."""
+    there is none. In quorum mode only a voter takes it (an observer may not lead)."""
     in_sync = set(status.in_sync_replicas) - avoid - {status.node_id}
-    return next((node for node in status.replicas if node in in_sync), None)
+    voting = {key.node for key in status.voters}
+    return next(
+        (node for node in status.replicas if node in in_sync and (node in voting or not voting)),
+        None,
+    )
 
 
 def transfer(key: PartitionKey, replica: Replica, asked: Transfer) -> bool:
@@ -209,6 +213,18 @@ def reconfigure(
             refusal = replica.set_throttle(asked.bytes_per_s)
     if refusal is not None:
         log.error("%s-%d: %s not taken: %s", key.topic, key.partition, asked, refusal)
+
+
+def carry_settings(key: PartitionKey, replica: Replica, before: ReplicaStatus) -> None:
+    """A replica started again (a repair, a disk outage) takes the settings its
+    predecessor was given since the partition was opened."""
+    now = replica.status()
+    if now.min_insync_replicas != before.min_insync_replicas:
+        reconfigure(key, replica, SetMinInsync(before.min_insync_replicas))
+    if (now.replicas, now.target) != (before.replicas, before.target):
+        reconfigure(key, replica, SetMembers(before.replicas, before.target))
+    if now.throttle_bytes_per_s != before.throttle_bytes_per_s:
+        reconfigure(key, replica, SetThrottle(before.throttle_bytes_per_s))
 
 
 def take_record(key: PartitionKey, replica: Replica, asked: TakeRecord) -> PartitionRecord | None:

@@ -6,6 +6,10 @@ Rules of this file:
   not one per partition per message.
 - Each node dials every other node and only writes on the streams it dialled; it reads on
   the streams others dialled to it. A lost stream is redialled with a bounded backoff.
+- The links are those of `--peers` at the start; a node that joins later gets one when it
+  is learned (`add_link`, server/joining.py), and one that leaves loses its link
+  (`remove_link`). A stream is taken from any node of the cluster (its handshake's cluster
+  id, and with TLS a certificate of the cluster's CA naming that node), known or not.
 - Messages for an unreachable peer, or beyond a peer's write buffer limit, are dropped:
   the core retransmits (heartbeats, probes), so dropping is safe; blocking is not.
 - A malformed frame closes that stream only.
@@ -260,6 +264,7 @@ class PeerTransport:
             if peer != node_id
         }
         self.pending: dict[NodeId, list[PeerItem]] = {}
+        self.on_connect: Callable[[NodeId], None] | None = None  # each link's, when it connects
         self.flush_scheduled = False
         self.listener: socket.socket | None = None
         self.acceptor: asyncio.Task[None] | None = None
@@ -270,7 +275,29 @@ class PeerTransport:
         self.listener = await listening_socket(listen)
         self.acceptor = loop.create_task(self._accept(self.listener))
         for link in self.links.values():
+            link.on_connect = self.on_connect
             link.task = loop.create_task(link.run())
+
+    def add_link(self, peer: NodeId, address: Address) -> None:
+        """Dial `peer` at `address` from now on (a node learned after the start); a link
+        held already only takes the address for its next dial."""
+        if peer == self.node_id:
+            return
+        link = self.links.get(peer)
+        if link is not None:
+            link.address = address
+            return
+        link = PeerLink(self.node_id, peer, address, self.cluster_id, self.tls)
+        link.on_connect = self.on_connect
+        self.links[peer] = link
+        if self.listener is not None:  # started: dial at once
+            link.task = asyncio.get_running_loop().create_task(link.run())
+
+    def remove_link(self, peer: NodeId) -> None:
+        """Dial `peer` no more (a node that left the cluster)."""
+        link = self.links.pop(peer, None)
+        if link is not None:
+            link.close()
 
     def send(self, key: PartitionKey, messages: Any) -> None:
         """Queue messages; they leave together at the end of this event-loop round."""

@@ -31,10 +31,9 @@ from tidelog.server.configs_api import config_entries
 from tidelog.server.metadata import (
     INTERNAL_TOPICS,
     TopicInfo,
-    place_replicas,
     validate_topic,
 )
-from tidelog.server.metadata_fields import PARTITIONS_MAX, quoted
+from tidelog.server.metadata_fields import PARTITIONS_MAX, place_replicas, quoted
 from tidelog.server.reassignment import target_of
 from tidelog.server.view import BrokerView
 

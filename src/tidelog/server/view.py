@@ -39,7 +39,6 @@ class BrokerView(Protocol):
     config: BrokerConfig
     node_id: NodeId
     directory_id: DirectoryId  # the data directory's (server/data_dir.py)
-    all_nodes: tuple[NodeId, ...]
     image: MetadataImage  # the topics as the applied metadata log says
     authorizer: Authorizer  # with the ACLs of `image`
     metadata: PartitionRunner  # the metadata log's partition
@@ -51,6 +50,11 @@ class BrokerView(Protocol):
     request_bytes: RequestBytes
     rng: random.Random
     metrics: NodeMetrics  # counters and histograms of /metrics (NULL_METRICS when off)
+
+    @property
+    def all_nodes(self) -> tuple[NodeId, ...]:
+        """The cluster's brokers (registered, or in --peers; none unregistered)."""
+        ...
 
     @property
     def kafka_ports(self) -> dict[NodeId, int]:

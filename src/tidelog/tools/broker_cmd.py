@@ -41,6 +41,13 @@ BROKER_MODULE = "tidelog.server.app"
 )
 @click.option("--peer-listen", help="HOST:PORT for other nodes (default: its --peers entry).")
 @click.option("--peers", help="Every node's peer address: 1@host:port,2@host:port,...")
+@click.option(
+    "--join/--no-join",
+    default=None,
+    help="Join a running cluster: --peers names some of its nodes (a bootstrap) and this one; "
+    "the node registers and follows the metadata log as an observer (default: off, one of "
+    "the cluster's first nodes).",
+)
 @click.option("--admin-listen", help="HOST:PORT of the HTTP status endpoint (GET /status).")
 @click.option(
     "--admin-token-file",

@@ -1,6 +1,10 @@
-"""`tidelog metadata quorum describe`: the metadata log's quorum (Kafka's
-kafka-metadata-quorum.sh `describe --status` and `--replication`), through kafka-python's
-admin client (DescribeQuorum).
+"""`tidelog metadata quorum describe|add-voter|remove-voter` and `tidelog metadata
+unregister`: the metadata log's quorum
+(Kafka's kafka-metadata-quorum.sh `describe --status` and `--replication`, through
+kafka-python's admin client, DescribeQuorum), and its voters changed one at a time
+(kafka-metadata-quorum's add-controller and remove-controller: KIP-853's AddRaftVoter and
+RemoveRaftVoter, tools/voters_client.py), and a broker taken out of the cluster
+(kafka-cluster's `unregister`: UnregisterBroker).
 
 Rules of this file:
 - Both views by default; `--status` or `--replication` picks one, `--json` prints the facts
@@ -13,11 +17,16 @@ Rules of this file:
   (Leader, Follower or Observer).
 - A leader that cannot be reached yet (NOT_LEADER_OR_FOLLOWER) is asked again, as other
   retriable errors are, until default.api.timeout.ms.
+- `add-voter --node N` returns once the committed voter set holds N (a registered broker
+  whose copy has caught up), `remove-voter --node N` once it holds N no more; each prints
+  the voters then. `--directory` names the copy (a uuid, as `describe` shows it); without
+  it, the directory the node registered.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
@@ -28,6 +37,7 @@ from rich.table import Table
 
 from tidelog.tools.client_kafka import ClientError, ClientSettings, ask_admin
 from tidelog.tools.client_options import client_options, json_option, reports_errors
+from tidelog.tools.voters_client import add_voter, remove_voter, unregister_broker
 
 UNKNOWN: Final = -1
 TABLE_WIDTH_PIPED: Final = 200
@@ -201,3 +211,64 @@ def describe(
         if not replication_only:
             click.echo()
         print_replication(view)
+
+
+def directory_uuid(text: str | None) -> uuid.UUID | None:
+    """`--directory`: a copy's directory id as `describe` shows it (a uuid)."""
+    if text is None:
+        return None
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise ClientError(f"--directory: {text!r} is not a uuid") from None
+
+
+def voter_change(client: ClientSettings, node: int, directory: str | None, *, add: bool) -> None:
+    """One voter change, then the voters as they are (`describe`'s CurrentVoters)."""
+    if node < 0:
+        raise ClientError(f"--node: {node} is no node id")
+    change = add_voter if add else remove_voter
+    change(client, node, directory_uuid(directory))
+    view = view_of(describe_quorum(client))
+    click.echo(f"{'added' if add else 'removed'} voter {node}; voters now {view.current_voters}")
+
+
+node_option = click.option("--node", "node_id", type=int, required=True, help="The node id.")
+directory_option = click.option(
+    "--directory", help="Its copy's directory id (a uuid; default: the one it registered)."
+)
+
+
+@quorum.command("add-voter")
+@node_option
+@directory_option
+@client_options
+@reports_errors
+def add_voter_command(*, node_id: int, directory: str | None, client: ClientSettings) -> None:
+    """Make a registered broker a voter of the metadata quorum (AddRaftVoter; Kafka's
+    add-controller): returns once the committed voter set holds it."""
+    voter_change(client, node_id, directory, add=True)
+
+
+@quorum.command("remove-voter")
+@node_option
+@directory_option
+@client_options
+@reports_errors
+def remove_voter_command(*, node_id: int, directory: str | None, client: ClientSettings) -> None:
+    """Take a node out of the metadata quorum's voters (RemoveRaftVoter; Kafka's
+    remove-controller): returns once the committed voter set holds it no more."""
+    voter_change(client, node_id, directory, add=False)
+
+
+@metadata.command("unregister")
+@node_option
+@client_options
+@reports_errors
+def unregister_command(*, node_id: int, client: ClientSettings) -> None:
+    """Take a broker out of the cluster (UnregisterBroker; kafka-cluster's unregister):
+    refused while it holds a partition's replica or votes in the metadata quorum."""
+    if node_id < 0:
+        raise ClientError(f"--node: {node_id} is no node id")
+    unregister_broker(client, node_id)
+    click.echo(f"unregistered broker {node_id}")

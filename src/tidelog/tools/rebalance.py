@@ -10,9 +10,10 @@ Rules of this file:
   together goes. A move never puts two replicas of a partition on one node, and the
   replication factor never changes. Nodes given that hold nothing yet (a new broker) fill
   up; nodes not given (a node being drained) give up all they hold.
-- Then leaders, by count: each partition's preferred leader (its first replica) is the
-  node of its replicas that leads the fewest partitions so far, partitions taken in order.
-  Only the order of a partition's replicas changes for it: no data moves.
+- Then leaders, by count: while a partition's preferred leader (its first replica) leads
+  at least two partitions more than another of its replicas, that one comes first. Only
+  the order of a partition's replicas changes for it: no data moves, and a partition
+  whose leader stays keeps its order.
 - A partition whose replicas do not change is not in the plan.
 """
 
@@ -56,8 +57,11 @@ def plan(
     placement: Mapping[Partition, Sequence[int]],
     nodes: Sequence[int],
     sizes: Mapping[Partition, int] | None = None,
+    *,
+    spread: bool = True,
 ) -> Plan:
-    """Spread `placement`'s replicas, then its leaders, over `nodes` (see the rules)."""
+    """Spread `placement`'s replicas, then its leaders, over `nodes` (see the rules).
+    `spread=False`: only move what nodes not given hold (a drain), nothing else."""
     sizes = sizes or {}
     live = sorted(set(nodes))
     if not live:
@@ -68,8 +72,9 @@ def plan(
     current = {key: list(replicas) for key, replicas in sorted(placement.items())}
     before = _counts(current, live, sizes)
     _evacuate(current, live, sizes)
-    _spread_replicas(current, live, sizes)
-    _spread_leaders(current, live)
+    if spread:
+        _spread_replicas(current, live, sizes)
+        _spread_leaders(current, live)
     after = _counts(current, live, sizes)
     moves = {
         key: tuple(replicas)
@@ -134,14 +139,29 @@ def _spread_replicas(
 
 
 def _spread_leaders(current: dict[Partition, list[int]], live: Sequence[int]) -> None:
-    """Each partition's preferred leader: its replica leading the fewest so far (ties: the
-    one already first, then the lowest id)."""
-    leading: Counter[int] = Counter(dict.fromkeys(live, 0))
-    for replicas in current.values():
-        if not replicas:
-            continue
-        first = replicas[0]
-        chosen = min(replicas, key=lambda n: (leading[n], n != first, n))
+    """Move preferred leaderships, one at a time, from the node leading most to the node
+    leading fewest among that partition's replicas, while that narrows the gap by two (each
+    move lowers the spread: it ends). A partition whose leader is not moved keeps its
+    order."""
+    while True:
+        leading: Counter[int] = Counter(dict.fromkeys(live, 0))
+        for replicas in current.values():
+            if replicas:
+                leading[replicas[0]] += 1
+        best: tuple[int, Partition, int] | None = None
+        for key, replicas in current.items():
+            if not replicas:
+                continue
+            first = replicas[0]
+            other = min(replicas[1:], key=lambda n: (leading[n], n), default=None)
+            if other is None or leading[first] - leading[other] < 2:
+                continue
+            gain = leading[first] - leading[other]
+            if best is None or gain > best[0]:
+                best = (gain, key, other)
+        if best is None:
+            return
+        _, key, chosen = best
+        replicas = current[key]
         replicas.remove(chosen)
         replicas.insert(0, chosen)
-        leading[chosen] += 1

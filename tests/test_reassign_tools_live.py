@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tidelog.status import read_status
 from tidelog.testing.live import LiveCluster, eventually, tidelog
 
 MOVE_DEADLINE_S = 30.0
@@ -35,13 +34,8 @@ def reassign(cluster: LiveCluster, *args: str) -> tuple[int, str, str]:
     return result.returncode, result.stdout, result.stderr
 
 
-def hosts(cluster: LiveCluster, topic: str) -> dict[int, dict[str, object]]:
-    found = {}
-    for node in cluster.record["nodes"]:
-        for row in (read_status(node["admin"]) or {}).get("partitions", []):
-            if (row["topic"], row["partition"]) == (topic, 0):
-                found[int(node["id"])] = row
-    return found
+def hosts(cluster: LiveCluster, topic: str) -> dict[int, dict[str, Any]]:
+    return cluster.copies(topic)
 
 
 def create(cluster: LiveCluster, topic: str, *configs: str) -> None:
@@ -163,7 +157,7 @@ def test_a_move_waiting_on_a_paused_node_is_listed_and_cancelled(
             "1000",
         )
         assert code == 0, err
-        assert "--throttle is not applied" in err
+        assert "The inter-broker throttle limit was set to 1000 B/s" in out  # the node down too
         code, out, err = reassign(cluster, *bootstrap, "--status")
         assert code == 0, err
         assert re.search(
@@ -180,6 +174,7 @@ def test_a_move_waiting_on_a_paused_node_is_listed_and_cancelled(
         )
         assert code == 0, err
         assert f"Successfully cancelled partition reassignments for: {topic}-0" in out
+        assert "Clearing broker-level throttles on brokers 1,2,3,4" in out
         code, out, _ = reassign(cluster, *bootstrap, "--list")
         assert out.strip() == "No partition reassignments found."
         code, out, _ = reassign(
@@ -212,6 +207,7 @@ UNKNOWN = '{"partitions": [{"topic": "nope", "partition": 0, "replicas": [1]}]}'
         (EXECUTE, UNKNOWN, "error: unknown topic"),
         (GENERATE, '{"topics": []}', "names no topics"),
         ((*GENERATE, "--broker-list", "1,9"), '{"topics": [{"topic": "x"}]}', "brokerIDs: [9]"),
+        (("--list", "--replica-alter-log-dirs-throttle", "100"), None, "is not supported"),
     ],
 )
 def test_a_bad_file_or_flag_is_one_line(

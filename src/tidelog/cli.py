@@ -7,6 +7,7 @@ import click
 from tidelog.errors import StorageError
 from tidelog.tools.acls_cmd import acls
 from tidelog.tools.broker_cmd import broker
+from tidelog.tools.broker_configs_cmd import brokers
 from tidelog.tools.certs_cmd import certs
 from tidelog.tools.cluster_cmd import cluster
 from tidelog.tools.demo import demo
@@ -53,6 +54,7 @@ for command in TOPICS_COMMANDS:
 
 main.add_command(acls)
 main.add_command(broker)
+main.add_command(brokers)
 main.add_command(certs)
 cluster.add_command(rebalance)
 main.add_command(cluster)

@@ -79,6 +79,7 @@ from tidelog.server.partition_inputs import Campaign, Retain, Step, Tick
 from tidelog.server.peers import PeerTransport
 from tidelog.server.quorum import QuorumReport, report_of
 from tidelog.server.quorum_queries import QuorumQueries
+from tidelog.server.throttles import ReplicationThrottles
 from tidelog.server.tls import peer_contexts
 from tidelog.server.topic_config import TopicConfig
 from tidelog.server.truth import ClusterTruth
@@ -105,6 +106,7 @@ FORWARDABLE = frozenset(
         "delete_topic",
         "create_partitions",
         "alter_configs",
+        "alter_broker_configs",  # the replication throttles (server/broker_configs.py)
         "create_acls",
         "delete_acls",
         "upsert_scram",
@@ -195,6 +197,7 @@ class Broker:
         self.isr = IsrControl(self, clean=clean_start(config.data_dir))
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
         self.copies = Copies(self)  # which partitions this node holds a copy of
+        self.throttles = ReplicationThrottles(self)  # their throttles (server/throttles.py)
         self.truth = ClusterTruth(self, self.copies.applied)
 
     # ---------------------------------------------------------------- partitions -------
@@ -316,8 +319,10 @@ class Broker:
 
         self.image.applied_offset = runner.apply_committed(self.image.applied_offset, apply)
         self.copies.flush()  # the copies follow the image as it is now (server/copies.py)
+        self.throttles.flush()
 
     def on_change(self, change: Change) -> None:
+        self.throttles.on_change(change)
         for topic in change.created:
             self.copies.created(topic)
         for topic_name, partition in (*change.moved, *change.records):
@@ -610,6 +615,7 @@ class Broker:
                 self.truth.step()
                 self.isr.step()
                 self.copies.refresh()
+                self.throttles.refresh()
             if (
                 self.config.auto_leader_rebalance
                 and self.ticks % rebalance_every == 0

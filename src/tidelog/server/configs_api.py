@@ -8,8 +8,11 @@ Rules of this file:
   quorum mode, 1 in ISR mode),
   with its type (v3+) and, when asked, its documentation.
   DESCRIBE_CONFIGS on the topic is needed when the authorizer is on.
-- A BROKER resource answers no configs (none are settable); any other type is refused
-  with INVALID_REQUEST.
+- A BROKER resource (the cluster default "", or a broker id) answers the replication
+  throttles of server/broker_configs.py: for a broker each one in force with its source
+  and, when asked, its synonyms (the broker's own value, the cluster default, Kafka's
+  default); for the default those set. DESCRIBE_CONFIGS and ALTER_CONFIGS on the cluster
+  with an authorizer. Any other resource type is refused with INVALID_REQUEST.
 - AlterConfigs replaces a topic's whole set of configs (those not named go back to their
   defaults, as in Kafka); IncrementalAlterConfigs sets (0) or deletes (1) single ones
   (APPEND and SUBTRACT are for list configs: tidelog's topics have none, INVALID_CONFIG).
@@ -17,7 +20,8 @@ Rules of this file:
   message, nothing changes; `replication.mode` is fixed at creation), then written to the
   metadata log (`alter_configs`); every replica follows it: retention and segments at
   once, min.insync.replicas too. ALTER_CONFIGS on the topic with an authorizer; internal
-  topics cannot be altered.
+  topics cannot be altered. A BROKER resource's set is checked and written the same way
+  (`alter_broker_configs`); every node applies its throttle at once (server/throttles.py).
 """
 
 from __future__ import annotations
@@ -30,7 +34,13 @@ from tidelog.protocol.kafka import ApiKey, KafkaRequest
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.server.acl import ALTER_CONFIGS, DESCRIBE_CONFIGS, TOPIC
 from tidelog.server.answers import body_of, response
-from tidelog.server.authorize import allowed
+from tidelog.server.authorize import allowed, cluster_allowed
+from tidelog.server.broker_configs import (
+    BROKER_CONFIG_DOCS,
+    BrokerConfigEntry,
+    broker_of,
+    check_command,
+)
 from tidelog.server.metadata import INTERNAL_TOPICS, TopicInfo
 from tidelog.server.topic_config import TOPIC_CONFIG_NAMES, TopicConfig, keep_fixed
 from tidelog.server.view import BrokerView
@@ -133,10 +143,11 @@ async def describe_configs(broker: BrokerView, request: KafkaRequest) -> Any:
     results = []
     for resource in body.resources:
         kind, name = resource.resource_type, str(resource.resource_name)
-        code, message, configs = ErrorCode.NONE, None, []
+        code, message = ErrorCode.NONE, None
+        configs: list[Any] = []
         info = broker.image.topics.get(name) if kind == TOPIC_RESOURCE else None
         if kind == BROKER_RESOURCE:
-            pass
+            code, message, configs = broker_results(broker, resource, entry, body)
         elif kind != TOPIC_RESOURCE:
             code, message = ErrorCode.INVALID_REQUEST, f"resource type {kind} has no configs"
         elif not allowed(broker, DESCRIBE_CONFIGS, TOPIC, name):
@@ -170,10 +181,52 @@ async def describe_configs(broker: BrokerView, request: KafkaRequest) -> Any:
     return response(request, throttle_time_ms=0, results=results)
 
 
+def broker_results(
+    broker: BrokerView, resource: Any, entry: Any, body: Any
+) -> tuple[ErrorCode, str | None, list[Any]]:
+    """DescribeConfigs of one BROKER resource: its error, message and configs."""
+    if not cluster_allowed(broker, DESCRIBE_CONFIGS):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized", []
+    try:
+        found = broker.image.broker_configs.entries(
+            str(resource.resource_name), resource.configuration_keys
+        )
+    except MetadataError as error:
+        return ErrorCode[error.code], str(error), []
+    synonyms = bool(getattr(body, "include_synonyms", False))
+    documented = bool(getattr(body, "include_documentation", False))
+    return ErrorCode.NONE, None, [broker_entry(c, entry, synonyms, documented) for c in found]
+
+
+def broker_entry(config: BrokerConfigEntry, entry: Any, synonyms: bool, documented: bool) -> Any:
+    synonym = entry.DescribeConfigsSynonym
+    return entry(
+        name=config.name,
+        value=config.value,
+        read_only=False,
+        config_source=config.source,
+        is_default=config.source == DEFAULT_CONFIG_SOURCE,
+        is_sensitive=False,
+        synonyms=[
+            synonym(name=config.name, value=s.value, source=s.source) for s in config.synonyms
+        ]
+        if synonyms
+        else [],
+        config_type=LONG,  # both rates
+        documentation=BROKER_CONFIG_DOCS[config.name] if documented else None,
+    )
+
+
 def target_of(broker: BrokerView, kind: int, name: str) -> tuple[ErrorCode, str | None]:
     """Whether a resource's configs may be altered: NONE, or the refusal."""
     if kind == BROKER_RESOURCE:
-        return ErrorCode.INVALID_REQUEST, "broker configs are not dynamic in tidelog"
+        if not cluster_allowed(broker, ALTER_CONFIGS):
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "not authorized"
+        try:
+            broker_of(name)
+        except MetadataError as error:
+            return ErrorCode[error.code], str(error)
+        return ErrorCode.NONE, None
     if kind != TOPIC_RESOURCE:
         return ErrorCode.INVALID_REQUEST, f"resource type {kind} has no configs"
     if not allowed(broker, ALTER_CONFIGS, TOPIC, name):
@@ -185,19 +238,32 @@ def target_of(broker: BrokerView, kind: int, name: str) -> tuple[ErrorCode, str 
     return ErrorCode.NONE, None
 
 
+def held_configs(broker: BrokerView, kind: int, name: str) -> dict[str, str]:
+    """The configs set on a resource that may be altered (`target_of`)."""
+    if kind == BROKER_RESOURCE:
+        return broker.image.broker_configs.configs_of(name)
+    return broker.image.topics[name].configs
+
+
 async def alter(
-    broker: BrokerView, name: str, configs: dict[str, str], validate_only: bool
+    broker: BrokerView, kind: int, name: str, configs: dict[str, str], validate_only: bool
 ) -> tuple[ErrorCode, str | None]:
-    """Check the resulting set as at creation, then write it (unless validate_only)."""
-    info = broker.image.topics[name]
+    """Check the resulting set (a topic's as at creation), then write it (unless
+    validate_only, or nothing changes)."""
+    held = held_configs(broker, kind, name)
     try:
-        TopicConfig.parse(configs, replication_factor=len(info.replicas[0]))
-        keep_fixed(info.configs, configs)
+        if kind == BROKER_RESOURCE:
+            command = check_command(name, configs)
+        else:
+            replicas = broker.image.topics[name].replicas
+            TopicConfig.parse(configs, replication_factor=len(replicas[0]))
+            keep_fixed(held, configs)
+            command = {"type": "alter_configs", "name": name, "configs": configs}
     except MetadataError as error:
         return ErrorCode[error.code], str(error)
-    if validate_only or configs == info.configs:
+    if validate_only or configs == held:
         return ErrorCode.NONE, None
-    return await broker.commit_metadata({"type": "alter_configs", "name": name, "configs": configs})
+    return await broker.commit_metadata(command)
 
 
 def whole_set(resource: Any, held: dict[str, str]) -> dict[str, str] | str:
@@ -234,11 +300,12 @@ def alterer(new_set: Callable[[Any, dict[str, str]], dict[str, str] | str]) -> H
             kind, name = resource.resource_type, str(resource.resource_name)
             code, message = target_of(broker, kind, name)
             if code is ErrorCode.NONE:
-                configs = new_set(resource, broker.image.topics[name].configs)
+                configs = new_set(resource, held_configs(broker, kind, name))
                 if isinstance(configs, str):
                     code, message = ErrorCode.INVALID_CONFIG, configs
                 else:
-                    code, message = await alter(broker, name, configs, bool(body.validate_only))
+                    validate_only = bool(body.validate_only)
+                    code, message = await alter(broker, kind, name, configs, validate_only)
             responses.append(
                 cls(
                     error_code=int(code),

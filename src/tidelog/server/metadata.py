@@ -63,6 +63,7 @@ from tidelog.core.isr import NO_LEADER, AlterResult, IsrProposal, PartitionRecor
 from tidelog.errors import MetadataError
 from tidelog.protocol.scram import ITERATIONS_MAX, ITERATIONS_MIN, ScramCredential
 from tidelog.server.acl import Acl, acl_of
+from tidelog.server.broker_configs import BrokerConfigs
 from tidelog.server.logs import partition_fields
 from tidelog.server.members import MEMBERSHIP_COMMANDS, Membership, peer_of
 from tidelog.server.metadata_fields import (
@@ -155,6 +156,7 @@ class Change:
     altered: tuple[TopicInfo, ...] = ()
     records: tuple[tuple[str, int], ...] = ()  # ISR-mode partitions whose record changed
     moved: tuple[tuple[str, int], ...] = ()  # partitions whose copies or members changed
+    brokers: bool = False  # broker configs changed (server/broker_configs.py)
 
 
 def _nodes(nodes: tuple[int, ...]) -> tuple[NodeId, ...]:
@@ -207,6 +209,7 @@ class MetadataImage:
         self.answers: dict[tuple[str, int], tuple[IsrProposal, AlterResult]] = {}
         self.assignments: dict[tuple[str, int], Assignment] = {}  # partitions moved once
         self.membership = Membership()  # peers, unregistered, voter target (members.py)
+        self.broker_configs = BrokerConfigs()  # alter_broker_configs (broker_configs.py)
         self.applied_offset = 0  # every command below this offset is applied
 
     def topic_named(self, topic_id: uuid.UUID) -> str | None:
@@ -235,6 +238,9 @@ class MetadataImage:
                 return self._create_partitions(command)
             if kind == "alter_configs":
                 return self._alter_configs(command)
+            if kind == "alter_broker_configs":
+                self.broker_configs.apply(command)
+                return Change(brokers=True)
             if kind in ("create_acls", "delete_acls"):
                 acls = [acl_of(fields) for fields in _list(command, "acls")]  # all or none
                 if kind == "create_acls":

@@ -36,7 +36,7 @@ CLEANUP_POLICIES = ("delete",)
 REPLICATION_MODES = ("quorum", "isr")
 
 
-def _number(name: str, text: str, *, kind: str, low: int, high: int) -> int:
+def parse_number(name: str, text: str, *, kind: str, low: int, high: int) -> int:
     """One INT or LONG config value, as Kafka's ConfigDef parses and validates it."""
     stripped = text.strip()
     digits = stripped[1:] if stripped[:1] in ("+", "-") else stripped
@@ -116,7 +116,7 @@ Parser = Callable[[str, str, int], tuple[str, Any]]
 def _min_insync(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
     # Kafka accepts any value >= 1 and then refuses every acks=all write; tidelog refuses
     # the config instead, so a topic can never be created that cannot take one.
-    value = _number(name, text, kind="INT", low=1, high=INT_MAX)
+    value = parse_number(name, text, kind="INT", low=1, high=INT_MAX)
     if value > replication_factor:
         raise MetadataError(
             "INVALID_CONFIG",
@@ -129,7 +129,7 @@ def _min_insync(name: str, text: str, replication_factor: int) -> tuple[str, Any
 def _duration_or_forever(field_name: str, kind: str) -> Parser:
     def parse(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
         del replication_factor
-        value = _number(name, text, kind=kind, low=-1, high=LONG_MAX)
+        value = parse_number(name, text, kind=kind, low=-1, high=LONG_MAX)
         return field_name, None if value < 0 else value
 
     return parse
@@ -137,14 +137,14 @@ def _duration_or_forever(field_name: str, kind: str) -> Parser:
 
 def _segment_bytes(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
     del replication_factor
-    return "segment_bytes", _number(
+    return "segment_bytes", parse_number(
         name, text, kind="INT", low=SEGMENT_BYTES_MIN, high=SEGMENT_BYTES_MAX
     )
 
 
 def _max_message_bytes(name: str, text: str, replication_factor: int) -> tuple[str, Any]:
     del replication_factor
-    return "max_message_bytes", _number(name, text, kind="INT", low=0, high=INT_MAX)
+    return "max_message_bytes", parse_number(name, text, kind="INT", low=0, high=INT_MAX)
 
 
 def _cleanup_policy(name: str, text: str, replication_factor: int) -> tuple[str, Any]:

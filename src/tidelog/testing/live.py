@@ -207,6 +207,15 @@ class LiveCluster:
                 return node
         raise AssertionError(f"no leader of {topic}-{partition}")
 
+    def copies(self, topic: str, partition: int = 0) -> dict[int, dict[str, Any]]:
+        """Each node's /status row of the partition, by node id (the nodes hosting it)."""
+        found = {}
+        for node in self.record["nodes"]:
+            for row in (read_status(node["admin"]) or {}).get("partitions", []):
+                if (row["topic"], row["partition"]) == (topic, partition):
+                    found[int(node["id"])] = row
+        return found
+
     def node_status(self, node: int) -> dict[str, object]:
         result = tidelog("cluster", "status", "--data-dir", str(self.directory), "--json")
         # Exit 1 says a node is down or a partition under-replicated: the JSON is still there.

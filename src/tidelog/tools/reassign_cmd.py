@@ -16,8 +16,13 @@ Rules of this file:
 - A partition the cluster refuses is named with its Kafka error and that error's
   description (kafka-python's admin client keeps no more of the answer), and the command
   exits 1 after the others were started.
-- `--throttle` is taken but not applied: tidelog does not throttle replication yet (a
-  warning on stderr says so).
+- `--execute --throttle BYTES` sets, as Kafka's does, leader.replication.throttled.rate and
+  follower.replication.throttled.rate to BYTES a second on every broker the moves involve
+  (the replicas each partition has and those it gains) before it starts them, and warns
+  that `--verify` must be run until the moves are done: `--verify`, and `--cancel`, clear
+  the broker throttles of every broker once no move is left in the cluster (unless
+  `--preserve-throttles`). `--replica-alter-log-dirs-throttle` is refused: a node has one
+  log directory.
 - `--json` prints one object: the action's facts (the assignments, each partition's
   outcome, the moves in progress with their progress).
 """
@@ -26,13 +31,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import click
 
 from tidelog.status import access_for
+from tidelog.tools.broker_configs_cmd import clear_throttles, set_throttle
 from tidelog.tools.client_kafka import ClientError, ClientSettings, ask_admin, describe_topics
 from tidelog.tools.client_options import client_options, json_option, reports_errors
 from tidelog.tools.client_status import (
@@ -51,9 +57,14 @@ from tidelog.tools.reassign_json import (
     propose,
 )
 
+F = TypeVar("F", bound=Callable[..., Any])
 ACTIONS: Final = ("generate", "execute", "verify", "cancel", "list", "status")
 NOT_KNOWN: Final = "-"
 RATE_SAMPLE_S: Final = 1.0  # --status looks at each new copy twice, this far apart (its ETA)
+VERIFY_WARNING: Final = (
+    "Warning: You must run --verify periodically, until the reassignment completes, to "
+    "ensure the throttle is removed."
+)
 
 
 def read_file(path: Path | None, option: str) -> str:
@@ -264,6 +275,13 @@ def verify_lines(client: ClientSettings, targets: Assignment) -> tuple[list[str]
     return lines, done
 
 
+def rate_option(flag: str, name: str, help_text: str) -> Callable[[F], F]:
+    """A rate in bytes a second, as Kafka's tool takes it (-1, the default: none)."""
+    return click.option(
+        flag, name, type=click.IntRange(min=-1), default=-1, metavar="BYTES", help=help_text
+    )
+
+
 @click.group()
 def partitions() -> None:
     """Partitions of topics: move them between nodes (kafka-reassign-partitions)."""
@@ -279,7 +297,11 @@ def partitions() -> None:
 @click.option("--topics-to-move-json-file", "topics_file", type=Path, metavar="FILE")
 @click.option("--reassignment-json-file", "reassignment_file", type=Path, metavar="FILE")
 @click.option("--broker-list", metavar="ID,ID,...", help="--generate: the nodes to move onto.")
-@click.option("--throttle", type=click.IntRange(min=-1), metavar="BYTES", help="Not applied yet.")
+@rate_option("--throttle", "throttle", "--execute: the moves' throttle, bytes a second.")
+@rate_option("--replica-alter-log-dirs-throttle", "dirs_throttle", "Not supported.")
+@click.option(
+    "--preserve-throttles", is_flag=True, help="--verify, --cancel: leave the throttles set."
+)
 @client_options
 @json_option
 @reports_errors
@@ -294,7 +316,9 @@ def reassign(
     topics_file: Path | None,
     reassignment_file: Path | None,
     broker_list: str | None,
-    throttle: int | None,
+    throttle: int,
+    dirs_throttle: int,
+    preserve_throttles: bool,
     client: ClientSettings,
     as_json: bool,
 ) -> None:
@@ -304,6 +328,11 @@ def reassign(
     if len(chosen) != 1:
         raise ClientError("name exactly one action: --" + ", --".join(ACTIONS))
     action = chosen[0]
+    if dirs_throttle >= 0:
+        raise ClientError(
+            "--replica-alter-log-dirs-throttle is not supported: a tidelog node has one log "
+            "directory"
+        )
     if action == "generate":
         found = proposal(client, topics_file, broker_list)
         if as_json:
@@ -327,9 +356,13 @@ def reassign(
         start_moves(client, targets, throttle=throttle, as_json=as_json)
     elif action == "verify":
         lines, done = verify_lines(client, targets)
-        click.echo(json.dumps({"done": done, "lines": lines}) if as_json else "\n".join(lines))
+        cleared = None if preserve_throttles else lift_throttles(client, targets)
+        if as_json:
+            click.echo(json.dumps({"done": done, "lines": lines, "throttles_cleared": cleared}))
+        else:
+            click.echo("\n".join(lines + throttle_lines(cleared)))
     else:
-        cancel_moves(client, targets, as_json=as_json)
+        cancel_moves(client, targets, preserve_throttles=preserve_throttles, as_json=as_json)
 
 
 def as_json_of(assignment: Assignment) -> Any:
@@ -351,45 +384,78 @@ def moves_json(
     ]
 
 
+def lift_throttles(
+    client: ClientSettings, targets: Assignment, *, when_done: bool = True
+) -> list[int] | None:
+    """Kafka's --verify (once no move is left in the cluster: `when_done`) and --cancel:
+    clear the broker throttles of every broker, and of each the file names; the brokers
+    cleared, or None while a move is left."""
+    if when_done and ongoing(client):
+        return None
+    brokers = brokers_of(client) | {node for replicas in targets.values() for node in replicas}
+    clear_throttles(client, brokers)
+    return sorted(brokers)
+
+
+def throttle_lines(cleared: list[int] | None) -> list[str]:
+    if cleared is None:
+        return []
+    plural = "" if len(cleared) == 1 else "s"
+    return ["", f"Clearing broker-level throttles on broker{plural} {','.join(map(str, cleared))}"]
+
+
+def moving_brokers(current: Assignment, targets: Assignment) -> set[int]:
+    """Every broker the moves involve: each partition's replicas now, and its target's."""
+    return {node for key, target in targets.items() for node in (*current[key], *target)}
+
+
 def start_moves(
-    client: ClientSettings, targets: Assignment, *, throttle: int | None, as_json: bool
+    client: ClientSettings, targets: Assignment, *, throttle: int, as_json: bool
 ) -> None:
-    if throttle is not None:
-        click.echo(
-            "warning: --throttle is not applied: tidelog does not throttle replication yet",
-            err=True,
-        )
     current = current_assignment(client, sorted({topic for topic, _ in targets}))
     missing = sorted(set(targets) - set(current))
     if missing:
         raise ClientError(f"unknown partitions: {named(missing)}")
     rollback = {key: current[key] for key in targets}
-    outcomes = alter(client, dict(targets))
-    if as_json:
-        click.echo(json.dumps({"current": as_json_of(rollback), "refused": refused_json(outcomes)}))
-    else:
+    if not as_json:
         click.echo(f"Current partition replica assignment\n\n{assignment_json(rollback)}\n")
         click.echo("Save this to use as the --reassignment-json-file option during rollback")
+    if throttle >= 0:
+        set_throttle(client, moving_brokers(current, targets), throttle)
+        if not as_json:
+            click.echo(VERIFY_WARNING)
+            click.echo(f"The inter-broker throttle limit was set to {throttle} B/s")
+    outcomes = alter(client, dict(targets))
+    if as_json:
+        facts = {"current": as_json_of(rollback), "refused": refused_json(outcomes)}
+        click.echo(json.dumps({**facts, "throttle": throttle if throttle >= 0 else None}))
     refused(outcomes)
     if not as_json:
         click.echo(f"Successfully started partition reassignments for {named(targets)}")
 
 
-def cancel_moves(client: ClientSettings, targets: Assignment, *, as_json: bool) -> None:
+def cancel_moves(
+    client: ClientSettings, targets: Assignment, *, preserve_throttles: bool, as_json: bool
+) -> None:
     moving = [key for key in ongoing(client) if key in targets]
     outcomes = alter(client, dict.fromkeys(moving)) if moving else {}
+    keep = preserve_throttles or any(outcomes.values())  # Kafka clears after a clean cancel
+    cleared = None if keep else lift_throttles(client, targets, when_done=False)
     if as_json:
         click.echo(
             json.dumps(
                 {
                     "cancelled": [f"{t}-{p}" for t, p in sorted(moving)],
                     "refused": refused_json(outcomes),
+                    "throttles_cleared": cleared,
                 }
             )
         )
     refused(outcomes)
     if not as_json:
         click.echo(f"Successfully cancelled partition reassignments for: {named(moving) or 'none'}")
+        for line in throttle_lines(cleared)[1:]:
+            click.echo(line)
 
 
 def refused_json(outcomes: Outcomes) -> dict[str, str]:

@@ -453,9 +453,11 @@ class Cluster:
     def wipe(self, node: NodeId) -> bool:
         """A down node's copy of the log lost: it starts again with an empty log, nothing
         that says what it held, and what it sent before is lost with it (a new process, new
-        connections). Its epoch and vote are kept: a vote lost with a disk may elect two
-        leaders in one epoch (Raft's stable storage), which no replication rule can undo.
-        Only when `wipe_allowed` says so; whether it was done."""
+        connections). Its epoch and vote go too unless `wipes_keep_votes`: a vote lost with a
+        disk may elect two leaders in one epoch (Raft's stable storage) where a copy is
+        known by its node alone; where every voter set names directories the new copy is
+        no voter, and what it grants counts for nothing. Only when `wipe_allowed` says so;
+        whether it was done."""
         sim_node = self.nodes[node]
         storage = sim_node.storage
         if (

@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +41,7 @@ from kafka import TopicPartition as KafkaPartition
 
 from tidelog.status import access_for, read_status
 from tidelog.testing.live import LiveCluster, ProducerLoad
+from tidelog.testing.live import tidelog as run_tidelog
 
 TOPIC = "elastic"
 BATCH = 100  # partitions per AlterPartitionReassignments
@@ -50,13 +49,7 @@ POLL_S = 0.5
 
 
 def tidelog(*args: str, timeout: float = 900) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "tidelog", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    done = run_tidelog(*args, timeout=timeout)
     if done.returncode != 0:
         raise SystemExit(f"tidelog {' '.join(args)} failed: {done.stdout}{done.stderr}")
     return done.stdout
@@ -240,12 +233,7 @@ def main() -> None:
         print(f"check: {len(load.acked)} acknowledged, {lost} lost, errors {result['errors']}")
         print(json.dumps(result))
     finally:
-        subprocess.run(
-            [sys.executable, "-m", "tidelog", "cluster", "down", "--data-dir", str(directory)],
-            capture_output=True,
-            timeout=300,
-            check=False,
-        )
+        run_tidelog("cluster", "down", "--data-dir", str(directory), timeout=300)
         shutil.rmtree(root, ignore_errors=True)
 
 

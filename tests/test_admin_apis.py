@@ -23,6 +23,7 @@ from tidelog.testing.live import (
     create_topic,
     eventually,
     knows_before_joining,
+    running_cluster,
     tidelog,
 )
 
@@ -31,11 +32,8 @@ TOPIC = "growing"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
-    live = LiveCluster(tmp_path_factory.mktemp("admin") / "cluster")
-    try:
+    with running_cluster(tmp_path_factory.mktemp("admin") / "cluster") as live:
         yield live
-    finally:
-        live.down()
 
 
 def partitions_of(cluster: LiveCluster, topic: str) -> list[dict[str, object]]:

@@ -26,7 +26,7 @@ from tidelog.server.quorum import (
     encode_report,
     report_of,
 )
-from tidelog.testing.live import LiveCluster, ask_once, poll, tidelog
+from tidelog.testing.live import LiveCluster, ask_once, poll, running_cluster, tidelog
 from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId, Offset
 
 with warnings.catch_warnings():
@@ -151,11 +151,8 @@ def test_describe_quorum_is_advertised_at_versions_0_to_2() -> None:
 # ---------------------------------------------------------------------- live ------------
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
-    live = LiveCluster(tmp_path_factory.mktemp("quorum") / "cluster", metrics=False)
-    try:
+    with running_cluster(tmp_path_factory.mktemp("quorum") / "cluster", metrics=False) as live:
         yield live
-    finally:
-        live.down()
 
 
 def addresses(cluster: LiveCluster) -> list[tuple[str, int]]:

@@ -26,7 +26,14 @@ from kafka.errors import (
 )
 
 from tidelog.status import read_status
-from tidelog.testing.live import LiveCluster, ProducerLoad, eventually, poll, tidelog
+from tidelog.testing.live import (
+    LiveCluster,
+    ProducerLoad,
+    eventually,
+    poll,
+    running_cluster,
+    tidelog,
+)
 
 MOVE_DEADLINE_S = 30.0
 T = TypeVar("T")
@@ -34,11 +41,10 @@ T = TypeVar("T")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
-    live = LiveCluster(tmp_path_factory.mktemp("reassign") / "cluster", nodes=4, metrics=False)
-    try:
+    with running_cluster(
+        tmp_path_factory.mktemp("reassign") / "cluster", nodes=4, metrics=False
+    ) as live:
         yield live
-    finally:
-        live.down()
 
 
 @pytest.fixture(scope="module")

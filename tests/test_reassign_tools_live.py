@@ -15,18 +15,15 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tidelog.testing.live import LiveCluster, eventually, tidelog
+from tidelog.testing.live import LiveCluster, eventually, running_cluster, tidelog
 
 MOVE_DEADLINE_S = 30.0
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
-    live = LiveCluster(tmp_path_factory.mktemp("reassign-tools") / "cluster", nodes=4)
-    try:
+    with running_cluster(tmp_path_factory.mktemp("reassign-tools") / "cluster", nodes=4) as live:
         yield live
-    finally:
-        live.down()
 
 
 def reassign(cluster: LiveCluster, *args: str) -> tuple[int, str, str]:

@@ -17,7 +17,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from tidelog.testing.live import LiveCluster, eventually, poll, tidelog
+from tidelog.testing.live import LiveCluster, eventually, poll, running_cluster, tidelog
 
 RATE = 200_000  # bytes a second
 VALUE_BYTES = 1000
@@ -33,11 +33,8 @@ NO_THROTTLE = str(2**63 - 1)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
-    live = LiveCluster(tmp_path_factory.mktemp("throttle") / "cluster", nodes=4)
-    try:
+    with running_cluster(tmp_path_factory.mktemp("throttle") / "cluster", nodes=4) as live:
         yield live
-    finally:
-        live.down()
 
 
 def fill(cluster: LiveCluster, topic: str) -> tuple[int, int]:

@@ -252,6 +252,17 @@ def first_picture(admin: str, access: AdminAccess | None = None) -> dict[str, An
                     return picture
 
 
+@contextlib.contextmanager
+def running_cluster(directory: Path, **settings: Any) -> Iterator[LiveCluster]:
+    """A LiveCluster in `directory` (`settings` as LiveCluster takes them), brought down on
+    exit by the PIDs of its cluster.json."""
+    live = LiveCluster(directory, **settings)
+    try:
+        yield live
+    finally:
+        live.down()
+
+
 class RawConnection:
     """One plaintext connection to one broker (not to the cluster: no client library
     picks the node); each request waits for its response."""

@@ -72,7 +72,7 @@ SEED_PLAN = (
 # plan's seeds still run in full; refresh the entry from the gate's report.
 FIRST_SEEDS: dict[str, tuple[str, int]] = {
     "voters-change-before-own-epoch-commit": ("membership", 48),  # walk 4727
-    "removed-leader-counts-its-own-copy": ("moves-4", 16),
+    "removed-leader-counts-its-own-copy": ("moves-4", 114),
     "produce-while-handing-over": ("memory-3", 100),
     "lead-on-after-timeout-now": ("groups-3", 56),
     "reset-resent-as-probe": ("memory-3", 145),

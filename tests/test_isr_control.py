@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from types import SimpleNamespace
 from typing import Any
 
 from tidelog.core.isr import PartitionRecord
@@ -56,6 +57,7 @@ class Broker:
     def __init__(self, node: NodeId) -> None:
         self.node_id = node
         self.directory_id = DirectoryId(100 + node)
+        self.config = SimpleNamespace(peers={node: ("127.0.0.1", 9200 + node)})
         self.image = MetadataImage()
         self.runners = {KEY: Runner(node)}
         self.commands: list[dict[str, Any]] = []
@@ -113,6 +115,7 @@ def test_no_replica_takes_a_record_before_its_node_registered() -> None:
             "clean": False,
             "incarnation": control.incarnation,
             "directory": 102,  # its data directory's id (KIP-858)
+            "peer": "127.0.0.1:9202",  # where the others dial it
         }
         broker.answer.set()
         await settle()

@@ -5,8 +5,10 @@ Rules of this file:
 - It always shows its plan first: a table of each node's replicas, leaderships and bytes
   before and after, and the moves. Without `--execute` it moves nothing.
 - `--execute` starts the moves (AlterPartitionReassignments, the partitions whose replicas
-  or their order change); `--wait` then waits until no move is in progress and asks for
-  preferred-leader elections of every partition, so leaders follow the new order.
+  or their order change); with `--wait` it moves `--batch` partitions at a time, each
+  batch once the last is done (thousands of new copies at once crowd a small machine),
+  then asks for preferred-leader elections of every partition, so leaders follow the new
+  order. A drain (`drain`, `cluster remove-node`) moves in batches too.
 - `--exclude N` (repeatable) leaves node N out: everything it holds moves to the others
   (a drain before `cluster remove-node`).
 - Sizes are each partition's largest copy (DescribeLogDirs); when the cluster does not
@@ -31,6 +33,7 @@ from tidelog.tools.reassign_cmd import alter, brokers_of, ongoing, partition_siz
 from tidelog.tools.rebalance import Partition, Plan, PlanError, plan
 
 WAIT_POLL_S: Final = 0.5
+BATCH_DEFAULT: Final = 100  # partitions moved at a time by --wait and by a drain
 
 
 def current_plan(client: ClientSettings, excluded: set[int], *, spread: bool = True) -> Plan:
@@ -77,13 +80,22 @@ def wait_until_done(client: ClientSettings, timeout_s: float) -> None:
         time.sleep(WAIT_POLL_S)
 
 
-def drain(client: ClientSettings, node: int, timeout_s: float) -> int:
-    """Move every replica off `node` (only those: `plan(spread=False)`), and wait until
-    no move is in progress; how many partitions moved."""
-    found = current_plan(client, {node}, spread=False)
-    if found.moves:
-        refused(alter(client, dict(found.moves)))
+def move_in_batches(
+    client: ClientSettings, moves: dict[Partition, tuple[int, ...]], batch: int, timeout_s: float
+) -> None:
+    """Start the moves `batch` partitions at a time, each batch once the last is done
+    (thousands of new copies at once would crowd a small machine), and wait for the last."""
+    items = sorted(moves.items())
+    for first in range(0, len(items), batch):
+        refused(alter(client, dict(items[first : first + batch])))
         wait_until_done(client, timeout_s)
+
+
+def drain(client: ClientSettings, node: int, timeout_s: float, batch: int = BATCH_DEFAULT) -> int:
+    """Move every replica off `node` (only those: `plan(spread=False)`), `batch` partitions
+    at a time, and wait until no move is in progress; how many partitions moved."""
+    found = current_plan(client, {node}, spread=False)
+    move_in_batches(client, dict(found.moves), batch, timeout_s)
     return len(found.moves)
 
 
@@ -92,6 +104,8 @@ def drain(client: ClientSettings, node: int, timeout_s: float) -> int:
 @click.option("--wait", is_flag=True, help="--execute: wait for the moves, then elect leaders.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0), default=600.0)
 @click.option("--exclude", type=int, multiple=True, metavar="NODE", help="Move all off NODE.")
+@click.option("--batch", type=click.IntRange(min=1), default=BATCH_DEFAULT, show_default=True,
+              help="--wait: partitions moved at a time.")  # fmt: skip
 @client_options
 @json_option
 @reports_errors
@@ -101,6 +115,7 @@ def rebalance(
     wait: bool,
     timeout_s: float,
     exclude: tuple[int, ...],
+    batch: int,
     client: ClientSettings,
     as_json: bool,
 ) -> None:
@@ -118,12 +133,13 @@ def rebalance(
     if not as_json:
         show(found)
     if execute and found.moves:
-        refused(alter(client, dict(found.moves)))
         facts["executed"] = True
-        if not as_json:
-            click.echo("moves started: `tidelog partitions reassign --status` shows them")
-        if wait:
-            wait_until_done(client, timeout_s)
+        if not wait:
+            refused(alter(client, dict(found.moves)))
+            if not as_json:
+                click.echo("moves started: `tidelog partitions reassign --status` shows them")
+        else:
+            move_in_batches(client, dict(found.moves), batch, timeout_s)
             elected = elect_preferred(client, None)
             facts["elected"] = len(elected["elected"])
             if not as_json:

@@ -18,6 +18,7 @@ from tidelog.tools.perf import perf
 from tidelog.tools.reassign_cmd import partitions
 from tidelog.tools.rebalance_cmd import rebalance
 from tidelog.tools.spark_cmd import spark
+from tidelog.tools.storage_cmd import storage
 from tidelog.tools.ui_cmd import ui
 from tidelog.tools.users_cmd import users
 from tidelog.tools.verify_cmd import verify_replicas_command
@@ -65,6 +66,7 @@ main.add_command(metadata)
 main.add_command(partitions)
 main.add_command(perf)
 main.add_command(spark)
+main.add_command(storage)
 main.add_command(ui)
 main.add_command(users)
 main.add_command(verify_replicas_command)

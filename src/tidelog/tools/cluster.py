@@ -66,6 +66,7 @@ from tidelog.errors import TidelogError
 from tidelog.server.data_dir import node_directory_id
 from tidelog.server.joining import FIRST_VOTERS_FILE, write_first_voters
 from tidelog.server.logs import LOG_FORMATS
+from tidelog.server.metadata import METADATA_TOPIC
 from tidelog.status import TOKEN_FILE, AdminAccess, access_for, read_status
 from tidelog.tools.client_kafka import ClientSettings
 from tidelog.tools.client_status import CLIENT_SASL_PROPERTIES, DATA_DIR_ENV, DEFAULT_DATA_DIR
@@ -376,8 +377,8 @@ def broker_argv(record: ClusterRecord, node: NodeRecord) -> list[str]:
     # Its data directory keeps what it joined as: harmless on a restart. A node of the
     # cluster's birth whose data directory lost its kept first voter set (a disk replaced)
     # joins too: its new copies are observers until the leaders add them (joining.py).
-    formatted = (Path(node.data_dir) / FIRST_VOTERS_FILE).exists()
-    if node.join or not formatted:
+    replaced = fresh(node) and not formatted(node) and any(map(formatted, record.nodes))
+    if node.join or replaced:
         argv.append("--join")
     if record.log_format != "text":  # text is the broker's default: argv as it always was
         argv.append(f"--log-format={record.log_format}")
@@ -480,6 +481,17 @@ def stop_nodes(nodes: list[NodeRecord], *, timeout_s: float = STOP_TIMEOUT_S) ->
             signal_node(node, signal.SIGKILL)
         wait_until(all_gone, timeout_s=timeout_s)
     return [node.id for node in stopped]
+
+
+def formatted(node: NodeRecord) -> bool:
+    """Whether the node's data directory keeps the metadata log's first voter set."""
+    return (Path(node.data_dir) / FIRST_VOTERS_FILE).exists()
+
+
+def fresh(node: NodeRecord) -> bool:
+    """Whether the node's data directory holds no metadata log yet (never started, or a
+    disk replaced)."""
+    return not (Path(node.data_dir) / f"{METADATA_TOPIC}-0").exists()
 
 
 def format_cluster(record: ClusterRecord) -> None:
@@ -624,6 +636,8 @@ def start_stopped(directory: Path, record: ClusterRecord, *, timeout_s: float) -
     busy = ports_in_use(down)
     if busy:
         raise ClusterError(f"address(es) already in use: {', '.join(busy)}")
+    if all(fresh(node) and not formatted(node) for node in record.nodes):
+        format_cluster(record)  # a new cluster: its nodes' first start
     for node in down:
         record = record.with_pid(node.id, start_node(record, node))
         # Record each pid at once, so `down` finds it even if startup fails later.

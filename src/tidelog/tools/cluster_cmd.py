@@ -38,7 +38,6 @@ from tidelog.tools.cluster import (
     client_of,
     directory_option,
     fail,
-    format_cluster,
     fully_in_sync,
     is_our_broker,
     is_paused,
@@ -131,7 +130,6 @@ def up(
         else:
             record = plan_cluster(directory, nodes=nodes, base_port=base_port, secure=secure)
             directory.mkdir(parents=True, exist_ok=True)
-            format_cluster(record)
         kept: dict[str, Any] = {  # the brokers' settings given to `up`, kept for restarts
             "log_format": None if log_format is None else log_format.lower(),
             "metrics": metrics,

@@ -16,7 +16,6 @@ Rules of this file:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from tidelog.types import DirectoryId
@@ -55,6 +54,7 @@ class CopiesHeld:
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / COPIES_HELD
+        self.fs = OsFileSystem()
         self.held: set[tuple[str, int]] = set()
         self.torn = False  # the last line was cut by a crash: the next claim ends it first
         try:
@@ -71,17 +71,13 @@ class CopiesHeld:
         """Whether this directory never held a copy of the partition; from now on it has."""
         if (topic_id, partition) in self.held:
             return False
-        created = not self.path.exists()
-        with self.path.open("a", encoding="ascii") as file:
-            file.write(("\n" if self.torn else "") + f"{topic_id} {partition}\n")
-            file.flush()
-            os.fsync(file.fileno())
+        path = str(self.path)
+        created = not self.fs.exists(path)
+        line = ("\n" if self.torn else "") + f"{topic_id} {partition}\n"
+        self.fs.append(path, line.encode("ascii"))
+        self.fs.fsync(path)
         if created:
-            fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            self.fs.fsync_dir(str(self.path.parent))
         self.torn = False
         self.held.add((topic_id, partition))
         return True

@@ -130,13 +130,7 @@ def first_voters(config: BrokerConfig) -> tuple[tuple[NodeId, ...], bool]:
         return read_first_voters(path)
     others = sorted(node for node in config.peers if node != config.node_id)
     nodes = tuple(NodeId(node) for node in (others if config.join else sorted(config.peers)))
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    with temporary.open("w") as file:
-        json.dump({"voters": list(nodes), "joined": config.join}, file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    write_first_voters(config.data_dir, nodes, (), joined=config.join)
     return nodes, config.join
 
 

@@ -5,6 +5,8 @@ Rules of this file:
   never holds one that cannot be (min.insync.replicas changes by `replace`, checked so).
 - The lease is an election timeout less `LEASE_MARGIN_TICKS`: the nodes' clocks may tick
   apart by that much (rule 6 of core/replica.py).
+- A replica reads node liveness only through the `Liveness` it is handed (core/liveness.py
+  keeps it; `NO_LIVENESS` when none): never a clock of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +27,37 @@ class Rng(Protocol):
     """The randomness a replica is handed (random.Random fits)."""
 
     def randrange(self, start: int, stop: int, /) -> int: ...
+
+
+class Liveness(Protocol):
+    """This node's view of the others' liveness (core/liveness.py), which a quiesced
+    partition rests on (core/quiesce.py)."""
+
+    def session(self, node: NodeId) -> int:
+        """This node's session with `node`: it changes when this node starts again, and
+        when it declares `node` dead (or finds `node` started again)."""
+        ...
+
+    def contact_sent_ms(self, node: NodeId, session: int) -> int | None:
+        """When (this node's monotonic clock) it sent the latest node heartbeat that `node`
+        answered in `session` (that node's session with this one); None when none was, or
+        `node` answers in another session now."""
+        ...
+
+
+class _NoLiveness:
+    """No node liveness: one session forever, and no contact ever."""
+
+    def session(self, node: NodeId) -> int:
+        del node
+        return 0
+
+    def contact_sent_ms(self, node: NodeId, session: int) -> int | None:
+        del node, session
+        return None
+
+
+NO_LIVENESS: Final[Liveness] = _NoLiveness()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +100,10 @@ class ReplicaConfig:
     # reassignment's new replicas, a lost copy catching up): the leader sends them at most
     # this many bytes of batches a second, on average. None: no throttle.
     throttle_bytes_per_s: int | None = None
+    # Quorum mode: a leader whose followers hold its whole log, with nothing in flight,
+    # quiesces the partition (core/quiesce.py): no heartbeats, no ticks, until something
+    # wakes it. Its reads then rest on node liveness (the `Liveness` handed in).
+    quiesce: bool = False
 
     def __post_init__(self) -> None:
         """ConfigError naming the first setting that does not fit (tidelog.errors)."""

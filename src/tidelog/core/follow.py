@@ -13,6 +13,8 @@ Rules of this file:
 - A reset to the leader's log start keeps our log when its prefix below the start is the
   leader's; it never drops what we acknowledged or committed (scenarios 19, 24).
 - A message of an older epoch changes nothing and is answered with our epoch (KIP-320).
+- Any append wakes a quiesced follower; a `quiesce` one it takes whole, holding the
+  leader's log and HWM, puts it to sleep (core/quiesce.py rule 1).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class FollowerPath(ReplicaState):
         if self.role is not Role.FOLLOWER or self.leader_id != msg.sender:
             self.become_follower(msg.epoch, msg.sender)
         self.mode.on_leader_contact()
+        self.quiesced = False  # any append wakes us; a `quiesce` one may put us back
         try:
             headers = [check_batch(batch) for batch in msg.batches]
         except CorruptBatch:
@@ -65,6 +68,11 @@ class FollowerPath(ReplicaState):
         self._raise_hwm(Offset(min(msg.hwm, end)))
         self._follow_log_start(msg.log_start_offset)
         self._answer(msg, True, end, NO_EPOCH)
+        if msg.quiesce and self.config.quiesce and self.hwm == end == self.log.log_end_offset:
+            # The leader's whole log is ours (core/quiesce.py rule 1): sleep, promising
+            # no vote while node liveness hears the leader's node in this session.
+            self.quiesced = True
+            self.quiesce_session = self.liveness.session(msg.sender)
 
     def _answer(self, msg: AppendRequest, success: bool, offset: Offset, epoch: Epoch) -> None:
         """Answer an append once our log is durable (rule 2), echoing its time and seq."""
@@ -81,6 +89,7 @@ class FollowerPath(ReplicaState):
                 msg.seq,
                 self.repair_floor is not None,
                 self.key.directory,
+                self.liveness.session(msg.sender),
             )
         )
 

@@ -37,7 +37,8 @@ class AppendRequest:
     a leader probing a follower takes only the answer to its probe. A reset carries the
     leader's producer snapshot at `prev_offset` in `producers` (`producers.encode_entries`),
     so that a retry whose first copy lies below it is still recognised, and its voter set
-    there in `voters` (one VotersRecord value, `membership.encode_voters`).
+    there in `voters` (one VotersRecord value, `membership.encode_voters`). `quiesce` asks
+    a follower that holds the whole log to quiesce (core/quiesce.py).
     """
 
     sender: NodeId
@@ -53,6 +54,7 @@ class AppendRequest:
     seq: int = 0
     producers: tuple[bytes, ...] = ()
     voters: tuple[bytes, ...] = ()
+    quiesce: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,8 @@ class AppendResponse:
     leader forgets what it acknowledged before and does not count it as in sync.
     `directory` names the follower's copy (KIP-853): a leader counts the answers of one
     copy, and a new one (an empty disk) only once it is a voter (core/membership.py).
+    `session` is the follower's node-liveness session with the leader's node when it
+    answered (core/liveness.py): a quiesced leader's reads rest on it (core/quiesce.py).
     """
 
     sender: NodeId
@@ -81,6 +85,7 @@ class AppendResponse:
     seq: int = 0
     repairing: bool = False
     directory: DirectoryId = NO_DIRECTORY
+    session: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, replace
 
-from tidelog.core.config import LEASE_MARGIN_TICKS, ReplicaConfig, Rng
+from tidelog.core.config import LEASE_MARGIN_TICKS, NO_LIVENESS, Liveness, ReplicaConfig, Rng
 from tidelog.core.follow import FollowerPath
 from tidelog.core.isr import AlterResult, IsrProposal, PartitionRecord
 from tidelog.core.membership import ReplicaKey, decode_voters, voters_in_batch
@@ -93,7 +93,7 @@ from tidelog.core.messages import (
 from tidelog.core.mode.isr import IsrMode
 from tidelog.core.mode.quorum import QuorumMode
 from tidelog.core.producers import decode_entries
-from tidelog.core.replicate import LeaderPipeline
+from tidelog.core.quiesce import Quiescence
 from tidelog.core.requests import ClientRequests
 from tidelog.core.roles import Replication, Role
 from tidelog.core.state import ACKS_ALL, ACKS_LEADER, ACKS_NONE
@@ -106,7 +106,9 @@ __all__ = [
     "ACKS_LEADER",
     "ACKS_NONE",
     "LEASE_MARGIN_TICKS",
+    "NO_LIVENESS",
     "FollowerStatus",
+    "Liveness",
     "Replica",
     "ReplicaConfig",
     "ReplicaStatus",
@@ -173,6 +175,7 @@ class ReplicaStatus:
     target: tuple[NodeId, ...] = ()
     min_insync_replicas: int | None = None
     throttle_bytes_per_s: int | None = None
+    quiesced: bool = False  # asleep (core/quiesce.py): no ticks needed
     # A leader's view of each follower (DescribeQuorum's ReplicaState); () on a follower.
     followers: tuple[FollowerStatus, ...] = ()
 
@@ -186,13 +189,20 @@ class ReplicaStatus:
         return self.role is Role.LEADER
 
 
-class Replica(ClientRequests, FollowerPath, LeaderPipeline):
+class Replica(ClientRequests, FollowerPath, Quiescence):
     """One partition's replica, in the mode `config.replication` names. Drive it with
-    `step`, `tick`, `propose` (and, in ISR mode, `on_partition_record`, `on_isr_answer`);
-    drain `ready`, then `advance`."""
+    `step`, `tick`, `propose` (and, in ISR mode, `on_partition_record`, `on_isr_answer`;
+    with quiescence, `on_node_change`); drain `ready`, then `advance`. A `quiesced`
+    replica needs no ticks (core/quiesce.py)."""
 
-    def __init__(self, config: ReplicaConfig, storage: LogStorage, rng: Rng) -> None:
-        super().__init__(config, storage)
+    def __init__(
+        self,
+        config: ReplicaConfig,
+        storage: LogStorage,
+        rng: Rng,
+        liveness: Liveness = NO_LIVENESS,
+    ) -> None:
+        super().__init__(config, storage, liveness)
         self._isr: IsrMode | None = None
         if config.replication is Replication.ISR:
             self._isr = IsrMode(self)
@@ -211,6 +221,8 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             self.now_ms = now_ms
         if wall_clock_ms is not None:
             self.wall_clock_ms = wall_clock_ms
+        if self.quiesced:
+            return  # asleep: time does not count (core/quiesce.py)
         self.tick_count += 1
         if self.role is Role.LEADER:
             self.refill_throttle()
@@ -219,9 +231,20 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
     def campaign(self) -> None:
         """Start an election now, as if the election timer fired (etcd-io/raft's MsgHup).
         A replica under repair never does (rule 8), nor one in ISR mode (the controller
-        elects)."""
+        elects), nor a quiesced one (core/quiesce.py rule 3)."""
         assert not self.ready_outstanding
-        self.mode.campaign()
+        if not self.quiesced:
+            self.mode.campaign()
+
+    def propose(self, request_id: int, batch: bytes, *, acks: int) -> None:
+        """A produce (core/requests.py); it wakes a quiesced leader first."""
+        self.wake()
+        super().propose(request_id, batch, acks=acks)
+
+    def delete_records(self, offset: Offset) -> Offset:
+        """DeleteRecords (core/requests.py); it wakes a quiesced leader first."""
+        self.wake()
+        return super().delete_records(offset)
 
     def set_min_insync_replicas(self, value: int | None) -> str | None:
         """The topic's min.insync.replicas changed (AlterConfigs): acks=all produces and the
@@ -229,6 +252,7 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
         only waits longer, and the quorum is never below a majority). None when taken, else
         why not."""
         assert not self.ready_outstanding
+        self.wake()
         try:
             self.config = replace(self.config, min_insync_replicas=value)
         except ValueError as error:
@@ -244,6 +268,7 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
         moves its voter set toward the target, one change at a time. None when taken, else
         why not."""
         assert not self.ready_outstanding
+        self.wake()
         try:
             self.config = replace(self.config, members=members, target=target)
         except ValueError as error:
@@ -257,6 +282,7 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
         the copies that do not vote get at most this many bytes a second from now on
         (None: no throttle). None when taken, else why not."""
         assert not self.ready_outstanding
+        self.wake()
         try:
             self.config = replace(self.config, throttle_bytes_per_s=bytes_per_s)
         except ValueError as error:
@@ -267,6 +293,7 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
         """Hand leadership to `target`, another replica (rule 10). None when the transfer
         began (or goes on already); else why it cannot, for the caller to answer with."""
         assert not self.ready_outstanding
+        self.wake()
         return self.mode.transfer_leadership(target)
 
     def step(self, msg: Message) -> str | None:
@@ -278,6 +305,11 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             refusal = self.mode.refusal(msg)
         if refusal is not None:
             return refusal
+        if self.quiesced and self.role is Role.LEADER:
+            if not self.is_idle_answer(msg):
+                self.wake()  # core/quiesce.py rule 2
+            elif isinstance(msg, AppendResponse):
+                self.take_quiesce_answer(msg)
         if msg.epoch > self.epoch and not self._on_higher_epoch(msg):
             return None
         if msg.epoch < self.epoch:
@@ -392,6 +424,7 @@ class Replica(ClientRequests, FollowerPath, LeaderPipeline):
             target=self.config.voter_target,
             min_insync_replicas=self.config.min_insync_replicas,
             throttle_bytes_per_s=self.config.throttle_bytes_per_s,
+            quiesced=self.quiesced,
             followers=self._follower_statuses() if leading else (),
         )
 

@@ -164,6 +164,7 @@ class LeaderPipeline(ReplicaState):
         reset: bool = False,
         producers: tuple[bytes, ...] = (),
         voters: tuple[bytes, ...] = (),
+        quiesce: bool = False,
     ) -> int:
         """Send one append (or probe, heartbeat, reset); returns its seq."""
         prev_epoch = self.log.epoch_at(Offset(prev_offset - 1)) if prev_offset > 0 else NO_EPOCH
@@ -183,6 +184,7 @@ class LeaderPipeline(ReplicaState):
                 self.append_seq,
                 producers,
                 voters,
+                quiesce,
             )
         )
         return self.append_seq

@@ -88,6 +88,17 @@ class Mode(Protocol):
     def on_leader_contact(self) -> None:
         """The leader of our epoch sent us an append."""
 
+    def on_leader_lost(self, *, first: bool, released: bool) -> None:
+        """Node liveness declared our leader's node dead (core/quiesce.py rule 3): `first`,
+        we are the survivor to campaign first; `released`, we were quiesced, and our
+        promise to that leader ended with its node's session."""
+
+    def may_quiesce(self) -> bool:
+        """Whether a leader of this mode may quiesce now, as far as the mode goes."""
+
+    def on_wake(self) -> None:
+        """A quiesced leader woke (core/quiesce.py rule 2)."""
+
     # ---------------------------------------------------------------- the leader -------
     def on_append_answered(self, msg: AppendResponse) -> None:
         """A follower's answer was taken by the shared pipeline (any outcome)."""

@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
-from tidelog.core.config import ReplicaConfig
+from tidelog.core.config import NO_LIVENESS, Liveness, ReplicaConfig
 from tidelog.core.log import ReplicaLog
 from tidelog.core.membership import ReplicaKey, VoterSet, voters_batch
 from tidelog.core.messages import HardState, LostCopy, Message, ProduceResult
@@ -74,9 +74,12 @@ class ReplicaState:
 
     mode: Mode  # set by `Replica`, once the state exists
 
-    def __init__(self, config: ReplicaConfig, storage: LogStorage) -> None:
+    def __init__(
+        self, config: ReplicaConfig, storage: LogStorage, liveness: Liveness = NO_LIVENESS
+    ) -> None:
         state = storage.load()
         self.config = config
+        self.liveness = liveness
         self.id = config.node_id
         self.log = ReplicaLog(storage, state, config.first_voters)
         self._peers: tuple[NodeId, ...] = ()
@@ -113,6 +116,11 @@ class ReplicaState:
         self.ready_log_end_offset = self.log.log_end_offset
         self.append_seq = 0
         self.throttle_credit = 0.0  # bytes the leader may still send to throttled copies
+        # Quiescence (core/quiesce.py): whether this replica sleeps; a leader's first
+        # quiesce append; the liveness session a follower quiesced in.
+        self.quiesced = False
+        self.quiesce_seq = 1 << 62
+        self.quiesce_session: int | None = None
         self._maybe_finish_repair()
 
     # ================================================================== roles ===========
@@ -127,6 +135,7 @@ class ReplicaState:
             self.epoch = epoch
             self.voted_for = None
         was_leader = self.role is Role.LEADER
+        self.quiesced = False
         self._set_role(Role.FOLLOWER)
         if leader != self.leader_id:
             self.follower_synced = False

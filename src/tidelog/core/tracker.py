@@ -45,6 +45,8 @@ class Progress:
     repairing: bool = False  # it lost records it once held and has not reached them again
     seq_min: int = 0  # answers to older requests predate its repair: ignored
     directory: DirectoryId | None = None  # the copy whose answers these are (KIP-853)
+    # The liveness session it answered our quiesce append in (core/quiesce.py, rule 4).
+    quiesce_session: int | None = None
 
     def probe(self, next_offset: Offset) -> None:
         """Stop pipelining; ask where our logs agree, from `next_offset`."""

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tidelog.core.messages import Message, Ready
-from tidelog.core.replica import Replica, ReplicaConfig, Rng
+from tidelog.core.replica import NO_LIVENESS, Liveness, Replica, ReplicaConfig, Rng
 from tidelog.core.storage import LogStorage
 from tidelog.errors import StorageError
 from tidelog.records import read_header
@@ -109,11 +109,16 @@ def write_ready(storage: LogStorage, ready: Ready) -> None:
         storage.clear_repair_floor()
 
 
-def open_replica(config: ReplicaConfig, storage: RepairableStorage, rng: Rng) -> Replica:
+def open_replica(
+    config: ReplicaConfig,
+    storage: RepairableStorage,
+    rng: Rng,
+    liveness: Liveness = NO_LIVENESS,
+) -> Replica:
     """A replica on `storage`, after setting aside any damage its start reads find."""
     for _ in range(OPEN_ATTEMPTS_MAX):
         try:
-            return Replica(config, storage, rng)
+            return Replica(config, storage, rng, liveness)
         except StorageError:
             if not storage.quarantine():
                 raise

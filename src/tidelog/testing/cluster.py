@@ -18,6 +18,11 @@ Rules of this file:
   that node's replica, between Readys, on what its storage keeps once it set the damage
   aside (`open_replica`), as the broker's partition runner does: a new incarnation, with a
   repair floor and an HWM that may have gone back (a case the checker accepts).
+- Node liveness (core/liveness.py), when the cluster is made with `liveness_timeout_ms`:
+  each node process has one (a new incarnation each start, not each repair); its pings
+  and answers travel the same faulty network as the replicas' messages, and are taken by
+  the node even while its replica persists; what changes its view goes to the replica
+  as an input (`Replica.on_node_change`).
 - ISR mode, after an unclean election: a Ready that gives up committed records lowers the
   storage's HWM to their start as it is written (`SimNode.durable_hwm` with it, durable or
   not yet), so a restart may come back with that HWM (docs/isr.md rule 10).
@@ -31,11 +36,13 @@ import random
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
+from tidelog.core.liveness import LivenessMessage, NodeLiveness, NodePing, NodePong
 from tidelog.core.messages import Message, ProduceResult, Ready
 from tidelog.core.producers import ProducerEntry
-from tidelog.core.replica import Replica, ReplicaConfig
+from tidelog.core.replica import NO_LIVENESS, Replica, ReplicaConfig
 from tidelog.core.storage import FIRST_DIRECTORY, MemoryStorage
 from tidelog.errors import StorageError
 from tidelog.node.driver import RepairableStorage, begin_round, finish_round, open_replica
@@ -44,6 +51,7 @@ from tidelog.testing.trace import describe_message
 from tidelog.types import DirectoryId, NodeId, Offset
 
 Input = Callable[[Replica], None]
+Wire = Message | LivenessMessage
 PPM = 1_000_000
 # The errors of a failing disk: the node stops on them (anything else is a bug).
 DISK_ERRNOS = (errno.EIO, errno.ENOSPC)
@@ -129,7 +137,7 @@ class NodeClock:
 class Envelope:
     deliver_at: int
     seq: int
-    msg: Message
+    msg: Wire
 
 
 @dataclass
@@ -150,6 +158,7 @@ class SimNode:
     durable_hwm: int = 0  # the HWM its storage holds durably (as far as the driver knows)
     hwm_before_start: int = 0  # durable_hwm when the replica last started
     repaired: bool = False  # its last start found a repair floor
+    liveness: NodeLiveness | None = None  # its process's node liveness, if the cluster has it
 
     @property
     def alive(self) -> bool:
@@ -157,7 +166,7 @@ class SimNode:
 
     def start(self) -> Replica:
         self.hwm_before_start = self.durable_hwm
-        replica = open_replica(self.config, self.storage, self.rng)
+        replica = open_replica(self.config, self.storage, self.rng, self.liveness or NO_LIVENESS)
         self.replica = replica
         self.repaired = replica.repair_floor is not None
         self.durable_hwm = replica.hwm
@@ -196,6 +205,7 @@ class Cluster:
         config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig] | None = None,
         storage: StorageFactory = memory_storage,
         clocks: Iterable[NodeClock] = (),
+        liveness_timeout_ms: int | None = None,
     ) -> None:
         ids = tuple(NodeId(i) for i in range(1, replicas + 1))
         make_config = config or ReplicaConfig
@@ -244,7 +254,10 @@ class Cluster:
         self.wipes_keep_votes = True
         self.on_wipe: list[Callable[[NodeId], None]] = []
         self.trace: Callable[[str], None] | None = None
+        self.liveness_timeout_ms = liveness_timeout_ms
+        self.processes = 0  # node processes started: each one's liveness incarnation
         for sim_node in self.nodes.values():
+            self.new_process(sim_node)
             sim_node.start()
 
     # ---------------------------------------------------------------- inputs ------------
@@ -333,8 +346,59 @@ class Cluster:
         msg = envelope.msg
         if self.trace is not None:
             self.note(f"deliver {describe_message(msg)}")
-
+        if isinstance(msg, NodePing | NodePong):
+            self.take_liveness(envelope, msg)
+            return
         self.input(msg.recipient, Delivery(msg, self.on_message))
+
+    # ---------------------------------------------------------------- node liveness -----
+    def new_process(self, sim_node: SimNode) -> None:
+        """A node process starts: node liveness in a new incarnation, watching the others."""
+        self.processes += 1
+        if self.liveness_timeout_ms is None:
+            return
+        liveness = NodeLiveness(sim_node.id, self.processes, self.liveness_timeout_ms)
+        for other in self.ids:
+            liveness.watch(other, sim_node.clock.read(self.now))
+        sim_node.liveness = liveness
+
+    def ping(self, node: NodeId) -> None:
+        """The node pings every other node (a node heartbeat), if it runs."""
+        liveness = self.nodes[node].liveness
+        if liveness is not None and self.up(node):
+            self.send(liveness.pings(self.clock_ms(node)))
+
+    def expire(self, node: NodeId) -> list[NodeId]:
+        """The node declares dead the nodes it has not heard for a timeout; its replica
+        hears of each. Returns them."""
+        liveness = self.nodes[node].liveness
+        if liveness is None or not self.up(node):
+            return []
+        dead = liveness.expire(self.clock_ms(node))
+        for other in dead:
+            self.note(f"{node} declares {other} dead")
+            self.input(node, partial(Replica.on_node_change, node=other))
+        return dead
+
+    def take_liveness(self, envelope: Envelope, msg: LivenessMessage) -> None:
+        """A ping or its answer reaches its node: lost if it is down, held while it is
+        paused, else taken by its liveness at once (not behind its replica's sync)."""
+        sim_node = self.nodes[msg.recipient]
+        liveness = sim_node.liveness
+        if liveness is None or sim_node.replica is None:
+            return
+        if self.is_paused(msg.recipient):
+            envelope.deliver_at = sim_node.paused_until
+            self.in_flight.append(envelope)
+            return
+        if isinstance(msg, NodePing):
+            pong, changed = liveness.on_ping(msg, self.clock_ms(msg.recipient))
+            self.send([pong])
+        else:
+            changed = liveness.on_pong(msg)
+        if changed:
+            self.note(f"{msg.recipient}: node {msg.sender} started again or declared it dead")
+            self.input(msg.recipient, partial(Replica.on_node_change, node=msg.sender))
 
     # ---------------------------------------------------------------- the driver ---------
     def drain(self, node: NodeId) -> None:
@@ -399,7 +463,7 @@ class Cluster:
             self.settle(self.nodes[node])
             self.drain(node)
 
-    def send(self, messages: Iterable[Message]) -> None:
+    def send(self, messages: Iterable[Wire]) -> None:
         for msg in messages:
             if (msg.sender, msg.recipient) in self.cut or self.rng.random() < self.drop_rate:
                 if self.trace is not None:
@@ -412,7 +476,7 @@ class Cluster:
             if self.replay_rate and self.rng.random() < self.replay_rate:
                 self.schedule(msg, self.long_delay_range)
 
-    def schedule(self, msg: Message, delay_range: tuple[int, int]) -> None:
+    def schedule(self, msg: Wire, delay_range: tuple[int, int]) -> None:
         """Deliver `msg` after a delay drawn from `delay_range`; with `in_order`, never
         before a message sent earlier on the same link (a healthy TCP connection)."""
         low, high = delay_range
@@ -489,6 +553,7 @@ class Cluster:
             sim_node.manual_persist = False  # a restarted node's disk syncs normally
             self.note(f"restart {node}")
             self.topology_version += 1
+            self.new_process(sim_node)
             with self.stopping_on_disk_errors(node):
                 sim_node.start()
 

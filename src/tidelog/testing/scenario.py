@@ -16,7 +16,11 @@ Commands (nodes are numbers; lists are comma-separated):
             [directories=known]   the first voter set names each replica's directory
                           (core/membership.py): a node on an empty disk is no voter
             [name-directories=true]   the leader names them once their copies answered
+            [quiesce=true]        idle partitions quiesce (core/quiesce.py), over node
+                          liveness (core/liveness.py) timing out after an election timeout
     campaign N            start an election on N, as if its timer fired
+    ping N[,M]            node N pings every other node (node liveness): in flight
+    expire N[,M]          node N declares dead the nodes it has not heard for a timeout
     tick N[,M] [count=K] [deliver=..]  K ticks of the nodes' clocks; messages stay in
                           flight, or are delivered quietly among `deliver` after each tick
     deliver [from=..] [to=..] [type=append|append-resp|vote|vote-resp] [count=K] [skip=S]
@@ -160,9 +164,14 @@ class Scenario(NetCommands, DiskCommands, ClientCommands, IsrCommands):
                 # Node N's first copy is directory N (testing/cluster.py's memory storage).
                 directories=tuple(DirectoryId(n) for n in born) if known else (),
                 name_directories=kv.get("name-directories") == "true",
+                quiesce=quiesce,
             )
 
-        self.cluster = Cluster(replicas=replicas, rng=random.Random(0), config=config)
+        quiesce = kv.get("quiesce") == "true"
+        timeout = ReplicaConfig(NodeId(1), (NodeId(1),)).election_ticks if quiesce else None
+        self.cluster = Cluster(
+            replicas=replicas, rng=random.Random(0), config=config, liveness_timeout_ms=timeout
+        )
         self.cluster.listeners.append(self.on_completion)
         self.cluster.on_ready.append(self.on_ready)
 
@@ -207,6 +216,7 @@ class Scenario(NetCommands, DiskCommands, ClientCommands, IsrCommands):
                 f"epochs=[{epochs}]"
                 + ("" if floor is None else f" floor=e{floor.epoch}/{floor.end_offset}")
                 + ("" if isr_leader is None else f" isr={describe_nodes(isr_leader.record.isr)}")
+                + (" quiesced" if replica.quiesced else "")
             )
 
     def cmd_progress(self, args: list[str], kv: dict[str, str]) -> None:

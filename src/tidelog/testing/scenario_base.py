@@ -14,6 +14,7 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from tidelog.core import isr
 from tidelog.core.isr import NO_LEADER, IsrProposal, PartitionRecord
+from tidelog.core.liveness import LivenessMessage, NodePing, NodePong
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -47,10 +48,15 @@ def isr_mode(replica: Replica | None) -> IsrMode | None:
 
 
 # ------------------------------------------------------------------ descriptions --------
-def describe_message(msg: Message) -> str:
+def describe_message(msg: Message | LivenessMessage) -> str:
     head = f"{msg.sender}->{msg.recipient}"
+    if isinstance(msg, NodePing):
+        return f"{head} Ping incarnation={msg.incarnation} sent={msg.sent_ms}"
+    if isinstance(msg, NodePong):
+        return f"{head} Pong session={msg.session:#x} sent={msg.ping_sent_ms}"
     if isinstance(msg, AppendRequest):
         body = describe_batches(msg.batches) if msg.batches else "heartbeat"
+        body = "quiesce" if msg.quiesce else body
         body = f"reset producers={len(msg.producers)}" if msg.reset else body
         prev = f"prev={msg.prev_offset}/e{msg.prev_epoch}"
         return f"{head} Append e{msg.epoch} {prev} hwm={msg.hwm} {body}"

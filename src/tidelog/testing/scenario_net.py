@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from tidelog.core.liveness import NodePing, NodePong
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -24,6 +25,8 @@ MESSAGE_TYPES: dict[str, type] = {
     "vote": VoteRequest,
     "vote-resp": VoteResponse,
     "timeout-now": TimeoutNow,
+    "ping": NodePing,
+    "pong": NodePong,
 }
 STABILIZE_ROUNDS_MAX = 10_000
 
@@ -35,6 +38,17 @@ class NetCommands(ScenarioState):
         del kv
         for node in nodes_of(args[0]):
             self.c.input(node, lambda replica: replica.campaign())
+
+    def cmd_ping(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        for node in nodes_of(args[0]):
+            self.c.ping(node)
+
+    def cmd_expire(self, args: list[str], kv: dict[str, str]) -> None:
+        del kv
+        for node in nodes_of(args[0]):
+            for dead in self.c.expire(node):
+                self.say(f"{node}: node {dead} is dead")
 
     def cmd_transfer(self, args: list[str], kv: dict[str, str]) -> None:
         """`transfer 1 to=2`: node 1, the leader, hands its leadership to node 2."""

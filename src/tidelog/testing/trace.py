@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tidelog.core.liveness import LivenessMessage
 from tidelog.core.messages import Message
 from tidelog.records import read_header
 
@@ -25,9 +26,11 @@ def describe_batches(batches: tuple[bytes, ...] | list[bytes]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def describe_message(msg: Message) -> str:
+def describe_message(msg: Message | LivenessMessage) -> str:
     """`AppendRequest 1->2 e3 prev_offset=2 ... batches=[2..2 e3]`: every field, named."""
-    head = f"{type(msg).__name__} {msg.sender}->{msg.recipient} e{msg.epoch}"
+    epoch = getattr(msg, "epoch", None)
+    head = f"{type(msg).__name__} {msg.sender}->{msg.recipient}"
+    head += "" if epoch is None else f" e{epoch}"
     rest = []
     for item in dataclasses.fields(msg):
         if item.name in HEAD_FIELDS:

@@ -198,6 +198,15 @@ class IsrMode:
     def on_leader_contact(self) -> None:
         """No election timer, no lease: nothing to date."""
 
+    def on_leader_lost(self, *, first: bool, released: bool) -> None:
+        del first, released  # the controller elects (no quiescence in ISR mode yet)
+
+    def may_quiesce(self) -> bool:
+        return False
+
+    def on_wake(self) -> None:
+        """ISR mode never quiesces."""
+
     # ================================================================== the door ========
     def _record_refusal(self, record: PartitionRecord) -> str | None:
         """Why a committed record cannot be right here, or None (rule 7 of this file)."""

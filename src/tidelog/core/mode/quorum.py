@@ -55,6 +55,7 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
+from tidelog.core.quiesce import NODE_LOSS_CAMPAIGN_TICKS, Quiescence
 from tidelog.core.quorum import (
     VoteResult,
     committed_offset,
@@ -62,7 +63,6 @@ from tidelog.core.quorum import (
     quorum_size,
     vote_result,
 )
-from tidelog.core.replicate import LeaderPipeline
 from tidelog.core.roles import ElectionMessage, Role
 from tidelog.core.state import ACKS_ALL
 from tidelog.errors import NotEnoughReplicas, NotLeader, TidelogError
@@ -75,7 +75,7 @@ class QuorumMode:
 
     leads_from = Role.CANDIDATE
 
-    def __init__(self, replica: LeaderPipeline, rng: Rng) -> None:
+    def __init__(self, replica: Quiescence, rng: Rng) -> None:
         self.r = replica
         self.rng = rng
         config = replica.config
@@ -96,6 +96,8 @@ class QuorumMode:
     # ================================================================== inputs ==========
     def tick(self, now_ms: int | None) -> None:
         del now_ms  # the replica keeps the clock
+        if self.r.quiesced:
+            return  # asleep: no election timer, no heartbeat (core/quiesce.py)
         self.leader_contact_elapsed += 1
         if self.r.role is Role.LEADER:
             self._tick_leader()
@@ -160,6 +162,28 @@ class QuorumMode:
         self.election_elapsed = 0
         self.leader_contact_elapsed = 0
 
+    def on_leader_lost(self, *, first: bool, released: bool) -> None:
+        """core/quiesce.py rule 3: a released promise ends the lease at once; the first
+        survivor campaigns soon, the others after an election timeout."""
+        if released:
+            self.leader_contact_elapsed = self.r.config.election_ticks
+            self._reset_election_timer()
+        if first:
+            self.election_timeout = min(
+                self.election_timeout, self.election_elapsed + NODE_LOSS_CAMPAIGN_TICKS
+            )
+
+    def may_quiesce(self) -> bool:
+        """No transfer, and no voter change to make (`_next_voters` may begin a transfer)."""
+        return (
+            self.transfer_target is None
+            and self._next_voters() is None
+            and self.transfer_target is None
+        )
+
+    def on_wake(self) -> None:
+        self.election_elapsed = 0  # a full election timeout before check-quorum
+
     # ================================================================== the leader ======
     def on_append_answered(self, msg: AppendResponse) -> None:
         if msg.success:
@@ -207,7 +231,8 @@ class QuorumMode:
             return True
         now = r.now_ms if now_ms is None else now_ms
         since = now - r.config.lease_ms
-        answered = (p.contact_sent_ms > since for p in r.counted_progress())
+        # Quiesced, node liveness dates the followers' promises (core/quiesce.py rule 4).
+        answered = (contact > since for contact in r.lease_contacts())
         return has_quorum(answered, len(r.voters))
 
     def in_sync_replicas(self) -> tuple[NodeId, ...]:
@@ -364,6 +389,8 @@ class QuorumMode:
 
     def _in_lease(self) -> bool:
         config = self.r.config
+        if self.r.quiesced:
+            return config.check_quorum  # promised while asleep (core/quiesce.py rule 4)
         return config.check_quorum and self.leader_contact_elapsed < config.election_ticks
 
     def _random_election_timeout(self) -> int:
@@ -387,6 +414,8 @@ class QuorumMode:
         r.heartbeat_elapsed += 1
         if r.heartbeat_elapsed >= r.config.heartbeat_ticks:
             r.heartbeat_elapsed = 0
+            if r.maybe_quiesce():
+                return  # the quiesce appends are this heartbeat (core/quiesce.py)
             r._heartbeat()
             self._maintain_voters()
         self.election_elapsed += 1

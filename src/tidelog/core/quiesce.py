@@ -1,0 +1,170 @@
+"""Quiescence: an idle partition costs nothing (CockroachDB's "Quiesce Ranges", 2016), in
+quorum mode (`ReplicaConfig.quiesce`). A part of the replica (core/state.py).
+
+A leader whose followers all hold its whole log durably, with its HWM at its log end and
+nothing in flight, sends each follower one last append marked `quiesce` and stops: no
+heartbeats, no ticks (the caller stops ticking a replica whose `quiesced` is set). A
+follower that takes that append holding the whole log quiesces too: no election timer.
+Node liveness (core/liveness.py: one heartbeat per pair of nodes) stands in for the
+partition's heartbeats.
+
+Rules of this file:
+1. A leader quiesces only with every member's copy verified at its log end, its HWM there
+   and past its epoch's start, its voter set committed with no change to make, no
+   transfer, no produce waiting and nothing unpersisted. A follower quiesces only on a
+   `quiesce` append it took whole, its log ending where the leader's does and its HWM
+   there; any other append wakes it.
+2. Anything wakes a quiesced leader: a produce, a message (but an answer holding its whole
+   log: the quiesce append's, or a heartbeat's that crossed it), a setting or membership
+   change, a transfer, DeleteRecords, and node liveness saying a follower's node died or
+   started again (`on_node_change`). Awake, it heartbeats at once, and counts a full
+   election timeout before check-quorum.
+3. A quiesced follower wakes on an append, on any message that moves its epoch, and when
+   node liveness declares its leader's node dead or started again in another session than
+   the one it quiesced in (`on_node_change`): then it grants votes at once (its promise
+   rested on the leader's node being heard), and the first voter of the partition's
+   replicas after the leader campaigns within `NODE_LOSS_CAMPAIGN_TICKS`; the others
+   after an election timeout, so that the survivors do not split their votes.
+4. The read lease across quiescence rests on node liveness, never on a stale heartbeat: a
+   quiesced leader counts a follower that answered its quiesce append in liveness session
+   S as heard at the latest node heartbeat that follower's node answered in session S.
+   That node grants no vote in the partition before it declares this node dead (an
+   election timeout after the last ping it took), or starts again: both end session S,
+   so such contact no longer counts. A follower still quiesced is in its leader's lease:
+   it grants no vote (the promise the leader counts on). On waking, the leader folds the
+   contact node liveness gave into each follower's own: it was answered while the
+   follower was quiesced, and the follower's promise runs from the last contact it took.
+5. Check-quorum sleeps with the partition: the leader's node liveness wakes it when a
+   follower's node dies, and the partition's own check-quorum runs from then on.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from tidelog.core.messages import AppendResponse, Message
+from tidelog.core.replicate import LeaderPipeline
+from tidelog.core.roles import Replication, Role
+from tidelog.types import NodeId
+
+NODE_LOSS_CAMPAIGN_TICKS: Final = 2
+"""How soon the first follower campaigns after node liveness declared its leader's node
+dead (rule 3): the other survivors' liveness declares it dead within about as long."""
+
+
+class Quiescence(LeaderPipeline):
+    """Quiescence, its wake-ups and its lease (see the rules above)."""
+
+    # ================================================================== the leader ======
+    def maybe_quiesce(self) -> bool:
+        """Quiesce now if rule 1 allows: send every follower a `quiesce` append."""
+        if not self._may_quiesce():
+            return False
+        self.quiesced = True
+        self.quiesce_seq = self.append_seq + 1
+        end = self.log.log_end_offset
+        for peer, progress in self.progress.items():
+            progress.quiesce_session = None
+            self._send_append(peer, end, (), quiesce=True)
+        return True
+
+    def _may_quiesce(self) -> bool:
+        end = self.log.log_end_offset
+        if not (
+            self.config.quiesce
+            and self.config.replication is Replication.QUORUM
+            and self.role is Role.LEADER
+            and not self.quiesced
+            and self.hwm == end == self.log.durable_end_offset
+            and self.hwm > self.epoch_start_offset
+            and not self.pending
+            and not self.log.has_unpersisted
+            and not self.log.voters.uncommitted(self.hwm)
+            and self.mode.may_quiesce()
+        ):
+            return False
+        members = set(self.config.assigned) | set(self.voters.nodes)
+        members.discard(self.id)
+        if set(self.progress) != members:
+            return False
+        return all(
+            not p.probing and not p.inflight and not p.repairing and p.match_offset == end
+            for p in self.progress.values()
+        )
+
+    def is_idle_answer(self, msg: Message) -> bool:
+        """Whether `msg` is an answer that brings a quiesced leader no news: a follower of
+        this epoch holds our whole log (our quiesce append's answer, or a heartbeat's
+        that crossed it). It wakes nothing (rule 2)."""
+        return (
+            isinstance(msg, AppendResponse)
+            and self.role is Role.LEADER
+            and msg.epoch == self.epoch
+            and msg.success
+            and not msg.repairing
+            and msg.match_offset == self.log.log_end_offset
+        )
+
+    def take_quiesce_answer(self, msg: AppendResponse) -> None:
+        """Rule 4: the follower quiesced in liveness session `msg.session`."""
+        progress = self.progress.get(msg.sender)
+        if (
+            self.quiesced
+            and msg.seq >= self.quiesce_seq
+            and progress is not None
+            and progress.directory == msg.directory
+        ):
+            progress.quiesce_session = msg.session
+
+    def wake(self) -> None:
+        """Wake a quiesced leader (rules 2 and 4); nothing for a replica awake, or a
+        follower: only rule 3 wakes one."""
+        if not self.quiesced or self.role is not Role.LEADER:
+            return
+        self.quiesced = False
+        for peer, progress in self.progress.items():
+            contact = self._liveness_contact(peer)
+            if contact is not None:
+                progress.contact_sent_ms = max(progress.contact_sent_ms, contact)
+            progress.quiesce_session = None
+        self.heartbeat_elapsed = 0
+        self._heartbeat()
+        self.mode.on_wake()
+
+    def _liveness_contact(self, peer: NodeId) -> int | None:
+        """Rule 4: when node liveness last heard `peer` in the session it quiesced in."""
+        progress = self.progress.get(peer)
+        if not self.quiesced or progress is None or progress.quiesce_session is None:
+            return None
+        return self.liveness.contact_sent_ms(peer, progress.quiesce_session)
+
+    def lease_contacts(self) -> list[int]:
+        """When each counted follower was last heard, by its own answers or, quiesced, by
+        node liveness (rule 4): the read lease counts these."""
+        contacts = []
+        for peer, progress in self.progress.items():
+            if not self.counts(peer, progress.directory):
+                continue
+            contact = self._liveness_contact(peer)
+            own = progress.contact_sent_ms
+            contacts.append(own if contact is None else max(contact, own))
+        return contacts
+
+    # ================================================================== node liveness ===
+    def on_node_change(self, node: NodeId) -> None:
+        """Node liveness declared `node` dead, or found it started again (rules 2, 3)."""
+        if self.role is Role.LEADER:
+            if self.quiesced and node in self.progress:
+                self.wake()
+            return
+        if self.leader_id != node or self.role is not Role.FOLLOWER:
+            return
+        released = self.quiesced
+        if released:
+            if self.quiesce_session == self.liveness.session(node):
+                return  # it quiesced after the change: its promise is of the new session
+            self.quiesced = False
+        first = next(
+            (n for n in self.config.assigned if n != node and n in self.voters.nodes), None
+        )
+        self.mode.on_leader_lost(first=first == self.id, released=released)

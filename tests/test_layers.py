@@ -257,6 +257,11 @@ REPLICA_API = {
     "on_isr_answer",
     "partition_record",
     "declines_leadership",
+    # Quiescence (core/quiesce.py): whether it sleeps (only the partitions awake tick),
+    # the nodes it shares a copy with, and node liveness's news of one of them.
+    "quiesced",
+    "peers",
+    "on_node_change",
 }
 
 

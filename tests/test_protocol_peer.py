@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidelog.core.liveness import NodePing, NodePong
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -152,6 +153,8 @@ def test_every_message_type_has_a_tag() -> None:
         QuorumQuery,
         QuorumAnswer,
         PeersNotice,
+        NodePing,  # node liveness (core/liveness.py)
+        NodePong,
     }
     assert set(typing.get_args(Message)) | notices == set(MESSAGE_TAGS.values())
 

@@ -5,13 +5,16 @@ Every node pings every other node each heartbeat interval; the other answers at 
 its session with the pinger. A node's *session* with a peer is a number that changes when
 the node starts again (a new `incarnation`) and whenever it declares that peer dead, or
 finds it started again; the caller hands in the clock (`now_ms`, monotonic) and carries the
-pings and answers.
+pings and answers. Two clocks: `now_ms` dates pings (the lease counts them, so it must be
+the monotonic clock the replicas' `tick(now_ms=)` reads), and `now`, in any unit that never
+runs faster than real time, times deaths (a broker counts ticks, which a stall skips: a
+node that stalled does not declare its peers dead for its own pause).
 
 Rules of this file:
-1. A peer is declared dead when no ping of it was taken for `timeout_ms` (an election
-   timeout) since the last one, or since it was watched: the session with it changes at
-   that moment, and the caller wakes the partitions it shares with it. A ping from it
-   again makes it live, in the new session.
+1. A peer is declared dead when no ping of it was taken for `timeout` (an election
+   timeout, in the units of `now`) since the last one, or since it was watched: the
+   session with it changes at that moment, and the caller wakes the partitions it shares
+   with it. A ping from it again makes it live, in the new session.
 2. A ping from a peer in another incarnation than the last one means it started again: it
    is declared dead and live again at once (the session changes), since its partitions
    forgot what they promised.
@@ -57,7 +60,7 @@ SESSION_DEATH_BITS = 20
 
 @dataclass(slots=True)
 class _Peer:
-    heard_ms: int  # when we last took a ping from it, or began to watch it
+    heard: int  # when (`now`) we last took a ping from it, or began to watch it
     incarnation: int | None = None  # its incarnation, from its pings
     deaths: int = 0  # how often we declared it dead (our session with it)
     dead: bool = False
@@ -68,11 +71,11 @@ class _Peer:
 class NodeLiveness:
     """One node's view of the others (see the rules above)."""
 
-    def __init__(self, node_id: NodeId, incarnation: int, timeout_ms: int) -> None:
-        assert incarnation >= 0 and timeout_ms > 0
+    def __init__(self, node_id: NodeId, incarnation: int, timeout: int) -> None:
+        assert incarnation >= 0 and timeout > 0
         self.node_id = node_id
         self.incarnation = incarnation
-        self.timeout_ms = timeout_ms
+        self.timeout = timeout
         self._peers: dict[NodeId, _Peer] = {}
 
     # ---------------------------------------------------------------- the Liveness view
@@ -92,14 +95,19 @@ class NodeLiveness:
         peer = self._peers.get(node)
         return peer is not None and not peer.dead
 
+    def ever_heard(self, node: NodeId) -> bool:
+        """Whether a ping of `node` was ever taken (by this incarnation)."""
+        peer = self._peers.get(node)
+        return peer is not None and peer.incarnation is not None
+
     def peers(self) -> tuple[NodeId, ...]:
         return tuple(self._peers)
 
     # ---------------------------------------------------------------- inputs ----------
-    def watch(self, node: NodeId, now_ms: int) -> None:
+    def watch(self, node: NodeId, now: int) -> None:
         """Expect pings from `node` from now on (rule 1)."""
         if node != self.node_id and node not in self._peers:
-            self._peers[node] = _Peer(heard_ms=now_ms)
+            self._peers[node] = _Peer(heard=now)
 
     def forget(self, node: NodeId) -> None:
         """`node` left the cluster: no more expected."""
@@ -109,17 +117,17 @@ class NodeLiveness:
         """A ping to every watched peer, sent now."""
         return [NodePing(self.node_id, node, self.incarnation, now_ms) for node in self._peers]
 
-    def on_ping(self, ping: NodePing, now_ms: int) -> tuple[NodePong, bool]:
+    def on_ping(self, ping: NodePing, now: int) -> tuple[NodePong, bool]:
         """A ping taken now: the answer, and whether our session with its sender just
         changed (it started again: rule 2)."""
         node = ping.sender
-        self.watch(node, now_ms)
+        self.watch(node, now)
         peer = self._peers[node]
         changed = peer.incarnation is not None and peer.incarnation != ping.incarnation
         if changed:
             peer.deaths += 1
         peer.incarnation = ping.incarnation
-        peer.heard_ms = now_ms
+        peer.heard = now
         peer.dead = False
         return NodePong(self.node_id, node, self.session(node), ping.sent_ms), changed
 
@@ -137,11 +145,11 @@ class NodeLiveness:
             peer.contact_sent_ms = pong.ping_sent_ms
         return changed
 
-    def expire(self, now_ms: int) -> list[NodeId]:
-        """Declare dead the peers not heard from for `timeout_ms` (rule 1); returns them."""
+    def expire(self, now: int) -> list[NodeId]:
+        """Declare dead the peers not heard from for `timeout` (rule 1); returns them."""
         dead = []
         for node, peer in self._peers.items():
-            if not peer.dead and now_ms - peer.heard_ms >= self.timeout_ms:
+            if not peer.dead and now - peer.heard >= self.timeout:
                 peer.dead = True
                 peer.deaths += 1
                 dead.append(node)

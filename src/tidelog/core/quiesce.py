@@ -157,14 +157,12 @@ class Quiescence(LeaderPipeline):
             if self.quiesced and node in self.progress:
                 self.wake()
             return
-        if self.leader_id != node or self.role is not Role.FOLLOWER:
-            return
-        released = self.quiesced
-        if released:
-            if self.quiesce_session == self.liveness.session(node):
-                return  # it quiesced after the change: its promise is of the new session
-            self.quiesced = False
+        if self.leader_id != node or self.role is not Role.FOLLOWER or not self.quiesced:
+            return  # an awake follower's own election timer watches its leader
+        if self.quiesce_session == self.liveness.session(node):
+            return  # it quiesced after the change: its promise is of the new session
+        self.quiesced = False
         first = next(
             (n for n in self.config.assigned if n != node and n in self.voters.nodes), None
         )
-        self.mode.on_leader_lost(first=first == self.id, released=released)
+        self.mode.on_leader_lost(first=first == self.id)

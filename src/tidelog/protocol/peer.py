@@ -39,6 +39,7 @@ from typing import Any, Final, NamedTuple
 
 from tidelog.address import Address, parse_address
 from tidelog.client_config import PROTOCOLS
+from tidelog.core.liveness import NodePing, NodePong
 from tidelog.core.messages import (
     AppendRequest,
     AppendResponse,
@@ -230,6 +231,8 @@ MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     11: QuorumQuery,
     12: QuorumAnswer,
     13: PeersNotice,
+    14: NodePing,
+    15: NodePong,
 }
 
 _KIND_HANDSHAKE: Final = 1

@@ -40,6 +40,7 @@ from typing import Any, Final
 
 from tidelog.address import Address
 from tidelog.clock import monotonic_ms, wall_ms
+from tidelog.core.liveness import NodePing, NodePong
 from tidelog.core.replica import ACKS_ALL, ReplicaConfig, Replication, Role
 from tidelog.errors import RequestTimedOut
 from tidelog.protocol.kafka_errors import ErrorCode, error_code_for
@@ -64,6 +65,7 @@ from tidelog.server.groups import GroupConfig, GroupCoordinator
 from tidelog.server.isr_control import IsrControl, clean_start
 from tidelog.server.joining import Joining
 from tidelog.server.leadership import controlled_shutdown, hand_over, rebalance
+from tidelog.server.liveness import Liveness
 from tidelog.server.metadata import (
     METADATA_TOPIC,
     OFFSETS_TOPIC,
@@ -193,6 +195,14 @@ class Broker:
         self.campaigning: dict[PartitionKey, int] = {}
         self.directory_id = node_directory_id(config.data_dir)
         self.copies_held = CopiesHeld(config.data_dir)
+        # Node liveness (server/liveness.py), and the partitions awake: only they tick.
+        self.liveness = Liveness(
+            self,
+            self.transport.send,
+            election_ticks=config.election_ticks,
+            heartbeat_ticks=config.heartbeat_ticks,
+        )
+        self.awake: dict[PartitionKey, PartitionRunner] = {}
         self.joining = Joining(self)  # first voters, notices, links, members (joining.py)
         self.isr = IsrControl(self, clean=clean_start(config.data_dir))
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
@@ -241,6 +251,8 @@ class Broker:
             name_directories=metadata or NO_DIRECTORY in directories,
             members=members,
             target=target,
+            # The metadata log stays awake: its leader is the controller.
+            quiesce=self.config.quiesce and not metadata,
         )
         storage, start_replica = open_on_disk(
             str(self.partition_dir(key)),
@@ -248,6 +260,7 @@ class Broker:
             replica_config,
             self.rng,
             directory_id=self.first_copy_id(key, topic_id, replica_config),
+            liveness=self.liveness.view,
         )
         on_round: OnRound | None = self.apply_metadata if key == self.metadata_key else None
         coordinator = None
@@ -271,11 +284,24 @@ class Broker:
             on_declined=None if isr is None else isr.report_restarted,
             syncs=self.syncs,
             metrics=self.metrics,
+            on_quiesce=self.on_quiesce,
         )
         if coordinator is not None:
             self.coordinators[key.partition] = coordinator
         self.runners[key] = runner
+        self.awake[key] = runner
         return runner
+
+    def dead_nodes(self) -> list[int]:
+        view = self.liveness.view
+        return sorted(int(node) for node in view.peers() if not view.is_live(node))
+
+    def on_quiesce(self, runner: PartitionRunner) -> None:
+        """A partition fell asleep or woke (core/quiesce.py): only those awake tick."""
+        if runner.quiesced:
+            self.awake.pop(runner.key, None)
+        elif self.runners.get(runner.key) is runner:
+            self.awake[runner.key] = runner
 
     def first_copy_id(
         self, key: PartitionKey, topic_id: str | None, config: ReplicaConfig
@@ -528,6 +554,8 @@ class Broker:
                 self.joining.on_peers_notice(msg)
             elif isinstance(msg, ElectPreferred):
                 self.on_elect_preferred(key, msg)
+            elif isinstance(msg, NodePing | NodePong):
+                self.liveness.on_message(peer, msg)
             elif isinstance(msg, LeaderNotice):
                 known = self.leader_hints.get(key)
                 if known is None or msg.epoch >= known[0]:
@@ -603,8 +631,12 @@ class Broker:
             await asyncio.sleep(next_at - time.monotonic())
             self.ticks += 1
             stamp, wall = monotonic_ms(), wall_ms()
-            for runner in list(self.runners.values()):
-                runner.submit(Tick(stamp, wall))
+            self.liveness.tick()
+            for key, runner in list(self.awake.items()):
+                if self.runners.get(key) is runner:
+                    runner.submit(Tick(stamp, wall))
+                else:
+                    del self.awake[key]  # stopped here
             self.campaign_again()
             for coordinator in list(self.coordinators.values()):
                 coordinator.tick()
@@ -624,7 +656,8 @@ class Broker:
                 rebalance(self, self.config.leader_imbalance_per_broker_percentage)
             if self.ticks % RETENTION_EVERY_TICKS == 0:
                 for runner in list(self.runners.values()):
-                    runner.submit(Retain(wall))
+                    if runner.retention_due(wall):  # idle partitions cost no round
+                        runner.submit(Retain(wall))
                 self.copies.open_unopened()
 
     def campaign_again(self) -> None:

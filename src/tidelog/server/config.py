@@ -201,6 +201,9 @@ class BrokerConfig:
     auto_leader_rebalance: bool = True
     # Prometheus metrics at the admin address's /metrics (server/metrics.py).
     metrics: bool = True
+    # Idle quorum-mode partitions quiesce (core/quiesce.py) over node liveness
+    # (server/liveness.py): no heartbeats, no ticks.
+    quiesce: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
     leader_imbalance_per_broker_percentage: int = 10
     queued_max_request_bytes: int = 256 * 1024 * 1024
@@ -527,7 +530,7 @@ def convert(key: str, value: object, *, name: str) -> object:
     if key in ("cluster_id", "log_level", "log_format", "ssl_client_auth"):
         text = expect(str, value, name=name)
         return text.lower() if key in ("log_level", "log_format") else text
-    if key in ("fsync", "authorizer", "metrics", "auto_create_topics_enable", "join"):
+    if key in ("fsync", "authorizer", "metrics", "quiesce", "auto_create_topics_enable", "join"):
         return expect(bool, value, name=name)
     if key == "super_users":
         text = expect(str, value, name=name)

@@ -102,9 +102,11 @@ class IsrControl:
         if not self.registered:
             return
         for runner in self.broker.hosted():
+            if not runner.isr_mode:
+                continue  # quorum mode: no record to hold
             key = runner.key
             record = self.record_of(key)
-            if record is None or not runner.isr_mode or runner.repairing:
+            if record is None or runner.repairing:
                 continue
             if runner.isr_record() != record:
                 self.hand_record(key)

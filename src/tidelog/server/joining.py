@@ -51,6 +51,7 @@ from tidelog.server.metadata import MetadataImage
 from tidelog.server.partition import PartitionRunner
 from tidelog.server.partition_inputs import SetMembers
 from tidelog.server.peers import PeerTransport
+from tidelog.server.settled import SettledPass
 from tidelog.types import DirectoryId, Epoch, NodeId
 
 log = logging.getLogger("tidelog.joining")
@@ -162,6 +163,7 @@ class Joining:
         self.handed: tuple[tuple[NodeId, ...], tuple[NodeId, ...]] | None = None
         self.heard_at: dict[NodeId, float] = {}  # each node's last notice (monotonic s)
         self.writing_target = False  # a `voter_target` command in flight
+        self.settled = SettledPass()  # the quiesced partitions whose leaders told already
 
     # ---------------------------------------------------------------- the shape --------
     def metadata_shape(self) -> tuple[tuple[NodeId, ...], tuple[NodeId, ...], tuple[NodeId, ...]]:
@@ -277,7 +279,10 @@ class Joining:
         node = self.node
         others = sorted({*node.all_nodes, *node.transport.links} - {node.node_id})
         node.transport.send(node.metadata_key, [self.notice_to(peer) for peer in others])
+        self.settled.begin(node.image.applied_offset)
         for runner in node.hosted():
+            if self.settled.settled(runner):
+                continue  # quiesced: its leader told the others already (server/settled.py)
             status = runner.status()
             if status.role is not Role.LEADER:
                 continue

@@ -45,7 +45,15 @@ from typing import assert_never
 from tidelog.clock import wall_ms
 from tidelog.core.isr import IsrProposal, PartitionRecord
 from tidelog.core.messages import FetchResult, Message, ProduceResult
-from tidelog.core.replica import Replica, ReplicaConfig, ReplicaStatus, Rng, Role
+from tidelog.core.replica import (
+    NO_LIVENESS,
+    Liveness,
+    Replica,
+    ReplicaConfig,
+    ReplicaStatus,
+    Rng,
+    Role,
+)
 from tidelog.core.storage import RepairFloor
 from tidelog.errors import NotLeader, OffsetOutOfRange, RequestTimedOut, StorageError, TidelogError
 from tidelog.node.driver import (
@@ -72,6 +80,7 @@ from tidelog.server.partition_inputs import (
     Campaign,
     DeleteRecords,
     Input,
+    NodeChange,
     Propose,
     Retain,
     SetMembers,
@@ -92,8 +101,13 @@ from tidelog.server.partition_inputs import (
     take_record,
     transfer,
 )
-from tidelog.server.round_lines import name_lost_copies, name_what_is_given_up
-from tidelog.types import DirectoryId, Epoch, Offset
+from tidelog.server.round_lines import (
+    name_lost_copies,
+    name_repair,
+    name_role,
+    name_what_is_given_up,
+)
+from tidelog.types import DirectoryId, Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, WalConfig
 
 log = logging.getLogger(__name__)
@@ -104,6 +118,7 @@ OpenReplica = Callable[[DiskStorage], Replica]
 OnRound = Callable[["PartitionRunner"], None]
 OnProposals = Callable[["PartitionRunner", Sequence[IsrProposal]], None]
 OnDeclined = Callable[[PartitionKey, PartitionRecord], None]
+OnQuiesce = Callable[["PartitionRunner"], None]
 INPUTS_MAX = 100_000
 
 
@@ -143,6 +158,7 @@ def open_on_disk(
     rng: Rng,
     *,
     directory_id: DirectoryId | None = None,
+    liveness: Liveness = NO_LIVENESS,
 ) -> tuple[DiskStorage, OpenReplica]:
     """A partition's disk log in `directory`, recovered, and how its replica starts on it
     (now, and again after a repair or a disk outage): what a `PartitionRunner` is built on.
@@ -151,7 +167,7 @@ def open_on_disk(
     storage = DiskStorage(directory, clock=wall_ms, config=wal_config, new_directory_id=given)
 
     def start_replica(storage: DiskStorage) -> Replica:
-        return open_replica(replica_config, storage, rng)
+        return open_replica(replica_config, storage, rng, liveness)
 
     return storage, start_replica
 
@@ -179,6 +195,7 @@ class PartitionRunner:
         on_declined: OnDeclined | None = None,
         syncs: Syncs | None = None,
         metrics: NodeMetrics = NULL_METRICS,
+        on_quiesce: OnQuiesce | None = None,
     ) -> None:
         self.key = key
         self.storage = storage
@@ -200,6 +217,12 @@ class PartitionRunner:
         self.on_proposals = on_proposals
         self.on_set_aside = on_set_aside
         self.on_declined = on_declined
+        # Whether its replica sleeps (core/quiesce.py): told to `on_quiesce` as it changes,
+        # so that the node ticks only the partitions awake.
+        self.on_quiesce = on_quiesce
+        self.quiesced = False
+        self._status: ReplicaStatus | None = None  # `status()`, until the next round
+        self.rounds = 0  # rounds begun: a periodic pass skips a quiesced one that had none
         self.inputs: deque[Input] = deque()
         self.futures: dict[int, asyncio.Future[ProduceResult]] = {}
         self.next_request = 0
@@ -257,6 +280,8 @@ class PartitionRunner:
                 self._retain(replica, command.wall_ms)
             case DeleteRecords():
                 delete_records(replica, command)
+            case NodeChange():
+                replica.on_node_change(command.node)
             case _:
                 assert_never(command)
 
@@ -281,6 +306,10 @@ class PartitionRunner:
                 start,
                 extra=self._fields(),
             )
+
+    def retention_due(self, wall_ms: int) -> bool:
+        """Whether retention would delete a segment of its log now (`Retain` it then)."""
+        return self.disk_error is None and not self.busy and self.storage.retention_due(wall_ms)
 
     def delete_records(self, offset: Offset | None) -> asyncio.Future[Offset]:
         """DeleteRecords on the leader, in its turn: the new log start, or the refusal."""
@@ -343,8 +372,12 @@ class PartitionRunner:
     # ---------------------------------------------------------------- queries ----------
     # Read between rounds, on the loop: each answers as of this moment.
     def status(self) -> ReplicaStatus:
-        """The replica's status: one frozen value, every field of one moment."""
-        return self.replica.status()
+        """The replica's status: one frozen value, every field of one moment. Kept from
+        one round to the next (only a round changes the replica): the node's periodic
+        passes over thousands of idle partitions read it without building it again."""
+        if self._status is None:
+            self._status = self.replica.status()
+        return self._status
 
     def high_watermark(self) -> Offset:
         return self.replica.high_watermark()
@@ -462,8 +495,11 @@ class PartitionRunner:
         """Step every queued input, then carry out one Ready; False when there is none."""
         if self.storage.needs_repair is not None:  # a Fetch found damage
             await self._repair()
+        self.rounds += 1
         while self.inputs:
             self._step(self.inputs.popleft())
+        self._status = None
+        self._note_quiesced()
         log_end = self.storage.log_end_offset
         ready = begin_round(self.replica, self.storage, self._send)
         if ready is None:
@@ -490,6 +526,7 @@ class PartitionRunner:
             inline = await self.syncs.sync(self.storage, written)
             self.disk.on_sync()
         finish_round(self.replica, ready, self._send)
+        self._status = None
         if inline:
             self.syncs.sent()
         # A HWM the round moved (finish_round) is announced by the next round, after
@@ -501,6 +538,17 @@ class PartitionRunner:
         if self.on_round is not None:
             self.on_round(self)
         return True
+
+    def _note_quiesced(self) -> None:
+        """Tell `on_quiesce` when the replica fell asleep or woke (core/quiesce.py)."""
+        if self.replica.quiesced != self.quiesced:
+            self.quiesced = self.replica.quiesced
+            if self.on_quiesce is not None:
+                self.on_quiesce(self)
+
+    def shares(self, node: NodeId) -> bool:
+        """Whether `node` holds a copy of this partition (a member or a voter)."""
+        return node in self.replica.peers
 
     def _fields(self, epoch: int | None = None) -> dict[str, object]:
         """The structured fields of a log line about this partition (server/logs.py), in
@@ -583,6 +631,8 @@ class PartitionRunner:
         carry_settings(self.key, replica, self.replica.status())
         self.replica = replica
         self.storage = storage
+        self._status = None
+        self._note_quiesced()  # a replica starts awake
         self._fail_pending(error)
         self._wake_fetchers()
         status = self.replica.status()
@@ -605,41 +655,12 @@ class PartitionRunner:
             if status.role is Role.LEADER:
                 self.metrics.elected(self.key.topic, self.key.partition)
             self.seen_role = role
-            log.info(
-                "%s-%d: %s in epoch %d (leader %s, hwm %d, log end %d)",
-                self.key.topic,
-                self.key.partition,
-                status.role.value,
-                status.epoch,
-                status.leader_id,
-                status.hwm,
-                status.log_end_offset,
-                extra=self._fields(status.epoch),
-            )
+            name_role(self.key, status, self._fields(status.epoch))
 
     def _log_repair_change(self, status: ReplicaStatus) -> None:
-        floor = status.repair_floor
-        if floor == self.seen_floor:
-            return
-        name = f"{self.key.topic}-{self.key.partition}"
-        fields = self._fields(status.epoch)
-        if floor is None:
-            log.info(
-                "%s: repaired: its log is as far as before the damage again", name, extra=fields
-            )
-        else:
-            end = "an unknown offset" if floor.end_offset is None else f"offset {floor.end_offset}"
-            log.warning(
-                "%s: under repair: damaged records were set aside (%s/quarantine); its log "
-                "reached %s in epoch %d before: until it is that far again (fetched from its "
-                "peers) it votes for no replica behind that and does not lead",
-                name,
-                self.storage.directory,
-                end,
-                floor.epoch,
-                extra=fields,
-            )
-        self.seen_floor = floor
+        if status.repair_floor != self.seen_floor:
+            self.seen_floor = status.repair_floor
+            name_repair(self.key, status, self.storage.directory, self._fields(status.epoch))
 
     def _complete(self, completions: Sequence[ProduceResult]) -> None:
         for result in completions:

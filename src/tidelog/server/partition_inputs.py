@@ -130,6 +130,14 @@ class DeleteRecords:
     done: asyncio.Future[Offset]
 
 
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    """Node liveness declared `node` dead, or found it started again (server/liveness.py):
+    a quiesced partition it shares wakes (core/quiesce.py)."""
+
+    node: NodeId
+
+
 Input = (
     Propose
     | Step
@@ -143,6 +151,7 @@ Input = (
     | TakeAnswer
     | Retain
     | DeleteRecords
+    | NodeChange
 )
 """What a runner takes (`PartitionRunner.submit`); `Propose` only from its `produce`."""
 

@@ -1,7 +1,8 @@
 """The log lines a partition's round writes about what its Ready says was lost: a
 follower's copy that lost records it acknowledged, and (ISR mode) records given up to a new
-leader's log after an unclean election. Part of the partition runner (server/partition.py),
-which calls these only when its Ready names any.
+leader's log after an unclean election; and about its replica's role and repair as they
+change. Part of the partition runner (server/partition.py), which calls these only when
+its Ready names any, or the change happened.
 
 Rules of this file:
 - One ERROR or WARNING line per loss, naming the offsets, the nodes and the epochs, with
@@ -14,6 +15,7 @@ import logging
 
 from tidelog.core.isr import PartitionRecord
 from tidelog.core.messages import Ready
+from tidelog.core.replica import ReplicaStatus
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.logs import partition_fields
 from tidelog.types import Offset
@@ -74,3 +76,40 @@ def name_what_is_given_up(
             record.unclean_epoch,
             extra=partition_fields(key.topic, key.partition, record.leader_epoch),
         )
+
+
+def name_role(key: PartitionKey, status: ReplicaStatus, fields: dict[str, object]) -> None:
+    """The replica's role, epoch or leader changed."""
+    log.info(
+        "%s-%d: %s in epoch %d (leader %s, hwm %d, log end %d)",
+        key.topic,
+        key.partition,
+        status.role.value,
+        status.epoch,
+        status.leader_id,
+        status.hwm,
+        status.log_end_offset,
+        extra=fields,
+    )
+
+
+def name_repair(
+    key: PartitionKey, status: ReplicaStatus, directory: object, fields: dict[str, object]
+) -> None:
+    """The replica went under repair (rule 8 of the replica), or came out of it."""
+    floor = status.repair_floor
+    name = f"{key.topic}-{key.partition}"
+    if floor is None:
+        log.info("%s: repaired: its log is as far as before the damage again", name, extra=fields)
+        return
+    end = "an unknown offset" if floor.end_offset is None else f"offset {floor.end_offset}"
+    log.warning(
+        "%s: under repair: damaged records were set aside (%s/quarantine); its log "
+        "reached %s in epoch %d before: until it is that far again (fetched from its "
+        "peers) it votes for no replica behind that and does not lead",
+        name,
+        directory,
+        end,
+        floor.epoch,
+        extra=fields,
+    )

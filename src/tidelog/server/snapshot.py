@@ -80,6 +80,8 @@ def status(broker: BrokerView) -> dict[str, Any]:
                 "elr": None if record is None else [int(node) for node in record.elr],
                 "repairing": state.repair_floor is not None,
                 "disk_error": snapshot.disk_error,
+                # Asleep (core/quiesce.py): no heartbeats or ticks until something wakes it.
+                "quiesced": state.quiesced,
             }
         )
     controller = broker.controller_id()
@@ -104,6 +106,8 @@ def status(broker: BrokerView) -> dict[str, Any]:
         "scram_users": sorted({user for user, _ in broker.image.scram}),
         "kafka_connections": broker.kafka_connections,
         "request_bytes_held": broker.request_bytes.used,
+        # Node liveness (server/liveness.py): the brokers this node declared dead.
+        "dead_nodes": broker.dead_nodes(),
         "partitions": partitions,
         "groups": group_offsets(broker, {(p["topic"], p["partition"]): p for p in partitions}),
     }

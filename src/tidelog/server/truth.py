@@ -34,6 +34,7 @@ from tidelog.core.replica import ReplicaStatus, Role
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.metadata import METADATA_TOPIC, PartitionState
+from tidelog.server.settled import SettledPass
 from tidelog.server.view import BrokerView
 from tidelog.types import NodeId
 
@@ -53,6 +54,7 @@ class ClusterTruth:
         self.controller_since: float | None = None
         self.out_since: dict[tuple[PartitionKey, int], float] = {}
         self.in_flight: set[object] = set()  # partition keys, ("fence"/"unfence", node)
+        self.settled = SettledPass()  # the quiesced partitions it need not look at again
 
     def heard(self, node: NodeId) -> None:
         self.last_heard[node] = time.monotonic()
@@ -83,10 +85,13 @@ class ClusterTruth:
 
     def report_partitions(self, now: float) -> None:
         broker = self.broker
+        self.settled.begin(broker.image.applied_offset)
         for runner in broker.hosted():
             key = runner.key
             if key.topic == METADATA_TOPIC or key in self.in_flight:
                 continue
+            if self.settled.settled(runner):
+                continue  # quiesced, and nothing changed since it was last looked at
             if (key.topic, key.partition) in broker.image.records:
                 continue  # ISR mode: the controller's record is the truth
 

@@ -72,6 +72,10 @@ class BrokerView(Protocol):
         credentials and the ACLs: no client reads or writes it, as in Kafka)."""
         ...
 
+    def dead_nodes(self) -> list[int]:
+        """The brokers node liveness declared dead and not heard from since (sorted)."""
+        ...
+
     def hosted(self) -> list[PartitionRunner]:
         """The partitions this node hosts (the metadata log's too), in the order it came
         to host them: a copy, for any request or task to read through their typed door."""

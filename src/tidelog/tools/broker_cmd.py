@@ -99,6 +99,13 @@ BROKER_MODULE = "tidelog.server.app"
     "(default: on).",
 )
 @click.option(
+    "--quiesce/--no-quiesce",
+    default=None,
+    help="Let idle quorum-mode partitions quiesce: no heartbeats or ticks until a write, a "
+    "message or a node's death wakes them; node liveness (one heartbeat per pair of nodes) "
+    "stands in (default: on).",
+)
+@click.option(
     "--metrics/--no-metrics",
     default=None,
     help="Count requests, fsyncs, commits and elections for GET /metrics on the admin "

@@ -327,6 +327,12 @@ class DiskStorage:
         self.close()
 
     # --- the log start: retention, DeleteRecords, reset -------------------------------
+    def retention_due(self, wall_ms: int) -> bool:
+        """Whether `apply_retention` would delete a segment now (no IO: a node asks it
+        of thousands of idle partitions)."""
+        segments = self._local.segments
+        return segments_past_retention(segments, self.config, wall_ms=wall_ms, hwm=self._hwm) > 0
+
     def apply_retention(
         self,
         wall_ms: int,

@@ -198,8 +198,8 @@ class IsrMode:
     def on_leader_contact(self) -> None:
         """No election timer, no lease: nothing to date."""
 
-    def on_leader_lost(self, *, first: bool, released: bool) -> None:
-        del first, released  # the controller elects (no quiescence in ISR mode yet)
+    def on_leader_lost(self, *, first: bool) -> None:
+        del first  # the controller elects (no quiescence in ISR mode yet)
 
     def may_quiesce(self) -> bool:
         return False

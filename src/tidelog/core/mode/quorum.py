@@ -162,12 +162,11 @@ class QuorumMode:
         self.election_elapsed = 0
         self.leader_contact_elapsed = 0
 
-    def on_leader_lost(self, *, first: bool, released: bool) -> None:
-        """core/quiesce.py rule 3: a released promise ends the lease at once; the first
+    def on_leader_lost(self, *, first: bool) -> None:
+        """core/quiesce.py rule 3: the released promise ends the lease at once; the first
         survivor campaigns soon, the others after an election timeout."""
-        if released:
-            self.leader_contact_elapsed = self.r.config.election_ticks
-            self._reset_election_timer()
+        self.leader_contact_elapsed = self.r.config.election_ticks
+        self._reset_election_timer()
         if first:
             self.election_timeout = min(
                 self.election_timeout, self.election_elapsed + NODE_LOSS_CAMPAIGN_TICKS

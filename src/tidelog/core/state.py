@@ -128,6 +128,7 @@ class ReplicaState:
         """The one place a role changes (rules of this file)."""
         assert role in ROLE_TRANSITIONS[self.role], f"{self.role.value} -> {role.value}"
         self.role = role
+        self.quiesced = False  # a new role is awake (core/quiesce.py)
 
     def become_follower(self, epoch: Epoch, leader: NodeId | None) -> None:
         assert epoch >= self.epoch
@@ -135,7 +136,6 @@ class ReplicaState:
             self.epoch = epoch
             self.voted_for = None
         was_leader = self.role is Role.LEADER
-        self.quiesced = False
         self._set_role(Role.FOLLOWER)
         if leader != self.leader_id:
             self.follower_synced = False

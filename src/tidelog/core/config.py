@@ -44,6 +44,11 @@ class Liveness(Protocol):
         `node` answers in another session now."""
         ...
 
+    def is_live(self, node: NodeId) -> bool:
+        """Whether `node` is not declared dead (a leader quiesces without the copies of
+        dead nodes; node liveness wakes it when they are heard again)."""
+        ...
+
 
 class _NoLiveness:
     """No node liveness: one session forever, and no contact ever."""
@@ -55,6 +60,10 @@ class _NoLiveness:
     def contact_sent_ms(self, node: NodeId, session: int) -> int | None:
         del node, session
         return None
+
+    def is_live(self, node: NodeId) -> bool:
+        del node
+        return True
 
 
 NO_LIVENESS: Final[Liveness] = _NoLiveness()

@@ -9,15 +9,16 @@ Node liveness (core/liveness.py: one heartbeat per pair of nodes) stands in for 
 partition's heartbeats.
 
 Rules of this file:
-1. A leader quiesces only with every member's copy verified at its log end, its HWM there
-   and past its epoch's start, its voter set committed with no change to make, no
+1. A leader quiesces only with every member's copy verified at its log end (but the
+   copies of nodes node liveness declared dead: it wakes when they are heard again), its
+   HWM there and past its epoch's start, its voter set committed with no change to make, no
    transfer, no produce waiting and nothing unpersisted. A follower quiesces only on a
    `quiesce` append it took whole, its log ending where the leader's does and its HWM
    there; any other append wakes it.
 2. Anything wakes a quiesced leader: a produce, a message (but an answer holding its whole
    log: the quiesce append's, or a heartbeat's that crossed it), a setting or membership
-   change, a transfer, DeleteRecords, and node liveness saying a follower's node died or
-   started again (`on_node_change`). Awake, it heartbeats at once, and counts a full
+   change, a transfer, DeleteRecords, and node liveness saying a follower's node died,
+   started again or is heard again (`on_node_change`). Awake, it heartbeats at once, and counts a full
    election timeout before check-quorum.
 3. A quiesced follower wakes on an append, on any message that moves its epoch, and when
    node liveness declares its leader's node dead or started again in another session than
@@ -88,8 +89,9 @@ class Quiescence(LeaderPipeline):
         if set(self.progress) != members:
             return False
         return all(
-            not p.probing and not p.inflight and not p.repairing and p.match_offset == end
-            for p in self.progress.values()
+            (not p.probing and not p.inflight and not p.repairing and p.match_offset == end)
+            or not self.liveness.is_live(peer)
+            for peer, p in self.progress.items()
         )
 
     def is_idle_answer(self, msg: Message) -> bool:

@@ -94,6 +94,7 @@ class Liveness:
                 self.changed(peer)
             elif not was_live:
                 log.info("node %d heard from again", peer)
+                self.changed(peer)  # its partitions' leaders catch its copies up
         elif self.view.on_pong(msg):
             self.changed(peer)
 

@@ -392,12 +392,16 @@ class Cluster:
             self.in_flight.append(envelope)
             return
         if isinstance(msg, NodePing):
+            heard_again = not liveness.is_live(msg.sender)
             pong, changed = liveness.on_ping(msg, self.clock_ms(msg.recipient))
+            changed = changed or heard_again  # its partitions' leaders catch it up
             self.send([pong])
         else:
             changed = liveness.on_pong(msg)
         if changed:
-            self.note(f"{msg.recipient}: node {msg.sender} started again or declared it dead")
+            self.note(
+                f"{msg.recipient}: node {msg.sender} is back, or started again, or is in a new session"
+            )
             self.input(msg.recipient, partial(Replica.on_node_change, node=msg.sender))
 
     # ---------------------------------------------------------------- the driver ---------

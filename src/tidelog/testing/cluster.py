@@ -400,7 +400,7 @@ class Cluster:
             changed = liveness.on_pong(msg)
         if changed:
             self.note(
-                f"{msg.recipient}: node {msg.sender} is back, or started again, or is in a new session"
+                f"{msg.recipient}: node {msg.sender} is back, started again or in a new session"
             )
             self.input(msg.recipient, partial(Replica.on_node_change, node=msg.sender))
 

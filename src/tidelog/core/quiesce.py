@@ -18,8 +18,8 @@ Rules of this file:
 2. Anything wakes a quiesced leader: a produce, a message (but an answer holding its whole
    log: the quiesce append's, or a heartbeat's that crossed it), a setting or membership
    change, a transfer, DeleteRecords, and node liveness saying a follower's node died,
-   started again or is heard again (`on_node_change`). Awake, it heartbeats at once, and counts a full
-   election timeout before check-quorum.
+   started again or is heard again (`on_node_change`). Awake, it heartbeats at once, and
+   counts a full election timeout before check-quorum.
 3. A quiesced follower wakes on an append, on any message that moves its epoch, and when
    node liveness declares its leader's node dead or started again in another session than
    the one it quiesced in (`on_node_change`): then it grants votes at once (its promise

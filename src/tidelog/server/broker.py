@@ -81,6 +81,7 @@ from tidelog.server.partition_inputs import Campaign, Retain, Step, Tick
 from tidelog.server.peers import PeerTransport
 from tidelog.server.quorum import QuorumReport, report_of
 from tidelog.server.quorum_queries import QuorumQueries
+from tidelog.server.settled import NoticePass
 from tidelog.server.throttles import ReplicationThrottles
 from tidelog.server.tls import peer_contexts
 from tidelog.server.topic_config import TopicConfig
@@ -203,6 +204,10 @@ class Broker:
             heartbeat_ticks=config.heartbeat_ticks,
         )
         self.awake: dict[PartitionKey, PartitionRunner] = {}
+        # This NOTICE round's partitions: those awake, and those that fell asleep since
+        # the last round, or all of them (server/settled.py).
+        self.notice_pass = NoticePass()
+        self.noticed: list[PartitionRunner] = []
         self.joining = Joining(self)  # first voters, notices, links, members (joining.py)
         self.isr = IsrControl(self, clean=clean_start(config.data_dir))
         self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
@@ -251,8 +256,7 @@ class Broker:
             name_directories=metadata or NO_DIRECTORY in directories,
             members=members,
             target=target,
-            # The metadata log stays awake: its leader is the controller.
-            quiesce=self.config.quiesce and not metadata,
+            quiesce=self.config.quiesce,
         )
         storage, start_replica = open_on_disk(
             str(self.partition_dir(key)),
@@ -300,6 +304,7 @@ class Broker:
         """A partition fell asleep or woke (core/quiesce.py): only those awake tick."""
         if runner.quiesced:
             self.awake.pop(runner.key, None)
+            self.notice_pass.quiesced(runner.key)
         elif self.runners.get(runner.key) is runner:
             self.awake[runner.key] = runner
 
@@ -642,6 +647,9 @@ class Broker:
                 coordinator.tick()
             self.disk.maybe_over()
             if self.ticks % NOTICE_EVERY_TICKS == 0:
+                self.noticed = self.notice_pass.runners(
+                    self.runners, self.awake, self.image.applied_offset
+                )
                 self.send_notices()
                 self.maybe_create_offsets_topic()
                 self.truth.step()

@@ -41,7 +41,7 @@ from tidelog.server.logs import partition_fields
 from tidelog.server.metadata import OFFSETS_TOPIC, MetadataImage, TopicInfo
 from tidelog.server.partition import PartitionRunner
 from tidelog.server.partition_inputs import Campaign, SetMembers
-from tidelog.server.settled import SettledPass
+from tidelog.server.settled import FULL_PASS_EVERY
 from tidelog.server.topic_config import TopicConfig
 from tidelog.types import DirectoryId, NodeId
 
@@ -84,7 +84,8 @@ class Copies:
         self.unopened: dict[PartitionKey, TopicInfo] = {}  # a failing disk kept closed
         self.stopping: set[PartitionKey] = set()
         self.applied: dict[PartitionKey, int] = {}  # the assignment version each took
-        self.settled = SettledPass()  # `refresh` looks again once metadata is applied
+        self.refreshes = 0  # `refresh` looks again once metadata is applied, or every
+        self.refreshed_at = -1  # FULL_PASS_EVERY-th time (server/settled.py)
 
     # ---------------------------------------------------------------- changes ----------
     def created(self, topic: TopicInfo) -> None:
@@ -149,8 +150,11 @@ class Copies:
         """Every few ticks: each partition of the image is held here exactly when this node
         is one of its members, and each replica holds the image's members."""
         host = self.host
-        if not self.settled.begin(host.image.applied_offset):
+        self.refreshes += 1
+        version = host.image.applied_offset
+        if version == self.refreshed_at and self.refreshes % FULL_PASS_EVERY:
             return  # no metadata applied since the last pass (server/settled.py)
+        self.refreshed_at = version
         for info in list(host.image.topics.values()):
             for partition in range(info.partitions):
                 key = PartitionKey(info.name, partition)

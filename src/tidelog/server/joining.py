@@ -9,9 +9,11 @@ Rules of this file:
   controller.quorum.bootstrap.servers), never itself: a joining node starts as an observer
   and never campaigns on an empty log. A later start takes the kept set whatever its flags
   say, so `--peers` may grow (a roll after `cluster add-node`) and `--join` may stay.
-- Every NOTICE round a node tells every broker and every node it has a link to its
-  advertised listeners, admin port and peer address (BrokerNotice), and the leaders tell
-  the nodes that do not host their partitions who leads (LeaderNotice).
+- Every `BROKER_NOTICE_EVERY`-th NOTICE round (each one while it stops) a node tells every
+  broker and every node it has a link to its advertised listeners, admin port and peer
+  address (BrokerNotice): node liveness's pings are the heartbeats; every round the
+  leaders tell the nodes that do not host their partitions who leads (LeaderNotice), a
+  quiesced partition's leader only when a pass looks at it (server/settled.py).
 - A node learns the peer addresses of the others from its `--peers`, from the metadata
   image (each registration names its node's, server/members.py) and from their notices,
   and adds a link to each (`PeerTransport.add_link`). A node that announces itself and is
@@ -51,7 +53,6 @@ from tidelog.server.metadata import MetadataImage
 from tidelog.server.partition import PartitionRunner
 from tidelog.server.partition_inputs import SetMembers
 from tidelog.server.peers import PeerTransport
-from tidelog.server.settled import SettledPass
 from tidelog.types import DirectoryId, Epoch, NodeId
 
 log = logging.getLogger("tidelog.joining")
@@ -59,6 +60,7 @@ log = logging.getLogger("tidelog.joining")
 FIRST_VOTERS_FILE: Final = "metadata-first-voters.json"
 FIRST_VOTERS_MAX: Final = 1000
 UNREGISTERED_SILENT_S: Final = 3.0  # an unregistered node not heard from this long: unlinked
+BROKER_NOTICE_EVERY: Final = 4  # NOTICE rounds between two BrokerNotices (a second)
 
 
 class JoinView(Protocol):
@@ -72,6 +74,7 @@ class JoinView(Protocol):
     listener_addresses: dict[str, dict[NodeId, Address]]
     admin_ports: dict[NodeId, int]
     stopping_nodes: set[NodeId]
+    noticed: list[PartitionRunner]  # this NOTICE round's partitions (server/settled.py)
 
     @property
     def all_nodes(self) -> tuple[NodeId, ...]: ...
@@ -163,7 +166,7 @@ class Joining:
         self.handed: tuple[tuple[NodeId, ...], tuple[NodeId, ...]] | None = None
         self.heard_at: dict[NodeId, float] = {}  # each node's last notice (monotonic s)
         self.writing_target = False  # a `voter_target` command in flight
-        self.settled = SettledPass()  # the quiesced partitions whose leaders told already
+        self.rounds = 0  # NOTICE rounds
 
     # ---------------------------------------------------------------- the shape --------
     def metadata_shape(self) -> tuple[tuple[NodeId, ...], tuple[NodeId, ...], tuple[NodeId, ...]]:
@@ -277,12 +280,11 @@ class Joining:
 
     def send_notices(self) -> None:
         node = self.node
-        others = sorted({*node.all_nodes, *node.transport.links} - {node.node_id})
-        node.transport.send(node.metadata_key, [self.notice_to(peer) for peer in others])
-        self.settled.begin(node.image.applied_offset)
-        for runner in node.hosted():
-            if self.settled.settled(runner):
-                continue  # quiesced: its leader told the others already (server/settled.py)
+        self.rounds += 1
+        if self.rounds % BROKER_NOTICE_EVERY == 1 or node.node_id in node.stopping_nodes:
+            others = sorted({*node.all_nodes, *node.transport.links} - {node.node_id})
+            node.transport.send(node.metadata_key, [self.notice_to(peer) for peer in others])
+        for runner in node.noticed:  # the partitions awake, and those that fell asleep
             status = runner.status()
             if status.role is not Role.LEADER:
                 continue

@@ -222,7 +222,7 @@ class PartitionRunner:
         self.on_quiesce = on_quiesce
         self.quiesced = False
         self._status: ReplicaStatus | None = None  # `status()`, until the next round
-        self.rounds = 0  # rounds begun: a periodic pass skips a quiesced one that had none
+        self._isr_mode = isr_of(self.replica) is not None
         self.inputs: deque[Input] = deque()
         self.futures: dict[int, asyncio.Future[ProduceResult]] = {}
         self.next_request = 0
@@ -389,8 +389,9 @@ class PartitionRunner:
 
     @property
     def isr_mode(self) -> bool:
-        """Whether the replica replicates in ISR mode (docs/isr.md), not by quorum."""
-        return isr_of(self.replica) is not None
+        """Whether the replica replicates in ISR mode (docs/isr.md), not by quorum: fixed
+        by the topic, for every replica it starts."""
+        return self._isr_mode
 
     def isr_record(self) -> PartitionRecord | None:
         """ISR mode: the controller's record the replica holds (None: none, or quorum)."""
@@ -495,7 +496,6 @@ class PartitionRunner:
         """Step every queued input, then carry out one Ready; False when there is none."""
         if self.storage.needs_repair is not None:  # a Fetch found damage
             await self._repair()
-        self.rounds += 1
         while self.inputs:
             self._step(self.inputs.popleft())
         self._status = None

@@ -1,18 +1,20 @@
-"""The node's periodic passes over its partitions (every few ticks: notices, cluster truth,
-copies) skip the settled ones: a node holding thousands of idle partitions pays for the
-ones that changed, not for all of them.
+"""The node's periodic passes over its partitions (every NOTICE round: leader notices,
+cluster truth, ISR records) look at the partitions awake, not at thousands of idle ones.
 
 Rules of this file:
-- A partition is settled for a pass when it is quiesced (core/quiesce.py) and neither a
-  round of its runner nor a metadata command applied here came since the pass last
-  looked at it: nothing it reports or is handed can have changed.
-- Every `FULL_PASS_EVERY`-th pass looks at every partition all the same: what a pass
-  asked for and did not get (a command not committed) is asked again within it.
+- A quiesced partition (core/quiesce.py) changes nothing it reports or is handed while it
+  sleeps: its role, epoch, HWM, voters and in-sync replicas stay as they were when it
+  quiesced. So a pass looks at the partitions awake, and at each one that quiesced since
+  the last pass, once, as it is asleep.
+- Every pass after a metadata command was applied here, and every `FULL_PASS_EVERY`-th
+  pass, looks at every partition: what the image changed, or what a pass asked for and
+  did not get (a command not committed), is looked at again.
 """
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from collections.abc import Mapping
+from typing import Final, Protocol, TypeVar
 
 from tidelog.protocol.peer import PartitionKey
 
@@ -20,39 +22,43 @@ FULL_PASS_EVERY: Final = 40
 """Passes between two that look at everything (every 10 s at a pass per 250 ms)."""
 
 
-class Settling(Protocol):
+class Sleeper(Protocol):
     """What a pass asks of a partition's runner (server/partition.py)."""
 
     key: PartitionKey
     quiesced: bool
-    rounds: int
 
 
-class SettledPass:
-    """One periodic pass's memory of what it looked at (see the rules)."""
+R = TypeVar("R", bound=Sleeper)
+
+
+class NoticePass:
+    """Which partitions this round's passes look at (see the rules)."""
 
     def __init__(self) -> None:
-        self.seen: dict[PartitionKey, tuple[int, int]] = {}
+        self.fell_asleep: set[PartitionKey] = set()  # quiesced since the last pass
         self.passes = 0
         self.version = -1
-        self.full = True
 
-    def begin(self, version: int) -> bool:
-        """A pass begins, with the metadata applied up to `version`. Returns whether
-        anything may have changed since the last pass: a metadata command, or a full
-        pass is due (a pass over the metadata image alone may skip itself otherwise)."""
+    def quiesced(self, key: PartitionKey) -> None:
+        """The partition `key` fell asleep: the next pass looks at it once more."""
+        self.fell_asleep.add(key)
+
+    def runners(
+        self, runners: Mapping[PartitionKey, R], awake: Mapping[PartitionKey, R], version: int
+    ) -> list[R]:
+        """The partitions this round's passes look at, with the metadata applied up to
+        `version`: every one of `runners`, or those `awake` and those that fell asleep
+        since the last pass."""
         self.passes += 1
-        self.full = self.passes % FULL_PASS_EVERY == 0
-        if self.full:
-            self.seen.clear()
-        changed = self.full or version != self.version
+        full = self.passes % FULL_PASS_EVERY == 0 or version != self.version
         self.version = version
-        return changed
-
-    def settled(self, runner: Settling) -> bool:
-        """Whether this pass may skip `runner` (see the rules); else it is marked seen."""
-        mark = (runner.rounds, self.version)
-        if runner.quiesced and self.seen.get(runner.key) == mark:
-            return True
-        self.seen[runner.key] = mark
-        return False
+        fell_asleep, self.fell_asleep = self.fell_asleep, set()
+        if full:
+            return list(runners.values())
+        chosen = [runner for key, runner in awake.items() if runners.get(key) is runner]
+        for key in fell_asleep:
+            runner = runners.get(key)
+            if runner is not None and runner.quiesced:
+                chosen.append(runner)
+        return chosen

@@ -34,7 +34,6 @@ from tidelog.core.replica import ReplicaStatus, Role
 from tidelog.protocol.kafka_errors import ErrorCode
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.metadata import METADATA_TOPIC, PartitionState
-from tidelog.server.settled import SettledPass
 from tidelog.server.view import BrokerView
 from tidelog.types import NodeId
 
@@ -54,7 +53,7 @@ class ClusterTruth:
         self.controller_since: float | None = None
         self.out_since: dict[tuple[PartitionKey, int], float] = {}
         self.in_flight: set[object] = set()  # partition keys, ("fence"/"unfence", node)
-        self.settled = SettledPass()  # the quiesced partitions it need not look at again
+        self.reporting: set[PartitionKey] = set()  # reports in flight: looked at again
 
     def heard(self, node: NodeId) -> None:
         self.last_heard[node] = time.monotonic()
@@ -85,13 +84,17 @@ class ClusterTruth:
 
     def report_partitions(self, now: float) -> None:
         broker = self.broker
-        self.settled.begin(broker.image.applied_offset)
-        for runner in broker.hosted():
+        # The partitions awake, those that fell asleep (server/settled.py), and those whose
+        # report was in flight at the last pass: it may not have been committed.
+        again = (broker.hosting(key) for key in self.reporting)
+        self.reporting = set()
+        for runner in [*broker.noticed, *(r for r in again if r is not None)]:
             key = runner.key
-            if key.topic == METADATA_TOPIC or key in self.in_flight:
+            if key.topic == METADATA_TOPIC:
                 continue
-            if self.settled.settled(runner):
-                continue  # quiesced, and nothing changed since it was last looked at
+            if key in self.in_flight:
+                self.reporting.add(key)
+                continue
             if (key.topic, key.partition) in broker.image.records:
                 continue  # ISR mode: the controller's record is the truth
 
@@ -120,6 +123,7 @@ class ClusterTruth:
                     "version": version,
                 }
                 self.commit(key, command)
+                self.reporting.add(key)
 
     # ---------------------------------------------------------------- sessions ---------
     def check_sessions(self, now: float) -> None:

@@ -50,6 +50,9 @@ class BrokerView(Protocol):
     request_bytes: RequestBytes
     rng: random.Random
     metrics: NodeMetrics  # counters and histograms of /metrics (NULL_METRICS when off)
+    # This NOTICE round's partitions: those awake and those that fell asleep since the
+    # last round, or all of them (server/settled.py).
+    noticed: list[PartitionRunner]
 
     @property
     def all_nodes(self) -> tuple[NodeId, ...]:

@@ -9,8 +9,10 @@ temporary directory; `LiveCluster`), and in it:
 1. `create s`: P partitions of replication factor 3 created through the Kafka AdminClient
    (confluent-kafka), as topics of TOPIC_PARTITIONS partitions each (the last may be
    smaller), TOPICS_PER_REQUEST topics a CreateTopics request, one request after the
-   other: seconds until the last is answered. `led s`: seconds from the first request
-   until every one of the P partitions has a leader (some node's /status says it leads it).
+   other (a topic refused with a retriable error, such as NOT_CONTROLLER while the metadata
+   log elects, is asked again after CREATE_BACKOFF_S): seconds until the last is answered.
+   `led s`: seconds from the first request until every one of the P partitions has a
+   leader (some node's /status says it leads it).
    Then, not timed in the table, until every node hosts every partition with its leader
    counting all 3 replicas in sync (`in_sync_s` in the JSON), and SETTLE_S more.
 2. `idle CPU %`: each broker's CPU (utime + stime of /proc/PID/stat) over `--idle-seconds`
@@ -19,6 +21,9 @@ temporary directory; `LiveCluster`), and in it:
 3. `elections`: epochs begun over every partition (the newest leader epoch any node's
    /status reports, as bench/steady_leaders.py counts them; __consumer_offsets included)
    from the start of the idle CPU window until `--idle-minutes` have passed (0: skipped).
+   /status does not show the metadata log: its elections (the brokers' logs' lines saying
+   a node became its leader) are counted apart, during creation and in the idle window
+   (`metadata_elections` in the JSON).
 4. `produce`: acknowledged records/s of an idempotent acks=all confluent-kafka producer
    (VALUE_BYTES-byte values, linger.ms 5) writing round robin over all P partitions for
    `--produce-seconds` (and at most PRODUCE_RECORDS_MAX records), from the first send to
@@ -54,7 +59,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich.console import Console
 from rich.table import Table
@@ -74,6 +79,19 @@ TWELVE_PARTITIONS = 12
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITIONS = 4  # the brokers' offsets_topic_partitions
 TOPICS_PER_REQUEST = 20
+CREATE_BACKOFF_S = 0.5
+# Asked again: librdkafka's admin client does not retry these itself.
+CREATE_RETRIED = frozenset(
+    {
+        KafkaError.NOT_CONTROLLER,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+METADATA_LEADER_LINE = "__cluster_metadata-0: leader in epoch"
+ERRORS_KEPT = 5
 CREATE_REQUEST_TIMEOUT_S = 300.0
 CREATE_DEADLINE_S = 900.0
 IN_SYNC_DEADLINE_S = 300.0
@@ -117,6 +135,8 @@ class Result:
     partitions: int
     topics: int = 0
     create_s: float | None = None
+    create_retried: int = 0  # topics asked again after a retriable error
+    create_errors: list[str] = field(default_factory=list)  # the first ERRORS_KEPT
     led_s: float | None = None
     in_sync_s: float | None = None
     cpu_percent: list[float] = field(default_factory=list)  # per broker, node 1..3
@@ -125,6 +145,7 @@ class Result:
     idle_window_s: float | None = None
     elections: int | None = None
     elected: dict[str, int] = field(default_factory=dict)  # partition: epochs begun
+    metadata_elections: dict[str, int] = field(default_factory=dict)  # phase: elections
     spread_per_s: float | None = None
     twelve_per_s: float | None = None
     ratio: float | None = None
@@ -244,30 +265,55 @@ def bench_partitions(partitions: int) -> dict[str, int]:
     return topics
 
 
-def create_topics(bootstrap: str, topics: dict[str, int], deadline_s: float) -> None:
+def create_topics(bootstrap: str, topics: dict[str, int], deadline_s: float) -> list[str]:
     """Create `topics` through the AdminClient, TOPICS_PER_REQUEST a request, one request
-    after the other; Bound if they are not all answered within `deadline_s`."""
+    after the other; a topic refused with a retriable error is asked again (TOPIC_ALREADY_
+    EXISTS then says the first request created it). The retriable errors met; Bound if the
+    topics are not all created within `deadline_s`."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     started = time.monotonic()
-    items = list(topics.items())
-    for first in range(0, len(items), TOPICS_PER_REQUEST):
-        batch = items[first : first + TOPICS_PER_REQUEST]
+    pending = list(topics)
+    asked: set[str] = set()
+    met: list[str] = []
+    while pending:
+        batch = pending[:TOPICS_PER_REQUEST]
         left = deadline_s - (time.monotonic() - started)
         if left <= 0:
-            raise Bound(f"{first} of {len(items)} topics created in {deadline_s:g} s")
+            created = len(topics) - len(pending)
+            raise Bound(f"{created} of {len(topics)} topics created in {deadline_s:g} s")
         futures = admin.create_topics(
-            [NewTopic(name, num_partitions=n, replication_factor=REPLICATION_FACTOR)
-             for name, n in batch],
+            [NewTopic(name, num_partitions=topics[name], replication_factor=REPLICATION_FACTOR)
+             for name in batch],
             request_timeout=min(CREATE_REQUEST_TIMEOUT_S, left),
         )  # fmt: skip
+        again: list[str] = []
         for name, future in futures.items():
             try:
-                future.result(timeout=max(left - (time.monotonic() - started), 1.0))
+                future.result(timeout=max(deadline_s - (time.monotonic() - started), 1.0))
             except FutureTimeout:
                 raise Bound(
-                    f"CreateTopics for {name} (topics {first}..{first + len(batch) - 1}) not "
-                    f"answered, {time.monotonic() - started:.0f} s after the first request"
+                    f"CreateTopics for {name} not answered "
+                    f"{time.monotonic() - started:.0f} s after the first request"
                 ) from None
+            except KafkaException as exception:
+                error: KafkaError = exception.args[0]
+                if error.code() == KafkaError.TOPIC_ALREADY_EXISTS and name in asked:
+                    continue
+                if not (error.retriable() or error.code() in CREATE_RETRIED):
+                    raise
+                again.append(name)
+                met.append(f"{time.monotonic() - started:.1f} s: {name}: {error.str()}")
+        asked.update(batch)
+        pending = again + pending[len(batch) :]
+        if again:
+            time.sleep(CREATE_BACKOFF_S)
+    return met
+
+
+def metadata_leaderships(cluster: LiveCluster) -> int:
+    """How many times, in all, the brokers' logs say a node became the metadata log's
+    leader."""
+    return sum(cluster.log_of(node).count(METADATA_LEADER_LINE) for node in cluster.nodes)
 
 
 # -- /proc ------------------------------------------------------------------------------
@@ -374,10 +420,13 @@ def measure_in(
     result.topics = len(topics)
     wanted = {(topic, i) for topic, n in topics.items() for i in range(n)}
 
+    leaderships = metadata_leaderships(cluster)
     started = time.monotonic()
-    create_topics(cluster.bootstrap, topics, args.create_deadline)
+    met = create_topics(cluster.bootstrap, topics, args.create_deadline)
     result.create_s = round(time.monotonic() - started, 2)
-    console.log(f"P={p}: {len(topics)} topics created in {result.create_s} s")
+    result.create_retried, result.create_errors = len(met), met[:ERRORS_KEPT]
+    console.log(f"P={p}: {len(topics)} topics created in {result.create_s} s"
+                + (f" ({len(met)} asked again, first: {met[0]})" if met else ""))  # fmt: skip
     left = args.create_deadline - (time.monotonic() - started)
     wait_led(nodes, wanted, max(left, 1.0), "create")
     result.led_s = round(time.monotonic() - started, 2)
@@ -390,6 +439,8 @@ def measure_in(
     else:
         console.log(f"P={p}: every replica in sync {synced:.1f} s later")
     time.sleep(SETTLE_S)
+    counted = metadata_leaderships(cluster)
+    result.metadata_elections["create"], leaderships = counted - leaderships, counted
 
     idle_started = time.monotonic()
     before = epochs(nodes) if args.idle_minutes > 0 else {}
@@ -410,6 +461,7 @@ def measure_in(
         begun = {key: after[key] - before[key] for key in before.keys() & after.keys()}
         result.elections = sum(begun.values())
         result.elected = {f"{t}-{i}": n for (t, i), n in sorted(begun.items()) if n}
+        result.metadata_elections["idle"] = metadata_leaderships(cluster) - leaderships
         console.log(f"P={p}: {result.elections} elections in {result.idle_window_s} s idle")
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
@@ -505,6 +557,11 @@ def print_table(results: list[Result], args: argparse.Namespace, console: Consol
         )
     console.print(table)
     for r in results:
+        if r.create_retried:
+            console.print(f"P={r.partitions}: {r.create_retried} topics asked again, first: "
+                          f"{r.create_errors[0]}")  # fmt: skip
+        if any(r.metadata_elections.values()):
+            console.print(f"P={r.partitions}: metadata log elections {r.metadata_elections}")
         if r.produce_errors:
             console.print(f"P={r.partitions}: {r.produce_errors} delivery errors, first: "
                           f"{r.first_produce_error}")  # fmt: skip

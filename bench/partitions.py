@@ -25,10 +25,12 @@ temporary directory; `LiveCluster`), and in it:
    a node became its leader) are counted apart, during creation and in the idle window
    (`metadata_elections` in the JSON).
 4. `produce`: acknowledged records/s of an idempotent acks=all confluent-kafka producer
-   (VALUE_BYTES-byte values, linger.ms 5) writing round robin over all P partitions for
-   `--produce-seconds` (and at most PRODUCE_RECORDS_MAX records), from the first send to
-   the last acknowledgement, after one warm-up record to each partition; then the same over
-   a topic of TWELVE_PARTITIONS partitions, and their ratio (spread / 12).
+   (VALUE_BYTES-byte values, linger.ms 5, at most PRODUCE_QUEUE_MAX records waiting in it)
+   writing round robin over all P partitions for `--produce-seconds` (and at most
+   PRODUCE_RECORDS_MAX records), from the first send to the last acknowledgement within
+   that window, after one warm-up record to each partition (acknowledged first; its time
+   is `spread_warm_s` in the JSON); then the same over a topic of TWELVE_PARTITIONS
+   partitions, and their ratio (spread / 12).
 5. `failover s`: the node that leads the most partitions is killed with SIGKILL (by the
    PID its cluster.json records, checked to be that node's broker): seconds until the
    survivors' /status shows every partition (all topics) led by one of them.
@@ -102,9 +104,10 @@ IDLE_MINUTES_DEFAULT = 10.0
 IDLE_MINUTES_MAX = 120.0
 PRODUCE_SECONDS_DEFAULT = 10.0
 PRODUCE_SECONDS_MAX = 600.0
-PRODUCE_RECORDS_MAX = 2_000_000
+PRODUCE_RECORDS_MAX = 20_000_000
+PRODUCE_QUEUE_MAX = 20_000
 VALUE_BYTES = 100
-WARM_TIMEOUT_S = 120.0
+WARM_TIMEOUT_S = 300.0
 FLUSH_TIMEOUT_S = 120.0
 STATUS_TIMEOUT_S = 10.0
 STATUS_TRIES = 5
@@ -116,8 +119,8 @@ PRODUCER_CONFIG: dict[str, Any] = {
     "acks": "all",
     "enable.idempotence": True,
     "linger.ms": 5,
-    "message.timeout.ms": 60_000,
-    "queue.buffering.max.messages": 100_000,
+    "message.timeout.ms": 300_000,  # a slow cluster is measured, not timed out
+    "queue.buffering.max.messages": PRODUCE_QUEUE_MAX,
     "log_level": 0,  # librdkafka would log every refused connection to the killed node
 }
 
@@ -148,6 +151,9 @@ class Result:
     metadata_elections: dict[str, int] = field(default_factory=dict)  # phase: elections
     spread_per_s: float | None = None
     twelve_per_s: float | None = None
+    spread_warm_s: float | None = None
+    twelve_warm_s: float | None = None
+    produce_unacked: int = 0
     ratio: float | None = None
     produce_errors: int = 0
     first_produce_error: str = ""
@@ -347,48 +353,67 @@ def idle_cpu(nodes: list[NodeRecord], seconds: float) -> list[float]:
 # -- produce ----------------------------------------------------------------------------
 
 
-def produce_rate(bootstrap: str, targets: list[Key], seconds: float) -> tuple[float, list[str]]:
-    """Records/s acknowledged, round robin over `targets`, from the first send to the last
-    acknowledgement (after one warm-up record to each), and the delivery errors."""
+@dataclass
+class Rate:
+    """One produce run: records/s acknowledged in its window, and what else it saw."""
+
+    per_s: float
+    warm_s: float  # the warm-up: one record to each partition, until all are acknowledged
+    errors: list[str]  # delivery errors, in the window or after it
+    unacked: int  # records still unacknowledged FLUSH_TIMEOUT_S after the window (dropped)
+
+
+def produce_rate(bootstrap: str, targets: list[Key], seconds: float) -> Rate:
+    """Records/s acknowledged while sending round robin over `targets` for `seconds` (at
+    most PRODUCE_RECORDS_MAX records, PRODUCE_QUEUE_MAX waiting in the producer), counted
+    from the first send to the last acknowledgement within the window, after one warm-up
+    record to each target (acknowledged before the window opens)."""
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
     failed: list[str] = []
-    acked = [0]
-    last_ack = [0.0]
+    acked_at: list[float] = []
 
     def delivered(error: KafkaError | None, _message: Any) -> None:
         if error is None:
-            acked[0] += 1
-            last_ack[0] = time.monotonic()
+            acked_at.append(time.monotonic())
         else:
             failed.append(str(error))
 
-    def send(key: Key, value: bytes) -> None:
-        while True:
+    def send(key: Key, value: bytes, until: float) -> None:
+        while time.monotonic() < until:
             try:
                 producer.produce(key[0], value=value, partition=key[1], on_delivery=delivered)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.01)
 
+    warm_started = time.monotonic()
     for key in targets:  # metadata, connections, each partition's producer state
-        send(key, b"warm")
-    left = producer.flush(WARM_TIMEOUT_S)
-    if left or failed:
-        raise Bound(f"warm-up: {left} unacknowledged after {WARM_TIMEOUT_S:g} s, "
-                    f"{len(failed)} failed {failed[:1]}")  # fmt: skip
-    acked[0] = 0
+        send(key, b"warm", warm_started + WARM_TIMEOUT_S)
+    left = producer.flush(max(warm_started + WARM_TIMEOUT_S - time.monotonic(), 0.0))
+    warm_s = time.monotonic() - warm_started
+    if left or failed or len(acked_at) < len(targets):
+        producer.purge()
+        raise Bound(f"warm-up: {len(acked_at)} of {len(targets)} acknowledged in "
+                    f"{WARM_TIMEOUT_S:g} s, {len(failed)} failed {failed[:1]}")  # fmt: skip
+    acked_at.clear()
     value = b"v" * VALUE_BYTES
     started = time.monotonic()
     end = started + seconds
     sent = 0
     while time.monotonic() < end and sent < PRODUCE_RECORDS_MAX:
-        send(targets[sent % len(targets)], value)
+        send(targets[sent % len(targets)], value, end)
         sent += 1
         producer.poll(0)
-    left = producer.flush(FLUSH_TIMEOUT_S)
-    if left:
-        raise Bound(f"{left} records unacknowledged {FLUSH_TIMEOUT_S:g} s after the last send")
-    return acked[0] / max(last_ack[0] - started, 1e-9), failed
+    while time.monotonic() < end:  # the count bound came first: acknowledgements go on
+        producer.poll(0.01)
+    unacked = producer.flush(FLUSH_TIMEOUT_S)
+    errors = list(failed)  # not what purging says of those left
+    if unacked:
+        producer.purge()
+        producer.flush(0)
+    within = [at for at in acked_at if at <= end]
+    per_s = len(within) / max((within[-1] if within else end) - started, 1e-9)
+    return Rate(per_s, warm_s, errors, unacked)
 
 
 # -- one P ------------------------------------------------------------------------------
@@ -474,16 +499,18 @@ def measure_in(
     twelve = [(TWELVE_TOPIC, i) for i in range(TWELVE_PARTITIONS)]
     wait_led(nodes, set(twelve), IN_SYNC_DEADLINE_S, TWELVE_TOPIC)
     wait_in_sync(nodes, set(twelve), IN_SYNC_DEADLINE_S)
-    spread, errors = produce_rate(cluster.bootstrap, sorted(wanted), args.produce_seconds)
-    result.spread_per_s = round(spread)
-    rate, more = produce_rate(cluster.bootstrap, twelve, args.produce_seconds)
-    result.twelve_per_s = round(rate)
-    result.ratio = round(spread / rate, 2) if rate else None
-    errors += more
+    spread = produce_rate(cluster.bootstrap, sorted(wanted), args.produce_seconds)
+    result.spread_per_s, result.spread_warm_s = round(spread.per_s), round(spread.warm_s, 2)
+    over_12 = produce_rate(cluster.bootstrap, twelve, args.produce_seconds)
+    result.twelve_per_s, result.twelve_warm_s = round(over_12.per_s), round(over_12.warm_s, 2)
+    result.ratio = round(spread.per_s / over_12.per_s, 2) if over_12.per_s else None
+    errors = spread.errors + over_12.errors
     result.produce_errors = len(errors)
     result.first_produce_error = errors[0] if errors else ""
-    console.log(f"P={p}: produce {result.spread_per_s} records/s over {p} partitions, "
-                f"{result.twelve_per_s} over 12 ({result.ratio}x)")  # fmt: skip
+    result.produce_unacked = spread.unacked + over_12.unacked
+    console.log(f"P={p}: produce {result.spread_per_s} records/s over {p} partitions "
+                f"(warm-up {result.spread_warm_s} s), {result.twelve_per_s} over 12 "
+                f"({result.ratio}x), {len(errors)} delivery errors")  # fmt: skip
 
     found = statuses(nodes)
     every = {(row["topic"], row["partition"]) for _, row in rows_of(found)}
@@ -523,8 +550,9 @@ def print_table(results: list[Result], args: argparse.Namespace, console: Consol
     table = Table(
         title=f"Partitions: {NODES} nodes, RF {REPLICATION_FACTOR}, topics of "
         f"{TOPIC_PARTITIONS} partitions",
-        caption=f"idle CPU over {args.idle_seconds:g} s (% of one core), elections over "
-        f"{window} idle, produce acks=all idempotent for {args.produce_seconds:g} s each; "
+        caption=f"idle CPU over {args.idle_seconds:g} s (% of one core), elections "
+        + (f"over {window} idle" if args.idle_minutes > 0 else "not counted")
+        + f", produce acks=all idempotent for {args.produce_seconds:g} s each; "
         "CPU and RSS: median / max over the brokers",
     )
     table.add_column("P", justify="right")
@@ -562,6 +590,9 @@ def print_table(results: list[Result], args: argparse.Namespace, console: Consol
                           f"{r.create_errors[0]}")  # fmt: skip
         if any(r.metadata_elections.values()):
             console.print(f"P={r.partitions}: metadata log elections {r.metadata_elections}")
+        if r.produce_unacked:
+            console.print(f"P={r.partitions}: {r.produce_unacked} records unacknowledged "
+                          f"{FLUSH_TIMEOUT_S:g} s after a produce window (dropped)")  # fmt: skip
         if r.produce_errors:
             console.print(f"P={r.partitions}: {r.produce_errors} delivery errors, first: "
                           f"{r.first_produce_error}")  # fmt: skip

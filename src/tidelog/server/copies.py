@@ -8,7 +8,9 @@ Rules of this file:
   is none (as a deleted topic's). Changes are gathered while the metadata log is applied
   and carried out once that batch of commands is (`flush`), from the image as it is then:
   a node replaying a log in which a partition was made and then moved away from it opens
-  nothing.
+  nothing. At most `FLUSH_CHUNK` at a time: a topic of thousands of partitions opens in
+  chunks, the event loop running between two (node liveness's pings, the partitions
+  already open), each chunk from the image as it is then.
 - A copy is made with the partition's first voter set (`TopicInfo.born_of`: its replicas
   and their directories when it was made, core/config.py's `replicas` and `directories`)
   and the image's members and voter target now (`members`, `target`); a copy that lives
@@ -30,7 +32,7 @@ import asyncio
 import logging
 import shutil
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.config import BrokerConfig
@@ -49,6 +51,9 @@ log = logging.getLogger("tidelog.broker")
 Nodes = tuple[NodeId, ...]
 Dirs = tuple[DirectoryId, ...]
 
+
+FLUSH_CHUNK: Final = 32
+"""Copies opened (or handed their members, or stopped) in one round of the event loop."""
 
 class Host(Protocol):
     """What this module needs of its node (tidelog.server.broker.Broker)."""
@@ -81,6 +86,7 @@ class Copies:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.dirty: dict[PartitionKey, bool] = {}  # to sync at `flush`; True: just made
+        self.flushing = False  # a flush of the next chunk is scheduled
         self.unopened: dict[PartitionKey, TopicInfo] = {}  # a failing disk kept closed
         self.stopping: set[PartitionKey] = set()
         self.applied: dict[PartitionKey, int] = {}  # the assignment version each took
@@ -96,10 +102,20 @@ class Copies:
         self.dirty.setdefault(key, False)
 
     def flush(self) -> None:
-        """Carry out the changes gathered (see the rules)."""
-        dirty, self.dirty = self.dirty, {}
-        for key, new in dirty.items():
-            self.sync(key, campaign=new)
+        """Carry out the changes gathered (see the rules): the first chunk now, the others
+        in the event loop's next rounds."""
+        for _ in range(FLUSH_CHUNK):
+            if not self.dirty:
+                return
+            key = next(iter(self.dirty))
+            self.sync(key, campaign=self.dirty.pop(key))
+        if self.dirty and not self.flushing:
+            self.flushing = True
+            asyncio.get_running_loop().call_soon(self._flush_later)
+
+    def _flush_later(self) -> None:
+        self.flushing = False
+        self.flush()
 
     def sync(self, key: PartitionKey, *, campaign: bool = False) -> None:
         """Open, hand the members to, or stop this node's copy of `key`, as the image says."""

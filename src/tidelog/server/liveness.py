@@ -2,13 +2,15 @@
 rest on (core/liveness.py keeps the view; core/quiesce.py says what rests on it).
 
 Rules of this file:
-- Every heartbeat interval (`heartbeat_ticks` ticks) the node pings each other broker
-  over the peer link, the same stream as the partitions' messages, so a ping never
+- Every tick the node pings each other broker over the peer link, the same stream as the partitions' messages, so a ping never
   overtakes what was sent before it; a ping is answered at once, in the event loop,
   never behind a partition's round or its fsync.
-- Every tick it declares dead the brokers not heard from for an election timeout, counted
-  in ticks as the partitions' election timers are (a stall skips ticks: a node that
-  stalled does not declare its peers dead for its own pause); what
+- Every tick it declares dead the brokers not heard from for `DEATH_TIMEOUTS` election
+  timeouts, counted in ticks as the partitions' election timers are (a stall skips ticks:
+  a node that stalled does not declare its peers dead for its own pause). More than one:
+  a node busy with thousands of partitions ticks, and pings, late for a moment, and a
+  death declared wakes and moves every partition it leads; any timeout of at least one
+  election timeout keeps the read lease sound (core/quiesce.py rule 4). What
   changes its view (a death, a node started again, a peer's new session with us) goes to
   every partition here that shares a copy with that node (`NodeChange`): a quiesced
   leader wakes, the followers of a dead leader elect at once.
@@ -33,6 +35,8 @@ from tidelog.types import NodeId
 log = logging.getLogger(__name__)
 
 INCARNATION_BITS = 40
+DEATH_TIMEOUTS = 2
+"""Election timeouts without a ping before a node is declared dead (see the rules)."""
 
 
 class LivenessHost(Protocol):
@@ -55,13 +59,11 @@ class Liveness:
         send: Callable[[PartitionKey, Iterable[NodePing | NodePong]], None],
         *,
         election_ticks: int,
-        heartbeat_ticks: int,
     ) -> None:
         self.host = host
         self.send = send
-        self.heartbeat_ticks = heartbeat_ticks
         incarnation = random.getrandbits(INCARNATION_BITS)
-        self.view = NodeLiveness(host.node_id, incarnation, election_ticks)
+        self.view = NodeLiveness(host.node_id, incarnation, DEATH_TIMEOUTS * election_ticks)
         self.ticks = 0
 
     def tick(self) -> None:
@@ -73,8 +75,7 @@ class Liveness:
             self.view.watch(node, self.ticks)
         for node in [n for n in self.view.peers() if n not in nodes]:
             self.view.forget(node)
-        if self.ticks % self.heartbeat_ticks == 0:
-            self.send(self.host.metadata_key, self.view.pings(monotonic_ms()))
+        self.send(self.host.metadata_key, self.view.pings(monotonic_ms()))
         for node in self.view.expire(self.ticks):
             timeout = self.view.timeout
             level = logging.WARNING if self.view.ever_heard(node) else logging.INFO

@@ -262,6 +262,11 @@ REPLICA_API = {
     "quiesced",
     "peers",
     "on_node_change",
+    # A round's check whether to log a role or repair change, without building a status.
+    "role",
+    "epoch",
+    "leader_id",
+    "repair_floor",
 }
 
 

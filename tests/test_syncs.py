@@ -34,6 +34,10 @@ class Storage:
         self.events = events
         self.took = 0.0
         self.gate: threading.Event | None = None
+        self.checkpoint = False  # the next sync writes a checkpoint
+
+    def checkpoint_due(self) -> bool:
+        return self.checkpoint
 
     def sync(self) -> None:
         if self.gate is not None:
@@ -76,6 +80,18 @@ def test_a_big_round_syncs_in_a_thread() -> None:
         run(body)
     assert events == ["sync in fsync"]
     assert syncs.in_threads == 0
+
+
+def test_a_small_round_that_writes_a_checkpoint_syncs_in_a_thread() -> None:
+    syncs, storage, events, executor = syncs_and_storage()
+    storage.checkpoint = True
+
+    async def body() -> None:
+        assert await syncs.sync(storage, 1) is False
+
+    with executor:
+        run(body)
+    assert events == ["sync in fsync"]
 
 
 def test_a_slow_sync_on_the_loop_sends_the_syncs_to_threads_for_a_while() -> None:

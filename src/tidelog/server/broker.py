@@ -98,7 +98,7 @@ RETENTION_EVERY_TICKS = 100
 FLUSH_INTERVAL_MS_WEAK = 1000
 # The metadata log keeps every command: a node that restarts replays them all.
 METADATA_CONFIG = TopicConfig(retention_ms=None)
-SYNC_THREADS = 4
+SYNC_THREADS = 8
 METADATA_APPLY_WAIT_S = 10.0
 FORWARD_TIMEOUT_S = 15.0
 FORWARDED_MAX = 256  # forwarded commands the controller commits at once

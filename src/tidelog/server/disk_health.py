@@ -8,8 +8,9 @@ Rules of this file:
   with a bug: only the first is waited for (`is_disk_error`).
 - `DiskHealth` logs an outage once when it begins and once when it is over, however often
   the partitions fail and try again in between.
-- `Syncs` fsyncs a round on the loop only when it wrote little, no sync of the node is in a
-  worker thread, and no sync on the loop was slow lately; else in a worker thread.
+- `Syncs` fsyncs a round on the loop only when it wrote little, writes no checkpoint (the
+  vote, the HWM: a file written, synced and renamed), no sync of the node is in a worker
+  thread, and no sync on the loop was slow lately; else in a worker thread.
 """
 
 from __future__ import annotations
@@ -126,8 +127,9 @@ class Syncs:
         )
 
     async def sync(self, storage: DiskStorage, written_bytes: int) -> bool:
-        """`storage.sync()`, here or in a thread; True when it ran on the loop."""
-        if self.inline(written_bytes):
+        """`storage.sync()`, here or in a thread; True when it ran on the loop. One that
+        writes a checkpoint too (the vote, the HWM) goes to a thread."""
+        if self.inline(written_bytes) and not storage.checkpoint_due():
             if self.flush is not None:
                 self.flush()  # the peers' messages leave before the loop blocks
             started = self.clock()

@@ -284,14 +284,16 @@ class Joining:
         if self.rounds % BROKER_NOTICE_EVERY == 1 or node.node_id in node.stopping_nodes:
             others = sorted({*node.all_nodes, *node.transport.links} - {node.node_id})
             node.transport.send(node.metadata_key, [self.notice_to(peer) for peer in others])
+        brokers = node.all_nodes
         for runner in node.noticed:  # the partitions awake, and those that fell asleep
-            status = runner.status()
-            if status.role is not Role.LEADER:
+            if not runner.leading:
                 continue
-            told = [n for n in node.all_nodes if n not in status.replicas]
-            node.transport.send(
-                runner.key, [LeaderNotice(node.node_id, n, status.epoch) for n in told]
-            )
+            status = runner.status()
+            told = [n for n in brokers if n not in status.replicas]
+            if told:
+                node.transport.send(
+                    runner.key, [LeaderNotice(node.node_id, n, status.epoch) for n in told]
+                )
 
     # ---------------------------------------------------------------- peer messages ----
     def on_notice(self, peer: NodeId, msg: BrokerNotice) -> None:

@@ -383,6 +383,11 @@ class PartitionRunner:
         return self.replica.high_watermark()
 
     @property
+    def leading(self) -> bool:
+        """Whether the replica leads (`status().is_leader`, without building the status)."""
+        return self.replica.role is Role.LEADER
+
+    @property
     def repairing(self) -> bool:
         """A worker thread repairs the log: it serves no read (KAFKA_STORAGE_ERROR)."""
         return self.busy
@@ -532,9 +537,13 @@ class PartitionRunner:
         # A HWM the round moved (finish_round) is announced by the next round, after
         # the produce requests it completes (a one-replica log's HWM moves when its own
         # sync is done; those come out in the next Ready).
-        status = self.replica.status()
-        self._log_role_change(status)
-        self._log_repair_change(status)
+        replica = self.replica
+        if (replica.role, replica.epoch, replica.leader_id) != self.seen_role or (
+            replica.repair_floor != self.seen_floor
+        ):
+            status = self.status()
+            self._log_role_change(status)
+            self._log_repair_change(status)
         if self.on_round is not None:
             self.on_round(self)
         return True

@@ -240,6 +240,17 @@ class DiskStorage:
         self._repair_floor = None
         self._repair_floor_dirty = True
 
+    def checkpoint_due(self) -> bool:
+        """Whether the next `sync()` would write the vote or the HWM checkpoint (each a
+        file written, synced and renamed: a slow sync, best run off the event loop)."""
+        if self._hard_state != self._hard_state_saved:
+            return True
+        hwm = Offset(min(self._hwm, self.log_end_offset))
+        interval = self.config.hwm_checkpoint_interval_ms
+        return hwm != self._hwm_checkpointed and (
+            self._clock() - self._hwm_checkpoint_ms >= interval
+        )
+
     def sync(self) -> None:
         """Make everything written so far durable: data, then names, then checkpoints."""
         now = self._clock()

@@ -2,9 +2,9 @@
 rest on (core/liveness.py keeps the view; core/quiesce.py says what rests on it).
 
 Rules of this file:
-- Every tick the node pings each other broker over the peer link, the same stream as the partitions' messages, so a ping never
-  overtakes what was sent before it; a ping is answered at once, in the event loop,
-  never behind a partition's round or its fsync.
+- Every tick the node pings each other broker over the peer link, the same stream as the
+  partitions' messages, so a ping never overtakes what was sent before it; a ping is
+  answered at once, in the event loop, never behind a partition's round or its fsync.
 - Every tick it declares dead the brokers not heard from for `DEATH_TIMEOUTS` election
   timeouts, counted in ticks as the partitions' election timers are (a stall skips ticks:
   a node that stalled does not declare its peers dead for its own pause). More than one:

@@ -55,6 +55,7 @@ Dirs = tuple[DirectoryId, ...]
 FLUSH_CHUNK: Final = 32
 """Copies opened (or handed their members, or stopped) in one round of the event loop."""
 
+
 class Host(Protocol):
     """What this module needs of its node (tidelog.server.broker.Broker)."""
 

@@ -109,7 +109,7 @@ class ReplicaConfig:
     # reassignment's new replicas, a lost copy catching up): the leader sends them at most
     # this many bytes of batches a second, on average. None: no throttle.
     throttle_bytes_per_s: int | None = None
-    # Quorum mode: a leader whose followers hold its whole log, with nothing in flight,
+    # A leader whose followers hold its whole log, with nothing in flight,
     # quiesces the partition (core/quiesce.py): no heartbeats, no ticks, until something
     # wakes it. Its reads then rest on node liveness (the `Liveness` handed in).
     quiesce: bool = False

@@ -1,5 +1,9 @@
 """Quiescence: an idle partition costs nothing (CockroachDB's "Quiesce Ranges", 2016), in
-quorum mode (`ReplicaConfig.quiesce`). A part of the replica (core/state.py).
+either mode (`ReplicaConfig.quiesce`). A part of the replica (core/state.py). In ISR mode
+the controller elects, so rules 3 and 4 (elections, the lease) are quorum mode's; an ISR
+leader quiesces with no ISR proposal in flight, a committed record or an answer of the
+controller wakes it, and once awake it dates its followers' catch-up from then
+(mode/isr.py).
 
 A leader whose followers all hold its whole log durably, with its HWM at its log end and
 nothing in flight, sends each follower one last append marked `quiesce` and stops: no
@@ -45,7 +49,7 @@ from typing import Final
 
 from tidelog.core.messages import AppendResponse, Message
 from tidelog.core.replicate import LeaderPipeline
-from tidelog.core.roles import Replication, Role
+from tidelog.core.roles import Role
 from tidelog.types import NodeId
 
 NODE_LOSS_CAMPAIGN_TICKS: Final = 2
@@ -73,7 +77,6 @@ class Quiescence(LeaderPipeline):
         end = self.log.log_end_offset
         if not (
             self.config.quiesce
-            and self.config.replication is Replication.QUORUM
             and self.role is Role.LEADER
             and not self.quiesced
             and self.hwm == end == self.log.durable_end_offset

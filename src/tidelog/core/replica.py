@@ -383,6 +383,7 @@ class Replica(ClientRequests, FollowerPath, Quiescence):
         assert not self.ready_outstanding
         if self._isr is None:
             return "quorum mode: the replicas elect their leader, not the controller"
+        self.wake()
         return self._isr.on_partition_record(record)
 
     def on_isr_answer(self, proposal: IsrProposal, result: AlterResult) -> str | None:
@@ -390,6 +391,7 @@ class Replica(ClientRequests, FollowerPath, Quiescence):
         assert not self.ready_outstanding
         if self._isr is None:
             return "quorum mode: no ISR proposals"
+        self.wake()
         return self._isr.on_isr_answer(proposal, result)
 
     def partition_record(self) -> PartitionRecord | None:

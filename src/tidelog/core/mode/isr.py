@@ -75,7 +75,7 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from tidelog.core.replicate import LeaderPipeline
+from tidelog.core.quiesce import Quiescence
 from tidelog.core.roles import ElectionMessage, Role
 from tidelog.core.state import ACKS_ALL
 from tidelog.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, NotLeader, TidelogError
@@ -90,13 +90,14 @@ class IsrMode:
 
     leads_from = Role.FOLLOWER
 
-    def __init__(self, replica: LeaderPipeline) -> None:
+    def __init__(self, replica: Quiescence) -> None:
         self.r = replica
         self.record: PartitionRecord | None = None  # the latest committed record known
         self.isr_leader: IsrLeader | None = None  # while leading
         self.appointed: Epoch | None = None  # named leader; waiting for the claim's sync
         self.isr_outbox: list[IsrProposal] = []
         self.proposal_sent_tick = 0
+        self.woken = False  # a quiesced leader woke: its next tick dates its followers
         # Rule 8 of this file: the leader epoch in which our HWM was last found within a
         # leader's log, and the committed records given up since the last Ready.
         self.hwm_checked_epoch: Epoch | None = None
@@ -159,8 +160,9 @@ class IsrMode:
         clock reading 0: they are dated from the clock's first reading, or every one of
         them would look lagging since the clock's zero (rule 6). No election timer: the
         controller elects (rule 4)."""
-        if now_ms is not None and not self.clock_read:
+        if now_ms is not None and (self.woken or not self.clock_read):
             self.clock_read = True
+            self.woken = False
             if self.isr_leader is not None:
                 self.isr_leader.clock_started(now_ms)
         if self.r.role is Role.LEADER:
@@ -199,13 +201,20 @@ class IsrMode:
         """No election timer, no lease: nothing to date."""
 
     def on_leader_lost(self, *, first: bool) -> None:
-        del first  # the controller elects (no quiescence in ISR mode yet)
+        del first  # the controller elects: it fences a dead node, and names a leader
 
     def may_quiesce(self) -> bool:
-        return False
+        """A leader quiesces with no ISR proposal waiting for the controller's answer, and
+        (core/quiesce.py rule 1) every member caught up: the whole ISR."""
+        leader = self.isr_leader
+        return leader is not None and leader.pending is None
 
     def on_wake(self) -> None:
-        """ISR mode never quiesces."""
+        """Asleep, it did not watch its followers: the first tick after waking dates each
+        one's last catch-up from then (as `clock_started`), so that no follower leaves
+        the ISR for the time the partition slept; one that does not answer leaves it a
+        replica.lag.time.max.ms later."""
+        self.woken = True
 
     # ================================================================== the door ========
     def _record_refusal(self, record: PartitionRecord) -> str | None:
@@ -309,6 +318,8 @@ class IsrMode:
         r.heartbeat_elapsed += 1
         if r.heartbeat_elapsed >= r.config.heartbeat_ticks:
             r.heartbeat_elapsed = 0
+            if r.maybe_quiesce():
+                return  # the quiesce appends are this heartbeat (core/quiesce.py)
             r._heartbeat()
         r._expire_produces()
         self._maybe_propose()

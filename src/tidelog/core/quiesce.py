@@ -126,12 +126,12 @@ class Quiescence(LeaderPipeline):
         follower: only rule 3 wakes one."""
         if not self.quiesced or self.role is not Role.LEADER:
             return
-        self.quiesced = False
         for peer, progress in self.progress.items():
-            contact = self._liveness_contact(peer)
+            contact = self._liveness_contact(peer)  # while still quiesced
             if contact is not None:
                 progress.contact_sent_ms = max(progress.contact_sent_ms, contact)
             progress.quiesce_session = None
+        self.quiesced = False
         self.heartbeat_elapsed = 0
         self._heartbeat()
         self.mode.on_wake()

@@ -96,3 +96,16 @@ def test_a_copy_made_again_is_not_the_first_one(tmp_path: Path) -> None:
         file.write("c3 ")  # a claim torn by a crash: it never made the copy
     assert CopiesHeld(tmp_path).claim("c3", 0)
     assert not CopiesHeld(tmp_path).claim("c3", 0)
+
+
+def test_copies_claimed_together_take_one_sync_and_each_is_fresh_once(tmp_path: Path) -> None:
+    """A chunk of a new topic's copies is claimed with one sync (`claim_all`): each one's
+    next `claim` says it is fresh (the first copy), the one after that says it is not,
+    and a start after reads them all back as held."""
+    held = CopiesHeld(tmp_path)
+    assert held.claim("a1", 0)
+    assert held.claim_all([("a1", 0), ("a1", 1), ("a1", 2)]) == {("a1", 1), ("a1", 2)}
+    assert held.claim("a1", 1) and held.claim("a1", 2)
+    assert not held.claim("a1", 1) and not held.claim("a1", 0)
+    again = CopiesHeld(tmp_path)
+    assert not any(again.claim("a1", partition) for partition in range(3))

@@ -36,6 +36,7 @@ from typing import Final, Protocol
 
 from tidelog.protocol.peer import PartitionKey
 from tidelog.server.config import BrokerConfig
+from tidelog.server.data_dir import CopiesHeld
 from tidelog.server.disk_health import DiskHealth, is_disk_error
 from tidelog.server.groups import GroupCoordinator
 from tidelog.server.isr_control import IsrControl
@@ -68,6 +69,7 @@ class Host(Protocol):
     campaigning: dict[PartitionKey, int]
     disk: DiskHealth
     isr: IsrControl
+    copies_held: CopiesHeld
 
     def partition_dir(self, key: PartitionKey) -> Path: ...
 
@@ -105,11 +107,10 @@ class Copies:
     def flush(self) -> None:
         """Carry out the changes gathered (see the rules): the first chunk now, the others
         in the event loop's next rounds."""
-        for _ in range(FLUSH_CHUNK):
-            if not self.dirty:
-                return
-            key = next(iter(self.dirty))
-            self.sync(key, campaign=self.dirty.pop(key))
+        chunk = [(key, self.dirty.pop(key)) for key in list(self.dirty)[:FLUSH_CHUNK]]
+        self.claim([key for key, _ in chunk])
+        for key, new in chunk:
+            self.sync(key, campaign=new)
         if self.dirty and not self.flushing:
             self.flushing = True
             asyncio.get_running_loop().call_soon(self._flush_later)
@@ -117,6 +118,24 @@ class Copies:
     def _flush_later(self) -> None:
         self.flushing = False
         self.flush()
+
+    def claim(self, keys: list[PartitionKey]) -> None:
+        """The copies of `keys` that `sync` will make, claimed in the data directory with
+        one sync (server/data_dir.py's CopiesHeld), not one each."""
+        host = self.host
+        image = host.image
+        copies = []
+        for key in keys:
+            info = image.topics.get(key.topic)
+            if (
+                info is not None
+                and key.partition < info.partitions
+                and key not in host.runners
+                and key not in self.stopping
+                and host.node_id in image.members((key.topic, key.partition))
+            ):
+                copies.append((info.topic_id.hex, key.partition))
+        host.copies_held.claim_all(copies)
 
     def sync(self, key: PartitionKey, *, campaign: bool = False) -> None:
         """Open, hand the members to, or stop this node's copy of `key`, as the image says."""

@@ -56,6 +56,7 @@ class CopiesHeld:
         self.path = data_dir / COPIES_HELD
         self.fs = OsFileSystem()
         self.held: set[tuple[str, int]] = set()
+        self.fresh: set[tuple[str, int]] = set()  # claimed ahead (`claim_all`), not yet made
         self.torn = False  # the last line was cut by a crash: the next claim ends it first
         try:
             text = self.path.read_text(encoding="ascii")
@@ -68,16 +69,29 @@ class CopiesHeld:
                 self.held.add((topic_id, int(partition)))
 
     def claim(self, topic_id: str, partition: int) -> bool:
-        """Whether this directory never held a copy of the partition; from now on it has."""
-        if (topic_id, partition) in self.held:
+        """Whether this directory never held a copy of the partition (or `claim_all` just
+        claimed it, for this copy); from now on it has."""
+        copy = (topic_id, partition)
+        if copy not in self.fresh and not self.claim_all([copy]):
             return False
+        self.fresh.discard(copy)
+        return True
+
+    def claim_all(self, copies: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Claim every copy of `copies` not held before, with one sync: the copies about to
+        be made (a topic's partitions, a chunk at a time). Each one's next `claim` says it
+        is fresh. Returns those."""
+        new = {copy for copy in copies if copy not in self.held}
+        if not new:
+            return new
         path = str(self.path)
         created = not self.fs.exists(path)
-        line = ("\n" if self.torn else "") + f"{topic_id} {partition}\n"
-        self.fs.append(path, line.encode("ascii"))
+        lines = "".join(f"{topic_id} {partition}\n" for topic_id, partition in sorted(new))
+        self.fs.append(path, (("\n" if self.torn else "") + lines).encode("ascii"))
         self.fs.fsync(path)
         if created:
             self.fs.fsync_dir(str(self.path.parent))
         self.torn = False
-        self.held.add((topic_id, partition))
-        return True
+        self.held |= new
+        self.fresh |= new
+        return new

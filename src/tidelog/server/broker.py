@@ -76,7 +76,7 @@ from tidelog.server.metadata import (
 )
 from tidelog.server.metadata_fields import place_replicas
 from tidelog.server.metrics import NULL_METRICS, NodeMetrics
-from tidelog.server.partition import OnRound, PartitionRunner, open_on_disk
+from tidelog.server.partition import OnRound, PartitionPlan, PartitionRunner, replica_opener
 from tidelog.server.partition_inputs import Campaign, Retain, Step, Tick
 from tidelog.server.peers import PeerTransport
 from tidelog.server.quorum import QuorumReport, report_of
@@ -88,7 +88,7 @@ from tidelog.server.topic_config import TopicConfig
 from tidelog.server.truth import ClusterTruth
 from tidelog.server.view import client_listener
 from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId
-from tidelog.wal import WalConfig
+from tidelog.wal import DiskStorage, WalConfig
 from tidelog.wal.batches import producer_batch
 
 log = logging.getLogger("tidelog.broker")
@@ -232,6 +232,24 @@ class Broker:
         """A partition's runner on its log here. `replicas` and `directories`: its first
         voter set (KIP-858; server/data_dir.py), directories for a data partition in quorum
         mode; `members` and `target`: its copies and voter target now (KIP-455)."""
+        plan = self.plan_partition(
+            key, replicas, config, directories, members=members, target=target, topic_id=topic_id
+        )
+        return self.start_partition(plan, plan.open_log())
+
+    def plan_partition(
+        self,
+        key: PartitionKey,
+        replicas: tuple[NodeId, ...],
+        config: TopicConfig,
+        directories: tuple[DirectoryId, ...] = (),
+        *,
+        members: tuple[NodeId, ...] = (),
+        target: tuple[NodeId, ...] = (),
+        topic_id: str | None = None,
+    ) -> PartitionPlan:
+        """What `open_partition` opens, its copy claimed (`first_copy_id`): its log may be
+        opened in a worker thread (`PartitionPlan.open_log`), then `start_partition`."""
         metadata = key == self.metadata_key
 
         if metadata:  # its first voters, members and target are joining's (joining.py)
@@ -257,14 +275,19 @@ class Broker:
             target=target,
             quiesce=self.config.quiesce,
         )
-        storage, start_replica = open_on_disk(
+        return PartitionPlan(
+            key,
+            config,
+            replica_config,
             str(self.partition_dir(key)),
             self.wal_config(config),
-            replica_config,
-            self.rng,
-            directory_id=self.first_copy_id(key, topic_id, replica_config),
-            liveness=self.liveness.view,
+            self.first_copy_id(key, topic_id, replica_config),
         )
+
+    def start_partition(self, plan: PartitionPlan, storage: DiskStorage) -> PartitionRunner:
+        """The runner of a planned partition on its opened log (on the event loop)."""
+        key, config = plan.key, plan.config
+        start_replica = replica_opener(plan.replica_config, self.rng, self.liveness.view)
         on_round: OnRound | None = self.apply_metadata if key == self.metadata_key else None
         coordinator = None
         if key.topic == OFFSETS_TOPIC:

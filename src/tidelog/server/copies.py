@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -42,11 +43,12 @@ from tidelog.server.groups import GroupCoordinator
 from tidelog.server.isr_control import IsrControl
 from tidelog.server.logs import partition_fields
 from tidelog.server.metadata import OFFSETS_TOPIC, MetadataImage, TopicInfo
-from tidelog.server.partition import PartitionRunner
+from tidelog.server.partition import PartitionPlan, PartitionRunner
 from tidelog.server.partition_inputs import Campaign, SetMembers
 from tidelog.server.settled import FULL_PASS_EVERY
 from tidelog.server.topic_config import TopicConfig
 from tidelog.types import DirectoryId, NodeId
+from tidelog.wal import DiskStorage
 
 log = logging.getLogger("tidelog.broker")
 Nodes = tuple[NodeId, ...]
@@ -73,10 +75,17 @@ class Host(Protocol):
 
     def partition_dir(self, key: PartitionKey) -> Path: ...
 
-    def open_partition(
+    @property
+    def executor(self) -> Executor: ...  # where new copies' logs open
+
+    def plan_partition(
         self, key: PartitionKey, replicas: Nodes, config: TopicConfig, directories: Dirs, *,
         members: Nodes, target: Nodes, topic_id: str | None = None,
-    ) -> PartitionRunner: ...  # fmt: skip
+    ) -> PartitionPlan: ...  # fmt: skip
+
+    def start_partition(self, plan: PartitionPlan, storage: DiskStorage) -> PartitionRunner: ...
+
+    def fatal(self, error: BaseException) -> None: ...
 
 
 def _nodes(nodes: tuple[int, ...]) -> tuple[NodeId, ...]:
@@ -89,7 +98,8 @@ class Copies:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.dirty: dict[PartitionKey, bool] = {}  # to sync at `flush`; True: just made
-        self.flushing = False  # a flush of the next chunk is scheduled
+        self.flushing = False  # a task carries the changes out
+        self.opening: set[PartitionKey] = set()  # logs opening in worker threads
         self.unopened: dict[PartitionKey, TopicInfo] = {}  # a failing disk kept closed
         self.stopping: set[PartitionKey] = set()
         self.applied: dict[PartitionKey, int] = {}  # the assignment version each took
@@ -105,37 +115,54 @@ class Copies:
         self.dirty.setdefault(key, False)
 
     def flush(self) -> None:
-        """Carry out the changes gathered (see the rules): the first chunk now, the others
-        in the event loop's next rounds."""
-        chunk = [(key, self.dirty.pop(key)) for key in list(self.dirty)[:FLUSH_CHUNK]]
-        self.claim([key for key, _ in chunk])
-        for key, new in chunk:
-            self.sync(key, campaign=new)
+        """Carry out the changes gathered (see the rules), in a task of its own."""
         if self.dirty and not self.flushing:
             self.flushing = True
-            asyncio.get_running_loop().call_soon(self._flush_later)
+            asyncio.get_running_loop().create_task(self._flush())
 
-    def _flush_later(self) -> None:
-        self.flushing = False
-        self.flush()
+    async def _flush(self) -> None:
+        """A chunk at a time: what is no new copy at once, the new copies together."""
+        try:
+            while self.dirty:
+                chunk = [(key, self.dirty.pop(key)) for key in list(self.dirty)[:FLUSH_CHUNK]]
+                self.claim([key for key, _ in chunk])
+                new = []
+                for key, campaign in chunk:
+                    info = self.to_open(key)
+                    if info is None:
+                        self.sync(key, campaign=campaign)
+                    else:
+                        new.append((key, info, campaign))
+                await self.open_many(new)
+        except Exception as error:  # a bug: stop the node (fail-stop)
+            self.host.fatal(error)
+            raise
+        finally:
+            self.flushing = False
+
+    def to_open(self, key: PartitionKey) -> TopicInfo | None:
+        """The topic of `key` when this node is to make its copy now, else None."""
+        host = self.host
+        info = host.image.topics.get(key.topic)
+        if (
+            info is None
+            or key.partition >= info.partitions
+            or key in host.runners
+            or key in self.stopping
+            or host.node_id not in host.image.members((key.topic, key.partition))
+        ):
+            return None
+        return info
 
     def claim(self, keys: list[PartitionKey]) -> None:
-        """The copies of `keys` that `sync` will make, claimed in the data directory with
-        one sync (server/data_dir.py's CopiesHeld), not one each."""
-        host = self.host
-        image = host.image
+        """The copies of `keys` about to be made, claimed in the data directory with one
+        sync (server/data_dir.py's CopiesHeld), not one each."""
         copies = []
         for key in keys:
-            info = image.topics.get(key.topic)
-            if (
-                info is not None
-                and key.partition < info.partitions
-                and key not in host.runners
-                and key not in self.stopping
-                and host.node_id in image.members((key.topic, key.partition))
-            ):
+            info = self.to_open(key)
+            if info is not None:
                 copies.append((info.topic_id.hex, key.partition))
-        host.copies_held.claim_all(copies)
+        self.host.copies_held.claim_all(copies)
 
     def sync(self, key: PartitionKey, *, campaign: bool = False) -> None:
         """Open, hand the members to, or stop this node's copy of `key`, as the image says."""
@@ -196,7 +223,7 @@ class Copies:
                 key = PartitionKey(info.name, partition)
                 ours = host.node_id in host.image.members((info.name, partition))
                 runner = host.runners.get(key)
-                if key in self.stopping or key in self.unopened:
+                if key in self.stopping or key in self.unopened or key in self.opening:
                     continue
                 if (runner is None) == ours:
                     self.sync(key)  # opens or stops it
@@ -207,27 +234,75 @@ class Copies:
 
     # ---------------------------------------------------------------- copies -----------
     def open(self, key: PartitionKey, info: TopicInfo, *, campaign: bool) -> None:
-        host = self.host
-        if key in self.stopping:
+        """Open this node's copy of `key` now, on the loop."""
+        if key in self.stopping or key in self.opening:
             return  # `refresh` opens it once the old copy is gone
+        try:
+            plan = self.plan(key, info)
+            runner = self.host.start_partition(plan, plan.open_log())
+        except OSError as error:
+            self.not_opened(key, info, error)
+            return
+        self.opened(key, info, runner, campaign=campaign)
+
+    async def open_many(self, copies: list[tuple[PartitionKey, TopicInfo, bool]]) -> None:
+        """Open these copies (key, topic, whether new): their logs in worker threads
+        together (each a directory made and synced: the file system syncs them as one),
+        then their runners on the loop, each if the image still names this node."""
+        host = self.host
+        plans = []
+        for key, info, campaign in copies:
+            if key in self.stopping or key in self.opening or key in host.runners:
+                continue
+            plans.append((self.plan(key, info), info, campaign))
+            self.opening.add(key)
+        loop = asyncio.get_running_loop()
+        logs = await asyncio.gather(
+            *(loop.run_in_executor(host.executor, plan.open_log) for plan, _, _ in plans),
+            return_exceptions=True,
+        )
+        for (plan, info, campaign), opened in zip(plans, logs, strict=True):
+            key = plan.key
+            self.opening.discard(key)
+            if isinstance(opened, OSError):
+                self.not_opened(key, info, opened)
+                continue
+            if isinstance(opened, BaseException):
+                raise opened  # a bug: the node stops (`_flush`)
+            if key in host.runners or self.to_open(key) is None:
+                opened.release()  # moved away, or deleted, while it opened
+                continue
+            try:
+                runner = host.start_partition(plan, opened)
+            except OSError as error:
+                self.not_opened(key, info, error)
+                continue
+            self.opened(key, info, runner, campaign=campaign)
+
+    def plan(self, key: PartitionKey, info: TopicInfo) -> PartitionPlan:
         born, directories = info.born_of(key.partition)
         members, target = self.members_of(key)
-        try:
-            runner = host.open_partition(
-                key,
-                _nodes(born),
-                info.config,
-                directories,
-                members=members,
-                target=target,
-                topic_id=info.topic_id.hex,
-            )
-        except OSError as error:
-            if not is_disk_error(error):
-                raise
-            host.disk.on_failure(key, error)
-            self.unopened[key] = info
-            return
+        return self.host.plan_partition(
+            key,
+            _nodes(born),
+            info.config,
+            directories,
+            members=members,
+            target=target,
+            topic_id=info.topic_id.hex,
+        )
+
+    def not_opened(self, key: PartitionKey, info: TopicInfo, error: OSError) -> None:
+        """A failing disk kept `key` closed: tried again later (`open_unopened`)."""
+        if not is_disk_error(error):
+            raise error
+        self.host.disk.on_failure(key, error)
+        self.unopened[key] = info
+
+    def opened(
+        self, key: PartitionKey, info: TopicInfo, runner: PartitionRunner, *, campaign: bool
+    ) -> None:
+        host = self.host
         self.unopened.pop(key, None)
         self.applied[key] = self.version_of(key)
         replicas = info.replicas[key.partition]

@@ -107,6 +107,7 @@ from tidelog.server.round_lines import (
     name_role,
     name_what_is_given_up,
 )
+from tidelog.server.topic_config import TopicConfig
 from tidelog.types import DirectoryId, Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, WalConfig
 
@@ -151,25 +152,43 @@ def nothing() -> None:
     """What a long-polling fetch's wait ends with at its deadline."""
 
 
-def open_on_disk(
-    directory: str,
-    wal_config: WalConfig,
-    replica_config: ReplicaConfig,
-    rng: Rng,
-    *,
-    directory_id: DirectoryId | None = None,
-    liveness: Liveness = NO_LIVENESS,
-) -> tuple[DiskStorage, OpenReplica]:
-    """A partition's disk log in `directory`, recovered, and how its replica starts on it
-    (now, and again after a repair or a disk outage): what a `PartitionRunner` is built on.
-    A new directory takes the id `directory_id` (None: a random one)."""
+def disk_log(
+    directory: str, wal_config: WalConfig, directory_id: DirectoryId | None = None
+) -> DiskStorage:
+    """A partition's disk log in `directory`, recovered: what a `PartitionRunner` is built
+    on. A new directory takes the id `directory_id` (None: a random one). Disk work only,
+    fit for a worker thread (server/copies.py opens a new topic's logs so)."""
     given = None if directory_id is None else lambda: directory_id
-    storage = DiskStorage(directory, clock=wall_ms, config=wal_config, new_directory_id=given)
+    return DiskStorage(directory, clock=wall_ms, config=wal_config, new_directory_id=given)
+
+
+def replica_opener(
+    replica_config: ReplicaConfig, rng: Rng, liveness: Liveness = NO_LIVENESS
+) -> OpenReplica:
+    """How a partition's replica starts on its disk log (now, and again after a repair or
+    a disk outage)."""
 
     def start_replica(storage: DiskStorage) -> Replica:
         return open_replica(replica_config, storage, rng, liveness)
 
-    return storage, start_replica
+    return start_replica
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPlan:
+    """A partition about to be opened on this node (`Broker.plan_partition`): its settings,
+    and where its log lies, with the id a new directory takes (its copy claimed)."""
+
+    key: PartitionKey
+    config: TopicConfig
+    replica_config: ReplicaConfig
+    directory: str
+    wal_config: WalConfig
+    directory_id: DirectoryId | None
+
+    def open_log(self) -> DiskStorage:
+        """Its disk log, recovered (disk work only: a worker thread may run it)."""
+        return disk_log(self.directory, self.wal_config, self.directory_id)
 
 
 class PartitionRunner:

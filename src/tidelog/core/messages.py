@@ -128,7 +128,18 @@ class TimeoutNow:
     epoch: Epoch
 
 
-Message = AppendRequest | AppendResponse | VoteRequest | VoteResponse | TimeoutNow
+@dataclass(frozen=True, slots=True)
+class WakeUp:
+    """A replica that hears from no leader and may not campaign (under repair, an
+    observer, ISR mode's follower) -> its peers: a quiesced leader among them wakes
+    (core/quiesce.py rule 2); anyone else takes it as any message of its epoch."""
+
+    sender: NodeId
+    recipient: NodeId
+    epoch: Epoch
+
+
+Message = AppendRequest | AppendResponse | VoteRequest | VoteResponse | TimeoutNow | WakeUp
 
 
 @dataclass(frozen=True, slots=True)

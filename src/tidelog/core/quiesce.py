@@ -24,6 +24,9 @@ Rules of this file:
    change, a transfer, DeleteRecords, and node liveness saying a follower's node died,
    started again or is heard again (`on_node_change`). Awake, it heartbeats at once, and
    counts a full election timeout before check-quorum.
+   A follower that hears from no leader for an election timeout and may not campaign
+   (under repair, an observer, ISR mode's) sends its peers a `WakeUp` (`wake_peers`):
+   a replica started again on a repaired log needs its quiesced leader's appends.
 3. A quiesced follower wakes on an append, on any message that moves its epoch, and when
    node liveness declares its leader's node dead or started again in another session than
    the one it quiesced in (`on_node_change`): then it grants votes at once (its promise
@@ -47,7 +50,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tidelog.core.messages import AppendResponse, Message
+from tidelog.core.messages import AppendResponse, Message, WakeUp
 from tidelog.core.replicate import LeaderPipeline
 from tidelog.core.roles import Role
 from tidelog.types import NodeId
@@ -154,6 +157,13 @@ class Quiescence(LeaderPipeline):
             own = progress.contact_sent_ms
             contacts.append(own if contact is None else max(contact, own))
         return contacts
+
+    def wake_peers(self) -> None:
+        """A follower that hears from no leader and may not campaign asks its peers to
+        wake the quiesced leader among them (rule 2): `WakeUp`, with quiescence on."""
+        if self.config.quiesce and self.role is not Role.LEADER:
+            for peer in self.peers:
+                self.msgs.append(WakeUp(self.id, peer, self.epoch))
 
     # ================================================================== node liveness ===
     def on_node_change(self, node: NodeId) -> None:

@@ -89,6 +89,7 @@ from tidelog.core.messages import (
     TimeoutNow,
     VoteRequest,
     VoteResponse,
+    WakeUp,
 )
 from tidelog.core.mode.isr import IsrMode
 from tidelog.core.mode.quorum import QuorumMode
@@ -319,7 +320,7 @@ class Replica(ClientRequests, FollowerPath, Quiescence):
             self.on_append_request(msg)
         elif isinstance(msg, AppendResponse):
             self.on_append_response(msg)
-        else:
+        elif not isinstance(msg, WakeUp):  # it woke a quiesced leader above: nothing more
             self.mode.step_election(msg)
         return None
 
@@ -365,6 +366,8 @@ class Replica(ClientRequests, FollowerPath, Quiescence):
         """A message from a later epoch. Returns False when it is to be dropped."""
         if isinstance(msg, VoteRequest | VoteResponse):
             return self.mode.on_higher_epoch_vote(msg)
+        if isinstance(msg, WakeUp):
+            return False  # from one that may not campaign: no epoch to move to
         # Only a leader sends appends and TimeoutNow: the sender leads that epoch.
         leader = msg.sender if isinstance(msg, AppendRequest | TimeoutNow) else None
         self.become_follower(msg.epoch, leader)

@@ -47,6 +47,7 @@ from tidelog.core.messages import (
     TimeoutNow,
     VoteRequest,
     VoteResponse,
+    WakeUp,
 )
 from tidelog.protocol.framing import (
     FRAME_SIZE,
@@ -233,6 +234,7 @@ MESSAGE_TAGS: Final[dict[int, type[Any]]] = {
     13: PeersNotice,
     14: NodePing,
     15: NodePong,
+    16: WakeUp,
 }
 
 _KIND_HANDSHAKE: Final = 1

@@ -76,7 +76,13 @@ from tidelog.server.metadata import (
 )
 from tidelog.server.metadata_fields import place_replicas
 from tidelog.server.metrics import NULL_METRICS, NodeMetrics
-from tidelog.server.partition import OnRound, PartitionPlan, PartitionRunner, replica_opener
+from tidelog.server.partition import (
+    OnRound,
+    OpenedLog,
+    PartitionPlan,
+    PartitionRunner,
+    replica_opener,
+)
 from tidelog.server.partition_inputs import Campaign, Retain, Step, Tick
 from tidelog.server.peers import PeerTransport
 from tidelog.server.quorum import QuorumReport, report_of
@@ -88,7 +94,7 @@ from tidelog.server.topic_config import TopicConfig
 from tidelog.server.truth import ClusterTruth
 from tidelog.server.view import client_listener
 from tidelog.types import NO_DIRECTORY, DirectoryId, Epoch, NodeId
-from tidelog.wal import DiskStorage, WalConfig
+from tidelog.wal import WalConfig
 from tidelog.wal.batches import producer_batch
 
 log = logging.getLogger("tidelog.broker")
@@ -284,7 +290,7 @@ class Broker:
             self.first_copy_id(key, topic_id, replica_config),
         )
 
-    def start_partition(self, plan: PartitionPlan, storage: DiskStorage) -> PartitionRunner:
+    def start_partition(self, plan: PartitionPlan, opened: OpenedLog) -> PartitionRunner:
         """The runner of a planned partition on its opened log (on the event loop)."""
         key, config = plan.key, plan.config
         start_replica = replica_opener(plan.replica_config, self.rng, self.liveness.view)
@@ -298,7 +304,7 @@ class Broker:
         isr = self.isr if config.isr_mode else None
         runner = PartitionRunner(  # it releases the log if its replica fails to start
             key,
-            storage,
+            opened,
             open_replica=start_replica,
             send=self.transport.send,
             executor=self.executor,

@@ -43,12 +43,11 @@ from tidelog.server.groups import GroupCoordinator
 from tidelog.server.isr_control import IsrControl
 from tidelog.server.logs import partition_fields
 from tidelog.server.metadata import OFFSETS_TOPIC, MetadataImage, TopicInfo
-from tidelog.server.partition import PartitionPlan, PartitionRunner
+from tidelog.server.partition import OpenedLog, PartitionPlan, PartitionRunner
 from tidelog.server.partition_inputs import Campaign, SetMembers
 from tidelog.server.settled import FULL_PASS_EVERY
 from tidelog.server.topic_config import TopicConfig
 from tidelog.types import DirectoryId, NodeId
-from tidelog.wal import DiskStorage
 
 log = logging.getLogger("tidelog.broker")
 Nodes = tuple[NodeId, ...]
@@ -83,7 +82,7 @@ class Host(Protocol):
         members: Nodes, target: Nodes, topic_id: str | None = None,
     ) -> PartitionPlan: ...  # fmt: skip
 
-    def start_partition(self, plan: PartitionPlan, storage: DiskStorage) -> PartitionRunner: ...
+    def start_partition(self, plan: PartitionPlan, opened: OpenedLog) -> PartitionRunner: ...
 
     def fatal(self, error: BaseException) -> None: ...
 

@@ -12,7 +12,8 @@ Rules of this file:
   than `SYNC_INLINE_SLOW_S` sends every sync of the node to the threads for a while.
 - Nothing steps the replica between `ready()` and `advance()`.
 - Damage a read found (StorageError with the log marked `needs_repair`, by a round or by a
-  Fetch) is repaired in this partition alone, at the start of its next round: the log sets
+  Fetch, which starts a round if none is coming: a quiesced partition has no ticks) is
+  repaired in this partition alone, at the start of its next round: the log sets
   it aside (`DiskStorage.quarantine`) and the replica starts again on what is left, a
   follower with a repair floor that fetches the rest from its leader (scenario 16). Both
   run in a worker thread (they read and copy up to whole segments); meanwhile `busy` is
@@ -186,9 +187,20 @@ class PartitionPlan:
     wal_config: WalConfig
     directory_id: DirectoryId | None
 
-    def open_log(self) -> DiskStorage:
+    def open_log(self) -> OpenedLog:
         """Its disk log, recovered (disk work only: a worker thread may run it)."""
-        return disk_log(self.directory, self.wal_config, self.directory_id)
+        return OpenedLog(disk_log(self.directory, self.wal_config, self.directory_id))
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedLog:
+    """A planned partition's disk log, opened (`PartitionPlan.open_log`): handed as it is to
+    the runner made on it (`Broker.start_partition`), or released."""
+
+    storage: DiskStorage
+
+    def release(self) -> None:
+        self.storage.release()
 
 
 class PartitionRunner:
@@ -201,7 +213,7 @@ class PartitionRunner:
     def __init__(
         self,
         key: PartitionKey,
-        storage: DiskStorage,
+        storage: DiskStorage | OpenedLog,
         *,
         open_replica: OpenReplica,
         send: Send,
@@ -217,12 +229,13 @@ class PartitionRunner:
         on_quiesce: OnQuiesce | None = None,
     ) -> None:
         self.key = key
-        self.storage = storage
+        # A log opened for it (`PartitionPlan.open_log`, maybe in a worker thread).
+        self.storage = storage.storage if isinstance(storage, OpenedLog) else storage
         self.open_replica = open_replica
         try:
-            self.replica = open_replica(storage)
+            self.replica = open_replica(self.storage)
         except BaseException:
-            storage.release()
+            self.storage.release()
             raise
         self.send = send
         self.executor = executor
@@ -448,7 +461,13 @@ class PartitionRunner:
         )
         if bounds.error is not None or offset >= bounds.hwm:
             return bounds, b""
-        return bounds, self._read_committed(offset, bounds.hwm, max_bytes)
+        try:
+            return bounds, self._read_committed(offset, bounds.hwm, max_bytes)
+        except StorageError:
+            if self.storage.needs_repair is not None and self.task is None:
+                # A quiesced partition has no round coming: start one, which repairs.
+                self.task = asyncio.get_running_loop().create_task(self._drive())
+            raise
 
     def _read_committed(self, offset: Offset, end: Offset, max_bytes: int) -> bytes | memoryview:
         """Committed batches from `offset` to `end`: straight from the segment file when they

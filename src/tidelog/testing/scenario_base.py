@@ -21,6 +21,7 @@ from tidelog.core.messages import (
     Message,
     TimeoutNow,
     VoteRequest,
+    WakeUp,
 )
 from tidelog.core.mode.isr import IsrMode
 from tidelog.core.replica import Replica
@@ -74,6 +75,8 @@ def describe_message(msg: Message | LivenessMessage) -> str:
         return f"{head} {kind} e{msg.epoch} last=e{msg.last_epoch}/{msg.log_end_offset}{transfer}"
     if isinstance(msg, TimeoutNow):
         return f"{head} TimeoutNow e{msg.epoch}"
+    if isinstance(msg, WakeUp):
+        return f"{head} WakeUp e{msg.epoch}"
     kind = "PreVote" if msg.pre_vote else "Vote"
     verdict = "Grant" if msg.granted else "Reject"
     return f"{head} {kind}{verdict} e{msg.epoch}"

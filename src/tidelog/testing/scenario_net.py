@@ -14,6 +14,7 @@ from tidelog.core.messages import (
     TimeoutNow,
     VoteRequest,
     VoteResponse,
+    WakeUp,
 )
 from tidelog.testing.cluster import Envelope
 from tidelog.testing.scenario_base import ScenarioState, ScriptError, describe_message, nodes_of
@@ -27,6 +28,7 @@ MESSAGE_TYPES: dict[str, type] = {
     "timeout-now": TimeoutNow,
     "ping": NodePing,
     "pong": NodePong,
+    "wake": WakeUp,
 }
 STABILIZE_ROUNDS_MAX = 10_000
 

@@ -98,6 +98,7 @@ class IsrMode:
         self.isr_outbox: list[IsrProposal] = []
         self.proposal_sent_tick = 0
         self.woken = False  # a quiesced leader woke: its next tick dates its followers
+        self.leader_silent_ticks = 0  # a follower's ticks without its leader's appends
         # Rule 8 of this file: the leader epoch in which our HWM was last found within a
         # leader's log, and the committed records given up since the last Ready.
         self.hwm_checked_epoch: Epoch | None = None
@@ -167,6 +168,11 @@ class IsrMode:
                 self.isr_leader.clock_started(now_ms)
         if self.r.role is Role.LEADER:
             self._tick_leader()
+        else:
+            self.leader_silent_ticks += 1
+            if self.leader_silent_ticks >= self.r.config.election_ticks:
+                self.leader_silent_ticks = 0
+                self.r.wake_peers()  # a restarted follower's quiesced leader (core/quiesce.py)
 
     def campaign(self) -> None:
         """Never: in ISR mode the controller elects (rule 4)."""
@@ -198,7 +204,9 @@ class IsrMode:
         raise AssertionError(f"refused at the door: {msg}")
 
     def on_leader_contact(self) -> None:
-        """No election timer, no lease: nothing to date."""
+        """No election timer, no lease: only how long a follower went without its
+        leader's appends (a quiesced leader is asked to wake after an election timeout)."""
+        self.leader_silent_ticks = 0
 
     def on_leader_lost(self, *, first: bool) -> None:
         del first  # the controller elects: it fences a dead node, and names a leader

@@ -111,6 +111,7 @@ class QuorumMode:
             return
         if self.r.repair_floor is not None or not self.r.may_stand():
             self._reset_election_timer()  # under repair, or an observer: never campaigns
+            self.r.wake_peers()  # but a quiesced leader may be waited for (core/quiesce.py)
             return
         if self.r.config.pre_vote:
             self.become_pre_candidate()

@@ -213,9 +213,15 @@ class IsrMode:
 
     def may_quiesce(self) -> bool:
         """A leader quiesces with no ISR proposal waiting for the controller's answer, and
-        (core/quiesce.py rule 1) every member caught up: the whole ISR."""
+        (core/quiesce.py rule 1) every member caught up: the whole ISR. Not while node
+        liveness says an ISR member is dead: awake, it shrinks the ISR in time."""
+        r = self.r
         leader = self.isr_leader
-        return leader is not None and leader.pending is None
+        return (
+            leader is not None
+            and leader.pending is None
+            and all(r.liveness.is_live(node) for node in leader.record.isr if node != r.id)
+        )
 
     def on_wake(self) -> None:
         """Asleep, it did not watch its followers: the first tick after waking dates each

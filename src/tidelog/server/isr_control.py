@@ -101,7 +101,7 @@ class IsrControl:
         """Every ISR-mode replica here holds the image's record (see the rules)."""
         if not self.registered:
             return
-        for runner in self.broker.noticed:  # ISR mode never quiesces: all of its
+        for runner in self.broker.hosted():
             if not runner.isr_mode:
                 continue  # quorum mode: no record to hold
             key = runner.key

@@ -43,7 +43,10 @@ Rules of this file:
    contact node liveness gave into each follower's own: it was answered while the
    follower was quiesced, and the follower's promise runs from the last contact it took.
 5. Check-quorum sleeps with the partition: the leader's node liveness wakes it when a
-   follower's node dies, and the partition's own check-quorum runs from then on.
+   follower's node dies, and the partition's own check-quorum runs from then on. In quorum
+   mode a leader sleeps again only once a majority of the voters (itself among them)
+   answered a request it sent since it woke (`woken_seq`): one cut off from its followers
+   stays awake, and its check-quorum steps it down.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from typing import Final
 
 from tidelog.core.messages import AppendResponse, Message, WakeUp
 from tidelog.core.replicate import LeaderPipeline
-from tidelog.core.roles import Role
+from tidelog.core.roles import Replication, Role
 from tidelog.types import NodeId
 
 NODE_LOSS_CAMPAIGN_TICKS: Final = 2
@@ -94,11 +97,24 @@ class Quiescence(LeaderPipeline):
         members.discard(self.id)
         if set(self.progress) != members:
             return False
-        return all(
+        if not all(
             (not p.probing and not p.inflight and not p.repairing and p.match_offset == end)
             or not self.liveness.is_live(peer)
             for peer, p in self.progress.items()
+        ):
+            return False
+        if self.config.replication is Replication.ISR:
+            return True  # its ISR members all live and caught up (mode/isr.py)
+        # A majority of the voters, this one too, answered since it last woke (rule 5).
+        heard = sum(
+            1
+            for peer, p in self.progress.items()
+            if self.counts(peer, p.directory)
+            and p.answered_seq >= self.woken_seq
+            and p.match_offset == end
+            and self.liveness.is_live(peer)
         )
+        return heard + (1 if self.is_voter() else 0) >= self.voters.majority
 
     def is_idle_answer(self, msg: Message) -> bool:
         """Whether `msg` is an answer that brings a quiesced leader no news: a follower of
@@ -135,6 +151,7 @@ class Quiescence(LeaderPipeline):
                 progress.contact_sent_ms = max(progress.contact_sent_ms, contact)
             progress.quiesce_session = None
         self.quiesced = False
+        self.woken_seq = self.append_seq + 1
         self.heartbeat_elapsed = 0
         self._heartbeat()
         self.mode.on_wake()

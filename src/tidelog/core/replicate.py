@@ -204,6 +204,7 @@ class LeaderPipeline(ReplicaState):
             return  # a request of an earlier term, maybe of an earlier run with other seqs
         if msg.seq < progress.seq_min:
             return  # sent before the follower said it lost records: nothing it says counts
+        progress.answered_seq = max(progress.answered_seq, msg.seq)
         if progress.directory != msg.directory:
             if progress.directory is not None:
                 self._on_new_copy(progress, msg)  # its contact dates from this copy on

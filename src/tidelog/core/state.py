@@ -121,6 +121,7 @@ class ReplicaState:
         self.quiesced = False
         self.quiesce_seq = 1 << 62
         self.quiesce_session: int | None = None
+        self.woken_seq = 0  # a leader's first request after it last woke
         self._maybe_finish_repair()
 
     # ================================================================== roles ===========

@@ -47,6 +47,7 @@ class Progress:
     directory: DirectoryId | None = None  # the copy whose answers these are (KIP-853)
     # The liveness session it answered our quiesce append in (core/quiesce.py, rule 4).
     quiesce_session: int | None = None
+    answered_seq: int = -1  # the latest of our requests (seq) it answered, in this term
 
     def probe(self, next_offset: Offset) -> None:
         """Stop pipelining; ask where our logs agree, from `next_offset`."""

@@ -14,7 +14,8 @@ partition's heartbeats.
 
 Rules of this file:
 1. A leader quiesces only with every member's copy verified at its log end (but the
-   copies of nodes node liveness declared dead: it wakes when they are heard again), its
+   copies of nodes node liveness declared dead, once they are out of its in-sync
+   replicas: it wakes when they are heard again), its
    HWM there and past its epoch's start, its voter set committed with no change to make, no
    transfer, no produce waiting and nothing unpersisted. A follower quiesces only on a
    `quiesce` append it took whole, its log ending where the leader's does and its HWM
@@ -97,12 +98,15 @@ class Quiescence(LeaderPipeline):
         members.discard(self.id)
         if set(self.progress) != members:
             return False
-        if not all(
-            (not p.probing and not p.inflight and not p.repairing and p.match_offset == end)
-            or not self.liveness.is_live(peer)
-            for peer, p in self.progress.items()
-        ):
-            return False
+        # A dead node's copy may lag, once out of the in-sync replicas (an election
+        # timeout awake): the ISR reported leaves it behind before the leader sleeps.
+        in_sync = set(self.in_sync_replicas())
+        for peer, p in self.progress.items():
+            if not self.liveness.is_live(peer):
+                if peer in in_sync:
+                    return False
+            elif p.probing or p.inflight or p.repairing or p.match_offset != end:
+                return False
         if self.config.replication is Replication.ISR:
             return True  # its ISR members all live and caught up (mode/isr.py)
         # A majority of the voters, this one too, answered since it last woke (rule 5).

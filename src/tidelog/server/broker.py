@@ -215,7 +215,8 @@ class Broker:
         self.noticed: list[PartitionRunner] = []
         self.joining = Joining(self)  # first voters, notices, links, members (joining.py)
         self.isr = IsrControl(self, clean=clean_start(config.data_dir))
-        self.metadata = self.open_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
+        plan = self.plan_partition(self.metadata_key, self.all_nodes, METADATA_CONFIG)
+        self.metadata = self.start_partition(plan, plan.open_log())
         self.copies = Copies(self)  # which partitions this node holds a copy of
         self.throttles = ReplicationThrottles(self)  # their throttles (server/throttles.py)
         self.truth = ClusterTruth(self, self.copies.applied)
@@ -223,25 +224,6 @@ class Broker:
     # ---------------------------------------------------------------- partitions -------
     def partition_dir(self, key: PartitionKey) -> Path:
         return self.config.data_dir / f"{key.topic}-{key.partition}"
-
-    def open_partition(
-        self,
-        key: PartitionKey,
-        replicas: tuple[NodeId, ...],
-        config: TopicConfig,
-        directories: tuple[DirectoryId, ...] = (),
-        *,
-        members: tuple[NodeId, ...] = (),
-        target: tuple[NodeId, ...] = (),
-        topic_id: str | None = None,
-    ) -> PartitionRunner:
-        """A partition's runner on its log here. `replicas` and `directories`: its first
-        voter set (KIP-858; server/data_dir.py), directories for a data partition in quorum
-        mode; `members` and `target`: its copies and voter target now (KIP-455)."""
-        plan = self.plan_partition(
-            key, replicas, config, directories, members=members, target=target, topic_id=topic_id
-        )
-        return self.start_partition(plan, plan.open_log())
 
     def plan_partition(
         self,
@@ -254,8 +236,11 @@ class Broker:
         target: tuple[NodeId, ...] = (),
         topic_id: str | None = None,
     ) -> PartitionPlan:
-        """What `open_partition` opens, its copy claimed (`first_copy_id`): its log may be
-        opened in a worker thread (`PartitionPlan.open_log`), then `start_partition`."""
+        """A partition to open here, its copy claimed (`first_copy_id`): its log may be
+        opened in a worker thread (`PartitionPlan.open_log`), then `start_partition` makes
+        its runner. `replicas` and `directories`: its first voter set (KIP-858;
+        server/data_dir.py), directories for a data partition in quorum mode; `members`
+        and `target`: its copies and voter target now (KIP-455)."""
         metadata = key == self.metadata_key
 
         if metadata:  # its first voters, members and target are joining's (joining.py)

@@ -62,6 +62,9 @@ from tidelog.tools.cluster import (
 from tidelog.tools.cluster_grow import add_node, remove_node
 from tidelog.tools.leaders_cmd import elect_preferred
 
+ROLL_SYNC_WAIT_S = 10.0
+"""How long `roll` waits for the cluster to be fully in sync before it refuses to start."""
+
 
 @click.group("cluster")
 def cluster() -> None:
@@ -357,7 +360,9 @@ def roll(directory: Path, timeout_s: float) -> None:
     sync) before the next; then every partition goes back to its preferred replica."""
     try:
         record = read_cluster(directory)
-        if not fully_in_sync(directory, record):
+        # A node just back catches up within moments (its leaders wake on its first ping).
+        in_sync = functools.partial(fully_in_sync, directory, record)
+        if not wait_until(in_sync, timeout_s=min(timeout_s, ROLL_SYNC_WAIT_S)):
             raise ClusterError("the cluster is not fully in sync: a roll would stall it")
         for node in record.nodes:
             started = time.monotonic()

@@ -101,9 +101,9 @@ BROKER_MODULE = "tidelog.server.app"
 @click.option(
     "--quiesce/--no-quiesce",
     default=None,
-    help="Let idle quorum-mode partitions quiesce: no heartbeats or ticks until a write, a "
+    help="Let idle partitions quiesce: no heartbeats or ticks until a write, a "
     "message or a node's death wakes them; node liveness (one heartbeat per pair of nodes) "
-    "stands in (default: on).",
+    "stands in (default: off).",
 )
 @click.option(
     "--metrics/--no-metrics",

@@ -14,6 +14,10 @@ ISR_DISK_SEEDS ?= 500
 NAMING_SEEDS ?= 1000
 # Quorum seeds whose replica set a simulated controller changes under the faults (sim --moves).
 MOVES_SEEDS ?= 1000
+# Quorum seeds whose idle partitions quiesce over node liveness (sim --quiesce): 3 replicas,
+# half as many of 5, and on disk; about 10 minutes more with 2 workers.
+QUIESCE_SEEDS ?= 1000
+QUIESCE_DISK_SEEDS ?= 300
 # The group simulator (coordinators over the replicated __consumer_offsets): about 5 minutes.
 GROUP_SEEDS ?= 2000
 
@@ -85,6 +89,9 @@ sim: install
 	$(PY) -m tidelog.testing.sim --seeds $(MOVES_SEEDS) --replicas 3 --jobs 2 --moves || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(MOVES_SEEDS) --replicas 4 --jobs 2 --moves || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $$(($(MOVES_SEEDS) / 2)) --replicas 5 --jobs 2 --moves || status=1; \
+	$(PY) -m tidelog.testing.sim --seeds $(QUIESCE_SEEDS) --replicas 3 --jobs 2 --quiesce || status=1; \
+	$(PY) -m tidelog.testing.sim --seeds $$(($(QUIESCE_SEEDS) / 2)) --replicas 5 --jobs 2 --quiesce || status=1; \
+	$(PY) -m tidelog.testing.sim --seeds $(QUIESCE_DISK_SEEDS) --replicas 3 --jobs 2 --quiesce --disk || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(ISR_SEEDS) --replicas 3 --jobs 2 --mode isr || status=1; \
 	$(PY) -m tidelog.testing.sim --seeds $(ISR_DISK_SEEDS) --replicas 3 --jobs 2 --mode isr --disk || status=1; \
 	$(PY) -m tidelog.testing.group_sim --seeds $(GROUP_SEEDS) --replicas 3 --jobs 2 || status=1; \

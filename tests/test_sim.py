@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
+from tidelog.core.quiesce import Quiescence
 from tidelog.core.replica import Role
 from tidelog.testing import sim
 from tidelog.types import NO_DIRECTORY
@@ -153,6 +155,9 @@ def test_a_violation_prints_the_command_that_reproduces_it(
         ["--ticks", "-1"],
         ["--seeds", "2", "--trace"],
         ["--faults", "some"],
+        ["--quiesce", "--mode", "isr"],
+        ["--quiesce", "--faults", "classic"],
+        ["--quiesce", "--moves"],
     ],
 )
 def test_bad_flags_are_refused(argv: list[str]) -> None:
@@ -228,3 +233,60 @@ def test_a_moved_run_ends_on_its_last_target() -> None:
     leader = next(r for r in run.live().values() if r.role is Role.LEADER)
     assert sorted(leader.voters.nodes) == sorted(mover.target)
     assert all(not r.config.target or r.config.target == mover.target for r in run.live().values())
+
+
+QUIESCE_SEEDS = 40
+DEAD_LEADER_SEED = 5
+
+
+@pytest.mark.parametrize(("replicas", "seeds"), [(3, QUIESCE_SEEDS), (5, QUIESCE_SEEDS // 2)])
+def test_idle_partitions_quiesce_and_wake_under_the_faults(
+    workers: ProcessPoolExecutor, replicas: int, seeds: int
+) -> None:
+    """`sim --quiesce`: every replica quiesces its idle partition over node liveness, under
+    every fault and those aimed at quiesced leaders; no seed finds a violation, and the
+    partitions did sleep and wake (some slowly), lose their leader's node while asleep,
+    and elect a leader again."""
+    numbers = range(1, seeds + 1)
+    mode = sim.Mode(replicas, 400, quiesce=True)
+    results = list(workers.map(sim.run_seed, numbers, itertools.repeat(mode)))
+    assert {s: r.violations for s, r in zip(numbers, results, strict=True) if r.violations} == {}
+    counts: Counter[str] = Counter()
+    for result in results:
+        counts.update(result.stops)
+    assert counts["quiesces"] > 5 * seeds
+    assert counts["wakes"] > 5 * seeds and counts["slow wakes"] > 0
+    assert counts["stranded"] > 0 and counts["re-elected"] > 0
+
+
+def test_a_quiesced_run_is_decided_by_its_seed() -> None:
+    first: list[str] = []
+    second: list[str] = []
+    one = sim.Run(2, 3, 200, quiesce=True, trace=first.append)
+    other = sim.Run(2, 3, 200, quiesce=True, trace=second.append)
+    assert one.run() == other.run()
+    assert first == second
+    assert any(line.endswith(" quiesced") for line in first)
+    assert any(line.endswith(" wakes slowly") for line in first)
+    assert any(", a quiesced leader" in line for line in first)
+
+
+def test_the_quiesce_summary_counts_sleeps_wakes_and_stranded_partitions(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert sim.main(["--seeds", "2", "--ticks", "200", "--quiesce"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].startswith("# leaders quiesced: ")
+    assert "quiesced under a leader gone down: " in out[-2]
+    assert out[-1] == "2 seeds, 0 violations"
+
+
+def test_a_dead_leader_s_sleeping_followers_never_woken_fail_their_seed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The liveness bound (`QuiescedLeaderMonitor`): when node liveness's word is lost (a
+    dead node's partitions are never woken, the mutant `dead-node-partitions-never-woken`),
+    seed DEAD_LEADER_SEED strands a quiesced partition, and fails on it."""
+    monkeypatch.setattr(Quiescence, "on_node_change", lambda self, node: None)
+    violations = sim.Run(DEAD_LEADER_SEED, 3, 400, quiesce=True).run().violations
+    assert any("none campaigned" in v or "none leads" in v for v in violations), violations

@@ -33,6 +33,12 @@ class Liveness(Protocol):
     """This node's view of the others' liveness (core/liveness.py), which a quiesced
     partition rests on (core/quiesce.py)."""
 
+    incarnation: int  # this node process's incarnation
+
+    def incarnation_of(self, node: NodeId) -> int | None:
+        """The incarnation of `node`'s process, from its latest node heartbeat taken."""
+        ...
+
     def session(self, node: NodeId) -> int:
         """This node's session with `node`: it changes when this node starts again, and
         when it declares `node` dead (or finds `node` started again)."""
@@ -44,6 +50,11 @@ class Liveness(Protocol):
         `node` answers in another session now."""
         ...
 
+    def pings_taken(self, node: NodeId) -> int:
+        """How many node heartbeats this node has taken from `node`: a count that only
+        grows (a heartbeat taken after a moment is one more than was counted then)."""
+        ...
+
     def is_live(self, node: NodeId) -> bool:
         """Whether `node` is not declared dead (a leader quiesces without the copies of
         dead nodes; node liveness wakes it when they are heard again)."""
@@ -53,6 +64,12 @@ class Liveness(Protocol):
 class _NoLiveness:
     """No node liveness: one session forever, and no contact ever."""
 
+    incarnation = 0
+
+    def incarnation_of(self, node: NodeId) -> int | None:
+        del node
+        return 0  # every node's, as every append names it
+
     def session(self, node: NodeId) -> int:
         del node
         return 0
@@ -60,6 +77,10 @@ class _NoLiveness:
     def contact_sent_ms(self, node: NodeId, session: int) -> int | None:
         del node, session
         return None
+
+    def pings_taken(self, node: NodeId) -> int:
+        del node
+        return 0
 
     def is_live(self, node: NodeId) -> bool:
         del node

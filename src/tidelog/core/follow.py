@@ -13,8 +13,10 @@ Rules of this file:
 - A reset to the leader's log start keeps our log when its prefix below the start is the
   leader's; it never drops what we acknowledged or committed (scenarios 19, 24).
 - A message of an older epoch changes nothing and is answered with our epoch (KIP-320).
-- Any append wakes a quiesced follower; a `quiesce` one it takes whole, holding the
-  leader's log and HWM, puts it to sleep (core/quiesce.py rule 1).
+- An append its leader sent after the one it slept on wakes a quiesced follower; a
+  `quiesce` one it takes whole, the latest of its leader's term, holding the leader's log
+  and HWM, from the node process its node liveness hears, puts it to sleep
+  (core/quiesce.py rules 1 and 3).
 """
 
 from __future__ import annotations
@@ -46,7 +48,16 @@ class FollowerPath(ReplicaState):
         if self.role is not Role.FOLLOWER or self.leader_id != msg.sender:
             self.become_follower(msg.epoch, msg.sender)
         self.mode.on_leader_contact()
-        self.quiesced = False  # any append wakes us; a `quiesce` one may put us back
+        latest = msg.seq >= self.leader_seq
+        self.leader_seq = max(self.leader_seq, msg.seq)
+        if msg.seq > self.quiesce_append_seq:
+            # An append sent after the one we slept on wakes us (one sent before, late,
+            # does not: our leader counts our promise); a `quiesce` one may put us back.
+            self.quiesced = False
+        elif self.quiesced:
+            # Still, its lease runs from now: released, we vote only once node liveness
+            # heard the leader's node after it (core/quiesce.py rule 3).
+            self.quiesce_pings = self.liveness.pings_taken(msg.sender)
         try:
             headers = [check_batch(batch) for batch in msg.batches]
         except CorruptBatch:
@@ -68,11 +79,21 @@ class FollowerPath(ReplicaState):
         self._raise_hwm(Offset(min(msg.hwm, end)))
         self._follow_log_start(msg.log_start_offset)
         self._answer(msg, True, end, NO_EPOCH)
-        if msg.quiesce and self.config.quiesce and self.hwm == end == self.log.log_end_offset:
-            # The leader's whole log is ours (core/quiesce.py rule 1): sleep, promising
-            # no vote while node liveness hears the leader's node in this session.
+        if (
+            msg.quiesce
+            and self.config.quiesce
+            and latest
+            and self.liveness.is_live(msg.sender)
+            and self.liveness.incarnation_of(msg.sender) == msg.incarnation
+            and self.hwm == end == self.log.log_end_offset
+        ):
+            # The leader's whole log is ours, its latest word, and its node process is
+            # the one node liveness hears (core/quiesce.py rule 1): sleep, promising no
+            # vote while node liveness hears that node in this session.
             self.quiesced = True
+            self.quiesce_append_seq = msg.seq
             self.quiesce_session = self.liveness.session(msg.sender)
+            self.quiesce_pings = self.liveness.pings_taken(msg.sender)
 
     def _answer(self, msg: AppendRequest, success: bool, offset: Offset, epoch: Epoch) -> None:
         """Answer an append once our log is durable (rule 2), echoing its time and seq."""

@@ -66,6 +66,7 @@ class _Peer:
     dead: bool = False
     their_session: int | None = None  # its session with us, from its latest answer
     contact_sent_ms: int | None = None  # the latest ping it answered in that session
+    pings: int = 0  # the pings we took from it
 
 
 class NodeLiveness:
@@ -89,6 +90,14 @@ class NodeLiveness:
         if peer is None or peer.their_session != session:
             return None
         return peer.contact_sent_ms
+
+    def incarnation_of(self, node: NodeId) -> int | None:
+        peer = self._peers.get(node)
+        return None if peer is None else peer.incarnation
+
+    def pings_taken(self, node: NodeId) -> int:
+        peer = self._peers.get(node)
+        return 0 if peer is None else peer.pings
 
     def is_live(self, node: NodeId) -> bool:
         """Whether `node` is watched and not declared dead."""
@@ -129,6 +138,7 @@ class NodeLiveness:
         peer.incarnation = ping.incarnation
         peer.heard = now
         peer.dead = False
+        peer.pings += 1
         return NodePong(self.node_id, node, self.session(node), ping.sent_ms), changed
 
     def on_pong(self, pong: NodePong) -> bool:

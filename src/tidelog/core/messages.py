@@ -38,7 +38,8 @@ class AppendRequest:
     leader's producer snapshot at `prev_offset` in `producers` (`producers.encode_entries`),
     so that a retry whose first copy lies below it is still recognised, and its voter set
     there in `voters` (one VotersRecord value, `membership.encode_voters`). `quiesce` asks
-    a follower that holds the whole log to quiesce (core/quiesce.py).
+    a follower that holds the whole log to quiesce (core/quiesce.py); it names the
+    incarnation of the leader's node process (core/liveness.py) in `incarnation`.
     """
 
     sender: NodeId
@@ -55,6 +56,7 @@ class AppendRequest:
     producers: tuple[bytes, ...] = ()
     voters: tuple[bytes, ...] = ()
     quiesce: bool = False
+    incarnation: int = 0
 
 
 @dataclass(frozen=True, slots=True)

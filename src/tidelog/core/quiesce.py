@@ -19,42 +19,59 @@ Rules of this file:
    HWM there and past its epoch's start, its voter set committed with no change to make, no
    transfer, no produce waiting and nothing unpersisted. A follower quiesces only on a
    `quiesce` append it took whole, its log ending where the leader's does and its HWM
-   there; any other append wakes it.
+   there, that is the latest request of its leader's term it took (not an old one
+   replayed or late), and whose leader's node process (the incarnation the append names)
+   is the one its node liveness hears, not declared dead: else nothing would ever wake
+   it (node liveness tells of a death, or a start, once).
 2. Anything wakes a quiesced leader: a produce, a message (but an answer holding its whole
    log: the quiesce append's, or a heartbeat's that crossed it), a setting or membership
    change, a transfer, DeleteRecords, and node liveness saying a follower's node died,
    started again or is heard again (`on_node_change`). Awake, it heartbeats at once, and
-   counts a full election timeout before check-quorum.
+   counts a full election timeout before check-quorum. Any change of role wakes a replica
+   (a follower that stands on a TimeoutNow that overtook its leader's wake-up).
    A follower that hears from no leader for an election timeout and may not campaign
    (under repair, an observer, ISR mode's) sends its peers a `WakeUp` (`wake_peers`):
    a replica started again on a repaired log needs its quiesced leader's appends.
-3. A quiesced follower wakes on an append, on any message that moves its epoch, and when
-   node liveness declares its leader's node dead or started again in another session than
-   the one it quiesced in (`on_node_change`): then it grants votes at once (its promise
-   rested on the leader's node being heard), and the first voter of the partition's
-   replicas after the leader campaigns within `NODE_LOSS_CAMPAIGN_TICKS`; the others
-   after an election timeout, so that the survivors do not split their votes.
+3. A quiesced follower wakes on an append its leader sent after the quiesce append (one
+   sent before, arriving late, leaves it asleep: its leader counts its promise; its lease
+   runs from there, see below), on any message that moves its epoch, on a (pre-)vote
+   request of its own leader for a later epoch or a `WakeUp` of its own leader (that
+   leader leads no more: check-quorum deposed it, or its replica started again, under
+   repair, in the same node process; nothing rests on the promise), and when node
+   liveness declares its leader's node dead or started again in another session than the
+   one it quiesced in (`on_node_change`). Then it grants votes at once (its promise rested
+   on the leader's node being heard) if it took a node heartbeat of that node after the
+   last append it took: the death was declared an election timeout after that heartbeat,
+   past the lease of the append. Else (the append came after the last heartbeat, which
+   the leader's lease may count) the lease of that append holds: an election timeout of
+   its own ticks. The first voter of the partition's replicas after the leader campaigns
+   within `NODE_LOSS_CAMPAIGN_TICKS`; the others after an election timeout, so that the
+   survivors do not split their votes.
 4. The read lease across quiescence rests on node liveness, never on a stale heartbeat: a
    quiesced leader counts a follower that answered its quiesce append in liveness session
    S as heard at the latest node heartbeat that follower's node answered in session S.
    That node grants no vote in the partition before it declares this node dead (an
    election timeout after the last ping it took), or starts again: both end session S,
    so such contact no longer counts. A follower still quiesced is in its leader's lease:
-   it grants no vote (the promise the leader counts on). On waking, the leader folds the
-   contact node liveness gave into each follower's own: it was answered while the
-   follower was quiesced, and the follower's promise runs from the last contact it took.
+   it grants no vote (the promise the leader counts on), and no late append wakes it
+   (rule 3). On waking, the leader folds the contact node liveness gave into each
+   follower's own: it was answered while the follower was quiesced, and the follower's
+   promise runs from the last contact it took.
 5. Check-quorum sleeps with the partition: the leader's node liveness wakes it when a
-   follower's node dies, and the partition's own check-quorum runs from then on. In quorum
+   follower's node dies, and the partition's own check-quorum runs from then on,
+   counting only the answers taken since it woke (those before it slept prove nothing
+   of now). In quorum
    mode a leader sleeps again only once a majority of the voters (itself among them)
-   answered a request it sent since it woke (`woken_seq`): one cut off from its followers
-   stays awake, and its check-quorum steps it down.
+   answered a request it sent since it woke (`woken_seq`), and since its last
+   check-quorum: one cut off from its followers stays awake, and its check-quorum steps
+   it down.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from tidelog.core.messages import AppendResponse, Message, WakeUp
+from tidelog.core.messages import AppendResponse, Message, VoteRequest, WakeUp
 from tidelog.core.replicate import LeaderPipeline
 from tidelog.core.roles import Replication, Role
 from tidelog.types import NodeId
@@ -109,12 +126,14 @@ class Quiescence(LeaderPipeline):
                 return False
         if self.config.replication is Replication.ISR:
             return True  # its ISR members all live and caught up (mode/isr.py)
-        # A majority of the voters, this one too, answered since it last woke (rule 5).
+        # A majority of the voters, this one too, answered since it last woke, and since
+        # its last check-quorum (rule 5: what they said an election timeout ago is old).
         heard = sum(
             1
             for peer, p in self.progress.items()
             if self.counts(peer, p.directory)
             and p.answered_seq >= self.woken_seq
+            and p.recent_active
             and p.match_offset == end
             and self.liveness.is_live(peer)
         )
@@ -154,6 +173,7 @@ class Quiescence(LeaderPipeline):
             if contact is not None:
                 progress.contact_sent_ms = max(progress.contact_sent_ms, contact)
             progress.quiesce_session = None
+            progress.recent_active = False  # check-quorum counts answers from now on (rule 5)
         self.quiesced = False
         self.woken_seq = self.append_seq + 1
         self.heartbeat_elapsed = 0
@@ -186,6 +206,19 @@ class Quiescence(LeaderPipeline):
             for peer in self.peers:
                 self.msgs.append(WakeUp(self.id, peer, self.epoch))
 
+    # ================================================================== the follower ====
+    def on_leader_standing(self, msg: Message) -> None:
+        """Rule 3: our own leader asks (pre-)votes for a later epoch, or to be woken: it
+        leads no more (check-quorum deposed it, or its replica started again), so nothing
+        rests on our promise: wake, and vote."""
+        if not self.quiesced or self.role is not Role.FOLLOWER or msg.sender != self.leader_id:
+            return
+        if (isinstance(msg, VoteRequest) and msg.epoch > self.epoch) or (
+            isinstance(msg, WakeUp) and msg.epoch >= self.epoch
+        ):
+            self.quiesced = False
+            self.mode.on_leader_lost(first=False)
+
     # ================================================================== node liveness ===
     def on_node_change(self, node: NodeId) -> None:
         """Node liveness declared `node` dead, or found it started again (rules 2, 3)."""
@@ -198,7 +231,10 @@ class Quiescence(LeaderPipeline):
         if self.quiesce_session == self.liveness.session(node):
             return  # it quiesced after the change: its promise is of the new session
         self.quiesced = False
+        # The quiesce append came after the last node heartbeat taken: the lease of that
+        # append (an election timeout of ticks) outlives the promise (rule 3).
+        lease_over = self.liveness.pings_taken(node) > self.quiesce_pings
         first = next(
             (n for n in self.config.assigned if n != node and n in self.voters.nodes), None
         )
-        self.mode.on_leader_lost(first=first == self.id)
+        self.mode.on_leader_lost(first=first == self.id, lease_over=lease_over)

@@ -311,6 +311,7 @@ class Replica(ClientRequests, FollowerPath, Quiescence):
                 self.wake()  # core/quiesce.py rule 2
             elif isinstance(msg, AppendResponse):
                 self.take_quiesce_answer(msg)
+        self.on_leader_standing(msg)
         if msg.epoch > self.epoch and not self._on_higher_epoch(msg):
             return None
         if msg.epoch < self.epoch:

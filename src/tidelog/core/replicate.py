@@ -15,7 +15,9 @@ Rules of this file:
   sent before a follower said it lost records counts for nothing, and so does one to a
   request sent before this term began (its `request_sent_ms`): the seqs of an earlier
   run of this node began again at 0, and the follower stamps a fenced request's answer
-  with its own, newer epoch.
+  with its own, newer epoch. Once the probe of a follower under repair ends, no answer
+  to a request sent before that probe counts: the follower may have set damage aside
+  again since it sent it (scenario 16, `sim --quiesce --disk`).
 - A throttle (`ReplicaConfig.throttle_bytes_per_s`, Kafka's
   leader.replication.throttled.rate) limits the batches sent to copies that do not vote
   (a reassignment's new replicas, a lost copy catching up): each leader tick adds its
@@ -185,6 +187,7 @@ class LeaderPipeline(ReplicaState):
                 producers,
                 voters,
                 quiesce,
+                self.liveness.incarnation if quiesce else 0,
             )
         )
         return self.append_seq
@@ -250,6 +253,11 @@ class LeaderPipeline(ReplicaState):
         progress.lost_records(next_offset, seq_min=self.append_seq + 1)
 
     def _on_append_accepted(self, progress: Progress, match: Offset) -> None:
+        if progress.probing and progress.repairing:
+            # The probe's answer says where a repairing follower's log ends now: one to a
+            # request sent before it may name records it set aside since (it may repair
+            # again, rule 8; scenario 16): nothing older counts any more.
+            progress.seq_min = max(progress.seq_min, progress.probe_seq)
         progress.accept(match, self.tick_count)
         if self._maybe_advance_hwm():
             self._complete_produces()

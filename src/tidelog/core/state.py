@@ -122,6 +122,9 @@ class ReplicaState:
         self.quiesce_seq = 1 << 62
         self.quiesce_session: int | None = None
         self.woken_seq = 0  # a leader's first request after it last woke
+        self.quiesce_pings = 0  # the leader's node heartbeats a follower took when it slept
+        self.quiesce_append_seq = -1  # and the seq of the quiesce append it slept on
+        self.leader_seq = -1  # the latest request a follower took from its leader's term
         self._maybe_finish_repair()
 
     # ================================================================== roles ===========
@@ -133,6 +136,8 @@ class ReplicaState:
 
     def become_follower(self, epoch: Epoch, leader: NodeId | None) -> None:
         assert epoch >= self.epoch
+        if epoch > self.epoch or leader != self.leader_id:
+            self.leader_seq = -1  # another term's requests: their seqs are not comparable
         if epoch > self.epoch:
             self.epoch = epoch
             self.voted_for = None

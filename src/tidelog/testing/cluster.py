@@ -22,7 +22,10 @@ Rules of this file:
   each node process has one (a new incarnation each start, not each repair); its pings
   and answers travel the same faulty network as the replicas' messages, and are taken by
   the node even while its replica persists; what changes its view goes to the replica
-  as an input (`Replica.on_node_change`).
+  as an input (`Replica.on_node_change`). A new cluster's processes heard each other
+  once as they formed it (`introduce`): each knows the others' first incarnations.
+- A caller may put faults of its own on messages as they are sent (`send_fault`: lost, or
+  delayed by a range of its own); `sim --quiesce` slows wake-ups so.
 - ISR mode, after an unclean election: a Ready that gives up committed records lowers the
   storage's HWM to their start as it is written (`SimNode.durable_hwm` with it, durable or
   not yet), so a restart may come back with that HWM (docs/isr.md rule 10).
@@ -52,6 +55,10 @@ from tidelog.types import DirectoryId, NodeId, Offset
 
 Input = Callable[[Replica], None]
 Wire = Message | LivenessMessage
+LOSE = "lose"
+# A fault the caller puts on one message as it is sent (`Cluster.send_fault`): LOSE, a
+# delay range of its own, or None (only the network's faults).
+SendFault = Callable[[Wire], str | tuple[int, int] | None]
 PPM = 1_000_000
 # The errors of a failing disk: the node stops on them (anything else is a bug).
 DISK_ERRNOS = (errno.EIO, errno.ENOSPC)
@@ -159,6 +166,9 @@ class SimNode:
     hwm_before_start: int = 0  # durable_hwm when the replica last started
     repaired: bool = False  # its last start found a repair floor
     liveness: NodeLiveness | None = None  # its process's node liveness, if the cluster has it
+    # Its ticks: each one its replica took (quiesced or not: a quiesced replica counts
+    # none), or missed while the node was paused.
+    ticks: int = 0
 
     @property
     def alive(self) -> bool:
@@ -254,11 +264,14 @@ class Cluster:
         self.wipes_keep_votes = True
         self.on_wipe: list[Callable[[NodeId], None]] = []
         self.trace: Callable[[str], None] | None = None
+        # The caller's own faults on what a node sends (`sim --quiesce`: slow wake-ups).
+        self.send_fault: SendFault | None = None
         self.liveness_timeout_ms = liveness_timeout_ms
         self.processes = 0  # node processes started: each one's liveness incarnation
         for sim_node in self.nodes.values():
             self.new_process(sim_node)
             sim_node.start()
+        self.introduce()
 
     # ---------------------------------------------------------------- inputs ------------
     def replica(self, node: NodeId) -> Replica:
@@ -309,9 +322,17 @@ class Cluster:
         return self.nodes[node].clock.read(self.now)
 
     def tick(self, node: NodeId) -> None:
-        if not self.is_paused(node):  # a stopped process misses its timers
-            now_ms = self.clock_ms(node)
-            self.input(node, lambda replica: replica.tick(now_ms=now_ms))
+        sim_node = self.nodes[node]
+        if self.is_paused(node):  # a stopped process misses its timers
+            sim_node.ticks += 1
+            return
+        now_ms = self.clock_ms(node)
+
+        def tick(replica: Replica) -> None:
+            sim_node.ticks += 1
+            replica.tick(now_ms=now_ms)
+
+        self.input(node, tick)
 
     def is_paused(self, node: NodeId) -> bool:
         return self.now < self.nodes[node].paused_until
@@ -361,6 +382,20 @@ class Cluster:
         for other in self.ids:
             liveness.watch(other, sim_node.clock.read(self.now))
         sim_node.liveness = liveness
+
+    def introduce(self) -> None:
+        """A new cluster's node processes heard each other once, as they formed it: each
+        one's node liveness knows the others' first incarnations (a quiesce append names
+        its leader's, core/quiesce.py)."""
+        for sim_node in self.nodes.values():
+            liveness = sim_node.liveness
+            if liveness is None:
+                continue
+            now_ms = sim_node.clock.read(self.now)
+            for other in self.nodes.values():
+                if other.liveness is not None and other is not sim_node:
+                    ping = NodePing(other.id, sim_node.id, other.liveness.incarnation, now_ms)
+                    liveness.on_ping(ping, now_ms)
 
     def ping(self, node: NodeId) -> None:
         """The node pings every other node (a node heartbeat), if it runs."""
@@ -469,14 +504,20 @@ class Cluster:
 
     def send(self, messages: Iterable[Wire]) -> None:
         for msg in messages:
-            if (msg.sender, msg.recipient) in self.cut or self.rng.random() < self.drop_rate:
+            fault = None if self.send_fault is None else self.send_fault(msg)
+            if (
+                fault == LOSE
+                or (msg.sender, msg.recipient) in self.cut
+                or self.rng.random() < self.drop_rate
+            ):
                 if self.trace is not None:
                     self.note(f"lose {describe_message(msg)}")
                 continue
             copies = 2 if self.rng.random() < self.duplicate_rate else 1
             for _ in range(copies):
                 long = self.long_delay_rate and self.rng.random() < self.long_delay_rate
-                self.schedule(msg, self.long_delay_range if long else self.delay_range)
+                delay = self.long_delay_range if long else self.delay_range
+                self.schedule(msg, fault if isinstance(fault, tuple) else delay)
             if self.replay_rate and self.rng.random() < self.replay_rate:
                 self.schedule(msg, self.long_delay_range)
 

@@ -38,6 +38,15 @@ Rules of this file:
   rate_leader <= (E - 1) / rate_voter, i.e. rate_max / rate_min <= (E - 1) / (E - M): 9/8
   with E = 10 and M = 2, so every rate within 1 ± 1/17 (±5.9 %). The drift drawn, ±5 %,
   stays inside it (1.05 / 0.95 = 1.105 < 1.125).
+- Quiescence (`sim --quiesce`, core/quiesce.py), drawn from a generator of its own
+  (`QuiesceSettings.draw`): every replica quiesces its idle partition, over node liveness
+  that times out after an election timeout; the writes come in bursts with idle stretches
+  between them (so partitions sleep often) and every fault above plays on, while they
+  sleep too. A share of the wake-ups is slow (`Wakes`): what a leader sends within a tick
+  of waking is lost, or delayed up to three election timeouts, message by message.
+  Node liveness leans on the clocks as the lease does: a follower's node declares its
+  leader's dead an election timeout of its own clock after the last ping it took, while
+  the leader's lease from that ping lasts (E - M) ticks of its clock: the same bound.
 """
 
 from __future__ import annotations
@@ -45,11 +54,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Final
 
+from tidelog.core.messages import AppendRequest
 from tidelog.core.replica import Replica, ReplicaConfig, Role
-from tidelog.testing.cluster import PPM, READ_ALL_BYTES, Cluster, NodeClock, SimStorage
+from tidelog.testing.cluster import (
+    LOSE,
+    PPM,
+    READ_ALL_BYTES,
+    Cluster,
+    NodeClock,
+    SimStorage,
+    Wire,
+)
 from tidelog.testing.disk import SimDiskStorage
 from tidelog.types import NodeId, Offset
 
@@ -76,6 +96,21 @@ repairs)."""
 REFLIP_RATE: Final = 0.05
 """In those seeds, per microtick of a stormy window, the chance of a second flip while a
 node repairs and a leader that knows it counts a match for it again."""
+# Quiescence (`sim --quiesce`): node liveness times out after an election timeout; the
+# writes come in bursts this long on average (in ticks), with idle stretches as long.
+LIVENESS_TIMEOUT: Final = ELECTION_TICKS * MICROS_PER_TICK
+QUIESCE_BURST_TICKS: Final = (15, 30, 60)
+SLOW_WAKE_SHARES: Final = (0.0, 0.3, 0.7)
+SLOW_WAKE_WINDOW: Final = 3 * MICROS_PER_TICK  # its first two heartbeats
+SLOW_WAKE_DELAY: Final = (ELECTION_TICKS * MICROS_PER_TICK // 2, 3 * LIVENESS_TIMEOUT)
+SLEEPER_RATES: Final = (0.002, 0.005, 0.01)  # per microtick of a stormy window
+SLEEPER_FAULTS: Final = ("crash", "pause", "isolate", "deaf", "mute", "transfer")
+SLEEPER_FAULT_WEIGHTS: Final = (3, 3, 1, 1, 1, 3)
+# A quiesced leader's node stalls longer than a pause of `Faults.draw`'s: long enough for
+# the others to elect a leader that commits while it sleeps on (its lease must not hold).
+SLEEPER_PAUSE_TICKS: Final = (20, 60)
+SLEEPER_DOWN_TICKS: Final = (80, 200)  # a quiesced leader's node that crashes stays down
+LOST_QUIESCE_SHARES: Final = (0.0, 0.1, 0.3)
 
 
 def log_uniform(rng: random.Random, low: float, high: float) -> float:
@@ -261,6 +296,14 @@ class Faults:
     # a seed without them draws as it did before there were any; None: never.
     reflip_rng: random.Random | None = None
     reflips: int = 0
+    # `sim --quiesce`: faults aimed at a quiesced leader, from a generator of their own
+    # (`hit_sleeper`); None: never.
+    sleeper_rng: random.Random | None = None
+    sleeper_rate: float = 0.0
+    sleeper_hits: int = 0
+    # Told of a transfer asked of a quiesced leader, before it is (`Wakes.lose_next_wake`).
+    on_sleeper_transfer: Callable[[NodeId], None] | None = None
+    held_down: dict[NodeId, int] = field(default_factory=dict)  # until when
 
     @classmethod
     def draw(cls, rng: random.Random, settings: Settings, *, disk: bool, ticks: int) -> Faults:
@@ -315,6 +358,7 @@ class Faults:
         if self.calm:
             return
         self.maybe_flip_twice(cluster)
+        self.maybe_hit_sleeper(cluster)
         roll = rng.random()
         for rate, inject in (
             (self.crash_rate, inject_crash),
@@ -332,6 +376,49 @@ class Faults:
                 return
             roll -= rate
 
+    def maybe_hit_sleeper(self, cluster: Cluster) -> None:
+        """`sim --quiesce`: now and then a fault hits a quiesced leader's node: it crashes,
+        pauses, is cut off (both ways, or one), is asked to hand its leadership over, or
+        (on disk, within the nodes bits may flip in) a bit flips in a committed batch of
+        its log and a read finds it at once: its replica starts again to set it aside."""
+        rng = self.sleeper_rng
+        if rng is None or rng.random() >= self.sleeper_rate:
+            return
+        sleepers = [
+            node
+            for node, replica in cluster.live_replicas()
+            if replica.role is Role.LEADER and replica.quiesced and not cluster.is_paused(node)
+        ]
+        if not sleepers:
+            return
+        node = rng.choice(sleepers)
+        self.sleeper_hits += 1
+        cluster.note(f"a fault hits {node}, a quiesced leader")
+        flips = isinstance(cluster.nodes[node].storage, SimDiskStorage) and (
+            node in self.flip_pool(cluster)
+        )
+        kinds = SLEEPER_FAULTS + (("flip",) if flips else ())
+        kind = rng.choices(kinds, SLEEPER_FAULT_WEIGHTS + ((1,) if flips else ()))[0]
+        if kind == "flip":
+            self.flip_and_read(cluster, node, rng, again=False)
+        elif kind == "crash":
+            cluster.crash(node)  # and it stays down a while: the others must elect
+            self.held_down[node] = cluster.now + rng.randint(*SLEEPER_DOWN_TICKS) * MICROS_PER_TICK
+        elif kind == "pause":
+            cluster.pause(node, rng.randint(*SLEEPER_PAUSE_TICKS) * MICROS_PER_TICK)
+        elif kind == "isolate":
+            cluster.isolate(node)
+        elif kind == "deaf":
+            cluster.isolate(node, outbound=False)  # it hears nobody; the others hear it
+        elif kind == "mute":
+            cluster.isolate(node, inbound=False)  # nobody hears it; it hears the others
+        else:
+            target = rng.choice([peer for peer in cluster.ids if peer != node])
+            cluster.note(f"{node} hands its leadership to {target}")
+            if self.on_sleeper_transfer is not None:
+                self.on_sleeper_transfer(node)
+            cluster.input(node, partial(transfer_to, target=target))
+
     def step_outage(self, cluster: Cluster) -> None:
         """Take the outage's nodes down at its start; bring them back at its end."""
         if cluster.now == self.outage_start and self.outage:
@@ -343,8 +430,10 @@ class Faults:
                 cluster.restart(node)
 
     def inject_restart(self, cluster: Cluster, rng: random.Random) -> None:
-        """Restart a node that is down (not one the outage keeps down)."""
+        """Restart a node that is down (not one the outage keeps down, nor a quiesced
+        leader's node a fault keeps down: `maybe_hit_sleeper`)."""
         held = self.outage if self.outage_start <= cluster.now < self.outage_end else ()
+        held = (*held, *(n for n, until in self.held_down.items() if cluster.now < until))
         down = [n for n in cluster.ids if not cluster.nodes[n].alive and n not in held]
         if down:
             node = rng.choice(down)
@@ -488,6 +577,10 @@ def inject_pause(cluster: Cluster, rng: random.Random) -> None:
     cluster.pause(node, rng.randint(PAUSE_TICKS_MIN, PAUSE_TICKS_MAX) * MICROS_PER_TICK)
 
 
+def transfer_to(replica: Replica, target: NodeId) -> None:
+    replica.transfer_leadership(target)  # refused when no longer leader: nothing to do
+
+
 def inject_transfer(cluster: Cluster, rng: random.Random) -> None:
     """A leader is asked to hand its leadership to another replica (a controlled shutdown,
     a preferred-leader election): whatever the faults around it, no rule may break."""
@@ -520,3 +613,117 @@ def pick_leader_mostly(cluster: Cluster, rng: random.Random, share: float) -> No
     """A leader with probability `share` (when there is one), else any node."""
     leaders = [node for node, replica in cluster.live_replicas() if replica.role is Role.LEADER]
     return rng.choice(leaders) if leaders and rng.random() < share else rng.choice(cluster.ids)
+
+
+@dataclass(frozen=True, slots=True)
+class QuiesceSettings:
+    """What a `sim --quiesce` seed draws besides its settings, from a generator of its own."""
+
+    burst_ticks: int  # the writes' bursts and idle stretches, on average
+    slow_wake_share: float  # of the wakes, how many are slow (`Wakes`)
+    lost_quiesce_share: float  # of the quiesce appends, how many are lost (`Wakes`)
+    sleeper_rate: float  # faults aimed at a quiesced leader (`Faults.maybe_hit_sleeper`)
+    # The seed's own fault rates in place of `Faults.draw`'s, so that its nodes are more
+    # often all up and connected (a partition quiesces only then), and DeleteRecords
+    # (which wakes a leader) rarer.
+    crash_rate: float
+    partition_rate: float
+    restart_rate: float
+    heal_rate: float
+    delete_rate: float
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> QuiesceSettings:
+        return cls(
+            burst_ticks=rng.choice(QUIESCE_BURST_TICKS),
+            slow_wake_share=rng.choice(SLOW_WAKE_SHARES),
+            lost_quiesce_share=rng.choice(LOST_QUIESCE_SHARES),
+            sleeper_rate=rng.choice(SLEEPER_RATES),
+            crash_rate=rng.uniform(0.0003, 0.0015),
+            partition_rate=rng.uniform(0.0003, 0.0015),
+            restart_rate=log_uniform(rng, 0.003, 0.02),
+            heal_rate=log_uniform(rng, 0.002, 0.01),
+            delete_rate=rng.choice((0.0005, 0.001, 0.002)),
+        )
+
+    def apply(self, settings: Settings) -> Settings:
+        """The seed's settings with quiescence's own writes and DeleteRecords."""
+        return dataclasses.replace(
+            settings, burst_ticks=self.burst_ticks, delete_rate=self.delete_rate
+        )
+
+    def apply_faults(self, faults: Faults, rng: random.Random) -> None:
+        """The seed's faults with quiescence's own rates, and faults aimed at quiesced
+        leaders (from `rng`, a generator of their own)."""
+        faults.crash_rate = self.crash_rate
+        faults.partition_rate = self.partition_rate
+        faults.restart_rate = self.restart_rate
+        faults.heal_rate = self.heal_rate
+        faults.sleeper_rng = rng
+        faults.sleeper_rate = self.sleeper_rate
+
+
+@dataclass
+class Wakes:
+    """`sim --quiesce`: counts the leaders that quiesce and wake, and makes a share of the
+    wakes slow: what the woken leader sends within SLOW_WAKE_WINDOW (its first heartbeats,
+    the appends of the produce that woke it) is lost or delayed, each message by a draw of
+    its own; and loses `lost_quiesce_share` of the quiesce appends (a partition half
+    asleep: its leader sleeps, a follower does not). Hand `fault` to `Cluster.send_fault`;
+    `observe` every live node after each step (a wake is seen there, or as the woken
+    leader sends)."""
+
+    cluster: Cluster
+    rng: random.Random
+    share: float
+    lost_quiesce_share: float = 0.0
+    asleep: dict[NodeId, Replica] = field(default_factory=dict)  # quiesced leaders seen
+    slow_until: dict[NodeId, tuple[int, bool]] = field(default_factory=dict)  # (until, all)
+    lose_next: set[NodeId] = field(default_factory=set)  # their next wake loses everything
+    quiesces: int = 0
+    wakes: int = 0
+    slow: int = 0
+
+    def observe(self, node: NodeId, replica: Replica | None) -> None:
+        if replica is not None and replica.role is Role.LEADER and replica.quiesced:
+            if self.asleep.get(node) is not replica:
+                self.quiesces += 1
+                self.asleep[node] = replica
+            return
+        was = self.asleep.pop(node, None)
+        if was is None or was is not replica or replica.role is not Role.LEADER:
+            return
+        self.wakes += 1
+        lose_all = node in self.lose_next
+        self.lose_next.discard(node)
+        if lose_all or (self.share and self.rng.random() < self.share):
+            self.slow += 1
+            self.slow_until[node] = (self.cluster.now + SLOW_WAKE_WINDOW, lose_all)
+            self.cluster.note(f"leader {node} wakes slowly")
+
+    def lose_next_wake(self, node: NodeId) -> None:
+        """What `node` sends as it next wakes (within the window) is lost, every message:
+        a quiesced leader asked to hand its leadership over, whose TimeoutNow (no append)
+        goes out while the heartbeats of its wake-up are lost (`Faults.maybe_hit_sleeper`)."""
+        self.lose_next.add(node)
+
+    def fault(self, msg: Wire) -> str | tuple[int, int] | None:
+        """LOSE, a long delay, or None for a message as it is sent."""
+        if not isinstance(msg, AppendRequest):
+            return None
+        if msg.quiesce and self.lost_quiesce_share:
+            return LOSE if self.rng.random() < self.lost_quiesce_share else None
+        self.observe(msg.sender, self.cluster.nodes[msg.sender].replica)
+        slow = self.slow_until.get(msg.sender)
+        if slow is None or self.cluster.now > slow[0]:
+            self.slow_until.pop(msg.sender, None)
+            return None
+        if slow[1]:
+            return LOSE
+        return LOSE if self.rng.random() < 0.5 else SLOW_WAKE_DELAY
+
+    def stop(self) -> None:
+        """No more slow wakes (the liveness phase heals every fault)."""
+        self.share = self.lost_quiesce_share = 0.0
+        self.slow_until.clear()
+        self.lose_next.clear()

@@ -37,21 +37,42 @@
   outside the group that can still send to it can disturb it (a deposed leader's
   heartbeats, or votes that depose the group's leader), so then every link from outside
   into the group must be cut.
+- `QuiescedLeaderMonitor` (`sim --quiesce`, liveness): a partition quiesced under a leader
+  whose node went down (a live follower sleeps under it while it is crashed, started
+  again, deposed, paused, or in no group that could elect) must have a candidate within
+  `campaign_bound` and a leader (of a later epoch, or that leader back) within `bound`
+  of a group that could elect one: a majority of voters up, connected both ways, and,
+  without check-quorum, undisturbed from outside (as above, but a majority is enough: an
+  election needs no more). The candidate's bound is quiescence's own (node liveness
+  declares the leader dead within an election timeout, and the first survivor stands at
+  once); the leader's is looser, as randomized elections under long delays may split
+  their votes for a while. A group that changes (but for one that grows) starts both
+  clocks again.
+- `SleeperMonitor` (`sim --quiesce`, liveness): a quiesced follower wakes within `bound`
+  while a leader of its epoch or a later one is awake, up, and connected to it both ways:
+  that leader's heartbeats (or a new leader's appends) must wake it, a slow wake-up
+  being only late, never lost for good.
+- `LeaseMonitor` counts, for a quiesced leader, the contact node liveness gave of a
+  follower in the session it slept in (core/quiesce.py rule 4), as the lease does.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from tidelog.core.membership import ReplicaKey
 from tidelog.core.messages import AppendResponse, Message, Ready, VoteResponse
 from tidelog.core.replica import Replica, Role
+from tidelog.core.tracker import Progress
 from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster
-from tidelog.types import Epoch, NodeId
+from tidelog.types import Epoch, NodeId, Offset
 
+# A leader's contact with a follower before any answer (core/tracker.py's Progress).
+NEVER_MS: Final = Progress(next_offset=Offset(0)).contact_sent_ms
 # How many of a leader's last election timeouts may pass without a majority answering.
 QUORUM_TIMEOUTS_MAX = 2
 # How many identical rejections in a row, each to a probe sent after the last, make a loop.
@@ -79,11 +100,26 @@ class LeaseMonitor:
             if not leader.has_read_lease(now_ms):
                 continue
             progress = leader.progress.get(voter)
-            if progress is not None and progress.contact_sent_ms > now_ms - leader.config.lease_ms:
+            if progress is None:
+                continue
+            contact = max(progress.contact_sent_ms, self.liveness_contact(node, leader, voter))
+            if contact > now_ms - leader.config.lease_ms:
                 self.checker.fail(
                     f"node {voter} granted a vote in epoch {epoch} inside leader {node}'s "
                     f"read lease (epoch {leader.epoch})"
                 )
+
+    def liveness_contact(self, node: NodeId, leader: Replica, voter: NodeId) -> int:
+        """When node liveness last heard `voter` for a quiesced `leader` on `node`: the
+        send time of the latest node heartbeat the voter's node answered in the session its
+        copy quiesced in (core/quiesce.py rule 4); NEVER_MS when that counts for nothing."""
+        liveness = self.cluster.nodes[node].liveness
+        progress = leader.progress.get(voter)
+        if liveness is None or not leader.quiesced or progress is None:
+            return NEVER_MS
+        session = progress.quiesce_session
+        contact = None if session is None else liveness.contact_sent_ms(voter, session)
+        return NEVER_MS if contact is None else contact
 
 
 @dataclass
@@ -366,24 +402,261 @@ class ProgressMonitor:
         """The largest group of up replicas connected both ways, a quorum of voters among
         them, that nobody outside can disturb (see the module's docstring); None if there
         is none."""
+        groups = healthy_groups(self.cluster, self.voter, self.quorum_size, self.check_quorum)
+        return next(groups, None)
+
+
+@dataclass
+class QuiescedLeaderMonitor:
+    """`sim --quiesce` (liveness): a quiesced partition whose leader's node is down has a
+    candidate within `campaign_bound` of a group that could elect one, and within
+    `declared_bound` of a voter of that group (not under repair) declaring the leader's
+    node dead; and a leader within `bound` (see the module's docstring)."""
+
+    cluster: Cluster
+    checker: Checker
+    voter: Callable[[NodeId], bool]  # whether a node's copy votes (an empty disk: no)
+    majority: int  # the voters an election needs
+    check_quorum: bool
+    campaign_bound: int  # microticks
+    declared_bound: int  # microticks
+    bound: int  # microticks
+    stranded: tuple[NodeId, Epoch] | None = None  # the leader and epoch a follower slept in
+    since: int | None = None  # since when a group could elect (the bounds' clock)
+    campaigned: bool = False  # whether one of that group campaigned since
+    campaign_waited: int = 0  # and when
+    declared: tuple[NodeId, int] | None = None  # who of that group declared it dead, when
+    group: frozenset[NodeId] | None = None  # the largest group that could
+    groups: list[frozenset[NodeId]] = field(default_factory=list)
+    topology_seen: int = -1
+    episodes: int = 0  # quiesced partitions found with their leader down
+    elections: int = 0  # of those, ended by a leader of a later epoch
+    waited: int = 0  # microticks from a group that could elect to a leader, summed
+    longest: int = 0  # and the longest
+    longest_campaign: int = 0  # the longest wait for a candidate
+    waits: list[tuple[int, int]] = field(default_factory=list)  # (for a candidate, a leader)
+
+    def check(self) -> None:
+        """Call once per microtick."""
         cluster = self.cluster
-        up = [node for node in cluster.ids if cluster.up(node)]
-        for size in range(len(up), self.quorum_size - 1, -1):
-            for group in itertools.combinations(up, size):
-                voters = sum(1 for node in group if self.voter(node))
-                if voters >= self.quorum_size and self.connected(group) and self.undisturbed(group):
-                    return frozenset(group)
+        if self.topology_seen != cluster.topology_version:
+            self.topology_seen = cluster.topology_version
+            self.groups = list(
+                healthy_groups(cluster, self.voter, self.majority, self.check_quorum)
+            )
+            self.regroup(self.groups[0] if self.groups else None)
+        if self.stranded is None:
+            self.stranded = self.find_stranded()
+            if self.stranded is None:
+                return
+            self.episodes += 1
+            self.since = None if self.group is None else cluster.now
+            self.campaigned = False
+            self.declared = None
+            leader, epoch = self.stranded
+            cluster.note(f"quiesced under leader {leader} (epoch {epoch}), whose node is down")
+        leader, epoch = self.stranded
+        if self.group is None or self.repairing(self.group):
+            self.since = self.declared = None  # replicas under repair may block them
+        elif self.since is None:
+            self.since, self.campaigned, self.declared = cluster.now, False, None
+        waited = 0 if self.since is None else cluster.now - self.since
+        ended = self.ended(leader, epoch)
+        if ended is not None:
+            self.elections += ended
+            self.waited += waited
+            self.longest = max(self.longest, waited)
+            if ended and self.campaigned:
+                self.waits.append((self.campaign_waited, waited))
+            self.stranded = None
+            return
+        if not self.campaigned and self.campaigning(epoch):
+            self.campaigned = True
+            self.campaign_waited = waited
+            self.longest_campaign = max(self.longest_campaign, waited)
+        if not self.campaigned and self.since is not None and self.declared is None:
+            self.declared = self.declaring(leader)
+        declared = self.declared if self.since is not None else None
+        since_declared = 0 if declared is None else cluster.now - declared[1]
+        late = waited > self.bound or (
+            not self.campaigned
+            and (waited > self.campaign_bound or since_declared > self.declared_bound)
+        )
+        if late:
+            said = (
+                ""
+                if declared is None
+                else f" ({declared[0]} declared it dead {since_declared} microticks ago)"
+            )
+            self.checker.fail(
+                f"liveness: a partition quiesced under leader {leader} (epoch {epoch}), whose "
+                f"node is down or cut off; replicas {sorted(self.group or ())} could elect "
+                f"for {waited} microticks{said}, and "
+                + ("none leads" if self.campaigned else "none campaigned")
+            )
+            self.stranded = None
+
+    def declaring(self, leader: NodeId) -> tuple[NodeId, int] | None:
+        """A voter of the group, not under repair, whose node liveness declared `leader`'s
+        node dead (it stands within an election timeout: core/quiesce.py rule 3), and now."""
+        for node in sorted(self.group or ()):
+            sim_node = self.cluster.nodes[node]
+            replica, liveness = sim_node.replica, sim_node.liveness
+            if (
+                replica is not None
+                and liveness is not None
+                and replica.repair_floor is None
+                and self.voter(node)
+                and not liveness.is_live(leader)
+            ):
+                return node, self.cluster.now
         return None
 
-    def connected(self, group: tuple[NodeId, ...]) -> bool:
-        return not any((a, b) in self.cluster.cut for a in group for b in group if a != b)
+    def repairing(self, group: frozenset[NodeId]) -> bool:
+        """Whether the voters of `group` not under repair fall short of a majority: one
+        under repair never stands, and refuses a candidate short of its repair floor
+        (rule 8 of the replica), so such a group may not elect until it is repaired."""
+        standing = sum(
+            1
+            for node in group
+            if self.voter(node)
+            and (replica := self.cluster.nodes[node].replica) is not None
+            and replica.repair_floor is None
+        )
+        return standing < self.majority
 
-    def undisturbed(self, group: tuple[NodeId, ...]) -> bool:
-        if self.check_quorum:
-            return True
+    def campaigning(self, epoch: Epoch) -> bool:
+        """Whether a member of the group stands (pre-vote or vote) or left `epoch`."""
+        for node in self.group or ():
+            replica = self.cluster.nodes[node].replica
+            if replica is not None and (
+                replica.epoch > epoch or replica.role in (Role.PRE_CANDIDATE, Role.CANDIDATE)
+            ):
+                return True
+        return False
+
+    def regroup(self, group: frozenset[NodeId] | None) -> None:
+        """A new group starts the clock; one that only grew keeps it."""
+        old = self.group
+        if group is None:
+            self.since = None
+            self.declared = None
+        elif old is None or not old <= group or self.since is None:
+            self.since = self.cluster.now
+            self.campaigned = False
+            self.declared = None
+        self.group = group
+
+    def find_stranded(self) -> tuple[NodeId, Epoch] | None:
+        """A live follower quiesced under a leader that does not lead its epoch (crashed,
+        started again, deposed), is paused, or is in no group that could elect, while no
+        replica leads a later epoch (one that does is the `SleeperMonitor`'s to judge)."""
+        newest = max(
+            (r.epoch for _, r in self.cluster.live_replicas() if r.role is Role.LEADER),
+            default=None,
+        )
+        for node in self.cluster.ids:
+            replica = self.cluster.nodes[node].replica
+            if (
+                replica is not None
+                and replica.role is Role.FOLLOWER
+                and replica.quiesced
+                and replica.leader_id is not None
+                and (newest is None or newest <= replica.epoch)
+                and not self.leads(replica.leader_id, replica.epoch)
+            ):
+                return replica.leader_id, replica.epoch
+        return None
+
+    def leads(self, node: NodeId, epoch: Epoch) -> bool:
+        """Whether `node` is up, leads `epoch`, and is in a group that could elect."""
+        replica = self.cluster.nodes[node].replica
+        return (
+            replica is not None
+            and self.cluster.up(node)
+            and replica.role is Role.LEADER
+            and replica.epoch == epoch
+            and any(node in group for group in self.groups)
+        )
+
+    def ended(self, leader: NodeId, epoch: Epoch) -> bool | None:
+        """True when some replica leads a later epoch; False when the leader is back (it
+        leads its epoch in a group that could elect); None while neither."""
+        for _, replica in self.cluster.live_replicas():
+            if replica.role is Role.LEADER and replica.epoch > epoch:
+                return True
+        return False if self.leads(leader, epoch) else None
+
+
+@dataclass
+class SleeperMonitor:
+    """`sim --quiesce` (liveness): a quiesced follower wakes within `bound` while a leader
+    of its epoch or a later one is awake and up, and the links between them are up both
+    ways (its leader's heartbeats, or the new leader's appends, must wake it)."""
+
+    cluster: Cluster
+    checker: Checker
+    bound: int  # microticks
+    since: dict[tuple[NodeId, Replica], int] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Call once per microtick."""
         cluster = self.cluster
-        outside = [n for n in cluster.ids if n not in group and cluster.nodes[n].alive]
-        return all((n, member) in cluster.cut for n in outside for member in group)
+        awake = [
+            (node, replica)
+            for node, replica in cluster.live_replicas()
+            if replica.role is Role.LEADER and not replica.quiesced and cluster.up(node)
+        ]
+        waiting: dict[tuple[NodeId, Replica], int] = {}
+        for node, replica in cluster.live_replicas():
+            if replica.role is not Role.FOLLOWER or not replica.quiesced or not cluster.up(node):
+                continue
+            leaders = [
+                leader
+                for leader, led in awake
+                if led.epoch >= replica.epoch
+                and (leader, node) not in cluster.cut
+                and (node, leader) not in cluster.cut
+            ]
+            if not leaders:
+                continue
+            key = (node, replica)
+            waiting[key] = self.since.get(key, cluster.now)
+            if cluster.now - waiting[key] > self.bound:
+                self.checker.fail(
+                    f"liveness: node {node} sleeps (quiesced, epoch {replica.epoch}) while "
+                    f"leader {min(leaders)} is awake and connected, for "
+                    f"{cluster.now - waiting[key]} microticks"
+                )
+                waiting.pop(key)
+        self.since = waiting
+
+
+def healthy_groups(
+    cluster: Cluster, voter: Callable[[NodeId], bool], quorum_size: int, check_quorum: bool
+) -> Iterator[frozenset[NodeId]]:
+    """Every group of up replicas connected both ways, `quorum_size` voters among them,
+    that nobody outside can disturb (without check-quorum: every link from outside into
+    it cut), the largest first."""
+    up = [node for node in cluster.ids if cluster.up(node)]
+    for size in range(len(up), quorum_size - 1, -1):
+        for group in itertools.combinations(up, size):
+            voters = sum(1 for node in group if voter(node))
+            if (
+                voters >= quorum_size
+                and connected(cluster, group)
+                and (check_quorum or undisturbed(cluster, group))
+            ):
+                yield frozenset(group)
+
+
+def connected(cluster: Cluster, group: tuple[NodeId, ...]) -> bool:
+    return not any((a, b) in cluster.cut for a in group for b in group if a != b)
+
+
+def undisturbed(cluster: Cluster, group: tuple[NodeId, ...]) -> bool:
+    outside = [n for n in cluster.ids if n not in group and cluster.nodes[n].alive]
+    return all((n, member) in cluster.cut for n in outside for member in group)
 
 
 def raise_mark(marks: dict[NodeId, int], node: NodeId, value: int) -> bool:

@@ -55,6 +55,8 @@ MODES = {
 }
 # Quorum mode's replica sets changing under the faults (`sim --moves`, moves.py).
 MOVES_MODES = {"moves-4": (4, False)}
+# Quorum mode's idle partitions quiescing over node liveness (`sim --quiesce`, quiesce.py).
+QUIESCE_MODES = {"quiesce-3": (3, False), "quiesce-5": (5, False)}
 # ISR mode in the simulator (`sim --mode isr`, isr_sim.py): the real IsrReplica under a
 # simulated controller, as the ISR sweeps of `make sim` run it.
 ISR_SIM_MODES = {"isr-sim-3": (3, False)}
@@ -117,6 +119,9 @@ class SeedCheck:
         if self.mode in MOVES_MODES:
             replicas, disk = MOVES_MODES[self.mode]
             return sim_violation(self.seed, sim.Mode(replicas, SIM_TICKS, disk, moves=True))
+        if self.mode in QUIESCE_MODES:
+            replicas, disk = QUIESCE_MODES[self.mode]
+            return sim_violation(self.seed, sim.Mode(replicas, SIM_TICKS, disk, quiesce=True))
         replicas, disk = MODES[self.mode]
         return sim_violation(self.seed, sim.Mode(replicas, SIM_TICKS, disk))
 
@@ -200,7 +205,15 @@ Check = ScenarioCheck | SeedCheck
 def parse_sim(text: str) -> tuple[str, int]:
     """`MODE:SEEDS` (seeds 1..SEEDS, or the one seed of `--seed`) into (mode, number)."""
     mode, _, seeds = text.partition(":")
-    modes = [*MODES, *MOVES_MODES, *ISR_SIM_MODES, *GROUP_MODES, ISR_MODE, MEMBERSHIP_MODE]
+    modes = [
+        *MODES,
+        *MOVES_MODES,
+        *QUIESCE_MODES,
+        *ISR_SIM_MODES,
+        *GROUP_MODES,
+        ISR_MODE,
+        MEMBERSHIP_MODE,
+    ]
     if mode not in modes or not seeds.isdigit() or int(seeds) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected MODE:NUMBER, MODE in {modes}")
     return mode, int(seeds)

@@ -6,8 +6,9 @@ Each mutant in `CATALOGUE` weakens one safety or liveness rule of the replicatio
 exact text replacements. The gate applies each, one at a time, to a copy of the package in
 a temporary directory and runs the checks of `mutant_checks` over that copy in a
 subprocess: the scenario transcripts first, then bounded simulator seeds in memory and on
-the faulty disk, with 3, 4 and 5 replicas, of the group coordinators and of ISR mode,
-until a seed catches it (a transcript's catch does not stop the seeds).
+the faulty disk, with 3, 4 and 5 replicas, of the group coordinators, of ISR mode, of
+replica sets that move and of partitions that quiesce, until a seed catches it (a
+transcript's catch does not stop the seeds).
 
 Rules of this file:
 - An anchor (the old text of an edit) is a short, distinctive snippet that must occur
@@ -65,6 +66,7 @@ SEED_PLAN = (
     ("isr-sim-3", 60),  # the real IsrReplica in the simulator (`sim --mode isr`)
     ("membership", 20),  # 2,000 walks of the membership model, in batches of 100
     ("moves-4", 40),  # the replica set changing under the faults (`sim --moves`)
+    ("quiesce-3", 40),  # idle partitions quiescing over node liveness (`sim --quiesce`)
 )
 # The seed that caught each mutant slowly (after more than a few rounds of the plan) when
 # the gate last ran (`--json`: by_seed): tried first, right after the transcripts, so the
@@ -85,6 +87,10 @@ FIRST_SEEDS: dict[str, tuple[str, int]] = {
     "quorum-ignores-min-insync": ("memory-3", 5),
     "vote-in-own-epoch-ignores-lease": ("memory-5", 9),
     "accept-stale-epoch-acks": ("memory-5", 43),
+    "quiesced-follower-ignores-higher-epoch": ("quiesce-3", 5),
+    "follower-never-woken-by-an-append": ("quiesce-3", 2),
+    "lease-kept-across-quiescence-without-liveness": ("quiesce-3", 3),
+    "dead-node-partitions-never-woken": ("quiesce-3", 5),
 }
 JOB_SECONDS_MAX = 900
 GATE_SECONDS_MAX = 1800
@@ -119,6 +125,7 @@ CONFIG = "core/config.py"
 REQUESTS = "core/requests.py"
 FOLLOW = "core/follow.py"
 REPLICATE = "core/replicate.py"
+QUIESCE = "core/quiesce.py"
 
 # Not here, because no check can catch them: counting the leader's own unsynced copy toward
 # the HWM, or a candidate's own unsynced vote. The Ready contract steps nothing between
@@ -775,6 +782,41 @@ CATALOGUE: tuple[Mutant, ...] = (
         QUORUM_MODE,
         "matches = [r.log.durable_end_offset] if r.is_voter() else []",
         "matches = [r.log.durable_end_offset]",
+    ),
+    # ---------------------------------------------------------------- quiescence --------
+    # core/quiesce.py (issue 42): judged by the `quiesce-3` seeds (`sim --quiesce`).
+    Mutant(
+        "quiesced-follower-ignores-higher-epoch",
+        "a quiesced follower takes a message of a later epoch as any follower does (a new "
+        "leader's appends, a transfer's votes): sleeping is no reason to stay behind",
+        REPLICA,
+        "if msg.epoch > self.epoch and not self._on_higher_epoch(msg):",
+        "if msg.epoch > self.epoch and (self.quiesced or not self._on_higher_epoch(msg)):",
+    ),
+    Mutant(
+        "follower-never-woken-by-an-append",
+        "a quiesced follower wakes on its leader's next append (else its election timer "
+        "stays off, and its promise holds, after the leader woke)",
+        FOLLOW,
+        "            self.quiesced = False\n        elif self.quiesced:",
+        "            pass\n        elif self.quiesced:",
+    ),
+    Mutant(
+        "lease-kept-across-quiescence-without-liveness",
+        "a quiesced leader's read lease counts a follower only while node liveness heard "
+        "its node, in the session it slept in (core/quiesce.py rule 4)",
+        QUORUM_MODE,
+        "answered = (contact > since for contact in r.lease_contacts())",
+        "answered = (r.quiesced or contact > since for contact in r.lease_contacts())",
+    ),
+    Mutant(
+        "dead-node-partitions-never-woken",
+        "node liveness wakes the partitions a dead (or restarted) node shares: its followers "
+        "campaign, its leaders heartbeat again (core/quiesce.py rules 2, 3)",
+        QUIESCE,
+        'found it started again (rules 2, 3)."""\n        if self.role is Role.LEADER:',
+        'found it started again (rules 2, 3)."""\n        return\n'
+        "        if self.role is Role.LEADER:",
     ),
 )
 

@@ -2,7 +2,7 @@
 
     python -m tidelog.testing.sim --seeds N [--first-seed S] [--replicas 3|4|5] [--ticks T]
                                   [--disk] [--jobs J] [--faults full|classic] [--trace]
-                                  [--mode quorum|isr] [--naming] [--moves]
+                                  [--mode quorum|isr] [--naming] [--moves] [--quiesce]
 
 Each seed first draws its settings (`faults.py`): min.insync.replicas (a majority, or above
 it: 3 of 3, 4 of 5), pre-vote and check-quorum on or off, one batch per append or up to
@@ -83,6 +83,27 @@ faults (`moves.py`): new targets, moves, cancels and replication factors up and 
 learned by each node in order after a delay of its own; KRaft's membership invariants are
 checked on every live log at every step, and a run converges only once the leader's voter
 set is the last target, committed.
+
+`--quiesce` (quorum mode) makes every replica quiesce its idle partition (core/quiesce.py)
+over node liveness (core/liveness.py, an election timeout of the node's clock): each node
+pings the others every heartbeat interval of its clock and declares dead, at every tick,
+those it has not heard for that long. From a generator of its own, each seed draws writes
+in bursts with idle stretches twice as long (partitions sleep and wake by the dozen),
+DeleteRecords rarer and fault rates that leave the nodes all up and connected more often,
+while every fault plays on: crashes, restarts, pauses, partitions one-way and two-way,
+lost, late, duplicated and replayed messages, lost unsynced writes, disks with `--disk`.
+Besides, faults aimed at a quiesced leader (a crash, a long pause, a cut both ways or one,
+a transfer whose wake-up heartbeats are lost while its TimeoutNow goes out), slow wake-ups
+(a share of the wakes lose or delay what the woken leader sends in its first heartbeats)
+and lost quiesce appends (a partition half asleep). The invariants are the same; the
+lease monitor counts the contact node liveness gives a quiesced leader, the vote monitor
+counts a node's ticks (a quiesced replica counts none), and two liveness monitors join
+(`monitors.py`): a partition quiesced under a leader whose node went down has a candidate
+within QUIESCED_CAMPAIGN_TICKS_MAX and a leader within QUIESCED_LEADER_TICKS_MAX of a
+majority that could elect one, and a quiesced follower wakes within SLEEPER_TICKS_MAX
+while an awake leader of its epoch or a later one is connected to it. The summary counts
+the quiesces, the wakes (the slow ones), the partitions stranded by their leader's node,
+and how long they waited.
 """
 
 from __future__ import annotations
@@ -124,9 +145,12 @@ from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster, SimMemoryStorage, SimStorage
 from tidelog.testing.disk import SimDiskStorage, wal_config
 from tidelog.testing.faults import (
+    LIVENESS_TIMEOUT,
     MICROS_PER_TICK,
     Faults,
+    QuiesceSettings,
     Settings,
+    Wakes,
     heal_disks,
     reflip_generator,
     replica_config,
@@ -144,7 +168,9 @@ from tidelog.testing.monitors import (
     OwnEpochMonitor,
     ProbeMonitor,
     ProgressMonitor,
+    QuiescedLeaderMonitor,
     QuorumMonitor,
+    SleeperMonitor,
 )
 from tidelog.testing.moves import MembershipMonitor, Moves
 from tidelog.testing.odd_clients import OddClients
@@ -159,6 +185,20 @@ LIVENESS_TICKS_MAX = 1500  # catching a far-behind follower up one batch per app
 # follower of the leader goes this many without taking anything (monitors.py).
 PROGRESS_TICKS_MAX = 300
 FOLLOWER_STUCK_TICKS_MAX = 100
+# `--quiesce`: a partition quiesced under a leader whose node went down (or was cut off) has
+# a candidate within this many ticks of a majority that could elect one, and a leader
+# within the second (monitors.py).
+QUIESCED_CAMPAIGN_TICKS_MAX = 60
+QUIESCED_LEADER_TICKS_MAX = 250
+# And a candidate within this many ticks of a voter of that majority declaring the
+# leader's node dead (the first survivor stands at once, the others within an election
+# timeout: core/quiesce.py rule 3).
+DECLARED_CAMPAIGN_TICKS_MAX = 30
+# `--quiesce`: a quiesced follower wakes within this many ticks while an awake leader of
+# its epoch or a later one is up and connected to it both ways (monitors.py).
+SLEEPER_TICKS_MAX = 20
+# `--quiesce`: the writes' idle stretches last this many times as long as their bursts.
+QUIESCE_IDLE_FACTOR = 2
 PAIRS_EVERY_TICKS = 20  # how often any two replicas' committed prefixes are compared
 CONTROLLER_CUT_SHARE = 0.5  # ISR mode: links to the controller are cut and healed this often
 CONSUMERS = 3
@@ -544,6 +584,7 @@ class Run:
     isr: bool = False  # ISR mode (isr_sim.py): replicas in ISR mode led by a simulated controller
     naming: bool = False  # quorum mode: the first voter set names no directory; leaders do
     moves: bool = False  # quorum mode: a controller changes the replica set (testing/moves.py)
+    quiesce: bool = False  # quorum mode: idle partitions quiesce (core/quiesce.py)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -561,12 +602,14 @@ class Run:
             settings = Settings.draw(self.rng, self.replicas)
             if self.offsets_log:
                 settings = settings.for_offsets_log()
+            config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig] = settings.replica_config
+            if self.quiesce:
+                settings, config = self.init_quiesce(settings)
             self.settings = settings
             self.retention_bytes = settings.retention_bytes
-            config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig] = settings.replica_config
             if not self.offsets_log:
                 config = with_directories(config, naming=self.naming)  # empty disk: no voter
-            self.cluster = self.new_cluster(config)
+            self.cluster = self.new_cluster(config, settings)
             self.faults = Faults.draw(self.rng, settings, disk=self.disk, ticks=self.ticks)
             if self.disk:
                 self.faults.reflip_rng = reflip_generator(self.seed)
@@ -620,17 +663,64 @@ class Run:
         LostCopyMonitor(self.cluster, self.checker)
         self.acks = self.votes = None
         if not self.isr:
-            self.acks = AckMonitor(self.cluster, self.checker)
-            self.votes = VoteMonitor(self.cluster, self.checker)
+            self.acks = AckMonitor(self.cluster, self.checker, liveness_contacts=self.quiesce)
+            # Quiesced, a replica takes no ticks: the lease on votes counts the node's.
+            self.votes = VoteMonitor(self.cluster, self.checker, node_ticks=self.quiesce)
             self.workload.checked_propose = self.acks.propose
             self.workload.on_served.append(self.votes.on_served)
             self.workload.odd_fetch = not self.classic
         self.states: dict[NodeId, str] = {}
         self.produce_rate = settings.produce_rate  # none in the liveness phase
         self.producing = True  # bursty writes (settings.burst_ticks) pause by turns
+        self.idle_factor = QUIESCE_IDLE_FACTOR if self.quiesce else 1
         self.note(f"settings {settings}")
+        self.wakes: Wakes | None = None
+        self.quiesced_leader: QuiescedLeaderMonitor | None = None
+        self.sleepers: SleeperMonitor | None = None
+        if self.quiesce:
+            self.start_quiescence()
         if self.isr:
             self.start_controller()
+
+    def init_quiesce(
+        self, settings: Settings
+    ) -> tuple[Settings, Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig]]:
+        """`--quiesce`: the seed's own draws (a generator of their own), writes in bursts
+        with idle stretches between them, and every replica quiescing."""
+        self.quiesce_rng = random.Random(f"quiesce {self.seed}")
+        self.quiesce_settings = QuiesceSettings.draw(self.quiesce_rng)
+        settings = self.quiesce_settings.apply(settings)
+        config = settings.replica_config
+
+        def quiescing(node: NodeId, members: tuple[NodeId, ...]) -> ReplicaConfig:
+            return replace(config(node, members), quiesce=True)
+
+        return settings, quiescing
+
+    def start_quiescence(self) -> None:
+        """`--quiesce`: slow wake-ups, and the monitor of quiesced partitions whose leader
+        went down."""
+        self.note(f"quiesce settings {self.quiesce_settings}")
+        self.quiesce_settings.apply_faults(self.faults, random.Random(f"sleepers {self.seed}"))
+        quiesce = self.quiesce_settings
+        self.wakes = Wakes(
+            self.cluster, self.quiesce_rng, quiesce.slow_wake_share, quiesce.lost_quiesce_share
+        )
+        self.cluster.send_fault = self.wakes.fault
+        self.faults.on_sleeper_transfer = self.wakes.lose_next_wake
+        self.quiesced_leader = QuiescedLeaderMonitor(
+            self.cluster,
+            self.checker,
+            voter=self.settled_voter,
+            majority=self.replicas // 2 + 1,
+            check_quorum=self.settings.check_quorum,
+            campaign_bound=QUIESCED_CAMPAIGN_TICKS_MAX * MICROS_PER_TICK,
+            declared_bound=DECLARED_CAMPAIGN_TICKS_MAX * MICROS_PER_TICK,
+            bound=QUIESCED_LEADER_TICKS_MAX * MICROS_PER_TICK,
+        )
+        self.sleepers = SleeperMonitor(
+            self.cluster, self.checker, bound=SLEEPER_TICKS_MAX * MICROS_PER_TICK
+        )
 
     def init_isr(self) -> Settings:
         """ISR mode's settings and cluster: the quorum settings drawn as in quorum mode,
@@ -690,8 +780,22 @@ class Run:
         self.cluster.on_wipe.append(checks.on_wipe)
         self.cluster.on_wipe.append(self.on_wipe)
 
-    def new_cluster(self, config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig]) -> Cluster:
-        cluster = Cluster(replicas=self.replicas, rng=self.rng, config=config, storage=self.storage)
+    def new_cluster(
+        self,
+        config: Callable[[NodeId, tuple[NodeId, ...]], ReplicaConfig],
+        settings: Settings | None = None,
+    ) -> Cluster:
+        """The seed's cluster; with `--quiesce` its nodes keep node liveness, over their
+        own clocks from the start (`settings.clocks`)."""
+        liveness = self.quiesce and settings is not None
+        cluster = Cluster(
+            replicas=self.replicas,
+            rng=self.rng,
+            config=config,
+            storage=self.storage,
+            clocks=settings.clocks if liveness and settings is not None else (),
+            liveness_timeout_ms=LIVENESS_TIMEOUT if liveness else None,
+        )
         cluster.trace = self.trace
         return cluster
 
@@ -735,9 +839,10 @@ class Run:
             self.controller.tick(faults=faults is not None)
             self.check()
             self.check_offline_cause()
-        if self.settings.burst_ticks and self.rng.random() < 1 / (
-            self.settings.burst_ticks * MICROS_PER_TICK
-        ):
+        burst = self.settings.burst_ticks
+        if burst and not self.producing:
+            burst *= self.idle_factor  # `--quiesce`: idle stretches longer than bursts
+        if burst and self.rng.random() < 1 / (burst * MICROS_PER_TICK):
             self.producing = not self.producing
         if self.producing and self.rng.random() < self.produce_rate:
             self.workload.produce()
@@ -752,6 +857,10 @@ class Run:
             self.mover.step(safety=faults is not None)
         if self.controller is None:  # its bound assumes elections among the replicas
             self.progress.check()
+        if self.quiesced_leader is not None:
+            self.quiesced_leader.check()
+        if self.sleepers is not None:
+            self.sleepers.check()
         if now % (PAIRS_EVERY_TICKS * MICROS_PER_TICK) == 0:
             self.compare_committed()
             if self.isr_checks is not None:
@@ -786,11 +895,17 @@ class Run:
             )
 
     def maybe_heartbeat(self, node: NodeId) -> None:
-        """ISR mode: a node heartbeats to the controller every HEARTBEAT_TICKS of its clock."""
-        if self.controller is None:
-            return
-        if self.cluster.clock_ms(node) // MICROS_PER_TICK % HEARTBEAT_TICKS == 0:
+        """ISR mode: a node heartbeats to the controller every HEARTBEAT_TICKS of its clock.
+        `--quiesce`: it pings the other nodes every heartbeat interval of its clock, and
+        declares dead those it has not heard for a timeout at every tick (node liveness)."""
+        tick = self.cluster.clock_ms(node) // MICROS_PER_TICK
+        if self.controller is not None and tick % HEARTBEAT_TICKS == 0:
             self.controller.heartbeat(node)
+        if self.quiesce:
+            if tick % self.cluster.nodes[node].config.heartbeat_ticks == 0:
+                self.cluster.ping(node)
+            if self.cluster.expire(node):
+                self.check()
 
     def step_faults(self, faults: Faults) -> None:
         """The safety phase's extras: DeleteRecords, retention, faults."""
@@ -891,6 +1006,8 @@ class Run:
             if self.acks is not None and self.votes is not None:
                 self.acks.check(node, replica)
                 self.votes.check(node, replica)
+            if self.wakes is not None:
+                self.wakes.observe(node, replica)
             if self.trace is not None:
                 self.trace_state(node, replica)
         self.checker.check_matches(self.live())
@@ -917,7 +1034,7 @@ class Run:
         state = (
             f"node {node}: {replica.role.value} e{replica.epoch} hwm={replica.hwm} "
             f"start={log.log_start_offset} end={log.log_end_offset} "
-            f"durable={log.durable_end_offset}"
+            f"durable={log.durable_end_offset}" + (" quiesced" if replica.quiesced else "")
         )
         if self.states.get(node) != state:
             self.states[node] = state
@@ -939,7 +1056,26 @@ class Run:
             stops["bit flips"] = self.faults.flips
         if self.faults.wipes:
             stops["wipes"] = self.faults.wipes
+        stops.update(self.quiesce_counts())
         return SeedResult(self.checker.violations, dict(stops))
+
+    def quiesce_counts(self) -> dict[str, int]:
+        """`--quiesce`: how often leaders quiesced and woke (slowly), how many quiesced
+        partitions lost their leader's node, how many of those elected a new leader, and
+        the microticks they took from a group that could (in all, and the longest)."""
+        wakes, monitor = self.wakes, self.quiesced_leader
+        if wakes is None or monitor is None:
+            return {}
+        return {
+            "quiesces": wakes.quiesces,
+            "wakes": wakes.wakes,
+            "slow wakes": wakes.slow,
+            "stranded": monitor.episodes,
+            "re-elected": monitor.elections,
+            "stranded waited": monitor.waited,
+            LONGEST: monitor.longest,
+            LONGEST_CAMPAIGN: monitor.longest_campaign,
+        }
 
     def run_phases(self) -> None:
         for _ in range(self.ticks * MICROS_PER_TICK):
@@ -961,6 +1097,8 @@ class Run:
         cluster.replay_rate = 0.0
         cluster.in_order = True
         heal_disks(cluster)
+        if self.wakes is not None:
+            self.wakes.stop()
         if self.controller is not None:
             self.controller.heal(for_good=True)
         for node in cluster.ids:
@@ -1048,6 +1186,7 @@ class Mode(NamedTuple):
     isr: bool = False
     naming: bool = False
     moves: bool = False
+    quiesce: bool = False
 
 
 def run_seed(seed: int, mode: Mode, trace: bool = False) -> SeedResult:
@@ -1061,6 +1200,7 @@ def run_seed(seed: int, mode: Mode, trace: bool = False) -> SeedResult:
         isr=mode.isr,
         naming=mode.naming,
         moves=mode.moves,
+        quiesce=mode.quiesce,
     )
     return run.run()
 
@@ -1074,6 +1214,7 @@ def reproduce_command(seed: int, mode: Mode) -> str:
         + (" --mode isr" if mode.isr else "")
         + (" --naming" if mode.naming else "")
         + (" --moves" if mode.moves else "")
+        + (" --quiesce" if mode.quiesce else "")
     )
 
 
@@ -1116,6 +1257,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(reassignments, cancels, replication factors; testing/moves.py)",
     )
     parser.add_argument(
+        "--quiesce",
+        action="store_true",
+        help="quorum mode: idle partitions quiesce over node liveness (core/quiesce.py), "
+        "with slow wake-ups among the faults and a bound on re-electing a dead leader's",
+    )
+    parser.add_argument(
         "--trace", action="store_true", help="print every event of the seed (with --seeds 1)"
     )
     args = parser.parse_args(argv)
@@ -1127,11 +1274,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--naming is of quorum mode's full fault model")
     if args.moves and (args.mode == "isr" or args.faults == "classic"):
         parser.error("--moves is of quorum mode's full fault model")
+    if args.quiesce and (args.mode == "isr" or args.faults == "classic"):
+        parser.error("--quiesce is of quorum mode's full fault model")
+    if args.quiesce and (args.naming or args.moves):
+        parser.error("--quiesce runs with the first voter set named, and no moves")
     if args.trace and args.seeds != 1:
         parser.error("--trace prints the events of one seed: use it with --seeds 1")
     return args
 
 
+# `--quiesce`: a seed's longest wait for a dead leader's successor, and for a candidate.
+LONGEST = "stranded longest"
+LONGEST_CAMPAIGN = "stranded longest campaign"
+MAXIMA = (LONGEST, LONGEST_CAMPAIGN)
 # How the summary names the fail-stops (Cluster.stops), the bit flips and the wipes.
 STOP_LABELS = {
     "EIO": "nodes stopped by a failed fsync (EIO)",
@@ -1150,6 +1305,22 @@ ISR_STOP_LABELS = {
 }
 
 
+def quiesce_summary(stops: Counter[str]) -> str:
+    """`--quiesce`: the quiesces and wakes, and the quiesced partitions whose leader went
+    down: how many, how many a new leader ended, and how long a group that could elect
+    waited for one (microticks; the bound is QUIESCED_LEADER_TICKS_MAX ticks)."""
+    stranded = stops["stranded"]
+    mean = stops["stranded waited"] / stranded if stranded else 0.0
+    return (
+        f"# leaders quiesced: {stops['quiesces']}, woken: {stops['wakes']} "
+        f"({stops['slow wakes']} slowly); quiesced under a leader gone down: {stranded} "
+        f"({stops['re-elected']} led again in a later epoch), waited {mean:.0f} microticks "
+        f"on average for a leader, {stops[LONGEST]} at most (bound "
+        f"{QUIESCED_LEADER_TICKS_MAX * MICROS_PER_TICK}), {stops[LONGEST_CAMPAIGN]} at most "
+        f"for a candidate (bound {QUIESCED_CAMPAIGN_TICKS_MAX * MICROS_PER_TICK})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
@@ -1164,6 +1335,7 @@ def main(argv: list[str] | None = None) -> int:
         args.mode == "isr",
         args.naming,
         args.moves,
+        args.quiesce,
     )
     modes, traces = [mode] * len(seeds), [args.trace] * len(seeds)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -1174,7 +1346,10 @@ def main(argv: list[str] | None = None) -> int:
             else map(run_seed, seeds, modes, traces)
         )
         for seed, result in zip(seeds, results, strict=True):
+            longest = {key: max(stops[key], result.stops.get(key, 0)) for key in MAXIMA}
             stops.update(result.stops)
+            for key, value in longest.items():
+                stops[key] = value  # the longest of all, not their sum
             if result.violations:
                 violations += len(result.violations)
                 command = reproduce_command(seed, mode)
@@ -1182,8 +1357,10 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     print(f"# {args.seeds / elapsed * 60:.0f} seeds per minute ({elapsed:.1f} s)", file=sys.stderr)
     labels = ISR_STOP_LABELS if mode.isr else STOP_LABELS
-    if stops:
+    if any(stops[key] for key in labels):
         print("# " + ", ".join(f"{label}: {stops[key]}" for key, label in labels.items()))
+    if mode.quiesce:
+        print(quiesce_summary(stops))
     print(f"{args.seeds} seeds, {violations} violations")
     return 0 if violations == 0 else 1
 

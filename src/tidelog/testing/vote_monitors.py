@@ -19,7 +19,11 @@ copy, so it only ever sees fewer rule breaks than there are, never one that is n
   only once durable (`messages_after_persist`); and, with check-quorum, a replica grants
   no vote (but a transfer's, or again to the candidate it voted for) within an election
   timeout of its own ticks of stepping an append from its leader, or of restarting; nor
-  does it move to a vote request's later epoch then (the request is ignored).
+  does it move to a vote request's later epoch then (the request is ignored). With
+  `sim --quiesce` the ticks are the node's (each one it took, or missed while paused: a
+  quiesced replica counts none), and the lease of a leader that leads that epoch no more
+  (it crashed, started again or stepped down) holds no vote back: node liveness, or the
+  old leader's own vote request, tells a sleeping follower so (core/quiesce.py rule 3).
 - `VoteMonitor.on_served` (follower reads, KIP-392): a follower serves a read only once
   it stepped an append from its current leader since it last started (it verified its
   log against that leader).
@@ -31,7 +35,6 @@ copy, so it only ever sees fewer rule breaks than there are, never one that is n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
 
 from tidelog.core.membership import ReplicaKey
 from tidelog.core.messages import (
@@ -43,18 +46,15 @@ from tidelog.core.messages import (
     VoteResponse,
 )
 from tidelog.core.replica import ACKS_ALL, Replica, Role
-from tidelog.core.tracker import Progress
 from tidelog.testing.checker import Checker
 from tidelog.testing.cluster import Cluster
-from tidelog.testing.monitors import LeaderTerms
+from tidelog.testing.monitors import NEVER_MS, LeaderTerms
 from tidelog.types import NO_EPOCH, Epoch, NodeId, Offset
 
 # A life of one node: (node, incarnation).
 Life = tuple[NodeId, int]
 # One term of a leader: (node, incarnation, epoch).
 Term = tuple[NodeId, int, Epoch]
-# A leader's contact with a follower before any answer (core/tracker.py's Progress).
-NEVER_MS: Final = Progress(next_offset=Offset(0)).contact_sent_ms
 
 
 def min_insync_of(replica: Replica) -> int:
@@ -79,6 +79,9 @@ class AckMonitor:
     answered_ms: dict[Term, dict[NodeId, int]] = field(default_factory=dict)
     # Per node: the replica leading there, its epoch, and its HWM when last checked.
     terms: LeaderTerms = field(default_factory=LeaderTerms)
+    # `sim --quiesce`: a quiesced leader's node liveness answers count too (the contact a
+    # waking leader folds into its followers' own: core/quiesce.py rule 4).
+    liveness_contacts: bool = False
 
     def __post_init__(self) -> None:
         self.cluster.on_message.append(self.on_message)
@@ -107,6 +110,23 @@ class AckMonitor:
         copy = ReplicaKey(msg.sender, msg.directory)
         copies[copy] = max(copies.get(copy, Offset(0)), msg.match_offset)
 
+    def note_liveness_contacts(self, node: NodeId, replica: Replica) -> None:
+        """A leader's followers answered node heartbeats, in the sessions they slept in or
+        now: contact it may count quiesced (and fold into theirs as it wakes, maybe in the
+        very step a heartbeat's answer woke it)."""
+        liveness = self.cluster.nodes[node].liveness
+        if liveness is None or replica.role is not Role.LEADER:
+            return
+        answered = self.answered_ms.setdefault(self.term(node, replica), {})
+        for peer, progress in replica.progress.items():
+            theirs = self.cluster.nodes[peer].liveness
+            sessions = {progress.quiesce_session, None if theirs is None else theirs.session(node)}
+            for session in sessions - {None}:
+                assert session is not None
+                contact = liveness.contact_sent_ms(peer, session)
+                if contact is not None:
+                    answered[peer] = max(answered.get(peer, contact), contact)
+
     def in_sync(self, node: NodeId, replica: Replica) -> int:
         """The leader and the followers it stepped a success from within an election
         timeout of its ticks (at least as many as it may count)."""
@@ -133,6 +153,8 @@ class AckMonitor:
 
     def check(self, node: NodeId, replica: Replica) -> None:
         """Call after every step, for every live replica."""
+        if self.liveness_contacts:
+            self.note_liveness_contacts(node, replica)
         noted = self.terms.noted_hwm(node, replica)
         if noted is None:
             return
@@ -187,6 +209,7 @@ class VoteMonitor:
     pre_voted: dict[Life, set[Epoch]] = field(default_factory=dict)
     # Per life: the tick it last stepped an append from its leader, or restarted.
     contact: dict[Life, int] = field(default_factory=dict)
+    contact_from: dict[Life, tuple[NodeId, Epoch]] = field(default_factory=dict)  # its leader
     # Per (voter life, candidate, epoch): whether every request stepped since the voter's
     # last Ready came from a candidate with a staler log, and inside the voter's lease.
     requests: dict[tuple[Life, NodeId, Epoch], tuple[bool, bool]] = field(default_factory=dict)
@@ -197,6 +220,10 @@ class VoteMonitor:
     # Per (candidate life, epoch): the copies whose real votes it stepped; the terms checked.
     grants: dict[tuple[Life, Epoch], set[ReplicaKey]] = field(default_factory=dict)
     elected: set[tuple[Life, Epoch]] = field(default_factory=set)
+    # `sim --quiesce`: count a node's ticks (`SimNode.ticks`: the ticks it took, or
+    # missed while paused), not its replica's `tick_count`, which stops while it is
+    # quiesced (core/quiesce.py). It only ever counts more ticks than the replica did.
+    node_ticks: bool = False
 
     def __post_init__(self) -> None:
         self.cluster.on_message.append(self.on_message)
@@ -204,6 +231,10 @@ class VoteMonitor:
 
     def life(self, node: NodeId) -> Life:
         return node, self.cluster.nodes[node].incarnation
+
+    def ticks(self, node: NodeId, replica: Replica) -> int:
+        """The node's ticks so far: its replica's, or its own (`node_ticks`)."""
+        return self.cluster.nodes[node].ticks if self.node_ticks else replica.tick_count
 
     def check(self, node: NodeId, replica: Replica) -> None:
         """Call after every step: a restarted replica (epoch > 0) starts in a lease."""
@@ -214,7 +245,7 @@ class VoteMonitor:
             return
         self.seen.add(life)
         if life[1] > 1 and replica.epoch > 0 and replica.tick_count == 0:
-            self.contact[life] = 0
+            self.contact[life] = self.ticks(node, replica)
 
     def check_elected(self, life: Life, replica: Replica) -> None:
         """A leader elected in its epoch holds the real votes of a majority of the copies
@@ -252,7 +283,8 @@ class VoteMonitor:
                 and replica.leader_id == msg.sender
                 and replica.epoch == msg.epoch
             ):
-                self.contact[life] = replica.tick_count
+                self.contact[life] = self.ticks(node, replica)
+                self.contact_from[life] = (msg.sender, msg.epoch)
         elif isinstance(msg, VoteRequest):
             stale = (msg.last_epoch, msg.log_end_offset) < (
                 replica.log.last_epoch,
@@ -263,13 +295,24 @@ class VoteMonitor:
                 replica.config.check_quorum
                 and not msg.transfer
                 and contact is not None
-                and replica.tick_count - contact < replica.config.election_ticks
+                and self.ticks(node, replica) - contact < replica.config.election_ticks
+                and not self.leader_gone(life)
             )
             key = (life, msg.sender, msg.epoch)
             before = self.requests.get(key, (True, True))
             self.requests[key] = (before[0] and stale, before[1] and leased)
             self.check_ignored(life, replica, msg, leased)
         self.epochs[life] = replica.epoch
+
+    def leader_gone(self, life: Life) -> bool:
+        """`node_ticks` (`sim --quiesce`, whose node liveness tells a follower so): the
+        leader its lease came from leads that epoch no more (it crashed, started again or
+        stepped down): no read rests on that lease."""
+        contact = self.contact_from.get(life)
+        if not self.node_ticks or contact is None:
+            return False
+        leader = self.cluster.nodes[contact[0]].replica
+        return leader is None or leader.role is not Role.LEADER or leader.epoch != contact[1]
 
     def check_ignored(self, life: Life, replica: Replica, msg: VoteRequest, leased: bool) -> None:
         """Inside its lease a replica ignores a vote of a later epoch: it stays in its own."""

@@ -208,8 +208,8 @@ class IsrMode:
         leader's appends (a quiesced leader is asked to wake after an election timeout)."""
         self.leader_silent_ticks = 0
 
-    def on_leader_lost(self, *, first: bool) -> None:
-        del first  # the controller elects: it fences a dead node, and names a leader
+    def on_leader_lost(self, *, first: bool, lease_over: bool = True) -> None:
+        del first, lease_over  # the controller elects: it fences a dead node, names a leader
 
     def may_quiesce(self) -> bool:
         """A leader quiesces with no ISR proposal waiting for the controller's answer, and

@@ -163,10 +163,12 @@ class QuorumMode:
         self.election_elapsed = 0
         self.leader_contact_elapsed = 0
 
-    def on_leader_lost(self, *, first: bool) -> None:
-        """core/quiesce.py rule 3: the released promise ends the lease at once; the first
+    def on_leader_lost(self, *, first: bool, lease_over: bool = True) -> None:
+        """core/quiesce.py rule 3: the released promise ends the lease at once, unless the
+        lease of the last append taken outlives it (`lease_over` False); the first
         survivor campaigns soon, the others after an election timeout."""
-        self.leader_contact_elapsed = self.r.config.election_ticks
+        if lease_over:
+            self.leader_contact_elapsed = self.r.config.election_ticks
         self._reset_election_timer()
         if first:
             self.election_timeout = min(

@@ -202,8 +202,8 @@ class BrokerConfig:
     # Prometheus metrics at the admin address's /metrics (server/metrics.py).
     metrics: bool = True
     # Idle partitions quiesce (core/quiesce.py) over node liveness (server/liveness.py): no
-    # heartbeats, no ticks. Off by default until the simulator's quiescence mode is merged.
-    quiesce: bool = False
+    # heartbeats, no ticks.
+    quiesce: bool = True
     leader_imbalance_check_interval_ms: int = 300_000
     leader_imbalance_per_broker_percentage: int = 10
     queued_max_request_bytes: int = 256 * 1024 * 1024

@@ -127,12 +127,16 @@ INPUTS_MAX = 100_000
 @dataclass(frozen=True, slots=True)
 class PartitionSnapshot:
     """What /status tells of a partition: its replica's status, the offset after the last
-    data record below its HWM (`PartitionRunner.data_end_offset`), and the disk error its
-    log waits on (None: none), all of one moment."""
+    data record below its HWM (`PartitionRunner.data_end_offset`), the disk error its
+    log waits on (None: none), and whether it repairs, all of one moment."""
 
     status: ReplicaStatus
     data_end: Offset
     disk_error: str | None
+    # Damage a read found waits for its repair, a worker sets it aside, or the replica
+    # fetches back up to its repair floor: the replica's status does not show the first
+    # two (its log is cut under it, and the replica is replaced once the cut is done).
+    repairing: bool
 
 
 def release(waiters: set[asyncio.Future[None]]) -> None:
@@ -443,7 +447,10 @@ class PartitionRunner:
     def snapshot(self) -> PartitionSnapshot:
         status = self.replica.status()
         error = None if self.disk_error is None else str(self.disk_error)
-        return PartitionSnapshot(status, self.data_end_offset(status.hwm), error)
+        repairing = (
+            self.busy or self.storage.needs_repair is not None or status.repair_floor is not None
+        )
+        return PartitionSnapshot(status, self.data_end_offset(status.hwm), error, repairing)
 
     def size_bytes(self) -> int:
         """The bytes of its log's segments (DescribeLogDirs)."""

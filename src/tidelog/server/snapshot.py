@@ -78,7 +78,7 @@ def status(broker: BrokerView) -> dict[str, Any]:
                 # ISR mode: the record's partition epoch and eligible leader replicas.
                 "partition_epoch": None if record is None else record.partition_epoch,
                 "elr": None if record is None else [int(node) for node in record.elr],
-                "repairing": state.repair_floor is not None,
+                "repairing": snapshot.repairing,
                 "disk_error": snapshot.disk_error,
                 # Asleep (core/quiesce.py): no heartbeats or ticks until something wakes it.
                 "quiesced": state.quiesced,

@@ -103,7 +103,7 @@ BROKER_MODULE = "tidelog.server.app"
     default=None,
     help="Let idle partitions quiesce: no heartbeats or ticks until a write, a "
     "message or a node's death wakes them; node liveness (one heartbeat per pair of nodes) "
-    "stands in (default: off).",
+    "stands in (default: on).",
 )
 @click.option(
     "--metrics/--no-metrics",

@@ -14,8 +14,10 @@ Rules of this file:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
+import resource
 import signal
 
 from tidelog.address import format_address
@@ -125,6 +127,15 @@ def exposure_warnings(config: BrokerConfig) -> list[str]:
     return warnings
 
 
+def raise_open_files_limit() -> None:
+    """Lift this process's soft limit of open descriptors to its hard limit: a node holds
+    the files of thousands of partitions (wal/fs.py's budget is a share of it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run(config: BrokerConfig) -> int:
     """Run one node in the foreground until SIGTERM; returns the exit code."""
     configure_logging(  # a no-op after `tidelog broker` set it up (server/logs.py)
@@ -132,6 +143,7 @@ def run(config: BrokerConfig) -> int:
     )
     import uvloop  # noqa: PLC0415
 
+    raise_open_files_limit()
     try:
         code: int = uvloop.run(serve(Broker(config)))
     except OSError as error:

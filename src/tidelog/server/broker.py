@@ -207,6 +207,7 @@ class Broker:
             self,
             self.transport.send,
             election_ticks=config.election_ticks,
+            heartbeat_ticks=config.heartbeat_ticks,
         )
         self.awake: dict[PartitionKey, PartitionRunner] = {}
         # This NOTICE round's partitions: those awake, and those that fell asleep since

@@ -2,9 +2,10 @@
 rest on (core/liveness.py keeps the view; core/quiesce.py says what rests on it).
 
 Rules of this file:
-- Every tick the node pings each other broker over the peer link, the same stream as the
-  partitions' messages, so a ping never overtakes what was sent before it; a ping is
-  answered at once, in the event loop, never behind a partition's round or its fsync.
+- Every heartbeat interval (the partitions' own, `heartbeat_ticks`) the node pings each
+  other broker over the peer link, the same stream as the partitions' messages, so a ping
+  never overtakes what was sent before it; a ping is answered at once, in the event loop,
+  never behind a partition's round or its fsync.
 - Every tick it declares dead the brokers not heard from for `DEATH_TIMEOUTS` election
   timeouts, counted in ticks as the partitions' election timers are (a stall skips ticks:
   a node that stalled does not declare its peers dead for its own pause). More than one:
@@ -59,9 +60,11 @@ class Liveness:
         send: Callable[[PartitionKey, Iterable[NodePing | NodePong]], None],
         *,
         election_ticks: int,
+        heartbeat_ticks: int,
     ) -> None:
         self.host = host
         self.send = send
+        self.heartbeat_ticks = heartbeat_ticks
         incarnation = random.getrandbits(INCARNATION_BITS)
         self.view = NodeLiveness(host.node_id, incarnation, DEATH_TIMEOUTS * election_ticks)
         self.ticks = 0
@@ -75,7 +78,8 @@ class Liveness:
             self.view.watch(node, self.ticks)
         for node in [n for n in self.view.peers() if n not in nodes]:
             self.view.forget(node)
-        self.send(self.host.metadata_key, self.view.pings(monotonic_ms()))
+        if self.ticks % self.heartbeat_ticks == 0:
+            self.send(self.host.metadata_key, self.view.pings(monotonic_ms()))
         for node in self.view.expire(self.ticks):
             timeout = self.view.timeout
             level = logging.WARNING if self.view.ever_heard(node) else logging.INFO

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.structs import OffsetAndMetadata
 from prometheus_client.parser import text_string_to_metric_families
@@ -203,6 +204,38 @@ def test_metrics_off_answers_404_and_status_still_answers(tmp_path: Path) -> Non
         assert refused.value.code == 404
         assert "--no-metrics" in json.loads(refused.value.read())["error"]
     assert NULL_METRICS.render() == b""
+
+
+def test_leaders_answers_the_partitions_status_shows_led(tmp_path: Path) -> None:
+    """`GET /leaders`: what a tool waiting for leaders polls at thousands of partitions,
+    the same partitions `/status` shows this node leading."""
+    base = free_base_port(1)
+    admin, bootstrap = f"127.0.0.1:{base + 200}", f"127.0.0.1:{base}"
+    with one_broker(tmp_path, base, bootstrap, "--admin-listen", admin):
+        eventually(lambda: read_status(admin) is not None, "the admin endpoint")
+        admin_client = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            admin_client.create_topics([NewTopic("led", 3, 1)])
+        finally:
+            admin_client.close()
+
+        def agree() -> bool:
+            status = read_status(admin)
+            found = read_status(admin, path="/leaders")
+            if status is None or found is None:
+                return False
+            rows = [row for row in status["partitions"] if row["topic"] == "led"]
+            led = sorted(
+                [row["topic"], row["partition"]] for row in rows if row["role"] == "leader"
+            )
+            mine = sorted(pair for pair in found["leaders"] if pair[0] == "led")
+            return (
+                found["node_id"] == 1
+                and found["hosted"] == len(status["partitions"])
+                and (led == mine == [["led", 0], ["led", 1], ["led", 2]])
+            )
+
+        eventually(agree, "/leaders and /status agree on every partition led")
 
 
 def test_error_codes_are_counted_by_their_kafka_names() -> None:

@@ -30,11 +30,13 @@ from tidelog.records import read_header
 from tidelog.types import DirectoryId, Epoch, NodeId, Offset
 from tidelog.wal import DiskStorage, FaultyFileSystem, SimulatedCrash, WalConfig
 from tidelog.wal.batches import build_batches
+from tidelog.wal.group_sync import sync_logs
 
 CONFIG = WalConfig(
     segment_bytes=900, index_interval_bytes=200, hwm_checkpoint_interval_ms=0, retention_bytes=1
 )
 DIRECTORY = "/data/topic-0"
+OTHER = "/data/other-0"  # a log syncing in a group with it
 E1, E2 = Epoch(1), Epoch(2)
 RESET_START = Offset(30)
 
@@ -68,8 +70,20 @@ def open_log(fs: FaultyFileSystem) -> DiskStorage:
     return DiskStorage(DIRECTORY, clock=lambda: 0, config=CONFIG, fs=fs)
 
 
-def workload(fs: FaultyFileSystem, progress: Progress) -> None:
+def workload(fs: FaultyFileSystem, progress: Progress, *, grouped: bool = False) -> None:
+    """Writes and syncs of one log; `grouped`: each sync is a group commit with another log
+    of the same file system (wal/group_sync.py), which writes too."""
     storage = open_log(fs)
+    other = DiskStorage(OTHER, clock=lambda: 0, config=CONFIG, fs=fs) if grouped else None
+    others = iter(build_batches([1] * 4, epochs=[E1] * 4))
+
+    def sync() -> None:
+        if other is None:
+            storage.sync()
+            return
+        other.append([next(others)])
+        assert sync_logs([storage, other]) == [None, None]
+
     first = build_batches([2, 1, 3, 2, 1, 2], epochs=[E1] * 6)
     first[1] = voters_batch(2, voters_of(1, 2, 3), E1)
     first[4] = voters_batch(8, voters_of(1, 2), E1)  # truncated away
@@ -77,12 +91,12 @@ def workload(fs: FaultyFileSystem, progress: Progress) -> None:
     storage.append(first[:3])
     storage.save_hard_state(HardState(E1, NodeId(1)))
     progress.hard_states.append(HardState(E1, NodeId(1)))
-    storage.sync()
+    sync()
     progress.durable()
     progress.written += first[3:]
     storage.append(first[3:])
     storage.save_hwm(Offset(6))
-    storage.sync()
+    sync()
     progress.durable()
     progress.written = progress.written[:4]  # Before the call: a crash inside may cut.
     storage.truncate_to(offset=Offset(8))
@@ -93,7 +107,7 @@ def workload(fs: FaultyFileSystem, progress: Progress) -> None:
     storage.append(second)
     storage.save_hard_state(HardState(E2, None))
     progress.hard_states.append(HardState(E2, None))
-    storage.sync()
+    sync()
     progress.durable()
     storage.save_hwm(Offset(15))
     storage.apply_retention(0)
@@ -102,9 +116,9 @@ def workload(fs: FaultyFileSystem, progress: Progress) -> None:
     progress.durable()
 
 
-def count_calls() -> int:
+def count_calls(*, grouped: bool = False) -> int:
     fs = FaultyFileSystem(random.Random(0))
-    workload(fs, Progress())
+    workload(fs, Progress(), grouped=grouped)
     return fs.calls
 
 
@@ -135,15 +149,16 @@ def common_prefix(a: list[bytes], b: list[bytes]) -> list[bytes]:
     return a[:count]
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "group-commit"])
 @pytest.mark.parametrize("tear", [False, True])
-def test_crash_at_every_write_point(tear: bool) -> None:
-    total = count_calls()
+def test_crash_at_every_write_point(tear: bool, grouped: bool) -> None:
+    total = count_calls(grouped=grouped)
     assert total > 40
     for crash_at in range(1, total + 2):
         fs = FaultyFileSystem(random.Random(crash_at), crash_at_call=crash_at)
         progress = Progress()
         with contextlib.suppress(SimulatedCrash):
-            workload(fs, progress)
+            workload(fs, progress, grouped=grouped)
         fs.crash(tear=tear)
         storage = open_log(fs)
         state = storage.load()
@@ -354,6 +369,29 @@ def test_after_a_failed_fsync_only_what_the_last_sync_made_durable_is_trusted() 
 
     assert reopened.load().log_end_offset == 2
     assert reopened.read(Offset(0), end_offset=Offset(5), max_bytes=1 << 20) == batches[:1]
+
+
+def test_a_failed_group_commit_fails_every_log_of_it_and_trusts_none_of_it() -> None:
+    """One sync of the file system for two logs fails: both get the error, and each
+    reopens cut back to its last completed sync."""
+    fs = FaultyFileSystem(random.Random(0))
+    logs = [open_log(fs), DiskStorage(OTHER, clock=lambda: 0, config=CONFIG, fs=fs)]
+    batches = build_batches([2, 3])
+    for log in logs:
+        log.append(batches[:1])
+    assert sync_logs(logs) == [None, None]
+    for log in logs:
+        log.append(batches[1:])
+    fs.fail_next_sync(errno.EIO)
+
+    errors = sync_logs(logs)
+
+    assert [getattr(error, "errno", None) for error in errors] == [errno.EIO, errno.EIO]
+    for log in logs:
+        assert log.synced_end_offset == 2
+        reopened = log.reopen()
+        assert reopened.load().log_end_offset == 2
+        assert reopened.read(Offset(0), end_offset=Offset(5), max_bytes=1 << 20) == batches[:1]
 
 
 def test_a_full_disk_fails_writes_and_reopening_until_space_returns() -> None:

@@ -43,9 +43,14 @@ def access_for(cluster_directory: Path) -> AdminAccess:
 
 
 def read_status(
-    admin: str, *, timeout_s: float = TIMEOUT_S_DEFAULT, access: AdminAccess | None = None
+    admin: str,
+    *,
+    timeout_s: float = TIMEOUT_S_DEFAULT,
+    access: AdminAccess | None = None,
+    path: str = "/status",
 ) -> dict[str, Any] | None:
-    """A node's `GET /status` JSON object, or None if it does not answer one in time."""
+    """A node's `GET /status` JSON object (or that of another admin `path`, such as
+    `/leaders`), or None if it does not answer one in time."""
     access = access or AdminAccess()
     handlers: list[Any] = [urllib.request.ProxyHandler({})]
     scheme = "http"
@@ -56,7 +61,7 @@ def read_status(
         except (OSError, ssl.SSLError):
             return None
         handlers.append(urllib.request.HTTPSHandler(context=context))
-    request = urllib.request.Request(f"{scheme}://{admin}/status")
+    request = urllib.request.Request(f"{scheme}://{admin}{path}")
     if access.token is not None:
         request.add_header("Authorization", f"Bearer {access.token}")
     try:

@@ -16,7 +16,7 @@ import ssl
 
 from tidelog.server.live_page import LivePage
 from tidelog.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from tidelog.server.snapshot import status
+from tidelog.server.snapshot import leaders, status
 from tidelog.server.view import BrokerView
 
 Address = tuple[str, int]
@@ -31,9 +31,9 @@ async def serve_admin(
     tls: ssl.SSLContext | None = None,
     token: str | None = None,
 ) -> asyncio.Server:
-    """Serve `GET /status`, `/metrics` and the live page; over HTTPS with `tls`, and only
-    to a request that bears `token` (`Authorization: Bearer TOKEN`) when there is one (401
-    otherwise)."""
+    """Serve `GET /status`, `/leaders`, `/metrics` and the live page; over HTTPS with
+    `tls`, and only to a request that bears `token` (`Authorization: Bearer TOKEN`) when
+    there is one (401 otherwise)."""
     wanted = None if token is None else f"bearer {token}".encode()
     page = LivePage(broker, token=token)
 
@@ -63,6 +63,8 @@ async def serve_admin(
             code, body = "401 Unauthorized", b'{"error": "a bearer token is required"}'
         elif path == "/status":
             code, body = "200 OK", json.dumps(status(broker)).encode()
+        elif path == "/leaders":
+            code, body = "200 OK", json.dumps(leaders(broker)).encode()
         elif path == "/metrics" and broker.metrics.enabled:
             code, body, kind = "200 OK", broker.metrics.render(), METRICS_CONTENT_TYPE
         elif path == "/metrics":

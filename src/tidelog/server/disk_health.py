@@ -10,7 +10,10 @@ Rules of this file:
   the partitions fail and try again in between.
 - `Syncs` fsyncs a round on the loop only when it wrote little, writes no checkpoint (the
   vote, the HWM: a file written, synced and renamed), no sync of the node is in a worker
-  thread, and no sync on the loop was slow lately; else in a worker thread.
+  thread, and no sync on the loop was slow lately; else in a worker thread, in a group
+  commit: the rounds that ask while a group syncs wait for the next, which syncs them all
+  at once (wal/group_sync.py: one sync of the file system for many logs), one group at a
+  time. A group's failure fails each of its rounds, as its own sync would have.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tidelog.protocol.peer import PartitionKey
 from tidelog.server.logs import partition_fields
 from tidelog.server.metrics import NULL_METRICS, NodeMetrics
 from tidelog.wal import DiskStorage
+from tidelog.wal.group_sync import sync_logs
 
 log = logging.getLogger("tidelog.server.partition")
 
@@ -118,6 +122,8 @@ class Syncs:
         self.metrics = metrics
         self.in_threads = 0
         self.inline_after = 0.0  # a slow sync on the loop: threads only until then
+        self.waiting: list[tuple[DiskStorage, asyncio.Future[float]]] = []  # the next group
+        self.group: asyncio.Task[None] | None = None  # syncing groups until none waits
 
     def inline(self, written_bytes: int) -> bool:
         return (
@@ -141,22 +147,53 @@ class Syncs:
             return True
         self.in_threads += 1
         try:
-            took = await asyncio.get_running_loop().run_in_executor(
-                self.executor, timed_sync, storage, self.clock
-            )
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[float] = loop.create_future()
+            self.waiting.append((storage, future))
+            if self.group is None:
+                self.group = loop.create_task(self._sync_groups())
+            took = await future
         finally:
             self.in_threads -= 1
         self.metrics.fsynced(took, written_bytes)
         return False
 
+    async def _sync_groups(self) -> None:
+        """Sync the rounds waiting, a group at a time in a worker thread, until none waits
+        (see the module's rules)."""
+        loop = asyncio.get_running_loop()
+        group: list[tuple[DiskStorage, asyncio.Future[float]]] = []
+        try:
+            while self.waiting:
+                await asyncio.sleep(0)  # the rounds of this turn of the loop join it
+                group, self.waiting = self.waiting, []
+                started = self.clock()
+                errors = await loop.run_in_executor(
+                    self.executor, sync_logs, [storage for storage, _ in group]
+                )
+                took = self.clock() - started
+                for (_, future), error in zip(group, errors, strict=True):
+                    if future.done():
+                        continue
+                    if error is None:
+                        future.set_result(took)
+                    else:
+                        future.set_exception(error)
+                group = []
+        except BaseException as error:  # a bug, or the node stops: no round waits forever
+            for _, future in group + self.waiting:
+                if future.done():
+                    continue
+                if isinstance(error, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(error)
+            self.waiting = []
+            raise
+        finally:
+            self.group = None
+
     def sent(self) -> None:
         """After a round that synced on the loop: its acknowledgements leave now."""
         if self.flush is not None:
             self.flush()
-
-
-def timed_sync(storage: DiskStorage, clock: Callable[[], float]) -> float:
-    """`storage.sync()` in a worker thread; the seconds it took there."""
-    started = clock()
-    storage.sync()
-    return clock() - started

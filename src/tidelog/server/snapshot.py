@@ -39,6 +39,22 @@ def group_lag(committed: int, *, log_start_offset: int, data_end: int) -> int:
     return max(0, data_end - max(committed, log_start_offset))
 
 
+def leaders(broker: BrokerView) -> dict[str, Any]:
+    """`GET /leaders`: the partitions this node hosts and the ones it leads, without the
+    rest of `status` (cheap at thousands of partitions: a tool waiting for leaders polls
+    it)."""
+    hosted = 0
+    leading: list[list[Any]] = []
+    for runner in broker.hosted():
+        key = runner.key
+        if key.topic == METADATA_TOPIC:
+            continue
+        hosted += 1
+        if runner.leading:
+            leading.append([key.topic, key.partition])
+    return {"node_id": int(broker.node_id), "hosted": hosted, "leaders": leading}
+
+
 def status(broker: BrokerView) -> dict[str, Any]:
     partitions: list[dict[str, Any]] = []
     for runner in sorted(broker.hosted(), key=lambda runner: runner.key):

@@ -2,7 +2,9 @@
 
 Rules of this file:
 - A checkpoint is written to `NAME.tmp`, fsync'd, renamed over `NAME`, then the directory is
-  fsync'd: after a crash the file holds the old or the new content, never a mix.
+  fsync'd: after a crash the file holds the old or the new content, never a mix. In a
+  group commit (wal/group_sync.py) one sync of the file system stands for the fsyncs of
+  the temporary files, and another for the directory's.
 - Format (Kafka's leader-epoch-checkpoint and replication-offset-checkpoint): a version line
   `0`, a count line, then `count` lines of space-separated integers.
 - A missing checkpoint means "never written"; a malformed one raises StorageError.
@@ -64,6 +66,21 @@ def write_checkpoints(fs: FileSystem, directory: str, files: dict[str, list[list
     """Replace each named checkpoint with its rows, then make the renames durable."""
     if not files:
         return
+    renames = stage_checkpoints(fs, directory, files)
+    for temp, _ in renames:
+        fs.fsync(temp)
+    publish_checkpoints(fs, renames)
+    fs.fsync_dir(directory)
+
+
+Renames = list[tuple[str, str]]
+
+
+def stage_checkpoints(fs: FileSystem, directory: str, files: dict[str, list[list[int]]]) -> Renames:
+    """Write each named checkpoint's rows to its temporary file, syncing nothing; the
+    (temporary, final) paths. Rename them (`publish_checkpoints`) only once the temporary
+    files are durable, and count them replaced once the renames are."""
+    renames: Renames = []
     for name, rows in files.items():
         temp = posixpath.join(directory, name + TEMP_SUFFIX)
         lines = [str(CHECKPOINT_VERSION), str(len(rows))]
@@ -71,10 +88,13 @@ def write_checkpoints(fs: FileSystem, directory: str, files: dict[str, list[list
         if fs.exists(temp):
             fs.unlink(temp)
         fs.append(temp, ("\n".join(lines) + "\n").encode())
-        fs.fsync(temp)
-    for name in files:
-        fs.rename(posixpath.join(directory, name + TEMP_SUFFIX), posixpath.join(directory, name))
-    fs.fsync_dir(directory)
+        renames.append((temp, posixpath.join(directory, name)))
+    return renames
+
+
+def publish_checkpoints(fs: FileSystem, renames: Renames) -> None:
+    for temp, target in renames:
+        fs.rename(temp, target)
 
 
 def read_checkpoint(fs: FileSystem, path: str, *, width: int) -> list[list[int]] | None:

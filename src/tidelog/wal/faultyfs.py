@@ -4,6 +4,7 @@ Rules of this file:
 - Each file is an inode with its current bytes and its synced bytes; `fsync`/`fdatasync`
   make the current bytes the synced ones.
 - Names live in directories; a create, rename or unlink is durable only after `fsync_dir`.
+  `sync_all` (syncfs) makes every file's bytes and every name durable.
 - `crash()` is a power cut: every name and byte not yet synced is lost. With `tear=True` a
   file that was only appended to since its last sync keeps a random prefix of those appends,
   torn at any byte, as a disk that wrote part of the page cache back would.
@@ -12,9 +13,10 @@ Rules of this file:
 - `flip_bit` corrupts the medium: the current and the synced bytes both change.
 - `fill_up` makes appends and pwrites write a random prefix of their data (a short write)
   and raise OSError(ENOSPC): the next one only, or each one until `free_space`.
-  `fail_next_sync(code)` makes the next fsync, fdatasync or fsync_dir raise OSError(code)
-  (EIO, ENOSPC) and sync nothing: as Linux may, it keeps showing the unsynced bytes, which
-  a crash still loses (the caller must never retry as if they were durable: fsyncgate).
+  `fail_next_sync(code)` makes the next fsync, fdatasync, fsync_dir or sync_all raise
+  OSError(code) (EIO, ENOSPC) and sync nothing: as Linux may, it keeps showing the unsynced
+  bytes, which a crash still loses (the caller must never retry as if they were durable:
+  fsyncgate).
   `crash()` and `heal()` disarm both.
 Everything random comes from the injected `random.Random`: one seed decides a run.
 """
@@ -196,6 +198,18 @@ class FaultyFileSystem:
         for name, inode in self._names.items():
             if posixpath.dirname(name) == directory:
                 self._durable_names[name] = inode
+
+    def device(self, directory: str) -> int:
+        del directory
+        return 0  # one file system: this one
+
+    def sync_all(self, directory: str) -> None:
+        """syncfs: every file's bytes and every name made durable."""
+        self._count_call()
+        self._check_sync(directory)
+        for inode in self._names.values():
+            inode.synced = bytes(inode.data)
+        self._durable_names = dict(self._names)
 
     def close(self) -> None:
         """Nothing to release: handles do not exist in memory."""

@@ -5,7 +5,13 @@ Rules of this file:
   a disk that loses unsynced bytes, tears writes and flips bits (`wal/faultyfs.py`).
 - The protocol is path-based: a path names a file, the implementation keeps any handles.
 - Nothing is durable until `fdatasync`/`fsync` of the file, and a created, renamed or removed
-  name is durable only after `fsync_dir` of its directory (POSIX, as ext4 and xfs behave).
+  name is durable only after `fsync_dir` of its directory (POSIX, as ext4 and xfs behave),
+  or until `sync_all` of the file system holding them: one flush for every file and name
+  (syncfs(2); the node's group commit, wal/group_sync.py).
+- `sync_all` reports a failed write-back of any file of that file system, even one done
+  before the call: the real one syncs through a descriptor of the file system opened when
+  a log first names its directory (`device`), before that log writes anything, so Linux
+  reports it every error since (errseq), whoever else saw it.
 - An OSError from a write or a sync names the file (`filename`): a full or failing disk is
   reported with the path it failed on.
 """
@@ -13,6 +19,7 @@ Rules of this file:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import os
 import resource
@@ -56,6 +63,15 @@ class FileSystem(Protocol):
     def unlink(self, path: str) -> None: ...
 
     def fsync_dir(self, directory: str) -> None: ...
+
+    def device(self, directory: str) -> int:
+        """Which file system holds `directory` (logs on the same one may `sync_all` once)."""
+        ...
+
+    def sync_all(self, directory: str) -> None:
+        """Make every write, and every created, renamed or removed name, on the file system
+        holding `directory` durable (syncfs)."""
+        ...
 
     def close(self) -> None:
         """Release every handle; the file system stays usable (handles reopen on demand)."""
@@ -273,8 +289,45 @@ class OsFileSystem:
         finally:
             os.close(fd)
 
+    def device(self, directory: str) -> int:
+        return _DEVICES.watch(directory)
+
+    def sync_all(self, directory: str) -> None:
+        _DEVICES.sync(directory)
+
     def close(self) -> None:
         self._files.forget_all(self._owner)
+
+
+class _Devices:
+    """One descriptor per file system, opened the first time a log names a directory on
+    it and kept for the life of the process: syncfs through it reports every write-back
+    error of that file system since it was opened (the module's rules)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fds: dict[int, int] = {}  # st_dev -> a descriptor of a directory on it
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._syncfs = getattr(libc, "syncfs", None)
+
+    def watch(self, directory: str) -> int:
+        device = os.stat(directory).st_dev
+        with self._lock:
+            if device not in self._fds:
+                self._fds[device] = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        return device
+
+    def sync(self, directory: str) -> None:
+        device = self.watch(directory)
+        if self._syncfs is None:  # no syncfs in this C library: every file system
+            os.sync()
+            return
+        if self._syncfs(self._fds[device]) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), directory)
+
+
+_DEVICES = _Devices()
 
 
 @contextlib.contextmanager

@@ -163,6 +163,11 @@ class LocalLog:
             segment.sync_indexes()
         if self.dir_dirty:
             self.fs.fsync_dir(self.directory)
+        self.flushed()
+
+    def flushed(self) -> None:
+        """Everything written is durable: `flush` did it, or a sync of the whole file
+        system (wal/group_sync.py)."""
         self._dirty.clear()
         self._unsynced_indexes.clear()
         self.dir_dirty = False

@@ -86,6 +86,34 @@ __all__ = ["DiskStorage", "RepairNeeded", "WalConfig"]
 Clock = Callable[[], int]
 
 
+class StagedSync:
+    """A sync of one log in a group commit, half done (`DiskStorage.stage_sync`)."""
+
+    __slots__ = ("end", "hard_state", "renames", "storage")
+
+    def __init__(
+        self,
+        storage: DiskStorage,
+        renames: ckpt.Renames,
+        hard_state: HardState,
+        end: Offset | None,
+    ) -> None:
+        self.storage = storage
+        self.renames = renames  # the checkpoints staged: (temporary, final) paths
+        self.hard_state = hard_state  # the vote it makes durable
+        self.end = end  # the log end it makes durable (None: not the data, flush_interval_ms)
+
+    def publish(self) -> bool:
+        """Rename the staged checkpoints (their temporary files are durable now); whether
+        there were any."""
+        ckpt.publish_checkpoints(self.storage.filesystem, self.renames)
+        return bool(self.renames)
+
+    def done(self) -> None:
+        """The renames are durable too: everything staged counts as synced."""
+        self.storage._synced(self)
+
+
 class DiskStorage:
     """A LogStorage in a directory of segment files. Opening it recovers the directory."""
 
@@ -265,6 +293,41 @@ class DiskStorage:
         self._local.flush()
         self.synced_end_offset = self.log_end_offset
         self._write_checkpoints(now, hard_state_only=False)
+
+    def stage_sync(self) -> StagedSync:
+        """The first half of a `sync()` this log shares with others of its file system
+        (wal/group_sync.py): the checkpoints that changed written to their temporary files,
+        nothing synced. Then, once a sync of the file system made the data and those files
+        durable, `StagedSync.publish` renames them, and once another made the renames
+        durable, `StagedSync.done` counts everything synced. Nothing may be written to
+        this log in between."""
+        now = self._clock()
+        interval = self.config.flush_interval_ms
+        data = interval is None or now - self._last_sync_ms >= interval
+        files: dict[str, list[list[int]]] = {}
+        if self._hard_state != self._hard_state_saved:
+            files[ckpt.VOTE_STATE] = ckpt.hard_state_rows(self._hard_state)
+        if data:
+            self._last_sync_ms = now
+            files.update(self._data_checkpoints(now))
+        renames = ckpt.stage_checkpoints(self._fs, self.directory, files)
+        end = self.log_end_offset if data else None
+        return StagedSync(self, renames, self._hard_state, end)
+
+    def _synced(self, staged: StagedSync) -> None:
+        if staged.end is not None:
+            self._local.flushed()
+            self.synced_end_offset = staged.end
+        self._hard_state_saved = staged.hard_state
+
+    @property
+    def filesystem(self) -> FileSystem:
+        return self._fs
+
+    @property
+    def device(self) -> int:
+        """The file system holding this log (`FileSystem.device`)."""
+        return self._device
 
     # --- beyond LogStorage ----------------------------------------------------------
     @property
@@ -529,6 +592,7 @@ class DiskStorage:
         the damage found and finish a repair a crash interrupted; see the module's rules."""
         fs, directory = self._fs, self.directory
         fs.makedirs(directory)
+        self._device = fs.device(directory)  # before anything is written (fs.py's rules)
         bases = clean_directory(fs, directory)
         directory_id = ckpt.read_directory_id(fs, directory)
         if directory_id is None:  # a new directory (or one of a tidelog before the ids)

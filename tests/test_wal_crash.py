@@ -394,6 +394,42 @@ def test_a_failed_group_commit_fails_every_log_of_it_and_trusts_none_of_it() -> 
         assert reopened.read(Offset(0), end_offset=Offset(5), max_bytes=1 << 20) == batches[:1]
 
 
+def lazy_logs(fs: FaultyFileSystem, first_id: int) -> list[DiskStorage]:
+    """Two new logs opened lazily (the broker's new partitions), of ids `first_id` and the
+    next."""
+    ids = iter([DirectoryId(first_id), DirectoryId(first_id + 1)])
+    return [
+        DiskStorage(
+            path, clock=lambda: 0, config=CONFIG, fs=fs, lazy=True,
+            new_directory_id=lambda: next(ids),
+        )
+        for path in (DIRECTORY, OTHER)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "group-commit"])
+def test_a_lazy_new_log_is_durable_with_its_first_sync_and_whole_before(grouped: bool) -> None:
+    """A new directory opened lazily syncs nothing at once: a crash before its first sync
+    leaves a directory that opens as new; its first sync, alone or in a group, makes its
+    id durable."""
+    fs = FaultyFileSystem(random.Random(0))
+    assert [log.directory_id for log in lazy_logs(fs, 11)] == [11, 12]
+    fs.crash()
+    again = DiskStorage(DIRECTORY, clock=lambda: 0, config=CONFIG, fs=fs)
+    assert again.log_end_offset == 0 and again.directory_id not in (11, 12)
+
+    fs = FaultyFileSystem(random.Random(0))
+    opened = lazy_logs(fs, 21)
+    if grouped:
+        assert sync_logs(opened) == [None, None]
+    else:
+        for log in opened:
+            log.sync()
+    fs.crash()
+    found = [DiskStorage(p, clock=lambda: 0, config=CONFIG, fs=fs) for p in (DIRECTORY, OTHER)]
+    assert [log.directory_id for log in found] == [21, 22]
+
+
 def test_a_full_disk_fails_writes_and_reopening_until_space_returns() -> None:
     fs = FaultyFileSystem(random.Random(3))
     storage = open_log(fs)

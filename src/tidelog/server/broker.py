@@ -653,7 +653,7 @@ class Broker:
             self.liveness.tick()
             for key, runner in list(self.awake.items()):
                 if self.runners.get(key) is runner:
-                    runner.submit(Tick(stamp, wall))
+                    runner.tick(Tick(stamp, wall))
                 else:
                     del self.awake[key]  # stopped here
             self.campaign_again()

@@ -161,10 +161,14 @@ def disk_log(
     directory: str, wal_config: WalConfig, directory_id: DirectoryId | None = None
 ) -> DiskStorage:
     """A partition's disk log in `directory`, recovered: what a `PartitionRunner` is built
-    on. A new directory takes the id `directory_id` (None: a random one). Disk work only,
-    fit for a worker thread (server/copies.py opens a new topic's logs so)."""
+    on. A new directory takes the id `directory_id` (None: a random one), durable with the
+    log's first sync (lazy: the first rounds of a new topic's partitions sync in groups).
+    Disk work only, fit for a worker thread (server/copies.py opens a new topic's logs
+    so)."""
     given = None if directory_id is None else lambda: directory_id
-    return DiskStorage(directory, clock=wall_ms, config=wal_config, new_directory_id=given)
+    return DiskStorage(
+        directory, clock=wall_ms, config=wal_config, new_directory_id=given, lazy=True
+    )
 
 
 def replica_opener(
@@ -287,6 +291,30 @@ class PartitionRunner:
             return
         self.inputs.append(command)
         if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self._drive())
+
+    def tick(self, command: Tick) -> None:
+        """The node's timer, to a partition awake: stepped at once when no round runs or
+        waits to run, and a round started only when the tick left the replica something
+        to do (most ticks of an awake follower leave nothing): no task per partition per
+        tick. Else queued as any input."""
+        if (
+            self.task is not None
+            or self.inputs
+            or self.stopped
+            or self.disk_error is not None
+            or self.storage.needs_repair is not None
+        ):
+            self.submit(command)
+            return
+        try:
+            self._step(command)
+        except Exception as error:  # a bug: stop the node (fail-stop), as a round would
+            self.fatal(error)
+            raise
+        self._status = None
+        self._note_quiesced()
+        if self.replica.has_ready():
             self.task = asyncio.get_running_loop().create_task(self._drive())
 
     def _step(self, command: Input) -> None:

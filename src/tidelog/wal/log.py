@@ -125,8 +125,14 @@ class DiskStorage:
         config: WalConfig | None = None,
         fs: FileSystem | None = None,
         new_directory_id: Callable[[], DirectoryId] | None = None,
+        lazy: bool = False,
     ) -> None:
         self.directory = directory
+        # `lazy`: a new directory's first files (its id, its first segment) are durable
+        # with the log's first sync, not at once: thousands of new logs opened together
+        # cost a group commit (wal/group_sync.py), not three syncs each.
+        self._lazy = lazy
+        self._staged_renames: ckpt.Renames = []  # checkpoints written, renamed at a sync
         self._clock = clock
         # Made with the directory (KIP-853): `new_directory_id` draws it (random by default).
         self._new_directory_id = new_directory_id or ckpt.random_directory_id
@@ -281,6 +287,12 @@ class DiskStorage:
 
     def sync(self) -> None:
         """Make everything written so far durable: data, then names, then checkpoints."""
+        if self._staged_renames:  # a lazy log's first files
+            renames, self._staged_renames = self._staged_renames, []
+            for temp, _ in renames:
+                self._fs.fsync(temp)
+            ckpt.publish_checkpoints(self._fs, renames)
+            self._fs.fsync_dir(self.directory)
         now = self._clock()
         interval = self.config.flush_interval_ms
         if interval is not None and now - self._last_sync_ms < interval:
@@ -310,7 +322,8 @@ class DiskStorage:
         if data:
             self._last_sync_ms = now
             files.update(self._data_checkpoints(now))
-        renames = ckpt.stage_checkpoints(self._fs, self.directory, files)
+        renames = self._staged_renames + ckpt.stage_checkpoints(self._fs, self.directory, files)
+        self._staged_renames = []
         end = self.log_end_offset if data else None
         return StagedSync(self, renames, self._hard_state, end)
 
@@ -597,7 +610,11 @@ class DiskStorage:
         directory_id = ckpt.read_directory_id(fs, directory)
         if directory_id is None:  # a new directory (or one of a tidelog before the ids)
             directory_id = self._new_directory_id()
-            ckpt.write_checkpoints(fs, directory, {ckpt.DIRECTORY_ID: [[directory_id]]})
+            files: dict[str, list[list[int]]] = {ckpt.DIRECTORY_ID: [[int(directory_id)]]}
+            if self._lazy:
+                self._staged_renames = ckpt.stage_checkpoints(fs, directory, files)
+            else:
+                ckpt.write_checkpoints(fs, directory, files)
         self.directory_id = directory_id
         self._hard_state = ckpt.read_hard_state(fs, directory)
         self._hard_state_saved = self._hard_state
@@ -620,7 +637,10 @@ class DiskStorage:
             self._local.segments.add(self._local.new_segment(self.log_start_offset))
             self._controls.reset(self.log_start_offset)
             self._voters.truncate(self.log_start_offset)
-            self._local.sync_directory()
+            if self._lazy:
+                self._local.dir_dirty = True
+            else:
+                self._local.sync_directory()
         else:
             loader.open_segments(bases)
         self.log_start_offset = Offset(

@@ -60,6 +60,11 @@ class Liveness(Protocol):
         dead nodes; node liveness wakes it when they are heard again)."""
         ...
 
+    def is_dead(self, node: NodeId) -> bool:
+        """Whether `node` was declared dead and not heard since (a node not heard yet at
+        all is neither live nor dead): its copies leave the in-sync replicas at once."""
+        ...
+
 
 class _NoLiveness:
     """No node liveness: one session forever, and no contact ever."""
@@ -85,6 +90,10 @@ class _NoLiveness:
     def is_live(self, node: NodeId) -> bool:
         del node
         return True
+
+    def is_dead(self, node: NodeId) -> bool:
+        del node
+        return False
 
 
 NO_LIVENESS: Final[Liveness] = _NoLiveness()

@@ -104,6 +104,11 @@ class NodeLiveness:
         peer = self._peers.get(node)
         return peer is not None and not peer.dead
 
+    def is_dead(self, node: NodeId) -> bool:
+        """Whether `node` is watched and declared dead (not heard from since)."""
+        peer = self._peers.get(node)
+        return peer is not None and peer.dead
+
     def ever_heard(self, node: NodeId) -> bool:
         """Whether a ping of `node` was ever taken (by this incarnation)."""
         peer = self._peers.get(node)

@@ -14,8 +14,9 @@ partition's heartbeats.
 
 Rules of this file:
 1. A leader quiesces only with every member's copy verified at its log end (but the
-   copies of nodes node liveness declared dead, once they are out of its in-sync
-   replicas: it wakes when they are heard again), its
+   copies of nodes node liveness declared dead, which leave its in-sync replicas at once
+   (mode/quorum.py; ISR mode's once the controller took them out): it wakes when they are
+   heard again), its
    HWM there and past its epoch's start, its voter set committed with no change to make, no
    transfer, no produce waiting and nothing unpersisted. A follower quiesces only on a
    `quiesce` append it took whole, its log ending where the leader's does and its HWM
@@ -25,10 +26,11 @@ Rules of this file:
    it (node liveness tells of a death, or a start, once).
 2. Anything wakes a quiesced leader: a produce, a message (but an answer holding its whole
    log: the quiesce append's, or a heartbeat's that crossed it), a setting or membership
-   change, a transfer, DeleteRecords, and node liveness saying a follower's node died,
-   started again or is heard again (`on_node_change`). Awake, it heartbeats at once, and
-   counts a full election timeout before check-quorum. Any change of role wakes a replica
-   (a follower that stands on a TimeoutNow that overtook its leader's wake-up).
+   change, a transfer, DeleteRecords, and node liveness saying a follower's node died
+   (but see rule 5), started again or is heard again (`on_node_change`). Awake, it
+   heartbeats at once, and counts a full election timeout before check-quorum. Any
+   change of role wakes a replica (a follower that stands on a TimeoutNow that overtook
+   its leader's wake-up).
    A follower that hears from no leader for an election timeout and may not campaign
    (under repair, an observer, ISR mode's) sends its peers a `WakeUp` (`wake_peers`):
    a replica started again on a repaired log needs its quiesced leader's appends.
@@ -58,7 +60,10 @@ Rules of this file:
    follower's own: it was answered while the follower was quiesced, and the follower's
    promise runs from the last contact it took.
 5. Check-quorum sleeps with the partition: the leader's node liveness wakes it when a
-   follower's node dies, and the partition's own check-quorum runs from then on,
+   follower's node dies (in quorum mode only when the voters on nodes not declared dead,
+   itself among them, are no majority any more: else its lease holds on theirs, rule 4,
+   and a node's death does not wake the thousands of partitions it follows), and the
+   partition's own check-quorum runs from then on,
    counting only the answers taken since it woke (those before it slept prove nothing
    of now). In quorum
    mode a leader sleeps again only once a majority of the voters (itself among them)
@@ -220,10 +225,18 @@ class Quiescence(LeaderPipeline):
             self.mode.on_leader_lost(first=False)
 
     # ================================================================== node liveness ===
+    def _sleeps_through(self, node: NodeId) -> bool:
+        """Rule 5: a quorum-mode leader sleeps on when a follower's node is declared dead
+        and the voters whose nodes are not dead (itself among them) are a majority."""
+        if self.config.replication is Replication.ISR or not self.liveness.is_dead(node):
+            return False
+        live = sum(1 for voter in self.voters.nodes if not self.liveness.is_dead(voter))
+        return live >= self.voters.majority
+
     def on_node_change(self, node: NodeId) -> None:
         """Node liveness declared `node` dead, or found it started again (rules 2, 3)."""
         if self.role is Role.LEADER:
-            if self.quiesced and node in self.progress:
+            if self.quiesced and node in self.progress and not self._sleeps_through(node):
                 self.wake()
             return
         if self.leader_id != node or self.role is not Role.FOLLOWER or not self.quiesced:

@@ -239,13 +239,16 @@ class QuorumMode:
 
     def in_sync_replicas(self) -> tuple[NodeId, ...]:
         """Live in-sync replicas: the leader and the followers that acked within an election
-        timeout and are not repairing (rule 8)."""
+        timeout and are not repairing (rule 8), but those on a node that node liveness
+        declared dead (a quiesced leader's ticks do not run: core/quiesce.py rule 5)."""
         r = self.r
         recent = r.tick_count - r.config.election_ticks
         followers = (
             peer
             for peer, progress in r.progress.items()
-            if progress.in_sync(recent) and r.counts(peer, progress.directory)
+            if progress.in_sync(recent)
+            and r.counts(peer, progress.directory)
+            and not r.liveness.is_dead(peer)
         )
         return (r.id, *followers)
 

@@ -262,8 +262,8 @@ def test_idle_partitions_quiesce_and_wake_under_the_faults(
 def test_a_quiesced_run_is_decided_by_its_seed() -> None:
     first: list[str] = []
     second: list[str] = []
-    one = sim.Run(2, 3, 200, quiesce=True, trace=first.append)
-    other = sim.Run(2, 3, 200, quiesce=True, trace=second.append)
+    one = sim.Run(3, 3, 200, quiesce=True, trace=first.append)
+    other = sim.Run(3, 3, 200, quiesce=True, trace=second.append)
     assert one.run() == other.run()
     assert first == second
     assert any(line.endswith(" quiesced") for line in first)

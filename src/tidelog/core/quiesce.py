@@ -47,8 +47,12 @@ Rules of this file:
    past the lease of the append. Else (the append came after the last heartbeat, which
    the leader's lease may count) the lease of that append holds: an election timeout of
    its own ticks. The first voter of the partition's replicas after the leader campaigns
-   within `NODE_LOSS_CAMPAIGN_TICKS`; the others after an election timeout, so that the
-   survivors do not split their votes.
+   within `NODE_LOSS_CAMPAIGN_TICKS` (an awake follower too, when node liveness declares
+   its leader's node dead: its lease runs its course); the others leave it the election while node
+   liveness hears its node and its (pre-)vote requests for a log as long as theirs keep
+   coming, for at most `NODE_LOSS_DEFER_TIMEOUTS` election timeouts without one: the
+   survivors of a node that led thousands of partitions do not split their votes, however
+   late the busy nodes' messages (mode/quorum.py).
 4. The read lease across quiescence rests on node liveness, never on a stale heartbeat: a
    quiesced leader counts a follower that answered its quiesce append in liveness session
    S as heard at the latest node heartbeat that follower's node answered in session S.
@@ -84,6 +88,9 @@ from tidelog.types import NodeId
 NODE_LOSS_CAMPAIGN_TICKS: Final = 2
 """How soon the first follower campaigns after node liveness declared its leader's node
 dead (rule 3): the other survivors' liveness declares it dead within about as long."""
+NODE_LOSS_DEFER_TIMEOUTS: Final = 2
+"""How many election timeouts without a vote request from the first survivor the others
+wait before they campaign themselves (rule 3)."""
 
 
 class Quiescence(LeaderPipeline):
@@ -239,15 +246,21 @@ class Quiescence(LeaderPipeline):
             if self.quiesced and node in self.progress and not self._sleeps_through(node):
                 self.wake()
             return
-        if self.leader_id != node or self.role is not Role.FOLLOWER or not self.quiesced:
-            return  # an awake follower's own election timer watches its leader
+        if self.leader_id != node or self.role is not Role.FOLLOWER:
+            return
+        first = next(
+            (n for n in self.config.assigned if n != node and n in self.voters.nodes), None
+        )
+        if not self.quiesced:
+            # Awake, its own election timer watches its leader, and the lease of the last
+            # append runs its course; the survivors still campaign in rule 3's order.
+            if self.liveness.is_dead(node):
+                self.mode.on_leader_lost(first=first == self.id, lease_over=False, designated=first)
+            return
         if self.quiesce_session == self.liveness.session(node):
             return  # it quiesced after the change: its promise is of the new session
         self.quiesced = False
         # The quiesce append came after the last node heartbeat taken: the lease of that
         # append (an election timeout of ticks) outlives the promise (rule 3).
         lease_over = self.liveness.pings_taken(node) > self.quiesce_pings
-        first = next(
-            (n for n in self.config.assigned if n != node and n in self.voters.nodes), None
-        )
-        self.mode.on_leader_lost(first=first == self.id, lease_over=lease_over)
+        self.mode.on_leader_lost(first=first == self.id, lease_over=lease_over, designated=first)

@@ -88,11 +88,14 @@ class Mode(Protocol):
     def on_leader_contact(self) -> None:
         """The leader of our epoch sent us an append."""
 
-    def on_leader_lost(self, *, first: bool, lease_over: bool = True) -> None:
+    def on_leader_lost(
+        self, *, first: bool, lease_over: bool = True, designated: NodeId | None = None
+    ) -> None:
         """Node liveness declared our leader's node dead while we were quiesced, and our
         promise to that leader ended with its node's session (core/quiesce.py rule 3):
-        `first`, we are the survivor to campaign first; `lease_over`, the lease of the
-        last append we took is over too (else it runs its course)."""
+        `first`, we are the survivor to campaign first (else `designated` is, if known);
+        `lease_over`, the lease of the last append we took is over too (else it runs its
+        course)."""
 
     def may_quiesce(self) -> bool:
         """Whether a leader of this mode may quiesce now, as far as the mode goes."""

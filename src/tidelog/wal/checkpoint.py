@@ -37,7 +37,6 @@ from tidelog.core.membership import (
     VoterSet,
     VoterSetEntry,
 )
-from tidelog.core.messages import HardState
 from tidelog.core.producers import ProducerEntry, SequencedBatch, entry_is_valid
 from tidelog.core.storage import RepairFloor
 from tidelog.errors import StorageError
@@ -148,19 +147,6 @@ def read_directory_id(fs: FileSystem, directory: str) -> DirectoryId | None:
     if rows[0][0] <= 0:
         raise StorageError(f"{posixpath.join(directory, DIRECTORY_ID)} holds {rows[0][0]}")
     return DirectoryId(rows[0][0])
-
-
-def read_hard_state(fs: FileSystem, directory: str) -> HardState:
-    rows = read_checkpoint(fs, posixpath.join(directory, VOTE_STATE), width=2)
-    if not rows:
-        return HardState(epoch=Epoch(0), voted_for=None)
-    epoch, voted_for = rows[0]
-    return HardState(Epoch(epoch), None if voted_for == NO_VOTE else NodeId(voted_for))
-
-
-def hard_state_rows(hard_state: HardState) -> list[list[int]]:
-    voted_for = NO_VOTE if hard_state.voted_for is None else hard_state.voted_for
-    return [[hard_state.epoch, voted_for]]
 
 
 def read_producers(fs: FileSystem, directory: str) -> tuple[ProducerEntry, ...]:

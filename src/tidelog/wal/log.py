@@ -79,6 +79,7 @@ from tidelog.wal.local_log import LocalLog, RepairNeeded
 from tidelog.wal.quarantine import floor_found_by_recovery, set_aside_files
 from tidelog.wal.retention import segments_past_retention
 from tidelog.wal.timestamps import max_timestamp_record, offset_for_timestamp
+from tidelog.wal.vote_state import VoteState
 from tidelog.wal.voters_cache import VoterSetCache
 
 __all__ = ["DiskStorage", "RepairNeeded", "WalConfig"]
@@ -316,14 +317,15 @@ class DiskStorage:
         now = self._clock()
         interval = self.config.flush_interval_ms
         data = interval is None or now - self._last_sync_ms >= interval
-        files: dict[str, list[list[int]]] = {}
+        renames = self._staged_renames
+        self._staged_renames = []
         if self._hard_state != self._hard_state_saved:
-            files[ckpt.VOTE_STATE] = ckpt.hard_state_rows(self._hard_state)
+            renames = renames + self._vote.stage(self._hard_state)
+        files: dict[str, list[list[int]]] = {}
         if data:
             self._last_sync_ms = now
             files.update(self._data_checkpoints(now))
-        renames = self._staged_renames + ckpt.stage_checkpoints(self._fs, self.directory, files)
-        self._staged_renames = []
+        renames = renames + ckpt.stage_checkpoints(self._fs, self.directory, files)
         end = self.log_end_offset if data else None
         return StagedSync(self, renames, self._hard_state, end)
 
@@ -561,12 +563,10 @@ class DiskStorage:
 
     # --- checkpoints ------------------------------------------------------------------
     def _write_checkpoints(self, now: int, *, hard_state_only: bool) -> None:
-        files: dict[str, list[list[int]]] = {}
         if self._hard_state != self._hard_state_saved:
-            files[ckpt.VOTE_STATE] = ckpt.hard_state_rows(self._hard_state)
+            self._vote.write(self._hard_state)  # in place (wal/vote_state.py)
         if not hard_state_only:
-            files.update(self._data_checkpoints(now))
-        ckpt.write_checkpoints(self._fs, self.directory, files)
+            ckpt.write_checkpoints(self._fs, self.directory, self._data_checkpoints(now))
         self._hard_state_saved = self._hard_state
 
     def _data_checkpoints(self, now: int) -> dict[str, list[list[int]]]:
@@ -616,7 +616,8 @@ class DiskStorage:
             else:
                 ckpt.write_checkpoints(fs, directory, files)
         self.directory_id = directory_id
-        self._hard_state = ckpt.read_hard_state(fs, directory)
+        self._vote = VoteState(fs, directory)
+        self._hard_state = self._vote.read()
         self._hard_state_saved = self._hard_state
         self._hwm_checkpointed = ckpt.read_offset(fs, directory, ckpt.HWM) or Offset(0)
         self._hwm = self._hwm_checkpointed

@@ -208,8 +208,10 @@ class IsrMode:
         leader's appends (a quiesced leader is asked to wake after an election timeout)."""
         self.leader_silent_ticks = 0
 
-    def on_leader_lost(self, *, first: bool, lease_over: bool = True) -> None:
-        del first, lease_over  # the controller elects: it fences a dead node, names a leader
+    def on_leader_lost(
+        self, *, first: bool, lease_over: bool = True, designated: NodeId | None = None
+    ) -> None:
+        del first, lease_over, designated  # the controller elects: it fences a dead node
 
     def may_quiesce(self) -> bool:
         """A leader quiesces with no ISR proposal waiting for the controller's answer, and

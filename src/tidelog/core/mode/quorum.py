@@ -55,7 +55,7 @@ from tidelog.core.messages import (
     VoteRequest,
     VoteResponse,
 )
-from tidelog.core.quiesce import NODE_LOSS_CAMPAIGN_TICKS, Quiescence
+from tidelog.core.quiesce import NODE_LOSS_CAMPAIGN_TICKS, NODE_LOSS_DEFER_TIMEOUTS, Quiescence
 from tidelog.core.quorum import (
     VoteResult,
     committed_offset,
@@ -92,6 +92,10 @@ class QuorumMode:
         self.transfer_target: NodeId | None = None
         self.transfer_elapsed = 0
         self.timeout_now_sent = False
+        # After a node's death (core/quiesce.py rule 3): the survivor left to campaign,
+        # and the ticks since its last vote request.
+        self.defer_to: NodeId | None = None
+        self.defer_elapsed = 0
 
     # ================================================================== inputs ==========
     def tick(self, now_ms: int | None) -> None:
@@ -109,6 +113,7 @@ class QuorumMode:
         A replica under repair never does (rule 8)."""
         if self.r.role is Role.LEADER:
             return
+        self.defer_to = None
         if self.r.repair_floor is not None or not self.r.may_stand():
             self._reset_election_timer()  # under repair, or an observer: never campaigns
             self.r.wake_peers()  # but a quiesced leader may be waited for (core/quiesce.py)
@@ -163,13 +168,16 @@ class QuorumMode:
         self.election_elapsed = 0
         self.leader_contact_elapsed = 0
 
-    def on_leader_lost(self, *, first: bool, lease_over: bool = True) -> None:
+    def on_leader_lost(
+        self, *, first: bool, lease_over: bool = True, designated: NodeId | None = None
+    ) -> None:
         """core/quiesce.py rule 3: the released promise ends the lease at once, unless the
         lease of the last append taken outlives it (`lease_over` False); the first
-        survivor campaigns soon, the others after an election timeout."""
+        survivor campaigns soon, the others leave it the election (`_defers`)."""
         if lease_over:
             self.leader_contact_elapsed = self.r.config.election_ticks
         self._reset_election_timer()
+        self.defer_to, self.defer_elapsed = (None if first else designated), 0
         if first:
             self.election_timeout = min(
                 self.election_timeout, self.election_elapsed + NODE_LOSS_CAMPAIGN_TICKS
@@ -323,8 +331,24 @@ class QuorumMode:
 
     def _tick_election(self) -> None:
         self.election_elapsed += 1
-        if self.election_elapsed >= self.election_timeout:
+        defers = self._defers()
+        if self.election_elapsed >= self.election_timeout and not defers:
             self.campaign()
+
+    def _defers(self) -> bool:
+        """core/quiesce.py rule 3: whether we leave the election to the survivor after a
+        dead leader still: its node is live, and its last (pre-)vote request for a log as
+        long as ours came less than NODE_LOSS_DEFER_TIMEOUTS election timeouts ago (or
+        our release did). Our own timer fires as it would; we campaign once this ends."""
+        target = self.defer_to
+        if target is None:
+            return False
+        self.defer_elapsed += 1
+        limit = NODE_LOSS_DEFER_TIMEOUTS * self.r.config.election_ticks
+        if self.defer_elapsed >= limit or not self.r.liveness.is_live(target):
+            self.defer_to = None
+            return False
+        return True
 
     def _request_votes(self, epoch: Epoch, *, pre_vote: bool, transfer: bool = False) -> None:
         r = self.r
@@ -343,6 +367,10 @@ class QuorumMode:
         ) and (
             r.repair_floor is None or r.repair_floor.reached_by(msg.last_epoch, msg.log_end_offset)
         )
+        if msg.sender == self.defer_to:  # the survivor we leave the election to (_defers)
+            self.defer_elapsed = 0
+            if not up_to_date:
+                self.defer_to = None  # it cannot win our vote: we campaign ourselves
         if msg.pre_vote:
             granted = msg.epoch > r.epoch and up_to_date and not self._in_lease()
             epoch = msg.epoch if granted else r.epoch

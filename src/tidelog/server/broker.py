@@ -651,9 +651,10 @@ class Broker:
             self.ticks += 1
             stamp, wall = monotonic_ms(), wall_ms()
             self.liveness.tick()
+            tick = Tick(stamp, wall)  # one for all: frozen
             for key, runner in list(self.awake.items()):
                 if self.runners.get(key) is runner:
-                    runner.tick(Tick(stamp, wall))
+                    runner.tick(tick)
                 else:
                     del self.awake[key]  # stopped here
             self.campaign_again()

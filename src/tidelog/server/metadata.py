@@ -426,7 +426,10 @@ class MetadataImage:
     def members(self, key: tuple[str, int]) -> tuple[int, ...]:
         """The nodes holding a copy of the partition (each hosts it): in ISR mode the
         record's replicas, in quorum mode the assignment's members."""
-        return self.assignment(key).members
+        moved = self.assignments.get(key)
+        if moved is None:  # never moved: its replicas (asked of thousands every few ticks)
+            return self.topics[key[0]].replicas[key[1]]
+        return moved.members
 
     def voter_target(self, key: tuple[str, int]) -> tuple[int, ...]:
         """Quorum mode: the nodes the partition's voter set is to hold."""

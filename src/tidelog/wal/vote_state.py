@@ -35,7 +35,7 @@ from tidelog.wal.fs import FileSystem
 
 SLOT_BYTES = 512
 FORMAT = "v2"
-NO_VOTE = -1
+NO_VOTE = ckpt.NO_VOTE
 
 
 def slot_bytes(seq: int, hard_state: HardState) -> bytes:

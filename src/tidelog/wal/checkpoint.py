@@ -65,14 +65,27 @@ def write_checkpoints(fs: FileSystem, directory: str, files: dict[str, list[list
     """Replace each named checkpoint with its rows, then make the renames durable."""
     if not files:
         return
-    renames = stage_checkpoints(fs, directory, files)
+    commit_renames(fs, directory, stage_checkpoints(fs, directory, files))
+
+
+Renames = list[tuple[str, str]]
+
+
+def commit_renames(fs: FileSystem, directory: str, renames: Renames) -> None:
+    """Make staged files durable on their own: fsync each, rename, fsync the directory."""
     for temp, _ in renames:
         fs.fsync(temp)
     publish_checkpoints(fs, renames)
     fs.fsync_dir(directory)
 
 
-Renames = list[tuple[str, str]]
+def stage_file(fs: FileSystem, directory: str, name: str, data: bytes) -> tuple[str, str]:
+    """Write `data` to the temporary file of `name`, syncing nothing: (temporary, final)."""
+    temp = posixpath.join(directory, name + TEMP_SUFFIX)
+    if fs.exists(temp):
+        fs.unlink(temp)
+    fs.append(temp, data)
+    return temp, posixpath.join(directory, name)
 
 
 def stage_checkpoints(fs: FileSystem, directory: str, files: dict[str, list[list[int]]]) -> Renames:
@@ -81,13 +94,9 @@ def stage_checkpoints(fs: FileSystem, directory: str, files: dict[str, list[list
     files are durable, and count them replaced once the renames are."""
     renames: Renames = []
     for name, rows in files.items():
-        temp = posixpath.join(directory, name + TEMP_SUFFIX)
         lines = [str(CHECKPOINT_VERSION), str(len(rows))]
         lines += [" ".join(str(value) for value in row) for row in rows]
-        if fs.exists(temp):
-            fs.unlink(temp)
-        fs.append(temp, ("\n".join(lines) + "\n").encode())
-        renames.append((temp, posixpath.join(directory, name)))
+        renames.append(stage_file(fs, directory, name, ("\n".join(lines) + "\n").encode()))
     return renames
 
 

@@ -290,10 +290,7 @@ class DiskStorage:
         """Make everything written so far durable: data, then names, then checkpoints."""
         if self._staged_renames:  # a lazy log's first files
             renames, self._staged_renames = self._staged_renames, []
-            for temp, _ in renames:
-                self._fs.fsync(temp)
-            ckpt.publish_checkpoints(self._fs, renames)
-            self._fs.fsync_dir(self.directory)
+            ckpt.commit_renames(self._fs, self.directory, renames)
         now = self._clock()
         interval = self.config.flush_interval_ms
         if interval is not None and now - self._last_sync_ms < interval:

@@ -98,21 +98,14 @@ class VoteState:
         # A new file: the other slot holds the same vote one sequence back, so both are
         # valid from the start.
         slots = {self.seq % 2: slot, (self.seq - 1) % 2: slot_bytes(self.seq - 1, hard_state)}
-        whole = slots[0] + slots[1]
-        temp = self.path + ckpt.TEMP_SUFFIX
-        if self.fs.exists(temp):
-            self.fs.unlink(temp)
-        self.fs.append(temp, whole)
+        renames = [ckpt.stage_file(self.fs, self.directory, ckpt.VOTE_STATE, slots[0] + slots[1])]
         self.in_place = True
-        return [(temp, self.path)]
+        return renames
 
     def write(self, hard_state: HardState) -> None:
         """`stage`, then make it durable on its own."""
         renames = self.stage(hard_state)
-        if not renames:
+        if renames:
+            ckpt.commit_renames(self.fs, self.directory, renames)
+        else:
             self.fs.fdatasync(self.path)
-            return
-        for temp, _ in renames:
-            self.fs.fsync(temp)
-        ckpt.publish_checkpoints(self.fs, renames)
-        self.fs.fsync_dir(self.directory)
